@@ -1,0 +1,38 @@
+//===--- cpu.h - the CPU device: object code loaded with LLVM ORC ----------===//
+//
+// Loads object files (the bytes a compile produces and the cache stores) into one
+// LLJIT instance and returns their entry points. Knows nothing of MLIR or lowering.
+//
+//===----------------------------------------------------------------------===//
+#ifndef JITML_DEVICES_CPU_CPU_H_
+#define JITML_DEVICES_CPU_CPU_H_
+
+#include <stddef.h>
+
+#include "jitml.h"
+
+// A kernel entry point: args = input buffers then output buffers.
+typedef void (*jit__cpu_kernel_fn)(void **args);
+
+// Thread-safe.
+typedef struct jit__cpu_device jit__cpu_device;
+
+// The host target, detected once per process; borrowed strings.
+typedef struct jit__cpu_target {
+  const char *triple;
+  const char *cpu;
+  const char *features;
+} jit__cpu_target;
+const jit__cpu_target *jit__cpu_host_target(void);
+// Initializes LLVM's native target once per process (pthread_once). Thread-safe.
+void jit__llvm_init_once(void);
+
+jit_status jit__cpu_device_create(jit__cpu_device **out_device);
+void jit__cpu_device_destroy(jit__cpu_device *device);
+
+// Adds `object` (ELF bytes, copied) and looks up `entry`. The code stays loaded until
+// the device is destroyed. Returns JIT_DEVICE_ERROR with LLVM's message on failure.
+jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t size,
+                         const char *entry, jit__cpu_kernel_fn *out_fn);
+
+#endif  // JITML_DEVICES_CPU_CPU_H_

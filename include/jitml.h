@@ -1,0 +1,259 @@
+//===--- jitml.h - libjitml public API -------------------------------------===//
+//
+// libjitml: a JIT compiler for tensor graphs with dynamic shapes. A graph is built
+// once with symbolic dims; at the first jit_run for a new set of concrete shapes it is
+// specialized for exactly those shapes, lowered through MLIR and compiled with LLVM,
+// and every later call with the same shapes runs the compiled kernel directly.
+//
+// This header is the whole public API. Until 1.0 the API may change between minor
+// versions; option structs carry a struct_size so they can grow compatibly.
+//
+// Conventions:
+//  - Every call that can fail returns a jit_status: NULL on success, otherwise a
+//    status the caller must free with jit_status_free. Output parameters named out_*
+//    are set to NULL/0 first, so they are never left uninitialized.
+//  - `create`/`take` give the caller ownership; `get` returns borrowed pointers.
+//  - Tensors at the boundary are DLPack DLTensors; strides NULL means dense row-major.
+//  - The library never prints, aborts or exits.
+//
+//===----------------------------------------------------------------------===//
+#ifndef JITML_H_
+#define JITML_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#if defined(_WIN32)
+#define JIT_API __declspec(dllexport)
+#else
+#define JIT_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define JIT_VERSION_MAJOR 0
+#define JIT_VERSION_MINOR 1
+#define JIT_VERSION_PATCH 0
+#define JIT_VERSION_NUMBER \
+  (JIT_VERSION_MAJOR * 1000000 + JIT_VERSION_MINOR * 1000 + JIT_VERSION_PATCH)
+
+// Largest tensor rank a graph value may have.
+#define JIT_MAX_RANK 8
+
+//===--- Status ----------------------------------------------------------===//
+
+typedef enum jit_status_code {
+  JIT_OK = 0,
+  JIT_INVALID_ARGUMENT = 1,   // a bad argument: NULL pointer, bad axis, bad perm, ...
+  JIT_SHAPE_MISMATCH = 2,     // shapes do not agree (ranks, dims, symbol bindings)
+  JIT_DTYPE_MISMATCH = 3,     // element types do not agree
+  JIT_UNSUPPORTED = 4,        // valid but not supported (yet): dtype, strides, device
+  JIT_PARSE_ERROR = 5,        // text that could not be parsed
+  JIT_COMPILE_ERROR = 6,      // MLIR or LLVM failed to compile a kernel
+  JIT_DEVICE_ERROR = 7,       // a device failed to load or run a kernel
+  JIT_UNAVAILABLE = 8,        // a backend or resource is not present on this machine
+  JIT_CACHE_ERROR = 9,        // the kernel cache failed
+  JIT_RESOURCE_EXHAUSTED = 10,// out of memory or another limit
+  JIT_INTERNAL = 11,          // a bug in libjitml
+} jit_status_code;
+
+// A failed operation. NULL means success. Owned by the caller; free with
+// jit_status_free. Thread-compatible: one status is used by one thread at a time.
+typedef struct jit_status_s *jit_status;
+
+// The code of `status` (JIT_OK for NULL).
+JIT_API jit_status_code jit_status_get_code(jit_status status);
+// The message of `status`: what failed and where. Borrowed; valid until the status is
+// freed. "" for NULL.
+JIT_API const char *jit_status_message(jit_status status);
+// A short constant name for a code, e.g. "SHAPE_MISMATCH".
+JIT_API const char *jit_status_code_name(jit_status_code code);
+// Frees `status`; NULL is a no-op.
+JIT_API void jit_status_free(jit_status status);
+
+//===--- Version ---------------------------------------------------------===//
+
+// The version of the library linked, e.g. "0.1.0".
+JIT_API const char *jit_version(void);
+// JIT_VERSION_NUMBER of the library linked.
+JIT_API int jit_version_number(void);
+
+//===--- Context ---------------------------------------------------------===//
+
+// Holds compiled kernels, options and statistics. Thread-safe: graphs of one context
+// may be built and run from several threads at once.
+typedef struct jit_context jit_context;
+
+typedef enum jit_log_level {
+  JIT_LOG_ERROR = 0,
+  JIT_LOG_WARNING = 1,
+  JIT_LOG_INFO = 2,
+  JIT_LOG_DEBUG = 3,
+} jit_log_level;
+
+// Receives the library's log lines. Called from any thread that runs library code.
+typedef void (*jit_log_fn)(void *user_data, jit_log_level level, const char *message);
+
+typedef struct jit_options {
+  // sizeof(jit_options), set by jit_options_init. Lets the struct grow.
+  size_t struct_size;
+  // 0 = debug pipeline (plain loops), 1-3 = optimized (default 2).
+  int opt_level;
+  // Worker threads for kernels; 0 = all cores. (Kernels are single-threaded today.)
+  int num_threads;
+  // Log callback; NULL = silent, unless JITML_LOG=debug|info|warning|error is set in
+  // the environment, which logs to stderr.
+  jit_log_fn log_fn;
+  void *log_user_data;
+  jit_log_level log_level;
+} jit_options;
+
+// Fills `options` with defaults. Always call it before setting fields.
+JIT_API void jit_options_init(jit_options *options);
+
+// Creates a context. `options` may be NULL for defaults and is copied.
+// Returns JIT_INVALID_ARGUMENT (NULL out_ctx, bad struct_size or field),
+// JIT_RESOURCE_EXHAUSTED.
+JIT_API jit_status jit_context_create(const jit_options *options, jit_context **out_ctx);
+// Destroys `ctx` and its compiled kernels. Every graph of it must be destroyed first.
+// NULL is a no-op.
+JIT_API void jit_context_destroy(jit_context *ctx);
+
+typedef struct jit_stats {
+  size_t struct_size;
+  uint64_t runs;            // jit_run calls that ran a kernel
+  uint64_t memory_hits;     // runs served by an already loaded kernel
+  uint64_t misses;          // runs that found no kernel for their key
+  uint64_t compiles;        // kernels compiled (one per key, however many threads ask)
+  double compile_ms;        // total time spent compiling
+  uint64_t kernels;         // kernels loaded now
+} jit_stats;
+
+// Copies the context's counters into `out_stats` (whose struct_size the caller sets,
+// or 0 for sizeof(jit_stats)). Thread-safe.
+JIT_API jit_status jit_context_stats(jit_context *ctx, jit_stats *out_stats);
+
+//===--- Graphs ----------------------------------------------------------===//
+
+// A dataflow graph of tensor ops with possibly symbolic dims. Built by one thread
+// (thread-compatible), then, after jit_graph_finalize, run from any number of threads
+// at once (thread-safe).
+typedef struct jit_graph jit_graph;
+
+// A value in a graph: an input or the result of an op. A small handle, passed by value.
+// id is 0 for an invalid value (the result of a failed builder call).
+typedef struct jit_value {
+  uint32_t id;
+} jit_value;
+
+// Creates an empty graph in `ctx`. `name` (may be NULL) is used in messages and kernel
+// names. Returns JIT_INVALID_ARGUMENT, JIT_RESOURCE_EXHAUSTED.
+JIT_API jit_status jit_graph_create(jit_context *ctx, const char *name,
+                                    jit_graph **out_graph);
+// Destroys `graph`. Kernels compiled for it stay in its context until the context is
+// destroyed. NULL is a no-op.
+JIT_API void jit_graph_destroy(jit_graph *graph);
+
+// A symbolic dim named `name` (letters, digits, '_'): a negative code to use in a dims
+// array next to static sizes, e.g. `int64_t dims[] = {jit_symbol(g, "N"), 784};`.
+// The same name returns the same code. On error returns 0 and records the error in
+// the graph (see jit_graph_finalize).
+JIT_API int64_t jit_symbol(jit_graph *graph, const char *name);
+
+// Builder calls. Each returns the new value; on error it returns an invalid value
+// (id 0) and records the first error in the graph ("sticky"): later builder calls
+// that receive an invalid value return invalid values too, and jit_graph_finalize
+// returns that first error.
+
+// A graph input. `dtype` is f32 {kDLFloat, 32, 1} or f16 {kDLFloat, 16, 1}. `dims` has
+// `rank` entries, each a size >= 0 or a symbol from jit_symbol. Inputs are numbered in
+// the order of these calls.
+JIT_API jit_value jit_input(jit_graph *graph, const char *name, DLDataType dtype,
+                            int rank, const int64_t *dims);
+// Marks `value` as the next output of the graph.
+JIT_API void jit_output(jit_graph *graph, jit_value value);
+// A rank-0 constant of `dtype` that broadcasts against any tensor.
+JIT_API jit_value jit_scalar(jit_graph *graph, double value, DLDataType dtype);
+
+// Matrix product of the last two dims: [..., M, K] x [..., K, N] -> [..., M, N]. The
+// leading (batch) dims broadcast as in NumPy; a rank-2 operand is shared by every
+// batch. f16 inputs accumulate in f32.
+JIT_API jit_value jit_matmul(jit_graph *graph, jit_value a, jit_value b);
+
+// Elementwise binary ops with NumPy broadcasting (dims aligned from the right; a dim
+// of static size 1 broadcasts). Two symbolic dims that meet must bind to equal sizes.
+JIT_API jit_value jit_add(jit_graph *graph, jit_value a, jit_value b);
+JIT_API jit_value jit_sub(jit_graph *graph, jit_value a, jit_value b);
+JIT_API jit_value jit_mul(jit_graph *graph, jit_value a, jit_value b);
+JIT_API jit_value jit_div(jit_graph *graph, jit_value a, jit_value b);
+JIT_API jit_value jit_maximum(jit_graph *graph, jit_value a, jit_value b);
+JIT_API jit_value jit_minimum(jit_graph *graph, jit_value a, jit_value b);
+
+// Elementwise unary ops. f16 is computed in f32 and rounded once.
+JIT_API jit_value jit_neg(jit_graph *graph, jit_value x);
+JIT_API jit_value jit_exp(jit_graph *graph, jit_value x);
+JIT_API jit_value jit_log(jit_graph *graph, jit_value x);
+JIT_API jit_value jit_tanh(jit_graph *graph, jit_value x);
+JIT_API jit_value jit_sigmoid(jit_graph *graph, jit_value x);
+JIT_API jit_value jit_relu(jit_graph *graph, jit_value x);
+// gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+JIT_API jit_value jit_gelu(jit_graph *graph, jit_value x);
+JIT_API jit_value jit_sqrt(jit_graph *graph, jit_value x);
+JIT_API jit_value jit_rsqrt(jit_graph *graph, jit_value x);
+
+// Reductions over `axis` (negative counts from the end). keepdims != 0 keeps the
+// reduced dim with size 1. f16 accumulates in f32.
+JIT_API jit_value jit_reduce_sum(jit_graph *graph, jit_value x, int axis, int keepdims);
+JIT_API jit_value jit_reduce_max(jit_graph *graph, jit_value x, int axis, int keepdims);
+JIT_API jit_value jit_reduce_mean(jit_graph *graph, jit_value x, int axis, int keepdims);
+// exp(x - max) / sum(exp(x - max)) along `axis`: safe for large inputs.
+JIT_API jit_value jit_softmax(jit_graph *graph, jit_value x, int axis);
+// Permutes dims: result dim i is input dim perm[i]. `perm` has rank(x) entries.
+JIT_API jit_value jit_transpose(jit_graph *graph, jit_value x, const int *perm);
+// Same elements, new shape. `dims` may hold symbols and at most one -1 (inferred).
+// The element count must match at run time.
+JIT_API jit_value jit_reshape(jit_graph *graph, jit_value x, int rank, const int64_t *dims);
+
+// Checks the graph and freezes it. Returns the first builder error if any
+// (JIT_INVALID_ARGUMENT, JIT_SHAPE_MISMATCH, JIT_DTYPE_MISMATCH, ...), or
+// JIT_INVALID_ARGUMENT if the graph has no outputs. Required before running.
+JIT_API jit_status jit_graph_finalize(jit_graph *graph);
+
+// Number of inputs / outputs of a graph.
+JIT_API int jit_graph_num_inputs(const jit_graph *graph);
+JIT_API int jit_graph_num_outputs(const jit_graph *graph);
+
+//===--- Running ---------------------------------------------------------===//
+
+// The shape function: binds the symbols from `inputs` (only shape and dtype are read;
+// data may be NULL) and writes output `index`'s rank and dims (JIT_MAX_RANK entries).
+// Compiles nothing. Returns the same binding errors as jit_run.
+JIT_API jit_status jit_output_shape(jit_graph *graph, const DLTensor *inputs,
+                                    int n_inputs, int index, int *out_rank,
+                                    int64_t *out_dims);
+
+// Runs `graph` on `inputs` writing `outputs`, which the caller allocated with exactly
+// the output shapes (see jit_output_shape) and dtypes. CPU tensors, dense row-major
+// (strides NULL or dense). At the first call for a set of input shapes the graph is
+// compiled for them (once, even when several threads ask at once); later calls with
+// those shapes run the compiled kernel. Outputs must not alias inputs. Thread-safe.
+// Returns JIT_INVALID_ARGUMENT (NULL pointers, counts, bad device), JIT_SHAPE_MISMATCH,
+// JIT_DTYPE_MISMATCH, JIT_UNSUPPORTED (strides), JIT_COMPILE_ERROR, JIT_DEVICE_ERROR.
+JIT_API jit_status jit_run(jit_graph *graph, const DLTensor *inputs, int n_inputs,
+                           const DLTensor *outputs, int n_outputs);
+
+// As jit_run, but allocates the outputs: on success out_outputs[i] (n_outputs entries,
+// which must equal the graph's output count) are DLManagedTensors the caller owns and
+// releases by calling their deleter. On failure nothing is allocated.
+JIT_API jit_status jit_run_alloc(jit_graph *graph, const DLTensor *inputs, int n_inputs,
+                                 DLManagedTensor **out_outputs, int n_outputs);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // JITML_H_

@@ -1,0 +1,135 @@
+//===--- context.c - jit_context, options, logging, version ----------------===//
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <xxhash.h>
+
+#include "jit/internal.h"
+
+#define JIT__STR2(x) #x
+#define JIT__STR(x) JIT__STR2(x)
+
+const char *jit_version(void) {
+  return JIT__STR(JIT_VERSION_MAJOR) "." JIT__STR(JIT_VERSION_MINOR) "." JIT__STR(
+      JIT_VERSION_PATCH);
+}
+
+int jit_version_number(void) { return JIT_VERSION_NUMBER; }
+
+void jit_options_init(jit_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
+  o->opt_level = 2;
+  o->num_threads = 0;
+  o->log_level = JIT_LOG_WARNING;
+}
+
+static void jit__stderr_log(void *user, jit_log_level level, const char *msg) {
+  static const char *names[] = {"error", "warning", "info", "debug"};
+  fprintf(stderr, "jitml %s: %s\n", names[level], msg);
+}
+
+void jit__log(jit_context *ctx, jit_log_level level, const char *fmt, ...) {
+  if (!ctx->options.log_fn || level > ctx->options.log_level) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  ctx->options.log_fn(ctx->options.log_user_data, level, buf);
+}
+
+jit_status jit_context_create(const jit_options *options, jit_context **out_ctx) {
+  if (!out_ctx) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_create: out_ctx is NULL");
+  *out_ctx = NULL;
+  jit_options o;
+  jit_options_init(&o);
+  if (options) {
+    if (options->struct_size < offsetof(jit_options, log_level) + sizeof(int) ||
+        options->struct_size > sizeof(jit_options))
+      return JIT_ERR(JIT_INVALID_ARGUMENT,
+                     "jit_context_create: options.struct_size is %zu; call "
+                     "jit_options_init first",
+                     options->struct_size);
+    memcpy(&o, options, options->struct_size);
+    o.struct_size = sizeof(o);
+  }
+  if (o.opt_level < 0 || o.opt_level > 3)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.opt_level is %d, not in [0, 3]",
+                   o.opt_level);
+  if (o.num_threads < 0)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.num_threads is %d (< 0)", o.num_threads);
+  if (!o.log_fn) {
+    const char *env = getenv("JITML_LOG");
+    static const char *levels[] = {"error", "warning", "info", "debug"};
+    for (int i = 0; env && i < 4; i++) {
+      if (strcasecmp(env, levels[i]) == 0) {
+        o.log_fn = jit__stderr_log;
+        o.log_level = (jit_log_level)i;
+      }
+    }
+  }
+
+  jit_context *ctx = calloc(1, sizeof(*ctx));
+  if (!ctx) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_context_create: out of memory");
+  ctx->options = o;
+  jit_status s = jit__cpu_device_create(&ctx->cpu);
+  if (s) {
+    free(ctx);
+    return jit__status_annotate(s, "jit_context_create");
+  }
+  const jit__cpu_target *t = jit__cpu_host_target();
+  char target[2048];
+  int n = snprintf(target, sizeof(target), "%s|%s|%s|libjitml %s|LLVM %s|opt %d",
+                   t->triple, t->cpu, t->features, jit_version(), JITML_LLVM_VERSION,
+                   o.opt_level);
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits(target, n > 0 ? (size_t)n : 0));
+  memcpy(ctx->target_hash, c.digest, sizeof(ctx->target_hash));
+  pthread_mutex_init(&ctx->mu, NULL);
+  pthread_cond_init(&ctx->cv, NULL);
+  jit__log(ctx, JIT_LOG_DEBUG, "context created: libjitml %s, LLVM %s, target %s/%s",
+           jit_version(), JITML_LLVM_VERSION, t->triple, t->cpu);
+  *out_ctx = ctx;
+  return NULL;
+}
+
+// Defined in run.c: frees the kernel table.
+void jit__kernel_table_free(jit__kernel_table *table);
+
+void jit_context_destroy(jit_context *ctx) {
+  if (!ctx) return;
+  jit__kernel_table_free(&ctx->table);
+  jit__cpu_device_destroy(ctx->cpu);
+  pthread_cond_destroy(&ctx->cv);
+  pthread_mutex_destroy(&ctx->mu);
+  free(ctx);
+}
+
+jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
+  if (!ctx || !out)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_stats: %s is NULL",
+                   ctx ? "out_stats" : "ctx");
+  size_t size = out->struct_size ? out->struct_size : sizeof(jit_stats);
+  if (size > sizeof(jit_stats) || size < sizeof(size_t))
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_stats: struct_size %zu is invalid",
+                   size);
+  jit_stats s = {0};
+  s.struct_size = size;
+  s.runs = atomic_load(&ctx->runs);
+  s.memory_hits = atomic_load(&ctx->memory_hits);
+  s.misses = atomic_load(&ctx->misses);
+  s.compiles = atomic_load(&ctx->compiles);
+  pthread_mutex_lock(&ctx->mu);
+  s.compile_ms = ctx->compile_ms;
+  s.kernels = ctx->table.count;
+  pthread_mutex_unlock(&ctx->mu);
+  memcpy(out, &s, size);
+  return NULL;
+}

@@ -1,0 +1,642 @@
+//===--- graph.c - graph builder and shape inference -----------------------===//
+//
+// Shapes are inferred twice with one set of rules: at build time over dims that may be
+// symbols (to reject what is wrong whatever the binding), and at run time over the
+// concrete dims of one binding (jit__infer_concrete), which is what lowering sees.
+// Broadcasting follows NumPy on the concrete dims.
+//
+//===----------------------------------------------------------------------===//
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "jit/internal.h"
+
+//===--- Small helpers ---------------------------------------------------===//
+
+static char *jit__strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+// Grows *arr (elements of `size`) to hold at least n+1.
+static bool jit__grow(void **arr, uint32_t *cap, uint32_t n, size_t size) {
+  if (n < *cap) return true;
+  uint32_t c = *cap ? *cap * 2 : 16;
+  void *p = realloc(*arr, (size_t)c * size);
+  if (!p) return false;
+  *arr = p;
+  *cap = c;
+  return true;
+}
+
+static const char *jit__dtype_name(jit__dtype t) { return t == JIT__F16 ? "f16" : "f32"; }
+
+static bool jit__dtype_from_dl(DLDataType t, jit__dtype *out) {
+  if (t.code != kDLFloat || t.lanes != 1) return false;
+  if (t.bits == 32) *out = JIT__F32;
+  else if (t.bits == 16) *out = JIT__F16;
+  else return false;
+  return true;
+}
+
+// Formats a dims array as "[N, 784]" using the graph's symbol names.
+static const char *jit__fmt_dims(const jit_graph *g, int rank, const int64_t *dims,
+                                 char *buf, size_t size) {
+  size_t n = 0;
+  n += (size_t)snprintf(buf + n, size - n, "[");
+  for (int i = 0; i < rank && n < size; i++) {
+    const char *sep = i ? ", " : "";
+    if (dims[i] >= 0)
+      n += (size_t)snprintf(buf + n, size - n, "%s%lld", sep, (long long)dims[i]);
+    else if (dims[i] == JIT__DIM_UNKNOWN || dims[i] == -1)
+      n += (size_t)snprintf(buf + n, size - n, "%s?", sep);
+    else if (g && JIT__SYMBOL_INDEX(dims[i]) < g->n_symbols)
+      n += (size_t)snprintf(buf + n, size - n, "%s%s", sep,
+                            g->symbols[JIT__SYMBOL_INDEX(dims[i])]);
+    else
+      n += (size_t)snprintf(buf + n, size - n, "%s<bad %lld>", sep, (long long)dims[i]);
+  }
+  if (n < size) snprintf(buf + n, size - n, "]");
+  return buf;
+}
+
+//===--- Errors (sticky) -------------------------------------------------===//
+
+static void jit__record(jit_graph *g, jit_status s) {
+  if (!g->error) g->error = s;
+  else jit_status_free(s);
+}
+
+#define JIT__FAIL(g, code, ...)                                   \
+  do {                                                           \
+    jit__record((g), JIT_ERR((code), __VA_ARGS__));              \
+    return (jit_value){0};                                       \
+  } while (0)
+
+// Checks the builder preconditions shared by every op: a usable graph and valid
+// operands. Returns false (with the error recorded when it is new) otherwise.
+static bool jit__check_operand(jit_graph *g, const char *op, jit_value v, int index) {
+  if (!g) return false;
+  if (g->finalized) {
+    jit__record(g, JIT_ERR(JIT_INVALID_ARGUMENT,
+                           "graph `%s`: %s: the graph is finalized and cannot change",
+                           g->name, op));
+    return false;
+  }
+  if (v.id == 0 && g->error) return false;  // an earlier error: stay quiet
+  if (v.id == 0 || v.id > g->n_nodes) {
+    jit__record(g, JIT_ERR(JIT_INVALID_ARGUMENT,
+                           "graph `%s`: %s: operand %d is not a value of this graph "
+                           "(id %u)",
+                           g->name, op, index, v.id));
+    return false;
+  }
+  return true;
+}
+
+static const jit__node *jit__value(const jit_graph *g, jit_value v) {
+  return &g->nodes[v.id - 1].n;
+}
+
+static jit_value jit__append(jit_graph *g, const jit__gnode *node) {
+  if (!jit__grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes, sizeof(jit__gnode)))
+    JIT__FAIL(g, JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+  g->nodes[g->n_nodes++] = *node;
+  return (jit_value){g->n_nodes};
+}
+
+//===--- Shape rules (shared by build time and run time) ------------------===//
+
+// Dims here are either concrete (>= 0), symbols (<= -2) or JIT__DIM_UNKNOWN. At run
+// time all are concrete. A rule returns NULL or a status whose message starts with
+// what is wrong; the caller prefixes where.
+
+static bool jit__dim_known(int64_t d) { return d >= 0; }
+
+// NumPy broadcasting of two shapes into `out`.
+static jit_status jit__rule_broadcast(const jit_graph *g, const jit__node *a,
+                                      const jit__node *b, jit__node *out) {
+  int r = a->rank > b->rank ? a->rank : b->rank;
+  out->rank = r;
+  for (int i = 0; i < r; i++) {
+    int ia = i - (r - a->rank), ib = i - (r - b->rank);
+    int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    int64_t d;
+    if (da == db) d = da;
+    else if (da == 1) d = db;
+    else if (db == 1) d = da;
+    else if (jit__dim_known(da) && jit__dim_known(db)) {
+      char sa[160], sb[160];
+      return JIT_ERR(JIT_SHAPE_MISMATCH,
+                     "shapes %s and %s do not broadcast: dim %d is %lld vs %lld",
+                     jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa),
+                     jit__fmt_dims(g, b->rank, b->dims, sb, sizeof sb), i,
+                     (long long)da, (long long)db);
+    } else {
+      // A symbol meets a size or another symbol: known only at run time.
+      d = jit__dim_known(da) ? da : jit__dim_known(db) ? db : da;
+    }
+    out->dims[i] = d;
+  }
+  return NULL;
+}
+
+static jit_status jit__rule_matmul(const jit_graph *g, const jit__node *a,
+                                   const jit__node *b, jit__node *out) {
+  char sa[160], sb[160];
+  if (a->rank < 2 || b->rank < 2)
+    return JIT_ERR(JIT_SHAPE_MISMATCH,
+                   "operands must have rank >= 2, got %s and %s",
+                   jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa),
+                   jit__fmt_dims(g, b->rank, b->dims, sb, sizeof sb));
+  int64_t ka = a->dims[a->rank - 1], kb = b->dims[b->rank - 2];
+  if (ka != kb && jit__dim_known(ka) && jit__dim_known(kb))
+    return JIT_ERR(JIT_SHAPE_MISMATCH,
+                   "contraction dims differ: a %s has K = %lld, b %s has K = %lld",
+                   jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa), (long long)ka,
+                   jit__fmt_dims(g, b->rank, b->dims, sb, sizeof sb), (long long)kb);
+  // Batch dims broadcast like elementwise shapes.
+  jit__node ba = *a, bb = *b, bo = {0};
+  ba.rank = a->rank - 2;
+  bb.rank = b->rank - 2;
+  jit_status s = jit__rule_broadcast(g, &ba, &bb, &bo);
+  if (s) return jit__status_annotate(s, "batch dims");
+  out->rank = bo.rank + 2;
+  memcpy(out->dims, bo.dims, sizeof(int64_t) * (size_t)bo.rank);
+  out->dims[bo.rank] = a->dims[a->rank - 2];
+  out->dims[bo.rank + 1] = b->dims[b->rank - 1];
+  return NULL;
+}
+
+static void jit__rule_reduce(const jit__node *x, int axis, bool keepdims,
+                             jit__node *out) {
+  out->rank = 0;
+  for (int i = 0; i < x->rank; i++) {
+    if (i == axis) {
+      if (keepdims) out->dims[out->rank++] = 1;
+    } else {
+      out->dims[out->rank++] = x->dims[i];
+    }
+  }
+}
+
+// Reshape: `req` may hold concrete sizes, symbols resolved through `symvals` (NULL at
+// build time) and one -1.
+static jit_status jit__rule_reshape(const jit_graph *g, const jit__node *x, int rank,
+                                    const int64_t *req, const int64_t *symvals,
+                                    jit__node *out) {
+  out->rank = rank;
+  int infer = -1;
+  bool known_in = true, known_out = true;
+  int64_t in_count = 1, out_count = 1;
+  for (int i = 0; i < x->rank; i++) {
+    if (jit__dim_known(x->dims[i])) in_count *= x->dims[i];
+    else known_in = false;
+  }
+  for (int i = 0; i < rank; i++) {
+    int64_t d = req[i];
+    if (d <= -2) d = symvals ? symvals[JIT__SYMBOL_INDEX(d)] : d;
+    if (d == -1) {
+      infer = i;
+      out->dims[i] = JIT__DIM_UNKNOWN;
+      continue;
+    }
+    out->dims[i] = d;
+    if (jit__dim_known(d)) out_count *= d;
+    else known_out = false;
+  }
+  char sx[160], sr[160];
+  if (infer >= 0 && known_in && known_out) {
+    if (out_count == 0 || in_count % out_count != 0)
+      return JIT_ERR(JIT_SHAPE_MISMATCH,
+                     "cannot reshape %s (%lld elements) to %s",
+                     jit__fmt_dims(g, x->rank, x->dims, sx, sizeof sx),
+                     (long long)in_count, jit__fmt_dims(g, rank, req, sr, sizeof sr));
+    out->dims[infer] = in_count / out_count;
+  } else if (infer < 0 && known_in && known_out && in_count != out_count) {
+    return JIT_ERR(JIT_SHAPE_MISMATCH,
+                   "cannot reshape %s (%lld elements) to %s (%lld elements)",
+                   jit__fmt_dims(g, x->rank, x->dims, sx, sizeof sx),
+                   (long long)in_count, jit__fmt_dims(g, rank, req, sr, sizeof sr),
+                   (long long)out_count);
+  }
+  return NULL;
+}
+
+// Applies node n's rule given its operand shapes a, b (b may be NULL). Writes
+// rank/dims of `out`. `symvals` is NULL at build time.
+static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
+                                  const jit__node *a, const jit__node *b,
+                                  const int64_t *symvals, jit__node *out) {
+  const jit__node *n = &gn->n;
+  switch (n->op) {
+    case JIT__OP_INPUT:
+    case JIT__OP_SCALAR:
+      return NULL;  // shapes come from elsewhere
+    case JIT__OP_MATMUL:
+      return jit__rule_matmul(g, a, b, out);
+    case JIT__OP_ADD: case JIT__OP_SUB: case JIT__OP_MUL: case JIT__OP_DIV:
+    case JIT__OP_MAXIMUM: case JIT__OP_MINIMUM:
+      return jit__rule_broadcast(g, a, b, out);
+    case JIT__OP_REDUCE_SUM: case JIT__OP_REDUCE_MAX: case JIT__OP_REDUCE_MEAN:
+      jit__rule_reduce(a, n->axis, n->keepdims, out);
+      return NULL;
+    case JIT__OP_TRANSPOSE:
+      out->rank = a->rank;
+      for (int i = 0; i < a->rank; i++) out->dims[i] = a->dims[n->perm[i]];
+      return NULL;
+    case JIT__OP_RESHAPE:
+      return jit__rule_reshape(g, a, n->rank, gn->req, symvals, out);
+    default:  // unary elementwise and softmax keep the shape
+      out->rank = a->rank;
+      memcpy(out->dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
+      return NULL;
+  }
+}
+
+jit_status jit__infer_concrete(const jit_graph *g, uint32_t i, const jit__node *shapes,
+                               const int64_t *symbol_values, jit__node *out) {
+  const jit__gnode *gn = &g->nodes[i];
+  const jit__node *a = gn->n.n_operands > 0 ? &shapes[gn->n.operands[0]] : NULL;
+  const jit__node *b = gn->n.n_operands > 1 ? &shapes[gn->n.operands[1]] : NULL;
+  jit_status s = jit__apply_rule(g, gn, a, b, symbol_values, out);
+  if (s)
+    return jit__status_annotate(s, "graph `%s`: node %u (%s)", g->name, i,
+                                jit__op_name(gn->n.op));
+  for (int d = 0; d < out->rank; d++) {
+    if (out->dims[d] < 0)
+      return JIT_ERR(JIT_INTERNAL, "graph `%s`: node %u (%s): dim %d unresolved",
+                     g->name, i, jit__op_name(gn->n.op), d);
+  }
+  return NULL;
+}
+
+//===--- Graph lifetime --------------------------------------------------===//
+
+jit_status jit_graph_create(jit_context *ctx, const char *name, jit_graph **out_graph) {
+  if (!out_graph) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_create: out_graph is NULL");
+  *out_graph = NULL;
+  if (!ctx) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_create: ctx is NULL");
+  jit_graph *g = calloc(1, sizeof(*g));
+  if (!g) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_graph_create: out of memory");
+  g->ctx = ctx;
+  g->name = jit__strdup(name && name[0] ? name : "graph");
+  if (!g->name) {
+    free(g);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_graph_create: out of memory");
+  }
+  *out_graph = g;
+  return NULL;
+}
+
+void jit_graph_destroy(jit_graph *g) {
+  if (!g) return;
+  for (uint32_t i = 0; i < g->n_nodes; i++) free(g->nodes[i].name);
+  for (uint32_t i = 0; i < g->n_symbols; i++) free(g->symbols[i]);
+  free(g->nodes);
+  free(g->inputs);
+  free(g->outputs);
+  free(g->symbols);
+  jit_status_free(g->error);
+  free(g->name);
+  free(g);
+}
+
+int jit_graph_num_inputs(const jit_graph *g) { return g ? (int)g->n_inputs : 0; }
+int jit_graph_num_outputs(const jit_graph *g) { return g ? (int)g->n_outputs : 0; }
+
+int64_t jit_symbol(jit_graph *g, const char *name) {
+  if (!g) return 0;
+  if (!name || !name[0]) {
+    jit__record(g, JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: jit_symbol: empty name",
+                           g->name));
+    return 0;
+  }
+  for (const char *p = name; *p; p++) {
+    if (!isalnum((unsigned char)*p) && *p != '_') {
+      jit__record(g, JIT_ERR(JIT_INVALID_ARGUMENT,
+                             "graph `%s`: jit_symbol: bad name `%s` (letters, digits, "
+                             "'_' only)",
+                             g->name, name));
+      return 0;
+    }
+  }
+  for (uint32_t i = 0; i < g->n_symbols; i++)
+    if (strcmp(g->symbols[i], name) == 0) return JIT__SYMBOL_CODE(i);
+  char *copy = jit__strdup(name);
+  if (!copy || !jit__grow((void **)&g->symbols, &g->cap_symbols, g->n_symbols,
+                          sizeof(char *))) {
+    free(copy);
+    jit__record(g, JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name));
+    return 0;
+  }
+  g->symbols[g->n_symbols] = copy;
+  return JIT__SYMBOL_CODE(g->n_symbols++);
+}
+
+//===--- Builder ---------------------------------------------------------===//
+
+jit_value jit_input(jit_graph *g, const char *name, DLDataType dtype, int rank,
+                    const int64_t *dims) {
+  if (!g) return (jit_value){0};
+  if (g->finalized)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: jit_input: the graph is finalized",
+              g->name);
+  const char *nm = name && name[0] ? name : "?";
+  jit__gnode node = {0};
+  node.n.op = JIT__OP_INPUT;
+  if (!jit__dtype_from_dl(dtype, &node.n.dtype))
+    JIT__FAIL(g, JIT_UNSUPPORTED,
+              "graph `%s`: input %u `%s`: dtype (code %d, %d bits, %d lanes) is not "
+              "supported; use f32 or f16",
+              g->name, g->n_inputs, nm, dtype.code, dtype.bits, dtype.lanes);
+  if (rank < 0 || rank > JIT_MAX_RANK)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: input %u `%s`: rank %d not in [0, %d]",
+              g->name, g->n_inputs, nm, rank, JIT_MAX_RANK);
+  if (rank > 0 && !dims)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: input %u `%s`: dims is NULL",
+              g->name, g->n_inputs, nm);
+  node.n.rank = rank;
+  for (int i = 0; i < rank; i++) {
+    int64_t d = dims[i];
+    if (d == -1 || (d < -1 && JIT__SYMBOL_INDEX(d) >= g->n_symbols))
+      JIT__FAIL(g, JIT_INVALID_ARGUMENT,
+                "graph `%s`: input %u `%s`: dim %d is %lld, neither a size nor a "
+                "symbol of this graph",
+                g->name, g->n_inputs, nm, i, (long long)d);
+    node.n.dims[i] = d;
+  }
+  node.name = jit__strdup(nm);
+  if (!node.name || !jit__grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs,
+                               sizeof(uint32_t))) {
+    free(node.name);
+    JIT__FAIL(g, JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+  }
+  jit_value v = jit__append(g, &node);
+  if (v.id == 0) {
+    free(node.name);
+    return v;
+  }
+  g->inputs[g->n_inputs++] = v.id - 1;
+  return v;
+}
+
+void jit_output(jit_graph *g, jit_value v) {
+  if (!jit__check_operand(g, "jit_output", v, 0)) return;
+  if (!jit__grow((void **)&g->outputs, &g->cap_outputs, g->n_outputs, sizeof(uint32_t))) {
+    jit__record(g, JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name));
+    return;
+  }
+  g->outputs[g->n_outputs++] = v.id - 1;
+}
+
+jit_value jit_scalar(jit_graph *g, double value, DLDataType dtype) {
+  if (!g) return (jit_value){0};
+  if (g->finalized)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: jit_scalar: the graph is finalized",
+              g->name);
+  jit__gnode node = {0};
+  node.n.op = JIT__OP_SCALAR;
+  if (!jit__dtype_from_dl(dtype, &node.n.dtype))
+    JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: scalar: dtype not supported; use f32 or f16",
+              g->name);
+  if (!isfinite(value))
+    JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: scalar: value %g is not finite", g->name,
+              value);
+  node.n.scalar = value;
+  return jit__append(g, &node);
+}
+
+// Builds a node with operands, checks dtypes, and infers its build-time shape.
+static jit_value jit__make_node(jit_graph *g, jit__op op, jit_value a, jit_value b, int n_ops,
+                         jit__gnode *node) {
+  const char *opname = jit__op_name(op);
+  if (!jit__check_operand(g, opname, a, 0)) return (jit_value){0};
+  if (n_ops > 1 && !jit__check_operand(g, opname, b, 1)) return (jit_value){0};
+  const jit__node *na = jit__value(g, a), *nb = n_ops > 1 ? jit__value(g, b) : NULL;
+  node->n.op = op;
+  node->n.n_operands = n_ops;
+  node->n.operands[0] = a.id - 1;
+  node->n.operands[1] = n_ops > 1 ? b.id - 1 : 0;
+  node->n.dtype = na->dtype;
+  if (nb && nb->dtype != na->dtype)
+    JIT__FAIL(g, JIT_DTYPE_MISMATCH,
+              "graph `%s`: node %u (%s): operand dtypes differ: %s vs %s", g->name,
+              g->n_nodes, opname, jit__dtype_name(na->dtype), jit__dtype_name(nb->dtype));
+  jit_status s = jit__apply_rule(g, node, na, nb, NULL, &node->n);
+  if (s) {
+    jit__record(g, jit__status_annotate(s, "graph `%s`: node %u (%s)", g->name,
+                                        g->n_nodes, opname));
+    return (jit_value){0};
+  }
+  return jit__append(g, node);
+}
+
+static jit_value jit__binary(jit_graph *g, jit__op op, jit_value a, jit_value b) {
+  jit__gnode node = {0};
+  return jit__make_node(g, op, a, b, 2, &node);
+}
+
+static jit_value jit__unary(jit_graph *g, jit__op op, jit_value x) {
+  jit__gnode node = {0};
+  return jit__make_node(g, op, x, (jit_value){0}, 1, &node);
+}
+
+jit_value jit_matmul(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_MATMUL, a, b);
+}
+jit_value jit_add(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_ADD, a, b);
+}
+jit_value jit_sub(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_SUB, a, b);
+}
+jit_value jit_mul(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_MUL, a, b);
+}
+jit_value jit_div(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_DIV, a, b);
+}
+jit_value jit_maximum(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_MAXIMUM, a, b);
+}
+jit_value jit_minimum(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_MINIMUM, a, b);
+}
+jit_value jit_neg(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_NEG, x); }
+jit_value jit_exp(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_EXP, x); }
+jit_value jit_log(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_LOG, x); }
+jit_value jit_tanh(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_TANH, x); }
+jit_value jit_sigmoid(jit_graph *g, jit_value x) {
+  return jit__unary(g, JIT__OP_SIGMOID, x);
+}
+jit_value jit_relu(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_RELU, x); }
+jit_value jit_gelu(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_GELU, x); }
+jit_value jit_sqrt(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_SQRT, x); }
+jit_value jit_rsqrt(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_RSQRT, x); }
+
+// Normalizes a possibly negative axis against `x`'s rank, recording an error if it
+// is out of range.
+static bool jit__axis(jit_graph *g, const char *op, jit_value x, int *axis) {
+  if (!jit__check_operand(g, op, x, 0)) return false;
+  int rank = jit__value(g, x)->rank;
+  int a = *axis < 0 ? *axis + rank : *axis;
+  if (a < 0 || a >= rank) {
+    jit__record(g, JIT_ERR(JIT_INVALID_ARGUMENT,
+                           "graph `%s`: node %u (%s): axis %d out of range for rank %d",
+                           g->name, g->n_nodes, op, *axis, rank));
+    return false;
+  }
+  *axis = a;
+  return true;
+}
+
+static jit_value jit__reduce(jit_graph *g, jit__op op, jit_value x, int axis,
+                             int keepdims) {
+  if (!jit__axis(g, jit__op_name(op), x, &axis)) return (jit_value){0};
+  jit__gnode node = {0};
+  node.n.axis = axis;
+  node.n.keepdims = keepdims != 0;
+  return jit__make_node(g, op, x, (jit_value){0}, 1, &node);
+}
+
+jit_value jit_reduce_sum(jit_graph *g, jit_value x, int axis, int keepdims) {
+  return jit__reduce(g, JIT__OP_REDUCE_SUM, x, axis, keepdims);
+}
+jit_value jit_reduce_max(jit_graph *g, jit_value x, int axis, int keepdims) {
+  return jit__reduce(g, JIT__OP_REDUCE_MAX, x, axis, keepdims);
+}
+jit_value jit_reduce_mean(jit_graph *g, jit_value x, int axis, int keepdims) {
+  return jit__reduce(g, JIT__OP_REDUCE_MEAN, x, axis, keepdims);
+}
+
+jit_value jit_softmax(jit_graph *g, jit_value x, int axis) {
+  if (!jit__axis(g, "softmax", x, &axis)) return (jit_value){0};
+  jit__gnode node = {0};
+  node.n.axis = axis;
+  return jit__make_node(g, JIT__OP_SOFTMAX, x, (jit_value){0}, 1, &node);
+}
+
+jit_value jit_transpose(jit_graph *g, jit_value x, const int *perm) {
+  if (!jit__check_operand(g, "transpose", x, 0)) return (jit_value){0};
+  int rank = jit__value(g, x)->rank;
+  if (!perm && rank > 0)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (transpose): perm is NULL",
+              g->name, g->n_nodes);
+  jit__gnode node = {0};
+  bool seen[JIT_MAX_RANK] = {0};
+  for (int i = 0; i < rank; i++) {
+    if (perm[i] < 0 || perm[i] >= rank || seen[perm[i]])
+      JIT__FAIL(g, JIT_INVALID_ARGUMENT,
+                "graph `%s`: node %u (transpose): perm is not a permutation of 0..%d "
+                "(entry %d is %d)",
+                g->name, g->n_nodes, rank - 1, i, perm[i]);
+    seen[perm[i]] = true;
+    node.n.perm[i] = perm[i];
+  }
+  return jit__make_node(g, JIT__OP_TRANSPOSE, x, (jit_value){0}, 1, &node);
+}
+
+jit_value jit_reshape(jit_graph *g, jit_value x, int rank, const int64_t *dims) {
+  if (!jit__check_operand(g, "reshape", x, 0)) return (jit_value){0};
+  if (rank < 0 || rank > JIT_MAX_RANK || (rank > 0 && !dims))
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT,
+              "graph `%s`: node %u (reshape): rank %d with %s dims", g->name, g->n_nodes,
+              rank, dims ? "given" : "NULL");
+  jit__gnode node = {0};
+  node.n.rank = rank;
+  int n_infer = 0;
+  for (int i = 0; i < rank; i++) {
+    int64_t d = dims[i];
+    if (d == -1) n_infer++;
+    else if (d < -1 && JIT__SYMBOL_INDEX(d) >= g->n_symbols)
+      JIT__FAIL(g, JIT_INVALID_ARGUMENT,
+                "graph `%s`: node %u (reshape): dim %d is %lld, neither a size, -1 nor "
+                "a symbol of this graph",
+                g->name, g->n_nodes, i, (long long)d);
+    node.req[i] = d;
+  }
+  if (n_infer > 1)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT,
+              "graph `%s`: node %u (reshape): more than one dim is -1", g->name,
+              g->n_nodes);
+  return jit__make_node(g, JIT__OP_RESHAPE, x, (jit_value){0}, 1, &node);
+}
+
+//===--- Finalize --------------------------------------------------------===//
+
+// A symbol used by a reshape must be bound by some input, or it has no value.
+static jit_status jit__check_symbols_bound(const jit_graph *g) {
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    const jit__gnode *gn = &g->nodes[i];
+    if (gn->n.op != JIT__OP_RESHAPE) continue;
+    for (int d = 0; d < gn->n.rank; d++) {
+      if (gn->req[d] > -2) continue;
+      bool bound = false;
+      for (uint32_t k = 0; k < g->n_inputs && !bound; k++) {
+        const jit__node *in = &g->nodes[g->inputs[k]].n;
+        for (int j = 0; j < in->rank; j++) bound |= in->dims[j] == gn->req[d];
+      }
+      if (!bound)
+        return JIT_ERR(JIT_INVALID_ARGUMENT,
+                       "graph `%s`: node %u (reshape): symbol %s is not a dim of any "
+                       "input, so it has no value at run time",
+                       g->name, i, g->symbols[JIT__SYMBOL_INDEX(gn->req[d])]);
+    }
+  }
+  return NULL;
+}
+
+// The graph's identity for kernel keys: its structure, not its name or symbol names.
+static void jit__fingerprint(jit_graph *g) {
+  XXH3_state_t *st = XXH3_createState();
+  if (!st) return;  // leaves an all-zero fingerprint: still correct, less sharing
+  XXH3_128bits_reset(st);
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    const jit__gnode *gn = &g->nodes[i];
+    int64_t rec[8 + 3 * JIT_MAX_RANK] = {0};
+    rec[0] = gn->n.op;
+    rec[1] = gn->n.dtype;
+    rec[2] = gn->n.n_operands;
+    rec[3] = gn->n.operands[0];
+    rec[4] = gn->n.operands[1];
+    rec[5] = gn->n.rank;
+    rec[6] = gn->n.axis * 2 + gn->n.keepdims;
+    memcpy(&rec[7], &gn->n.scalar, sizeof(double));
+    for (int d = 0; d < JIT_MAX_RANK; d++) {
+      rec[8 + d] = d < gn->n.rank ? gn->n.dims[d] : 0;
+      rec[8 + JIT_MAX_RANK + d] = gn->n.op == JIT__OP_RESHAPE ? gn->req[d] : 0;
+      rec[8 + 2 * JIT_MAX_RANK + d] = gn->n.op == JIT__OP_TRANSPOSE ? gn->n.perm[d] : 0;
+    }
+    XXH3_128bits_update(st, rec, sizeof(rec));
+  }
+  XXH3_128bits_update(st, g->inputs, sizeof(uint32_t) * g->n_inputs);
+  XXH3_128bits_update(st, &g->n_inputs, sizeof(g->n_inputs));
+  XXH3_128bits_update(st, g->outputs, sizeof(uint32_t) * g->n_outputs);
+  XXH3_128bits_update(st, &g->n_outputs, sizeof(g->n_outputs));
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+  memcpy(g->fingerprint, c.digest, sizeof(g->fingerprint));
+  XXH3_freeState(st);
+}
+
+jit_status jit_graph_finalize(jit_graph *g) {
+  if (!g) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_finalize: graph is NULL");
+  if (g->error)
+    return JIT_ERR(jit_status_get_code(g->error), "%s", jit_status_message(g->error));
+  if (g->finalized) return NULL;
+  if (g->n_outputs == 0)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has no outputs (call jit_output)",
+                   g->name);
+  JIT_PROPAGATE(jit__check_symbols_bound(g));
+  jit__fingerprint(g);
+  g->finalized = true;
+  return NULL;
+}

@@ -1,0 +1,77 @@
+//===--- internal.h - jit/ shared internals --------------------------------===//
+#ifndef JITML_JIT_INTERNAL_H_
+#define JITML_JIT_INTERNAL_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "devices/cpu/cpu.h"
+#include "jit/status.h"
+#include "jitml.h"
+#include "lowering/lower.h"
+
+//===--- Context ---------------------------------------------------------===//
+
+typedef struct jit__kernel jit__kernel;
+
+// The kernel table: key -> kernel, open addressing. Guarded by jit_context.mu.
+typedef struct jit__kernel_table {
+  jit__kernel **slots;
+  size_t cap;    // power of two
+  size_t count;
+} jit__kernel_table;
+
+struct jit_context {
+  jit_options options;
+  uint8_t target_hash[16];     // hash of target triple/cpu/features, library and
+                               // LLVM versions and lowering options: in every key
+  jit__cpu_device *cpu;        // loads objects; created with the context
+  pthread_mutex_t mu;          // guards table and the kernel states
+  pthread_cond_t cv;           // signalled when a compile finishes
+  jit__kernel_table table;
+  atomic_uint_fast64_t runs, memory_hits, misses, compiles;
+  double compile_ms;           // guarded by mu
+};
+
+// Logs through the context's callback (or JITML_LOG on stderr).
+void jit__log(jit_context *ctx, jit_log_level level, const char *fmt, ...)
+    JIT__PRINTF(3, 4);
+
+//===--- Graph -----------------------------------------------------------===//
+
+// Symbol codes are -2, -3, ... (-1 means "infer" in reshape dims).
+#define JIT__SYMBOL_CODE(index) (-2 - (int64_t)(index))
+#define JIT__SYMBOL_INDEX(code) ((uint32_t)(-2 - (code)))
+
+typedef struct jit__gnode {
+  jit__node n;                  // dims may hold symbol codes; unknown derived dims
+                                // hold JIT__DIM_UNKNOWN
+  int64_t req[JIT_MAX_RANK];    // reshape: the dims asked for (symbols, one -1)
+  char *name;                   // inputs: their name
+} jit__gnode;
+
+#define JIT__DIM_UNKNOWN INT64_MIN
+
+struct jit_graph {
+  jit_context *ctx;
+  char *name;
+  jit__gnode *nodes;
+  uint32_t n_nodes, cap_nodes;
+  uint32_t *inputs, n_inputs, cap_inputs;
+  uint32_t *outputs, n_outputs, cap_outputs;
+  char **symbols;
+  uint32_t n_symbols, cap_symbols;
+  jit_status error;     // first builder error (sticky)
+  bool finalized;
+  uint8_t fingerprint[16];
+};
+
+// Infers node `i`'s concrete shape from its operands' concrete shapes (`shapes` holds
+// rank and dims for nodes < i) and the symbol values. Writes rank/dims into `out`.
+// Used at run time for every node; fails with a message naming the node and op.
+jit_status jit__infer_concrete(const jit_graph *g, uint32_t i, const jit__node *shapes,
+                               const int64_t *symbol_values, jit__node *out);
+
+#endif  // JITML_JIT_INTERNAL_H_

@@ -1,0 +1,567 @@
+//===--- run.c - binding, specialization keys, the kernel table, jit_run ---===//
+//
+// A call goes: check the tensors -> key from (graph fingerprint, context target hash,
+// input shapes and dtypes) -> kernel table. A hit runs the kernel at once: the key
+// holds every input shape, so a key that has a kernel was bound and checked before.
+// A miss binds the symbols, infers every node's concrete shape, and compiles once per
+// key however many threads ask (single flight), the others waiting on the context's
+// condition variable.
+//
+//===----------------------------------------------------------------------===//
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <xxhash.h>
+
+#include "jit/internal.h"
+
+typedef enum jit__kstate {
+  JIT__K_COMPILING,
+  JIT__K_READY,
+  JIT__K_FAILED,
+} jit__kstate;
+
+typedef struct jit__oshape {
+  int rank;
+  int64_t dims[JIT_MAX_RANK];
+  jit__dtype dtype;
+} jit__oshape;
+
+struct jit__kernel {
+  uint8_t key[16];
+  jit__kstate state;            // guarded by ctx->mu; READY and FAILED are final
+  jit__cpu_kernel_fn fn;        // set before READY
+  uint32_t n_outputs;
+  jit__oshape *outputs;         // the output shapes of this binding
+  jit_status_code fail_code;    // FAILED: the compile's status, replayed to callers
+  char *fail_message;
+};
+
+//===--- Kernel table ----------------------------------------------------===//
+
+static size_t jit__key_slot(const uint8_t key[16], size_t cap) {
+  uint64_t h;
+  memcpy(&h, key, sizeof(h));
+  return (size_t)h & (cap - 1);
+}
+
+// Finds the kernel for `key`; NULL if absent. Caller holds ctx->mu.
+static jit__kernel *jit__table_find(jit__kernel_table *t, const uint8_t key[16]) {
+  if (!t->cap) return NULL;
+  for (size_t i = jit__key_slot(key, t->cap);; i = (i + 1) & (t->cap - 1)) {
+    jit__kernel *k = t->slots[i];
+    if (!k) return NULL;
+    if (memcmp(k->key, key, 16) == 0) return k;
+  }
+}
+
+// Inserts `k` (whose key is absent). Caller holds ctx->mu.
+static bool jit__table_insert(jit__kernel_table *t, jit__kernel *k) {
+  if ((t->count + 1) * 2 > t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 64;
+    jit__kernel **slots = calloc(cap, sizeof(*slots));
+    if (!slots) return false;
+    for (size_t i = 0; i < t->cap; i++) {
+      jit__kernel *o = t->slots[i];
+      if (!o) continue;
+      size_t j = jit__key_slot(o->key, cap);
+      while (slots[j]) j = (j + 1) & (cap - 1);
+      slots[j] = o;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->cap = cap;
+  }
+  size_t j = jit__key_slot(k->key, t->cap);
+  while (t->slots[j]) j = (j + 1) & (t->cap - 1);
+  t->slots[j] = k;
+  t->count++;
+  return true;
+}
+
+static void jit__kernel_free(jit__kernel *k) {
+  if (!k) return;
+  free(k->outputs);
+  free(k->fail_message);
+  free(k);
+}
+
+void jit__kernel_table_free(jit__kernel_table *t) {
+  for (size_t i = 0; i < t->cap; i++) jit__kernel_free(t->slots[i]);
+  free(t->slots);
+  memset(t, 0, sizeof(*t));
+}
+
+//===--- Tensors at the boundary -----------------------------------------===//
+
+static const char *jit__dtype_str(jit__dtype t) { return t == JIT__F16 ? "f16" : "f32"; }
+
+static bool jit__dl_dtype(DLDataType t, jit__dtype *out) {
+  if (t.code != kDLFloat || t.lanes != 1) return false;
+  if (t.bits == 32) *out = JIT__F32;
+  else if (t.bits == 16) *out = JIT__F16;
+  else return false;
+  return true;
+}
+
+// Checks what every tensor needs, whatever the graph: a CPU device, a supported
+// dtype, dense row-major strides, data. `what` is "input"/"output".
+static jit_status jit__check_tensor(const jit_graph *g, const char *what, int i,
+                                    const char *name, const DLTensor *t, bool need_data) {
+  if (t->device.device_type != kDLCPU)
+    return JIT_ERR(JIT_UNSUPPORTED,
+                   "graph `%s`: %s %d `%s`: device type %d is not supported; only CPU "
+                   "(kDLCPU) tensors can be run today",
+                   g->name, what, i, name, (int)t->device.device_type);
+  if (t->ndim < 0 || t->ndim > JIT_MAX_RANK || (t->ndim > 0 && !t->shape))
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: %s %d `%s`: bad ndim %d or NULL shape",
+                   g->name, what, i, name, t->ndim);
+  if (need_data && !t->data)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: %s %d `%s`: data is NULL", g->name,
+                   what, i, name);
+  if (t->strides) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+      if (t->shape[d] != 1 && t->strides[d] != expect)
+        return JIT_ERR(JIT_UNSUPPORTED,
+                       "graph `%s`: %s %d `%s`: dim %d has stride %lld, but only dense "
+                       "row-major tensors are supported (expected %lld)",
+                       g->name, what, i, name, d, (long long)t->strides[d],
+                       (long long)expect);
+      expect *= t->shape[d];
+    }
+  }
+  return NULL;
+}
+
+static const char *jit__input_name(const jit_graph *g, int i) {
+  return g->nodes[g->inputs[i]].name;
+}
+
+// Checks the cheap per-call invariants of the inputs and forms the key.
+static jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_inputs,
+                                  bool need_data, uint8_t key[16]) {
+  if (!g->finalized)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "graph `%s` is not finalized (call jit_graph_finalize)", g->name);
+  if (n_inputs != (int)g->n_inputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` takes %u inputs, got %d", g->name,
+                   g->n_inputs, n_inputs);
+  if (n_inputs > 0 && !inputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: inputs is NULL", g->name);
+  // The key hashes one flat record: graph fingerprint, the context's target and
+  // options hash, then per input its dtype, rank and dims.
+  int64_t stack_rec[4 + 16 * (1 + JIT_MAX_RANK)];
+  size_t cap = 4 + (size_t)n_inputs * (1 + JIT_MAX_RANK);
+  int64_t *rec = cap <= sizeof(stack_rec) / sizeof(stack_rec[0]) ? stack_rec
+                                                                 : malloc(cap * sizeof(int64_t));
+  if (!rec) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+  memcpy(rec, g->fingerprint, 16);
+  memcpy(rec + 2, g->ctx->target_hash, 16);
+  size_t n = 4;
+  jit_status status = NULL;
+  for (int i = 0; i < n_inputs && !status; i++) {
+    const DLTensor *t = &inputs[i];
+    const jit__node *decl = &g->nodes[g->inputs[i]].n;
+    jit__dtype dt;
+    status = jit__check_tensor(g, "input", i, jit__input_name(g, i), t, need_data);
+    if (status) break;
+    if (!jit__dl_dtype(t->dtype, &dt) || dt != decl->dtype)
+      status = JIT_ERR(JIT_DTYPE_MISMATCH,
+                       "graph `%s`: input %d `%s`: dtype (code %d, %d bits) does not "
+                       "match the declared %s",
+                       g->name, i, jit__input_name(g, i), t->dtype.code, t->dtype.bits,
+                       jit__dtype_str(decl->dtype));
+    else if (t->ndim != decl->rank)
+      status = JIT_ERR(JIT_SHAPE_MISMATCH,
+                       "graph `%s`: input %d `%s`: rank is %d but the graph declares %d",
+                       g->name, i, jit__input_name(g, i), t->ndim, decl->rank);
+    if (status) break;
+    rec[n++] = ((int64_t)dt << 8) | t->ndim;
+    for (int d = 0; d < t->ndim; d++) rec[n++] = t->shape[d];
+  }
+  if (!status) {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(rec, n * sizeof(int64_t)));
+    memcpy(key, c.digest, 16);
+  }
+  if (rec != stack_rec) free(rec);
+  return status;
+}
+
+// Binds every symbol from the input shapes and infers each node's concrete shape into
+// `shapes` (n_nodes entries). The inputs passed jit__inputs_key.
+static jit_status jit__bind(const jit_graph *g, const DLTensor *inputs,
+                            int64_t *symvals, jit__node *shapes) {
+  // Which input and dim bound each symbol, for messages.
+  int bound_in[64], bound_dim[64];
+  for (uint32_t s = 0; s < g->n_symbols; s++) symvals[s] = -1;
+  for (uint32_t i = 0; i < g->n_inputs; i++) {
+    const DLTensor *t = &inputs[i];
+    const jit__node *decl = &g->nodes[g->inputs[i]].n;
+    for (int d = 0; d < t->ndim; d++) {
+      int64_t v = t->shape[d], want = decl->dims[d];
+      if (v <= 0)
+        return JIT_ERR(v == 0 ? JIT_UNSUPPORTED : JIT_SHAPE_MISMATCH,
+                       "graph `%s`: input %u `%s`: dim %d is %lld; %s", g->name, i,
+                       jit__input_name(g, (int)i), d, (long long)v,
+                       v == 0 ? "zero-size tensors are not supported" : "sizes must be > 0");
+      if (want >= 0) {
+        if (v != want)
+          return JIT_ERR(JIT_SHAPE_MISMATCH,
+                         "graph `%s`: input %u `%s`: dim %d is %lld but the graph "
+                         "declares %lld",
+                         g->name, i, jit__input_name(g, (int)i), d, (long long)v,
+                         (long long)want);
+        continue;
+      }
+      uint32_t s = JIT__SYMBOL_INDEX(want);
+      if (symvals[s] < 0) {
+        symvals[s] = v;
+        if (s < 64) {
+          bound_in[s] = (int)i;
+          bound_dim[s] = d;
+        }
+      } else if (symvals[s] != v) {
+        int bi = s < 64 ? bound_in[s] : -1, bd = s < 64 ? bound_dim[s] : -1;
+        return JIT_ERR(JIT_SHAPE_MISMATCH,
+                       "graph `%s`: input %u `%s`: dim %d is %lld but symbol %s was bound "
+                       "to %lld by input %d `%s` dim %d",
+                       g->name, i, jit__input_name(g, (int)i), d, (long long)v,
+                       g->symbols[s], (long long)symvals[s], bi,
+                       bi >= 0 ? jit__input_name(g, bi) : "?", bd);
+      }
+    }
+  }
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    const jit__node *n = &g->nodes[i].n;
+    shapes[i] = *n;
+    if (n->op == JIT__OP_INPUT) {
+      for (int d = 0; d < n->rank; d++)
+        shapes[i].dims[d] = n->dims[d] >= 0 ? n->dims[d] : symvals[JIT__SYMBOL_INDEX(n->dims[d])];
+      continue;
+    }
+    JIT_PROPAGATE(jit__infer_concrete(g, i, shapes, symvals, &shapes[i]));
+  }
+  return NULL;
+}
+
+static size_t jit__numel(int rank, const int64_t *dims) {
+  size_t n = 1;
+  for (int d = 0; d < rank; d++) n *= (size_t)dims[d];
+  return n;
+}
+
+//===--- Compile on miss (single flight) ---------------------------------===//
+
+static double jit__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// Compiles and loads the kernel for one binding. Pure in its inputs but for the load.
+static jit_status jit__compile_and_load(jit_graph *g, const jit__node *shapes,
+                                        const uint8_t key[16], jit__cpu_kernel_fn *fn) {
+  jit_context *ctx = g->ctx;
+  char func_name[48];
+  int n = snprintf(func_name, sizeof(func_name), "jit_");
+  for (int i = 0; i < 12; i++) n += snprintf(func_name + n, sizeof(func_name) - (size_t)n, "%02x", key[i]);
+  jit__lgraph lg = {g->name, shapes, g->n_nodes, g->inputs, g->n_inputs,
+                    g->outputs, g->n_outputs};
+  const jit__cpu_target *t = jit__cpu_host_target();
+  jit__lower_options lo = {ctx->options.opt_level, NULL, t->triple, t->cpu, t->features};
+  jit__artifact art;
+  JIT_PROPAGATE(jit__compile_cpu(&lg, func_name, &lo, &art));
+  jit_status s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, fn);
+  jit__artifact_release(&art);
+  return s;
+}
+
+// The dispatch: returns the ready kernel for `key`, compiling it if needed. All of
+// kernel selection goes through here (later: generic kernels, background promotion).
+static jit_status jit__dispatch(jit_graph *g, const DLTensor *inputs,
+                                const uint8_t key[16], jit__kernel **out) {
+  jit_context *ctx = g->ctx;
+  *out = NULL;
+  pthread_mutex_lock(&ctx->mu);
+  jit__kernel *k = jit__table_find(&ctx->table, key);
+  if (k && k->state == JIT__K_READY) {
+    pthread_mutex_unlock(&ctx->mu);
+    atomic_fetch_add_explicit(&ctx->memory_hits, 1, memory_order_relaxed);
+    *out = k;
+    return NULL;
+  }
+  atomic_fetch_add_explicit(&ctx->misses, 1, memory_order_relaxed);
+  if (k) {
+    while (k->state == JIT__K_COMPILING) pthread_cond_wait(&ctx->cv, &ctx->mu);
+    jit_status s = k->state == JIT__K_READY
+                       ? NULL
+                       : JIT_ERR(k->fail_code, "%s", k->fail_message ? k->fail_message : "");
+    pthread_mutex_unlock(&ctx->mu);
+    if (!s) *out = k;
+    return s;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+
+  // First for this key: bind and infer outside the lock, then claim the key.
+  int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
+  jit__node *shapes = malloc(sizeof(jit__node) * g->n_nodes);
+  k = calloc(1, sizeof(*k));
+  jit__oshape *oshapes = calloc(g->n_outputs, sizeof(*oshapes));
+  jit_status status = NULL;
+  if (!symvals || !shapes || !k || !oshapes) {
+    status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+    goto fail;
+  }
+  status = jit__bind(g, inputs, symvals, shapes);
+  if (status) goto fail;
+  memcpy(k->key, key, 16);
+  k->n_outputs = g->n_outputs;
+  k->outputs = oshapes;
+  oshapes = NULL;
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *o = &shapes[g->outputs[j]];
+    k->outputs[j].rank = o->rank;
+    memcpy(k->outputs[j].dims, o->dims, sizeof(o->dims));
+    k->outputs[j].dtype = o->dtype;
+  }
+  pthread_mutex_lock(&ctx->mu);
+  jit__kernel *other = jit__table_find(&ctx->table, key);
+  if (other) {
+    // Another thread claimed the key while we were binding: wait for it.
+    jit__kernel_free(k);
+    k = other;
+    while (k->state == JIT__K_COMPILING) pthread_cond_wait(&ctx->cv, &ctx->mu);
+    status = k->state == JIT__K_READY
+                 ? NULL
+                 : JIT_ERR(k->fail_code, "%s", k->fail_message ? k->fail_message : "");
+    pthread_mutex_unlock(&ctx->mu);
+    free(symvals);
+    free(shapes);
+    if (!status) *out = k;
+    return status;
+  }
+  k->state = JIT__K_COMPILING;
+  if (!jit__table_insert(&ctx->table, k)) {
+    pthread_mutex_unlock(&ctx->mu);
+    status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+    goto fail;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+
+  double t0 = jit__now_ms();
+  jit__cpu_kernel_fn fn = NULL;
+  status = jit__compile_and_load(g, shapes, key, &fn);
+  double ms = jit__now_ms() - t0;
+  atomic_fetch_add_explicit(&ctx->compiles, 1, memory_order_relaxed);
+  if (status)
+    jit__log(ctx, JIT_LOG_ERROR, "%s", jit_status_message(status));
+  else
+    jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: compiled a kernel in %.1f ms", g->name, ms);
+
+  pthread_mutex_lock(&ctx->mu);
+  ctx->compile_ms += ms;
+  if (status) {
+    // Compiles are deterministic: the same key would fail the same way, so callers
+    // get the error without compiling again.
+    k->fail_code = jit_status_get_code(status);
+    size_t len = strlen(jit_status_message(status)) + 1;
+    k->fail_message = malloc(len);
+    if (k->fail_message) memcpy(k->fail_message, jit_status_message(status), len);
+    k->state = JIT__K_FAILED;
+  } else {
+    k->fn = fn;
+    k->state = JIT__K_READY;
+    *out = k;
+  }
+  pthread_cond_broadcast(&ctx->cv);
+  pthread_mutex_unlock(&ctx->mu);
+  free(symvals);
+  free(shapes);
+  return status;
+
+fail:
+  free(symvals);
+  free(shapes);
+  free(oshapes);
+  jit__kernel_free(k);
+  return status;
+}
+
+//===--- Public entry points ---------------------------------------------===//
+
+static jit_status jit__check_outputs(const jit_graph *g, const jit__kernel *k,
+                                     const DLTensor *outputs, int n_outputs,
+                                     const DLTensor *inputs) {
+  if (n_outputs != (int)g->n_outputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d", g->name,
+                   g->n_outputs, n_outputs);
+  if (!outputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: outputs is NULL", g->name);
+  for (int j = 0; j < n_outputs; j++) {
+    const DLTensor *t = &outputs[j];
+    const jit__oshape *o = &k->outputs[j];
+    JIT_PROPAGATE(jit__check_tensor(g, "output", j, "", t, true));
+    jit__dtype dt;
+    if (!jit__dl_dtype(t->dtype, &dt) || dt != o->dtype)
+      return JIT_ERR(JIT_DTYPE_MISMATCH,
+                     "graph `%s`: output %d: dtype (code %d, %d bits) but the graph "
+                     "produces %s",
+                     g->name, j, t->dtype.code, t->dtype.bits, jit__dtype_str(o->dtype));
+    bool same = t->ndim == o->rank;
+    for (int d = 0; same && d < o->rank; d++) same = t->shape[d] == o->dims[d];
+    if (!same) {
+      char want[200], got[200];
+      size_t n = 0, m = 0;
+      n += (size_t)snprintf(want, sizeof want, "[");
+      for (int d = 0; d < o->rank; d++)
+        n += (size_t)snprintf(want + n, sizeof want - n, "%s%lld", d ? ", " : "",
+                              (long long)o->dims[d]);
+      snprintf(want + n, sizeof want - n, "]");
+      m += (size_t)snprintf(got, sizeof got, "[");
+      for (int d = 0; d < t->ndim && m < sizeof got; d++)
+        m += (size_t)snprintf(got + m, sizeof got - m, "%s%lld", d ? ", " : "",
+                              (long long)t->shape[d]);
+      if (m < sizeof got) snprintf(got + m, sizeof got - m, "]");
+      return JIT_ERR(JIT_SHAPE_MISMATCH,
+                     "graph `%s`: output %d has shape %s but the graph produces %s for "
+                     "these inputs",
+                     g->name, j, got, want);
+    }
+    // Kernels read inputs after writing outputs; overlapping buffers would be wrong.
+    size_t esz = dt == JIT__F16 ? 2 : 4;
+    const char *ob = (const char *)t->data + t->byte_offset;
+    const char *oe = ob + jit__numel(o->rank, o->dims) * esz;
+    for (uint32_t i = 0; i < g->n_inputs; i++) {
+      const DLTensor *in = &inputs[i];
+      size_t isz = in->dtype.bits / 8;
+      const char *ib = (const char *)in->data + in->byte_offset;
+      const char *ie = ib + jit__numel(in->ndim, in->shape) * isz;
+      if (ob < ie && ib < oe)
+        return JIT_ERR(JIT_INVALID_ARGUMENT,
+                       "graph `%s`: output %d overlaps input %u `%s`; outputs must not "
+                       "alias inputs",
+                       g->name, j, i, jit__input_name(g, (int)i));
+    }
+  }
+  return NULL;
+}
+
+jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
+                   const DLTensor *outputs, int n_outputs) {
+  if (!g) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_run: graph is NULL");
+  uint8_t key[16];
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, true, key));
+  if (n_outputs != (int)g->n_outputs || !outputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d%s", g->name,
+                   g->n_outputs, n_outputs, outputs ? "" : " (outputs is NULL)");
+  jit__kernel *k = NULL;
+  JIT_PROPAGATE(jit__dispatch(g, inputs, key, &k));
+  JIT_PROPAGATE(jit__check_outputs(g, k, outputs, n_outputs, inputs));
+  void *stack_args[32];
+  size_t n_args = g->n_inputs + g->n_outputs;
+  void **args = n_args <= 32 ? stack_args : malloc(n_args * sizeof(void *));
+  if (!args) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run: out of memory");
+  for (uint32_t i = 0; i < g->n_inputs; i++)
+    args[i] = (char *)inputs[i].data + inputs[i].byte_offset;
+  for (uint32_t j = 0; j < g->n_outputs; j++)
+    args[g->n_inputs + j] = (char *)outputs[j].data + outputs[j].byte_offset;
+  k->fn(args);
+  if (args != stack_args) free(args);
+  atomic_fetch_add_explicit(&g->ctx->runs, 1, memory_order_relaxed);
+  return NULL;
+}
+
+jit_status jit_output_shape(jit_graph *g, const DLTensor *inputs, int n_inputs,
+                            int index, int *out_rank, int64_t *out_dims) {
+  if (out_rank) *out_rank = 0;
+  if (!g || !out_rank || !out_dims)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_output_shape: %s is NULL",
+                   !g ? "graph" : !out_rank ? "out_rank" : "out_dims");
+  uint8_t key[16];
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, key));
+  if (index < 0 || index >= (int)g->n_outputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: output index %d not in [0, %u)",
+                   g->name, index, g->n_outputs);
+  int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
+  jit__node *shapes = malloc(sizeof(jit__node) * g->n_nodes);
+  jit_status s = NULL;
+  if (!symvals || !shapes)
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_output_shape: out of memory");
+  else
+    s = jit__bind(g, inputs, symvals, shapes);
+  if (!s) {
+    const jit__node *o = &shapes[g->outputs[index]];
+    *out_rank = o->rank;
+    memcpy(out_dims, o->dims, sizeof(int64_t) * (size_t)o->rank);
+  }
+  free(symvals);
+  free(shapes);
+  return s;
+}
+
+//===--- jit_run_alloc ---------------------------------------------------===//
+
+typedef struct jit__owned_tensor {
+  DLManagedTensor managed;
+  int64_t shape[JIT_MAX_RANK];
+} jit__owned_tensor;
+
+static void jit__owned_deleter(DLManagedTensor *self) {
+  if (!self) return;
+  free(self->dl_tensor.data);
+  free(self);  // managed is the first member of jit__owned_tensor
+}
+
+jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
+                         DLManagedTensor **out_outputs, int n_outputs) {
+  if (!g || !out_outputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_run_alloc: %s is NULL",
+                   !g ? "graph" : "out_outputs");
+  for (int j = 0; j < n_outputs; j++) out_outputs[j] = NULL;
+  if (n_outputs != (int)g->n_outputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d", g->name,
+                   g->n_outputs, n_outputs);
+  DLTensor *views = calloc((size_t)n_outputs + 1, sizeof(DLTensor));
+  if (!views) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory");
+  jit_status s = NULL;
+  for (int j = 0; j < n_outputs && !s; j++) {
+    jit__owned_tensor *o = calloc(1, sizeof(*o));
+    if (!o) {
+      s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory");
+      break;
+    }
+    out_outputs[j] = &o->managed;
+    o->managed.deleter = jit__owned_deleter;
+    int rank = 0;
+    s = jit_output_shape(g, inputs, n_inputs, j, &rank, o->shape);
+    if (s) break;
+    const jit__node *node = &g->nodes[g->outputs[j]].n;
+    DLTensor *t = &o->managed.dl_tensor;
+    t->device = (DLDevice){kDLCPU, 0};
+    t->ndim = rank;
+    t->shape = o->shape;
+    t->dtype = (DLDataType){kDLFloat, node->dtype == JIT__F16 ? 16 : 32, 1};
+    size_t bytes = jit__numel(rank, o->shape) * (t->dtype.bits / 8);
+    // 64-byte alignment: whole cache lines and aligned vector loads for the kernel.
+    t->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!t->data) {
+      s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory for output %d "
+                  "(%zu bytes)", j, bytes);
+      break;
+    }
+    views[j] = *t;
+  }
+  if (!s) s = jit_run(g, inputs, n_inputs, views, n_outputs);
+  free(views);
+  if (s) {
+    for (int j = 0; j < n_outputs; j++) {
+      if (out_outputs[j]) out_outputs[j]->deleter(out_outputs[j]);
+      out_outputs[j] = NULL;
+    }
+  }
+  return s;
+}

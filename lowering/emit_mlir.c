@@ -1,0 +1,856 @@
+//===--- emit_mlir.c - a specialized graph as MLIR text --------------------===//
+//
+// Writes one func.func on static tensors for a jit__lgraph:
+//
+//   func.func @f(%a0: tensor<..>, ..., %r0: memref<..>, ...) {
+//     <linalg on tensors>
+//     bufferization.materialize_in_destination %vK in restrict writable %r0 : ...
+//     return
+//   }
+//
+// Text rather than C-API builders: it is what a user can read in a dump, what tests can
+// compare, and it keeps this file free of MLIR contexts (so it is trivially
+// thread-safe). Every intermediate uses tensor.empty() as its init so that
+// linalg-fuse-elementwise-ops can fuse chains and eliminate-empty-tensors can make the
+// final op of each output write straight into the caller's buffer.
+//
+// f16 is stored as f16 but computed in f32: generic bodies extend their operands and
+// truncate the result once, and reductions and matmuls accumulate in f32, so an f16
+// result differs from the f32 computation by one rounding only.
+//
+//===----------------------------------------------------------------------===//
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jit/status.h"
+#include "lowering/lower.h"
+
+//===--- Names -------------------------------------------------------------===//
+
+static const char *const jit__op_names[JIT__OP_COUNT_] = {
+    [JIT__OP_INPUT] = "input",
+    [JIT__OP_SCALAR] = "scalar",
+    [JIT__OP_MATMUL] = "matmul",
+    [JIT__OP_ADD] = "add",
+    [JIT__OP_SUB] = "sub",
+    [JIT__OP_MUL] = "mul",
+    [JIT__OP_DIV] = "div",
+    [JIT__OP_MAXIMUM] = "maximum",
+    [JIT__OP_MINIMUM] = "minimum",
+    [JIT__OP_NEG] = "neg",
+    [JIT__OP_EXP] = "exp",
+    [JIT__OP_LOG] = "log",
+    [JIT__OP_TANH] = "tanh",
+    [JIT__OP_SIGMOID] = "sigmoid",
+    [JIT__OP_RELU] = "relu",
+    [JIT__OP_GELU] = "gelu",
+    [JIT__OP_SQRT] = "sqrt",
+    [JIT__OP_RSQRT] = "rsqrt",
+    [JIT__OP_REDUCE_SUM] = "reduce_sum",
+    [JIT__OP_REDUCE_MAX] = "reduce_max",
+    [JIT__OP_REDUCE_MEAN] = "reduce_mean",
+    [JIT__OP_SOFTMAX] = "softmax",
+    [JIT__OP_TRANSPOSE] = "transpose",
+    [JIT__OP_RESHAPE] = "reshape",
+};
+
+const char *jit__op_name(jit__op op) {
+  if ((int)op < 0 || op >= JIT__OP_COUNT_ || !jit__op_names[op]) return "unknown";
+  return jit__op_names[op];
+}
+
+void jit__artifact_release(jit__artifact *artifact) {
+  if (!artifact) return;
+  free(artifact->object);
+  artifact->object = NULL;
+  artifact->object_size = 0;
+}
+
+//===--- Growable text buffer -------------------------------------------------===//
+
+// Appends never fail visibly: an allocation failure sets `oom` and later appends are
+// dropped, so emitters need no error plumbing and the caller checks once at the end.
+typedef struct text_buf {
+  char *data;
+  size_t len, cap;
+  bool oom;
+} text_buf;
+
+static void tb_vprintf(text_buf *tb, const char *fmt, va_list ap) {
+  if (tb->oom) return;
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(tb->data ? tb->data + tb->len : NULL,
+                    tb->data ? tb->cap - tb->len : 0, fmt, ap2);
+  va_end(ap2);
+  if (n < 0) {
+    tb->oom = true;
+    return;
+  }
+  if (tb->data && (size_t)n < tb->cap - tb->len) {
+    tb->len += (size_t)n;
+    return;
+  }
+  size_t need = tb->len + (size_t)n + 1;
+  size_t cap = tb->cap ? tb->cap : 4096;
+  while (cap < need) cap *= 2;
+  char *p = realloc(tb->data, cap);
+  if (!p) {
+    tb->oom = true;
+    return;
+  }
+  tb->data = p;
+  tb->cap = cap;
+  vsnprintf(tb->data + tb->len, tb->cap - tb->len, fmt, ap);
+  tb->len += (size_t)n;
+}
+
+static void tb_printf(text_buf *tb, const char *fmt, ...) JIT__PRINTF(2, 3);
+static void tb_printf(text_buf *tb, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  tb_vprintf(tb, fmt, ap);
+  va_end(ap);
+}
+
+//===--- Types and literals -------------------------------------------------===//
+
+// Small strings returned by value so they can be used inline in a printf argument
+// list; the largest (8 dims of 19 digits) fits with room to spare.
+typedef struct str {
+  char s[256];
+} str;
+
+static const char *elem_name(jit__dtype dt) { return dt == JIT__F16 ? "f16" : "f32"; }
+
+static str shape_type(const char *kind, jit__dtype dt, int rank, const int64_t *dims) {
+  str t;
+  int n = snprintf(t.s, sizeof t.s, "%s<", kind);
+  for (int i = 0; i < rank; i++)
+    n += snprintf(t.s + n, sizeof t.s - (size_t)n, "%lldx", (long long)dims[i]);
+  snprintf(t.s + n, sizeof t.s - (size_t)n, "%s>", elem_name(dt));
+  return t;
+}
+
+static str tensor_type(jit__dtype dt, int rank, const int64_t *dims) {
+  return shape_type("tensor", dt, rank, dims);
+}
+
+// An MLIR float literal for `v` as a value of type `dt`. MLIR's float literal needs a
+// '.' before any exponent ("1e+20" lexes as an integer), and has no spelling for inf
+// or nan except the bit pattern in hex, so those and values that overflow `dt` are
+// written as hex.
+static str float_literal(double v, jit__dtype dt) {
+  str t;
+  bool f16 = dt == JIT__F16;
+  if (f16 && fabs(v) >= 65520.0) v = v > 0 ? INFINITY : -INFINITY;  // rounds to inf
+  if (!f16) v = (double)(float)v;  // print exactly the f32 the kernel will hold
+  if (isnan(v)) {
+    snprintf(t.s, sizeof t.s, "%s", f16 ? "0x7E00" : "0x7FC00000");
+    return t;
+  }
+  if (isinf(v)) {
+    snprintf(t.s, sizeof t.s, "%s",
+             v > 0 ? (f16 ? "0x7C00" : "0x7F800000") : (f16 ? "0xFC00" : "0xFF800000"));
+    return t;
+  }
+  char digits[64];
+  snprintf(digits, sizeof digits, "%.17g", v);
+  char *e = strchr(digits, 'e');
+  if (strchr(digits, '.')) {
+    snprintf(t.s, sizeof t.s, "%s", digits);
+  } else if (e) {
+    snprintf(t.s, sizeof t.s, "%.*s.0%s", (int)(e - digits), digits, e);
+  } else {
+    snprintf(t.s, sizeof t.s, "%s.0", digits);
+  }
+  return t;
+}
+
+//===--- Emitter state ---------------------------------------------------------===//
+
+typedef struct emitter {
+  text_buf tb;
+  const jit__lgraph *g;
+  char (*names)[32];  // SSA name holding each node's value
+  uint32_t cur;       // node being emitted
+  int n_tmp;          // temporaries made for it so far
+} emitter;
+
+// The name for the next value of the current node: its final value gets %v<i> so dumps
+// read naturally; the steps on the way get %v<i>_t<k>.
+static str value_name(emitter *e, bool final) {
+  str t;
+  if (final)
+    snprintf(t.s, sizeof t.s, "%%v%u", e->cur);
+  else
+    snprintf(t.s, sizeof t.s, "%%v%u_t%d", e->cur, e->n_tmp++);
+  return t;
+}
+
+static void emit_empty(emitter *e, const char *res, jit__dtype dt, int rank,
+                       const int64_t *dims) {
+  tb_printf(&e->tb, "  %s = tensor.empty() : %s\n", res, tensor_type(dt, rank, dims).s);
+}
+
+// An f32 tensor of `rank`/`dims` filled with `init` (a literal), for accumulators.
+static str emit_filled_acc(emitter *e, const char *init, int rank, const int64_t *dims) {
+  str empty = value_name(e, false), cst = value_name(e, false), acc = value_name(e, false);
+  str ty = tensor_type(JIT__F32, rank, dims);
+  emit_empty(e, empty.s, JIT__F32, rank, dims);
+  tb_printf(&e->tb, "  %s = arith.constant %s : f32\n", cst.s, init);
+  tb_printf(&e->tb, "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n", acc.s, cst.s,
+            empty.s, ty.s, ty.s);
+  return acc;
+}
+
+//===--- linalg.generic -----------------------------------------------------------===//
+
+// What a generic body computes, in f32, from its (extended) inputs x, y and, for
+// reductions, the f32 accumulator `out`.
+typedef enum body_kind {
+  B_COPY,
+  B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN,
+  B_NEG, B_EXP, B_LOG, B_TANH, B_SIGMOID, B_RELU, B_GELU, B_SQRT, B_RSQRT,
+  B_ACC_SUM,  // out + x
+  B_ACC_MAX,  // max(out, x)
+  B_ACC_MAC,  // out + x * y
+  B_EXP_SUB,  // exp(x - y)
+  B_DIV_BY,   // x / constant
+} body_kind;
+
+// One operand of a generic: map[d] is the loop index of operand dim d, or -1 for the
+// constant 0 (a broadcast size-1 dim).
+typedef struct gen_operand {
+  const char *name;
+  jit__dtype dt;
+  int rank;
+  const int64_t *dims;
+  int map[JIT_MAX_RANK];
+} gen_operand;
+
+static void identity_map(gen_operand *op) {
+  for (int d = 0; d < op->rank; d++) op->map[d] = d;
+}
+
+static void print_map(emitter *e, int n_loops, const gen_operand *op) {
+  tb_printf(&e->tb, "affine_map<(");
+  for (int l = 0; l < n_loops; l++) tb_printf(&e->tb, "%sd%d", l ? ", " : "", l);
+  tb_printf(&e->tb, ") -> (");
+  for (int d = 0; d < op->rank; d++) {
+    if (op->map[d] < 0)
+      tb_printf(&e->tb, "%s0", d ? ", " : "");
+    else
+      tb_printf(&e->tb, "%sd%d", d ? ", " : "", op->map[d]);
+  }
+  tb_printf(&e->tb, ")>");
+}
+
+// Body statements; returns the name of the f32 result. Names inside a region only need
+// to be unique within it, so every body reuses %c*, %t*.
+static const char *emit_body(emitter *e, body_kind kind, const char *x, const char *y,
+                             const char *out, double constant) {
+  text_buf *tb = &e->tb;
+  switch (kind) {
+    case B_COPY:
+      return x;
+    case B_ADD: case B_SUB: case B_MUL: case B_DIV: case B_MAX: case B_MIN: {
+      static const char *const ops[] = {"addf", "subf", "mulf", "divf", "maximumf",
+                                        "minimumf"};
+      tb_printf(tb, "    %%t0 = arith.%s %s, %s : f32\n", ops[kind - B_ADD], x, y);
+      return "%t0";
+    }
+    case B_NEG:
+      tb_printf(tb, "    %%t0 = arith.negf %s : f32\n", x);
+      return "%t0";
+    case B_EXP: case B_LOG: case B_TANH: case B_SQRT: case B_RSQRT: {
+      const char *fn = kind == B_EXP ? "exp" : kind == B_LOG ? "log"
+                       : kind == B_TANH ? "tanh" : kind == B_SQRT ? "sqrt" : "rsqrt";
+      tb_printf(tb, "    %%t0 = math.%s %s : f32\n", fn, x);
+      return "%t0";
+    }
+    case B_SIGMOID:
+      tb_printf(tb,
+                "    %%c1 = arith.constant 1.0 : f32\n"
+                "    %%t0 = arith.negf %s : f32\n"
+                "    %%t1 = math.exp %%t0 : f32\n"
+                "    %%t2 = arith.addf %%c1, %%t1 : f32\n"
+                "    %%t3 = arith.divf %%c1, %%t2 : f32\n",
+                x);
+      return "%t3";
+    case B_RELU:
+      tb_printf(tb,
+                "    %%c0 = arith.constant 0.0 : f32\n"
+                "    %%t0 = arith.maximumf %s, %%c0 : f32\n",
+                x);
+      return "%t0";
+    case B_GELU:
+      // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+      tb_printf(tb,
+                "    %%c0 = arith.constant 0.5 : f32\n"
+                "    %%c1 = arith.constant 1.0 : f32\n"
+                "    %%c2 = arith.constant 0.044715 : f32\n"
+                "    %%c3 = arith.constant 0.7978845608028654 : f32\n"
+                "    %%t0 = arith.mulf %s, %s : f32\n"
+                "    %%t1 = arith.mulf %%t0, %s : f32\n"
+                "    %%t2 = arith.mulf %%c2, %%t1 : f32\n"
+                "    %%t3 = arith.addf %s, %%t2 : f32\n"
+                "    %%t4 = arith.mulf %%c3, %%t3 : f32\n"
+                "    %%t5 = math.tanh %%t4 : f32\n"
+                "    %%t6 = arith.addf %%c1, %%t5 : f32\n"
+                "    %%t7 = arith.mulf %%c0, %s : f32\n"
+                "    %%t8 = arith.mulf %%t7, %%t6 : f32\n",
+                x, x, x, x, x);
+      return "%t8";
+    case B_ACC_SUM:
+      tb_printf(tb, "    %%t0 = arith.addf %s, %s : f32\n", out, x);
+      return "%t0";
+    case B_ACC_MAX:
+      tb_printf(tb, "    %%t0 = arith.maximumf %s, %s : f32\n", out, x);
+      return "%t0";
+    case B_ACC_MAC:
+      tb_printf(tb,
+                "    %%t0 = arith.mulf %s, %s : f32\n"
+                "    %%t1 = arith.addf %s, %%t0 : f32\n",
+                x, y, out);
+      return "%t1";
+    case B_EXP_SUB:
+      tb_printf(tb,
+                "    %%t0 = arith.subf %s, %s : f32\n"
+                "    %%t1 = math.exp %%t0 : f32\n",
+                x, y);
+      return "%t1";
+    case B_DIV_BY:
+      tb_printf(tb,
+                "    %%c0 = arith.constant %s : f32\n"
+                "    %%t9 = arith.divf %s, %%c0 : f32\n",
+                float_literal(constant, JIT__F32).s, x);
+      return "%t9";
+  }
+  return x;
+}
+
+// `res` = linalg.generic over `n_loops` loops (`iters`[l] is 'p' or 'r'), reading
+// `ins` and writing into `out` (whose name is the init tensor). Inputs are extended to
+// f32 and the result truncated to out's dtype, except that a copy between equal types
+// passes the value through.
+static void emit_generic(emitter *e, const char *res, int n_loops, const char *iters,
+                         const gen_operand *ins, int n_in, const gen_operand *out,
+                         body_kind kind, double constant) {
+  text_buf *tb = &e->tb;
+  tb_printf(tb, "  %s = linalg.generic {indexing_maps = [", res);
+  for (int i = 0; i < n_in; i++) {
+    print_map(e, n_loops, &ins[i]);
+    tb_printf(tb, ", ");
+  }
+  print_map(e, n_loops, out);
+  tb_printf(tb, "], iterator_types = [");
+  for (int l = 0; l < n_loops; l++)
+    tb_printf(tb, "%s\"%s\"", l ? ", " : "", iters[l] == 'r' ? "reduction" : "parallel");
+  tb_printf(tb, "]} ins(");
+  for (int i = 0; i < n_in; i++) tb_printf(tb, "%s%s", i ? ", " : "", ins[i].name);
+  tb_printf(tb, " : ");
+  for (int i = 0; i < n_in; i++)
+    tb_printf(tb, "%s%s", i ? ", " : "", tensor_type(ins[i].dt, ins[i].rank, ins[i].dims).s);
+  str out_ty = tensor_type(out->dt, out->rank, out->dims);
+  tb_printf(tb, ") outs(%s : %s) {\n  ^bb0(", out->name, out_ty.s);
+  for (int i = 0; i < n_in; i++) tb_printf(tb, "%%in%d: %s, ", i, elem_name(ins[i].dt));
+  tb_printf(tb, "%%out: %s):\n", elem_name(out->dt));
+
+  const char *result;
+  if (kind == B_COPY && n_in == 1 && ins[0].dt == out->dt) {
+    result = "%in0";
+  } else {
+    char xs[2][8];
+    for (int i = 0; i < n_in && i < 2; i++) {
+      if (ins[i].dt == JIT__F16) {
+        tb_printf(tb, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
+        snprintf(xs[i], sizeof xs[i], "%%x%d", i);
+      } else {
+        snprintf(xs[i], sizeof xs[i], "%%in%d", i);
+      }
+    }
+    // Accumulating outs are always f32, so %out never needs extending.
+    result = emit_body(e, kind, xs[0], n_in > 1 ? xs[1] : "", "%out", constant);
+    if (out->dt == JIT__F16) {
+      tb_printf(tb, "    %%y = arith.truncf %s : f32 to f16\n", result);
+      result = "%y";
+    }
+  }
+  tb_printf(tb, "    linalg.yield %s : %s\n  } -> %s\n", result, elem_name(out->dt),
+            out_ty.s);
+}
+
+static gen_operand node_operand(emitter *e, uint32_t id) {
+  const jit__node *n = &e->g->nodes[id];
+  gen_operand op = {e->names[id], n->dtype, n->rank, n->dims, {0}};
+  identity_map(&op);
+  return op;
+}
+
+//===--- Ops --------------------------------------------------------------------===//
+
+static jit_status node_error(emitter *e, const char *what) {
+  const jit__node *n = &e->g->nodes[e->cur];
+  return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': node %u (%s): %s",
+                 e->g->name ? e->g->name : "", e->cur, jit__op_name(n->op), what);
+}
+
+static jit_status emit_elementwise(emitter *e, const jit__node *n, body_kind kind) {
+  gen_operand ins[2];
+  for (int i = 0; i < n->n_operands; i++) {
+    ins[i] = node_operand(e, n->operands[i]);
+    int off = n->rank - ins[i].rank;
+    if (off < 0) return node_error(e, "operand has a higher rank than the result");
+    // NumPy broadcasting: right-aligned; missing leading dims vanish from the map and a
+    // size-1 dim against a larger one reads index 0.
+    for (int d = 0; d < ins[i].rank; d++) {
+      int64_t od = ins[i].dims[d], rd = n->dims[d + off];
+      if (od == rd)
+        ins[i].map[d] = d + off;
+      else if (od == 1)
+        ins[i].map[d] = -1;
+      else
+        return node_error(e, "operand shape does not broadcast to the result");
+    }
+  }
+  str empty = value_name(e, false), res = value_name(e, true);
+  emit_empty(e, empty.s, n->dtype, n->rank, n->dims);
+  gen_operand out = {empty.s, n->dtype, n->rank, n->dims, {0}};
+  identity_map(&out);
+  char iters[JIT_MAX_RANK + 1];
+  memset(iters, 'p', sizeof iters);
+  emit_generic(e, res.s, n->rank, iters, ins, n->n_operands, &out, kind, 0);
+  return NULL;
+}
+
+static jit_status emit_matmul(emitter *e, const jit__node *n) {
+  gen_operand a = node_operand(e, n->operands[0]), b = node_operand(e, n->operands[1]);
+  int r = n->rank;
+  if (a.rank < 2 || b.rank < 2 || r < 2) return node_error(e, "matmul needs rank >= 2");
+  int64_t m = a.dims[a.rank - 2], k = a.dims[a.rank - 1], nn = b.dims[b.rank - 1];
+  if (b.dims[b.rank - 2] != k || n->dims[r - 2] != m || n->dims[r - 1] != nn)
+    return node_error(e, "matmul shapes do not agree");
+  int nb = r - 2;  // batch dims of the result
+  if (a.rank - 2 > nb || b.rank - 2 > nb)
+    return node_error(e, "matmul operand has more batch dims than the result");
+
+  bool f16 = n->dtype == JIT__F16;
+  str acc = emit_filled_acc(e, "0.0", r, n->dims);
+  str mm = value_name(e, !f16);
+  str acc_ty = tensor_type(JIT__F32, r, n->dims);
+  if (r == 2 && a.rank == 2 && b.rank == 2) {
+    // Named op: the optimizing pipeline matches linalg.matmul to tile and vectorize.
+    // With f16 inputs it extends them to the f32 accumulator's type itself.
+    tb_printf(&e->tb, "  %s = linalg.matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+              mm.s, a.name, b.name, tensor_type(a.dt, a.rank, a.dims).s,
+              tensor_type(b.dt, b.rank, b.dims).s, acc.s, acc_ty.s, acc_ty.s);
+  } else {
+    // Loops: batch..., m, n, k. Operand batch dims broadcast NumPy-style.
+    gen_operand *ops[2] = {&a, &b};
+    for (int i = 0; i < 2; i++) {
+      gen_operand *op = ops[i];
+      int ob = op->rank - 2, off = nb - ob;
+      for (int d = 0; d < ob; d++) {
+        int64_t od = op->dims[d], rd = n->dims[d + off];
+        if (od == rd)
+          op->map[d] = d + off;
+        else if (od == 1)
+          op->map[d] = -1;
+        else
+          return node_error(e, "matmul batch dims do not broadcast");
+      }
+    }
+    a.map[a.rank - 2] = nb;      // m
+    a.map[a.rank - 1] = nb + 2;  // k
+    b.map[b.rank - 2] = nb + 2;  // k
+    b.map[b.rank - 1] = nb + 1;  // n
+    gen_operand out = {acc.s, JIT__F32, r, n->dims, {0}};
+    identity_map(&out);
+    char iters[JIT_MAX_RANK + 2];
+    memset(iters, 'p', sizeof iters);
+    iters[nb + 2] = 'r';
+    gen_operand ins[2] = {a, b};
+    emit_generic(e, mm.s, r + 1, iters, ins, 2, &out, B_ACC_MAC, 0);
+  }
+  if (f16) {
+    str empty = value_name(e, false), res = value_name(e, true);
+    emit_empty(e, empty.s, JIT__F16, r, n->dims);
+    gen_operand in = {mm.s, JIT__F32, r, n->dims, {0}};
+    gen_operand out = {empty.s, JIT__F16, r, n->dims, {0}};
+    identity_map(&in);
+    identity_map(&out);
+    char iters[JIT_MAX_RANK];
+    memset(iters, 'p', sizeof iters);
+    emit_generic(e, res.s, r, iters, &in, 1, &out, B_COPY, 0);
+  }
+  return NULL;
+}
+
+// Reduces `x` over `axis` into a fresh f32 accumulator (starting at `init`) of the
+// operand's shape without that dim, which `red_dims` receives.
+static str emit_reduce_f32(emitter *e, const gen_operand *x, int axis, body_kind kind,
+                           const char *init, int64_t *red_dims, bool final) {
+  for (int d = 0, j = 0; d < x->rank; d++)
+    if (d != axis) red_dims[j++] = x->dims[d];
+  str acc = emit_filled_acc(e, init, x->rank - 1, red_dims);
+  gen_operand out = {acc.s, JIT__F32, x->rank - 1, red_dims, {0}};
+  for (int d = 0, j = 0; d < x->rank; d++)
+    if (d != axis) out.map[j++] = d;
+  char iters[JIT_MAX_RANK];
+  memset(iters, 'p', sizeof iters);
+  iters[axis] = 'r';
+  str res = value_name(e, final);
+  emit_generic(e, res.s, x->rank, iters, x, 1, &out, kind, 0);
+  return res;
+}
+
+static void print_int_list(emitter *e, int n, const int64_t *v) {
+  tb_printf(&e->tb, "[");
+  for (int i = 0; i < n; i++) tb_printf(&e->tb, "%s%lld", i ? ", " : "", (long long)v[i]);
+  tb_printf(&e->tb, "]");
+}
+
+static jit_status emit_reduce(emitter *e, const jit__node *n) {
+  gen_operand x = node_operand(e, n->operands[0]);
+  int axis = n->axis;
+  if (axis < 0 || axis >= x.rank) return node_error(e, "reduction axis out of range");
+  int rr = x.rank - 1;
+  if (n->rank != (n->keepdims ? x.rank : rr)) return node_error(e, "reduction result rank");
+  for (int d = 0, j = 0; d < x.rank; d++) {
+    if (d == axis) {
+      if (n->keepdims && n->dims[j++] != 1) return node_error(e, "kept dim is not 1");
+      continue;
+    }
+    if (n->dims[j++] != x.dims[d]) return node_error(e, "reduction result shape");
+  }
+  bool is_max = n->op == JIT__OP_REDUCE_MAX, is_mean = n->op == JIT__OP_REDUCE_MEAN;
+  bool post = is_mean || n->dtype == JIT__F16;  // a generic after the accumulation
+
+  int64_t red_dims[JIT_MAX_RANK];
+  // -inf is 0xFF800000: MLIR has no decimal spelling for it.
+  str cur = emit_reduce_f32(e, &x, axis, is_max ? B_ACC_MAX : B_ACC_SUM,
+                            is_max ? "0xFF800000" : "0.0", red_dims,
+                            !post && !n->keepdims);
+  if (post) {
+    str empty = value_name(e, false), res = value_name(e, !n->keepdims);
+    emit_empty(e, empty.s, n->dtype, rr, red_dims);
+    gen_operand in = {cur.s, JIT__F32, rr, red_dims, {0}};
+    gen_operand out = {empty.s, n->dtype, rr, red_dims, {0}};
+    identity_map(&in);
+    identity_map(&out);
+    char iters[JIT_MAX_RANK];
+    memset(iters, 'p', sizeof iters);
+    emit_generic(e, res.s, rr, iters, &in, 1, &out, is_mean ? B_DIV_BY : B_COPY,
+                 (double)x.dims[axis]);
+    cur = res;
+  }
+  if (n->keepdims) {
+    // Re-insert the size-1 dim by gluing it to a neighbour's reassociation group;
+    // from rank 0 the reassociation is empty.
+    str res = value_name(e, true);
+    tb_printf(&e->tb, "  %s = tensor.expand_shape %s [", res.s, cur.s);
+    for (int j = 0; j < rr; j++) {
+      int lo = j < axis ? j : j + 1, hi = lo;
+      if (j == axis) lo = axis;                // [axis, axis + 1]
+      if (j == rr - 1 && axis == rr) hi = rr;  // the last group takes a trailing unit dim
+      tb_printf(&e->tb, "%s[", j ? ", " : "");
+      for (int d = lo; d <= hi; d++) tb_printf(&e->tb, "%s%d", d > lo ? ", " : "", d);
+      tb_printf(&e->tb, "]");
+    }
+    tb_printf(&e->tb, "] output_shape ");
+    print_int_list(e, n->rank, n->dims);
+    tb_printf(&e->tb, " : %s into %s\n", tensor_type(n->dtype, rr, red_dims).s,
+              tensor_type(n->dtype, n->rank, n->dims).s);
+  }
+  return NULL;
+}
+
+static jit_status emit_softmax(emitter *e, const jit__node *n) {
+  gen_operand x = node_operand(e, n->operands[0]);
+  int axis = n->axis, r = x.rank;
+  if (axis < 0 || axis >= r || n->rank != r) return node_error(e, "softmax axis or rank");
+  int64_t red_dims[JIT_MAX_RANK];
+  char iters[JIT_MAX_RANK];
+  memset(iters, 'p', sizeof iters);
+
+  // exp(x - max) keeps every exponent <= 0, so large inputs cannot overflow.
+  str mx = emit_reduce_f32(e, &x, axis, B_ACC_MAX, "0xFF800000", red_dims, false);
+  gen_operand red = {mx.s, JIT__F32, r - 1, red_dims, {0}};
+  for (int d = 0, j = 0; d < r; d++)
+    if (d != axis) red.map[j++] = d;
+
+  str ex_empty = value_name(e, false), ex = value_name(e, false);
+  emit_empty(e, ex_empty.s, JIT__F32, r, x.dims);
+  gen_operand ex_out = {ex_empty.s, JIT__F32, r, x.dims, {0}};
+  identity_map(&ex_out);
+  gen_operand ins[2] = {x, red};
+  emit_generic(e, ex.s, r, iters, ins, 2, &ex_out, B_EXP_SUB, 0);
+
+  gen_operand ex_in = {ex.s, JIT__F32, r, x.dims, {0}};
+  identity_map(&ex_in);
+  str sum = emit_reduce_f32(e, &ex_in, axis, B_ACC_SUM, "0.0", red_dims, false);
+  red.name = sum.s;
+
+  str empty = value_name(e, false), res = value_name(e, true);
+  emit_empty(e, empty.s, n->dtype, r, n->dims);
+  gen_operand out = {empty.s, n->dtype, r, n->dims, {0}};
+  identity_map(&out);
+  gen_operand ins2[2] = {ex_in, red};
+  emit_generic(e, res.s, r, iters, ins2, 2, &out, B_DIV, 0);
+  return NULL;
+}
+
+static jit_status emit_transpose(emitter *e, const jit__node *n) {
+  uint32_t src = n->operands[0];
+  gen_operand x = node_operand(e, src);
+  int r = x.rank;
+  if (n->rank != r) return node_error(e, "transpose changes the rank");
+  bool seen[JIT_MAX_RANK] = {false}, identity = true;
+  for (int i = 0; i < r; i++) {
+    int p = n->perm[i];
+    if (p < 0 || p >= r || seen[p] || n->dims[i] != x.dims[p])
+      return node_error(e, "bad permutation");
+    seen[p] = true;
+    x.map[p] = i;  // input dim p is walked by result loop i
+    identity = identity && p == i;
+  }
+  if (identity) {
+    snprintf(e->names[e->cur], sizeof e->names[e->cur], "%s", e->names[src]);
+    return NULL;
+  }
+  // A generic rather than linalg.transpose, so the elementwise fusion pass sees it.
+  str empty = value_name(e, false), res = value_name(e, true);
+  emit_empty(e, empty.s, n->dtype, r, n->dims);
+  gen_operand out = {empty.s, n->dtype, r, n->dims, {0}};
+  identity_map(&out);
+  char iters[JIT_MAX_RANK];
+  memset(iters, 'p', sizeof iters);
+  emit_generic(e, res.s, r, iters, &x, 1, &out, B_COPY, 0);
+  return NULL;
+}
+
+static int64_t num_elements(int rank, const int64_t *dims) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  return n;
+}
+
+static jit_status emit_reshape(emitter *e, const jit__node *n) {
+  uint32_t src = n->operands[0];
+  const jit__node *x = &e->g->nodes[src];
+  int64_t count = num_elements(x->rank, x->dims);
+  if (count != num_elements(n->rank, n->dims))
+    return node_error(e, "reshape changes the element count");
+  if (x->rank == n->rank && !memcmp(x->dims, n->dims, sizeof(int64_t) * (size_t)n->rank)) {
+    snprintf(e->names[e->cur], sizeof e->names[e->cur], "%s", e->names[src]);
+    return NULL;
+  }
+  str src_ty = tensor_type(x->dtype, x->rank, x->dims);
+  str to_ty = tensor_type(n->dtype, n->rank, n->dims);
+  // A rank-0 endpoint means every dim on the other side is 1, and the empty
+  // reassociation is how expand/collapse_shape add or drop unit dims of a scalar.
+  if (x->rank == 0 || n->rank == 0) {
+    str res = value_name(e, true);
+    if (x->rank == 0) {
+      tb_printf(&e->tb, "  %s = tensor.expand_shape %s [] output_shape ", res.s,
+                e->names[src]);
+      print_int_list(e, n->rank, n->dims);
+      tb_printf(&e->tb, " : %s into %s\n", src_ty.s, to_ty.s);
+    } else {
+      tb_printf(&e->tb, "  %s = tensor.collapse_shape %s [] : %s into %s\n", res.s,
+                e->names[src], src_ty.s, to_ty.s);
+    }
+    return NULL;
+  }
+  // Otherwise through 1-D: collapse all dims into one, then expand to the target; a
+  // rank-1 endpoint skips its step.
+  const char *flat = e->names[src];
+  str flat_ty = tensor_type(n->dtype, 1, &count), mid;
+  if (x->rank > 1) {
+    mid = value_name(e, n->rank == 1);
+    tb_printf(&e->tb, "  %s = tensor.collapse_shape %s [[", mid.s, flat);
+    for (int d = 0; d < x->rank; d++) tb_printf(&e->tb, "%s%d", d ? ", " : "", d);
+    tb_printf(&e->tb, "]] : %s into %s\n", src_ty.s, flat_ty.s);
+    flat = mid.s;
+  }
+  if (n->rank > 1) {
+    str res = value_name(e, true);
+    tb_printf(&e->tb, "  %s = tensor.expand_shape %s [[", res.s, flat);
+    for (int d = 0; d < n->rank; d++) tb_printf(&e->tb, "%s%d", d ? ", " : "", d);
+    tb_printf(&e->tb, "]] output_shape ");
+    print_int_list(e, n->rank, n->dims);
+    tb_printf(&e->tb, " : %s into %s\n", flat_ty.s, to_ty.s);
+  }
+  return NULL;
+}
+
+//===--- Graph ------------------------------------------------------------------===//
+
+static int operand_count(jit__op op) {
+  switch (op) {
+    case JIT__OP_INPUT: case JIT__OP_SCALAR: return 0;
+    case JIT__OP_MATMUL: case JIT__OP_ADD: case JIT__OP_SUB: case JIT__OP_MUL:
+    case JIT__OP_DIV: case JIT__OP_MAXIMUM: case JIT__OP_MINIMUM: return 2;
+    default: return 1;
+  }
+}
+
+// The invariants every emitter relies on; a violation is a bug upstream.
+static jit_status check_node(emitter *e, const jit__node *n) {
+  if ((int)n->op < 0 || n->op >= JIT__OP_COUNT_) return node_error(e, "unknown op");
+  if (n->dtype != JIT__F32 && n->dtype != JIT__F16) return node_error(e, "unknown dtype");
+  if (n->rank < 0 || n->rank > JIT_MAX_RANK) return node_error(e, "rank out of range");
+  for (int d = 0; d < n->rank; d++)
+    if (n->dims[d] < 0) return node_error(e, "dim not concrete");
+  if (n->n_operands != operand_count(n->op)) return node_error(e, "operand count");
+  for (int i = 0; i < n->n_operands; i++) {
+    if (n->operands[i] >= e->cur) return node_error(e, "operand is not an earlier node");
+    if (e->g->nodes[n->operands[i]].dtype != n->dtype) return node_error(e, "dtype");
+  }
+  if (n->op == JIT__OP_SCALAR && n->rank != 0) return node_error(e, "scalar rank");
+  if (n->op >= JIT__OP_NEG && n->op <= JIT__OP_RSQRT) {
+    const jit__node *x = &e->g->nodes[n->operands[0]];
+    if (x->rank != n->rank || memcmp(x->dims, n->dims, sizeof(int64_t) * (size_t)n->rank))
+      return node_error(e, "unary op changes the shape");
+  }
+  return NULL;
+}
+
+static jit_status emit_node(emitter *e, const jit__node *n) {
+  static const body_kind kinds[JIT__OP_COUNT_] = {
+      [JIT__OP_ADD] = B_ADD,         [JIT__OP_SUB] = B_SUB,   [JIT__OP_MUL] = B_MUL,
+      [JIT__OP_DIV] = B_DIV,         [JIT__OP_MAXIMUM] = B_MAX,
+      [JIT__OP_MINIMUM] = B_MIN,     [JIT__OP_NEG] = B_NEG,   [JIT__OP_EXP] = B_EXP,
+      [JIT__OP_LOG] = B_LOG,         [JIT__OP_TANH] = B_TANH,
+      [JIT__OP_SIGMOID] = B_SIGMOID, [JIT__OP_RELU] = B_RELU, [JIT__OP_GELU] = B_GELU,
+      [JIT__OP_SQRT] = B_SQRT,       [JIT__OP_RSQRT] = B_RSQRT,
+  };
+  switch (n->op) {
+    case JIT__OP_INPUT:
+      if (!e->names[e->cur][0]) return node_error(e, "input node is not a graph input");
+      if (num_elements(n->rank, n->dims) == 0) {
+        // Its argument is declared 1-D (see emit_graph); with no elements to read, a
+        // tensor.empty of the real shape stands in for it.
+        snprintf(e->names[e->cur], sizeof e->names[e->cur], "%%v%u", e->cur);
+        emit_empty(e, e->names[e->cur], n->dtype, n->rank, n->dims);
+      }
+      return NULL;
+    case JIT__OP_SCALAR:
+      tb_printf(&e->tb, "  %%v%u = arith.constant dense<%s> : %s\n", e->cur,
+                float_literal(n->scalar, n->dtype).s, tensor_type(n->dtype, 0, NULL).s);
+      return NULL;
+    case JIT__OP_MATMUL:
+      return emit_matmul(e, n);
+    case JIT__OP_REDUCE_SUM: case JIT__OP_REDUCE_MAX: case JIT__OP_REDUCE_MEAN:
+      return emit_reduce(e, n);
+    case JIT__OP_SOFTMAX:
+      return emit_softmax(e, n);
+    case JIT__OP_TRANSPOSE:
+      return emit_transpose(e, n);
+    case JIT__OP_RESHAPE:
+      return emit_reshape(e, n);
+    default:
+      if (n->op >= JIT__OP_ADD && n->op <= JIT__OP_RSQRT)
+        return emit_elementwise(e, n, kinds[n->op]);
+      return JIT_ERR(JIT_UNSUPPORTED, "emitting MLIR: node %u: op %d not supported",
+                     e->cur, (int)n->op);
+  }
+}
+
+// MLIR bare identifiers: what may follow '@' unquoted.
+static bool is_bare_id(const char *s) {
+  if (!s || !(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+    return false;
+  for (; *s; s++)
+    if (!(*s == '_' || *s == '$' || *s == '.' || (*s >= 'a' && *s <= 'z') ||
+          (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')))
+      return false;
+  return true;
+}
+
+static jit_status emit_graph(emitter *e, const char *func_name) {
+  const jit__lgraph *g = e->g;
+  for (uint32_t i = 0; i < g->n_inputs; i++) {
+    uint32_t id = g->inputs[i];
+    if (id >= g->n_nodes || g->nodes[id].op != JIT__OP_INPUT || e->names[id][0])
+      return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': input %u is node %u, "
+                     "which is not a distinct input node", g->name ? g->name : "", i, id);
+    snprintf(e->names[id], sizeof e->names[id], "%%a%u", i);
+  }
+  for (uint32_t j = 0; j < g->n_outputs; j++)
+    if (g->outputs[j] >= g->n_nodes)
+      return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': output %u is node %u of %u",
+                     g->name ? g->name : "", j, g->outputs[j], g->n_nodes);
+
+  // An argument with no elements is declared as <0xT>: convert-func-to-llvm's bare
+  // pointer convention rejects a memref like memref<2x0xf32> (a 0 after the leading
+  // dim), which fails the whole lowering. With bare pointers the declared shape does
+  // not change the ABI, and nothing is read from or written to such a buffer.
+  const int64_t zero = 0;
+  tb_printf(&e->tb, "func.func @%s(", func_name);
+  for (uint32_t i = 0; i < g->n_inputs; i++) {
+    const jit__node *n = &g->nodes[g->inputs[i]];
+    bool empty = num_elements(n->rank, n->dims) == 0;
+    tb_printf(&e->tb, "%s%%a%u: %s", i ? ", " : "", i,
+              tensor_type(n->dtype, empty ? 1 : n->rank, empty ? &zero : n->dims).s);
+  }
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *n = &g->nodes[g->outputs[j]];
+    bool empty = num_elements(n->rank, n->dims) == 0;
+    tb_printf(&e->tb, "%s%%r%u: %s", (g->n_inputs || j) ? ", " : "", j,
+              shape_type("memref", n->dtype, empty ? 1 : n->rank,
+                         empty ? &zero : n->dims).s);
+  }
+  tb_printf(&e->tb, ") {\n");
+
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    const jit__node *n = &g->nodes[i];
+    e->cur = i;
+    e->n_tmp = 0;
+    jit_status s = check_node(e, n);
+    if (!s) s = emit_node(e, n);
+    if (s) return s;
+    if (!e->names[i][0]) snprintf(e->names[i], sizeof e->names[i], "%%v%u", i);
+  }
+
+  // restrict: each %r is a distinct buffer nobody else touches in this function, which
+  // lets eliminate-empty-tensors compute the producing op directly into it.
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *n = &g->nodes[g->outputs[j]];
+    if (num_elements(n->rank, n->dims) == 0) continue;
+    tb_printf(&e->tb,
+              "  bufferization.materialize_in_destination %s in restrict writable %%r%u"
+              " : (%s, %s) -> ()\n",
+              e->names[g->outputs[j]], j, tensor_type(n->dtype, n->rank, n->dims).s,
+              shape_type("memref", n->dtype, n->rank, n->dims).s);
+  }
+  tb_printf(&e->tb, "  return\n}\n");
+  return NULL;
+}
+
+jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
+                          char **out_text) {
+  if (out_text) *out_text = NULL;
+  if (!graph || !out_text || (graph->n_nodes && !graph->nodes) ||
+      (graph->n_inputs && !graph->inputs) || (graph->n_outputs && !graph->outputs))
+    return JIT_ERR(JIT_INTERNAL, "jit__emit_mlir: NULL argument");
+  if (!is_bare_id(func_name))
+    return JIT_ERR(JIT_INTERNAL, "jit__emit_mlir: function name '%s' is not an MLIR "
+                   "identifier", func_name ? func_name : "(null)");
+  emitter e = {.g = graph};
+  e.names = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.names);
+  if (!e.names) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
+  jit_status s = emit_graph(&e, func_name);
+  free(e.names);
+  if (!s && e.tb.oom) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
+  if (s) {
+    free(e.tb.data);
+    return s;
+  }
+  *out_text = e.tb.data;
+  return NULL;
+}

@@ -1,0 +1,116 @@
+//===--- lower.h - what lowering consumes and produces ---------------------===//
+//
+// lowering/ turns one *specialized* graph (every dim concrete) into an artifact: object
+// code plus the record of how to call it. It knows nothing of contexts, caches or
+// devices; jit/ builds the jit__lgraph from a user graph and a binding, and hands the
+// artifact to a device. Compilation is a pure function of its inputs: it shares no
+// state with the run path, so it may later move to a worker thread or process.
+//
+//===----------------------------------------------------------------------===//
+#ifndef JITML_LOWERING_LOWER_H_
+#define JITML_LOWERING_LOWER_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jitml.h"
+
+typedef enum jit__op {
+  JIT__OP_INPUT,
+  JIT__OP_SCALAR,
+  JIT__OP_MATMUL,
+  // Binary elementwise (broadcasting).
+  JIT__OP_ADD,
+  JIT__OP_SUB,
+  JIT__OP_MUL,
+  JIT__OP_DIV,
+  JIT__OP_MAXIMUM,
+  JIT__OP_MINIMUM,
+  // Unary elementwise.
+  JIT__OP_NEG,
+  JIT__OP_EXP,
+  JIT__OP_LOG,
+  JIT__OP_TANH,
+  JIT__OP_SIGMOID,
+  JIT__OP_RELU,
+  JIT__OP_GELU,
+  JIT__OP_SQRT,
+  JIT__OP_RSQRT,
+  // Reductions over one axis.
+  JIT__OP_REDUCE_SUM,
+  JIT__OP_REDUCE_MAX,
+  JIT__OP_REDUCE_MEAN,
+  JIT__OP_SOFTMAX,
+  JIT__OP_TRANSPOSE,
+  JIT__OP_RESHAPE,
+  JIT__OP_COUNT_,
+} jit__op;
+
+// The op's name as the API spells it ("matmul", "add", ...).
+const char *jit__op_name(jit__op op);
+
+typedef enum jit__dtype {
+  JIT__F32 = 0,
+  JIT__F16 = 1,
+} jit__dtype;
+
+// One node of a graph. In a jit__lgraph every dim is concrete (>= 0); in the user
+// graph (jit/) dims may be negative symbol codes.
+typedef struct jit__node {
+  jit__op op;
+  jit__dtype dtype;
+  int n_operands;
+  uint32_t operands[2];  // node indices, always smaller than this node's index
+  int rank;
+  int64_t dims[JIT_MAX_RANK];
+  int axis;                   // reductions, softmax
+  bool keepdims;              // reductions
+  int perm[JIT_MAX_RANK];     // transpose
+  double scalar;              // scalar
+} jit__node;
+
+// A specialized graph: nodes in topological order with concrete dims.
+typedef struct jit__lgraph {
+  const char *name;
+  const jit__node *nodes;
+  uint32_t n_nodes;
+  const uint32_t *inputs;   // node indices of the inputs, in argument order
+  uint32_t n_inputs;
+  const uint32_t *outputs;  // node indices of the outputs, in result order
+  uint32_t n_outputs;
+} jit__lgraph;
+
+typedef struct jit__lower_options {
+  int opt_level;      // 0: plain loops (debug); >= 1: tiled and vectorized
+  const char *dump_dir;  // if non-NULL, each stage's IR is written there (later issue)
+  const char *triple;    // target triple, CPU name and features (from devices/cpu)
+  const char *cpu;
+  const char *features;
+} jit__lower_options;
+
+// What a compile produces: object code for the host CPU whose entry point is
+// `void <entry>(void **args)`, args = inputs then outputs, each a pointer to the
+// first element of a dense row-major buffer of the specialized shape. This is exactly
+// what a kernel cache stores.
+typedef struct jit__artifact {
+  uint8_t *object;        // ELF object bytes, malloc'ed, owned by the artifact
+  size_t object_size;
+  char entry[64];         // entry point symbol
+  uint32_t n_args;        // n_inputs + n_outputs
+} jit__artifact;
+
+// Frees what `artifact` owns (not the struct itself). NULL is a no-op.
+void jit__artifact_release(jit__artifact *artifact);
+
+// Writes the MLIR (func on static tensors, linalg ops) for `graph` into a malloc'ed,
+// NUL-terminated string. `func_name` names the function. Thread-safe.
+jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
+                          char **out_text);
+
+// Compiles `graph` for the host CPU into `out` (entry named after `func_name`).
+// Creates and destroys its own MLIR and LLVM contexts; thread-safe.
+jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
+                           const jit__lower_options *options, jit__artifact *out);
+
+#endif  // JITML_LOWERING_LOWER_H_
