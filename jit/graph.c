@@ -120,27 +120,36 @@ static jit_value jit__append(jit_graph *g, const jit__gnode *node) {
 
 static bool jit__dim_known(int64_t d) { return d >= 0; }
 
-// NumPy broadcasting of two shapes into `out`.
+// NumPy broadcasting of two shapes into `out`, with one rule for symbols: only a dim
+// that is 1 in the graph (static) broadcasts. A symbol bound to 1 at run time does not:
+// a kernel's broadcasting must not change with the binding, and "N = 1" should not
+// silently turn a shape error into a broadcast. `da_decl`/`db_decl` are the operands'
+// build-time shapes (the same as a/b at build time).
 static jit_status jit__rule_broadcast(const jit_graph *g, const jit__node *a,
-                                      const jit__node *b, jit__node *out) {
+                                      const jit__node *b, const jit__node *a_decl,
+                                      const jit__node *b_decl, jit__node *out) {
   int r = a->rank > b->rank ? a->rank : b->rank;
   out->rank = r;
   for (int i = 0; i < r; i++) {
     int ia = i - (r - a->rank), ib = i - (r - b->rank);
     int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    bool a1 = ia < 0 || a_decl->dims[ia] == 1, b1 = ib < 0 || b_decl->dims[ib] == 1;
     int64_t d;
     if (da == db) d = da;
-    else if (da == 1) d = db;
-    else if (db == 1) d = da;
+    else if (a1) d = db;
+    else if (b1) d = da;
     else if (jit__dim_known(da) && jit__dim_known(db)) {
       char sa[160], sb[160];
       return JIT_ERR(JIT_SHAPE_MISMATCH,
-                     "shapes %s and %s do not broadcast: dim %d is %lld vs %lld",
+                     "shapes %s and %s do not broadcast: dim %d is %lld vs %lld%s",
                      jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa),
                      jit__fmt_dims(g, b->rank, b->dims, sb, sizeof sb), i,
-                     (long long)da, (long long)db);
+                     (long long)da, (long long)db,
+                     (da == 1 || db == 1) ? " (only dims that are 1 in the graph "
+                                            "broadcast, not symbols bound to 1)"
+                                          : "");
     } else {
-      // A symbol meets a size or another symbol: known only at run time.
+      // A symbol meets a size or another symbol: they must agree at run time.
       d = jit__dim_known(da) ? da : jit__dim_known(db) ? db : da;
     }
     out->dims[i] = d;
@@ -149,7 +158,8 @@ static jit_status jit__rule_broadcast(const jit_graph *g, const jit__node *a,
 }
 
 static jit_status jit__rule_matmul(const jit_graph *g, const jit__node *a,
-                                   const jit__node *b, jit__node *out) {
+                                   const jit__node *b, const jit__node *a_decl,
+                                   const jit__node *b_decl, jit__node *out) {
   char sa[160], sb[160];
   if (a->rank < 2 || b->rank < 2)
     return JIT_ERR(JIT_SHAPE_MISMATCH,
@@ -166,7 +176,7 @@ static jit_status jit__rule_matmul(const jit_graph *g, const jit__node *a,
   jit__node ba = *a, bb = *b, bo = {0};
   ba.rank = a->rank - 2;
   bb.rank = b->rank - 2;
-  jit_status s = jit__rule_broadcast(g, &ba, &bb, &bo);
+  jit_status s = jit__rule_broadcast(g, &ba, &bb, a_decl, b_decl, &bo);
   if (s) return jit__status_annotate(s, "batch dims");
   out->rank = bo.rank + 2;
   memcpy(out->dims, bo.dims, sizeof(int64_t) * (size_t)bo.rank);
@@ -230,10 +240,11 @@ static jit_status jit__rule_reshape(const jit_graph *g, const jit__node *x, int 
   return NULL;
 }
 
-// Applies node n's rule given its operand shapes a, b (b may be NULL). Writes
-// rank/dims of `out`. `symvals` is NULL at build time.
+// Applies node n's rule given its operand shapes a, b (b may be NULL) and their
+// build-time shapes. Writes rank/dims of `out`. `symvals` is NULL at build time.
 static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
                                   const jit__node *a, const jit__node *b,
+                                  const jit__node *a_decl, const jit__node *b_decl,
                                   const int64_t *symvals, jit__node *out) {
   const jit__node *n = &gn->n;
   switch (n->op) {
@@ -241,10 +252,10 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
     case JIT__OP_SCALAR:
       return NULL;  // shapes come from elsewhere
     case JIT__OP_MATMUL:
-      return jit__rule_matmul(g, a, b, out);
+      return jit__rule_matmul(g, a, b, a_decl, b_decl, out);
     case JIT__OP_ADD: case JIT__OP_SUB: case JIT__OP_MUL: case JIT__OP_DIV:
     case JIT__OP_MAXIMUM: case JIT__OP_MINIMUM:
-      return jit__rule_broadcast(g, a, b, out);
+      return jit__rule_broadcast(g, a, b, a_decl, b_decl, out);
     case JIT__OP_REDUCE_SUM: case JIT__OP_REDUCE_MAX: case JIT__OP_REDUCE_MEAN:
       jit__rule_reduce(a, n->axis, n->keepdims, out);
       return NULL;
@@ -266,7 +277,9 @@ jit_status jit__infer_concrete(const jit_graph *g, uint32_t i, const jit__node *
   const jit__gnode *gn = &g->nodes[i];
   const jit__node *a = gn->n.n_operands > 0 ? &shapes[gn->n.operands[0]] : NULL;
   const jit__node *b = gn->n.n_operands > 1 ? &shapes[gn->n.operands[1]] : NULL;
-  jit_status s = jit__apply_rule(g, gn, a, b, symbol_values, out);
+  const jit__node *ad = a ? &g->nodes[gn->n.operands[0]].n : NULL;
+  const jit__node *bd = b ? &g->nodes[gn->n.operands[1]].n : NULL;
+  jit_status s = jit__apply_rule(g, gn, a, b, ad, bd, symbol_values, out);
   if (s)
     return jit__status_annotate(s, "graph `%s`: node %u (%s)", g->name, i,
                                 jit__op_name(gn->n.op));
@@ -430,7 +443,7 @@ static jit_value jit__make_node(jit_graph *g, jit__op op, jit_value a, jit_value
     JIT__FAIL(g, JIT_DTYPE_MISMATCH,
               "graph `%s`: node %u (%s): operand dtypes differ: %s vs %s", g->name,
               g->n_nodes, opname, jit__dtype_name(na->dtype), jit__dtype_name(nb->dtype));
-  jit_status s = jit__apply_rule(g, node, na, nb, NULL, &node->n);
+  jit_status s = jit__apply_rule(g, node, na, nb, na, nb, NULL, &node->n);
   if (s) {
     jit__record(g, jit__status_annotate(s, "graph `%s`: node %u (%s)", g->name,
                                         g->n_nodes, opname));

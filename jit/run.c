@@ -275,6 +275,11 @@ static jit_status jit__compile_and_load(jit_graph *g, const jit__node *shapes,
   jit__lower_options lo = {ctx->options.opt_level, NULL, t->triple, t->cpu, t->features};
   jit__artifact art;
   JIT_PROPAGATE(jit__compile_cpu(&lg, func_name, &lo, &art));
+  jit__log(ctx, JIT_LOG_DEBUG,
+           "graph `%s`: kernel %s: MLIR %.1f ms, LLVM IR + O2 %.1f ms, codegen %.1f ms, "
+           "%zu-byte object",
+           g->name, func_name, art.ms_mlir, art.ms_llvm_opt, art.ms_codegen,
+           art.object_size);
   jit_status s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, fn);
   jit__artifact_release(&art);
   return s;

@@ -98,6 +98,10 @@ typedef struct jit__artifact {
   size_t object_size;
   char entry[64];         // entry point symbol
   uint32_t n_args;        // n_inputs + n_outputs
+  // Where the compile spent its time (ms), for logs and benchmarks.
+  double ms_mlir;         // context, parse, fusion, tiling/vectorization, to LLVM dialect
+  double ms_llvm_opt;     // translation to LLVM IR and LLVM's O2
+  double ms_codegen;      // machine code emission
 } jit__artifact;
 
 // Frees what `artifact` owns (not the struct itself). NULL is a no-op.

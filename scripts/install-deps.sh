@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages libjitml needs to build and test, only those that
+# are missing. Idempotent: when everything is present it does nothing and exits 0.
+# LLVM/MLIR 22 are Debian 12's own packages (bookworm-security); they install under
+# /usr/lib/llvm-22.
+set -euo pipefail
+
+PACKAGES=(
+  cmake
+  ninja-build
+  pkg-config
+  build-essential
+  llvm-22-dev
+  libmlir-22-dev
+  mlir-22-tools
+  libcriterion-dev
+  libdlpack-dev
+  libxxhash-dev
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  # dpkg-query fails for packages it has never heard of; treat that as missing too.
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+echo "install-deps: missing: ${missing[*]}"
+
+install_cmd="apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${missing[*]}"
+
+if [[ $(id -u) -eq 0 ]]; then
+  runner=(bash -c)
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  # -n: never prompt; a CI job or a script must not hang on a password.
+  runner=(sudo -n bash -c)
+else
+  echo "install-deps: need root to install packages; run:" >&2
+  echo "  sudo bash -c '$install_cmd'" >&2
+  exit 1
+fi
+
+# Keep the log short: apt's progress goes away, errors still reach stderr.
+if ! "${runner[@]}" "$install_cmd" >/dev/null; then
+  echo "install-deps: failed: $install_cmd" >&2
+  exit 1
+fi
+echo "install-deps: installed ${missing[*]}"

@@ -1,0 +1,636 @@
+//===--- test_run.c - jit_run: specialization, stats, shapes, threads ------===//
+//
+// One graph run with several shapes compiles each shape once and serves repeats from
+// memory; jit_output_shape compiles nothing; jit_run_alloc hands out DLManagedTensors;
+// several threads running one graph on new shapes compile each key exactly once.
+//
+// Every test points JITML_CACHE_DIR (and XDG_CACHE_HOME) at a fresh temporary directory,
+// so that an on-disk kernel cache from an earlier run cannot turn compiles into loads.
+//
+//===----------------------------------------------------------------------===//
+#define _XOPEN_SOURCE 700  // mkdtemp, setenv, nftw, pthread_barrier_t
+
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jitml.h"
+#include "ref.h"
+#include "util.h"
+
+//===--- Fixture: a private cache directory ------------------------------------===//
+
+static char g_cache_dir[256];
+
+static int remove_entry(const char *path, const struct stat *sb, int flag,
+                        struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static void setup(void) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_cache_dir, sizeof(g_cache_dir), "%s/jitml-test-run-XXXXXX",
+           tmp && *tmp ? tmp : "/tmp");
+  cr_assert(mkdtemp(g_cache_dir) != NULL, "mkdtemp failed");
+  setenv("JITML_CACHE_DIR", g_cache_dir, 1);
+  setenv("XDG_CACHE_HOME", g_cache_dir, 1);
+}
+
+static void teardown(void) {
+  if (g_cache_dir[0]) nftw(g_cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(run, .init = setup, .fini = teardown);
+
+static jit_stats get_stats(jit_context *ctx) {
+  jit_stats st;
+  memset(&st, 0, sizeof(st));
+  st.struct_size = sizeof(st);
+  TU_OK(jit_context_stats(ctx, &st));
+  return st;
+}
+
+//===--- A small dense layer: y = relu(x W + b), x [N, IN] ----------------------===//
+
+enum { IN = 16, OUT = 8 };
+
+typedef struct layer {
+  float w[IN * OUT];
+  float b[OUT];
+} layer;
+
+static jit_graph *build_layer(jit_context *ctx) {
+  jit_graph *g = tu_graph(ctx, "layer");
+  int64_t dx[2] = {jit_symbol(g, "N"), IN}, dw[2] = {IN, OUT}, db[1] = {OUT};
+  jit_value x = jit_input(g, "x", TU_F32, 2, dx);
+  jit_value w = jit_input(g, "w", TU_F32, 2, dw);
+  jit_value b = jit_input(g, "b", TU_F32, 1, db);
+  jit_output(g, jit_relu(g, jit_add(g, jit_matmul(g, x, w), b)));
+  TU_OK(jit_graph_finalize(g));
+  return g;
+}
+
+static void layer_init(layer *l, uint64_t seed) {
+  ref_rng rng;
+  ref_rng_seed(&rng, seed);
+  ref_rng_fill_signed(&rng, l->w, IN * OUT);
+  ref_rng_fill_signed(&rng, l->b, OUT);
+}
+
+static void layer_ref(const layer *l, const float *x, int64_t n, float *y) {
+  for (int64_t i = 0; i < n; i++)
+    for (int j = 0; j < OUT; j++) {
+      double acc = l->b[j];
+      for (int k = 0; k < IN; k++) acc += (double)x[i * IN + k] * l->w[k * OUT + j];
+      y[i * OUT + j] = acc > 0 ? (float)acc : 0.0f;
+    }
+}
+
+// Runs the layer for batch n; returns the largest error (or a negative code for a
+// failed status, so that threads need no Criterion asserts).
+static double layer_run(jit_graph *g, layer *l, int64_t n, uint64_t seed,
+                        char *err, size_t err_size) {
+  ref_rng rng;
+  ref_rng_seed(&rng, seed);
+  float *x = malloc((size_t)n * IN * sizeof(float));
+  float *y = malloc((size_t)n * OUT * sizeof(float));
+  float *want = malloc((size_t)n * OUT * sizeof(float));
+  double worst = -1.0;
+  if (!x || !y || !want) {
+    snprintf(err, err_size, "out of memory");
+    goto done;
+  }
+  ref_rng_fill_signed(&rng, x, n * IN);
+  for (int64_t i = 0; i < n * OUT; i++) y[i] = NAN;
+  layer_ref(l, x, n, want);
+  int64_t dx[2] = {n, IN}, dw[2] = {IN, OUT}, db[1] = {OUT}, dy[2] = {n, OUT};
+  DLTensor ins[3] = {tu_tensor(x, TU_F32, 2, dx), tu_tensor(l->w, TU_F32, 2, dw),
+                     tu_tensor(l->b, TU_F32, 1, db)};
+  DLTensor out = tu_tensor(y, TU_F32, 2, dy);
+  jit_status s = jit_run(g, ins, 3, &out, 1);
+  if (s) {
+    snprintf(err, err_size, "jit_run N=%lld: %s: %s", (long long)n,
+             jit_status_code_name(jit_status_get_code(s)), jit_status_message(s));
+    jit_status_free(s);
+    goto done;
+  }
+  worst = 0.0;
+  for (int64_t i = 0; i < n * OUT; i++) {
+    double d = fabs((double)y[i] - want[i]);
+    if (!(d <= worst)) worst = d;  // NaN propagates as +inf-like
+    if (isnan(y[i])) worst = INFINITY;
+  }
+done:
+  free(x);
+  free(y);
+  free(want);
+  return worst;
+}
+
+static void layer_check(jit_graph *g, layer *l, int64_t n, uint64_t seed) {
+  char err[1024] = "";
+  double worst = layer_run(g, l, n, seed, err, sizeof(err));
+  cr_assert(worst >= 0.0, "%s", err);
+  cr_assert(worst <= 1e-5, "N=%lld: max |error| %g", (long long)n, worst);
+}
+
+//===--- Specialization and statistics -------------------------------------------===//
+
+Test(run, each_shape_compiles_once) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = build_layer(ctx);
+  layer l;
+  layer_init(&l, 1);
+  jit_stats st = get_stats(ctx);
+  cr_assert_eq(st.runs, 0);
+  cr_assert_eq(st.compiles, 0);
+
+  const int64_t ns[] = {1, 7, 64, 7, 1};
+  const uint64_t want_compiles[] = {1, 2, 3, 3, 3};
+  const uint64_t want_hits[] = {0, 0, 0, 1, 2};
+  for (int i = 0; i < 5; i++) {
+    layer_check(g, &l, ns[i], 100 + (uint64_t)i);
+    st = get_stats(ctx);
+    cr_assert_eq(st.runs, (uint64_t)i + 1, "after run %d (N=%lld): runs %llu", i,
+                 (long long)ns[i], (unsigned long long)st.runs);
+    cr_assert_eq(st.compiles, want_compiles[i],
+                 "after run %d (N=%lld): compiles %llu, want %llu", i, (long long)ns[i],
+                 (unsigned long long)st.compiles, (unsigned long long)want_compiles[i]);
+    cr_assert_eq(st.memory_hits, want_hits[i],
+                 "after run %d (N=%lld): memory_hits %llu, want %llu", i,
+                 (long long)ns[i], (unsigned long long)st.memory_hits,
+                 (unsigned long long)want_hits[i]);
+    cr_assert_eq(st.misses, want_compiles[i], "after run %d: misses %llu", i,
+                 (unsigned long long)st.misses);
+  }
+  cr_assert_eq(st.kernels, 3, "kernels loaded: %llu", (unsigned long long)st.kernels);
+  cr_assert(st.compile_ms > 0.0, "compile_ms %g", st.compile_ms);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(run, stats_struct_size_zero_means_current) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = build_layer(ctx);
+  layer l;
+  layer_init(&l, 2);
+  layer_check(g, &l, 3, 1);
+  jit_stats st;
+  memset(&st, 0xab, sizeof(st));
+  st.struct_size = 0;
+  TU_OK(jit_context_stats(ctx, &st));
+  cr_assert_eq(st.runs, 1);
+  cr_assert_eq(st.compiles, 1);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(run, failed_runs_are_not_counted) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = build_layer(ctx);
+  layer l;
+  layer_init(&l, 7);
+  layer_check(g, &l, 2, 1);
+  float x[2 * (IN + 1)] = {0}, y[2 * OUT];
+  int64_t dx[2] = {2, IN + 1}, dw[2] = {IN, OUT}, db[1] = {OUT}, dy[2] = {2, OUT};
+  DLTensor ins[3] = {tu_tensor(x, TU_F32, 2, dx), tu_tensor(l.w, TU_F32, 2, dw),
+                     tu_tensor(l.b, TU_F32, 1, db)};
+  DLTensor out = tu_tensor(y, TU_F32, 2, dy);
+  jit_status s = jit_run(g, ins, 3, &out, 1);
+  TU_EXPECT_CODE(s, JIT_SHAPE_MISMATCH);
+  jit_status_free(s);
+  jit_stats st = get_stats(ctx);
+  cr_assert_eq(st.runs, 1, "runs %llu", (unsigned long long)st.runs);
+  cr_assert_eq(st.compiles, 1, "compiles %llu", (unsigned long long)st.compiles);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(run, same_shape_new_data_is_recomputed) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = build_layer(ctx);
+  layer l;
+  layer_init(&l, 3);
+  layer_check(g, &l, 5, 10);
+  layer_check(g, &l, 5, 11);  // same key, different x
+  layer_init(&l, 4);
+  layer_check(g, &l, 5, 12);  // same key, different weights
+  jit_stats st = get_stats(ctx);
+  cr_assert_eq(st.compiles, 1);
+  cr_assert_eq(st.memory_hits, 2);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(run, contexts_are_independent) {
+  jit_context *a = tu_context(), *b = tu_context();
+  jit_graph *ga = build_layer(a), *gb = build_layer(b);
+  layer l;
+  layer_init(&l, 5);
+  layer_check(ga, &l, 7, 1);
+  layer_check(gb, &l, 7, 2);
+  layer_check(ga, &l, 7, 3);
+  jit_stats sa = get_stats(a), sb = get_stats(b);
+  cr_assert_eq(sa.compiles, 1);
+  cr_assert_eq(sa.runs, 2);
+  cr_assert_eq(sb.compiles, 1, "context b compiled %llu",
+               (unsigned long long)sb.compiles);
+  cr_assert_eq(sb.runs, 1);
+  jit_graph_destroy(ga);
+  jit_graph_destroy(gb);
+  jit_context_destroy(a);
+  jit_context_destroy(b);
+}
+
+Test(run, graph_destroyed_then_rebuilt) {
+  jit_context *ctx = tu_context();
+  layer l;
+  layer_init(&l, 6);
+  jit_graph *g = build_layer(ctx);
+  layer_check(g, &l, 9, 1);
+  jit_graph_destroy(g);
+  jit_stats st = get_stats(ctx);
+  cr_assert(st.kernels >= 1, "kernels of a destroyed graph stay in the context");
+  g = build_layer(ctx);
+  layer_check(g, &l, 9, 2);
+  layer_check(g, &l, 4, 3);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+//===--- jit_output_shape -------------------------------------------------------===//
+
+Test(run, output_shape_compiles_nothing) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "shapes");
+  int64_t N = jit_symbol(g, "N"), M = jit_symbol(g, "M");
+  int64_t dx[2] = {N, 6}, dw[2] = {6, M}, dr[3] = {N, 3, 2};
+  jit_value x = jit_input(g, "x", TU_F32, 2, dx);
+  jit_value w = jit_input(g, "w", TU_F32, 2, dw);
+  const int perm[2] = {1, 0};
+  jit_output(g, jit_matmul(g, x, w));                                   // [N, M]
+  jit_output(g, jit_transpose(g, x, perm));                             // [6, N]
+  jit_output(g, jit_reduce_sum(g, jit_reshape(g, x, 3, dr), 1, 1));     // [N, 1, 2]
+  jit_output(g, jit_reduce_max(g, jit_reduce_sum(g, x, -1, 0), 0, 0));  // []
+  TU_OK(jit_graph_finalize(g));
+  cr_assert_eq(jit_graph_num_inputs(g), 2);
+  cr_assert_eq(jit_graph_num_outputs(g), 4);
+
+  int64_t sx[2] = {5, 6}, sw[2] = {6, 11};
+  DLTensor ins[2] = {tu_tensor(NULL, TU_F32, 2, sx), tu_tensor(NULL, TU_F32, 2, sw)};
+  const int want_rank[4] = {2, 2, 3, 0};
+  const int64_t want[4][3] = {{5, 11}, {6, 5}, {5, 1, 2}, {0}};
+  for (int i = 0; i < 4; i++) {
+    int rank = -1;
+    int64_t dims[JIT_MAX_RANK];
+    for (int j = 0; j < JIT_MAX_RANK; j++) dims[j] = -7;
+    TU_OK(jit_output_shape(g, ins, 2, i, &rank, dims));
+    char what[32];
+    snprintf(what, sizeof(what), "output %d", i);
+    tu_assert_shape(rank, dims, want_rank[i], want[i], what);
+  }
+  jit_stats st = get_stats(ctx);
+  cr_assert_eq(st.compiles, 0, "jit_output_shape compiled %llu kernels",
+               (unsigned long long)st.compiles);
+  cr_assert_eq(st.runs, 0);
+
+  // Then run for real: the shapes must agree with what the shape function said.
+  ref_rng rng;
+  ref_rng_seed(&rng, 17);
+  float xv[30], wv[66], o0[55], o1[30], o2[10], o3[1];
+  float w0[55], w1[30], w2[10], w3, rows[5];
+  ref_rng_fill_signed(&rng, xv, 30);
+  ref_rng_fill_signed(&rng, wv, 66);
+  int64_t d0[2], d1[2], d2[3], d3[1], dtmp[3], d3x[3] = {5, 3, 2};
+  ref_matmul(xv, 2, sx, wv, 2, sw, w0, d0);
+  ref_transpose(xv, 2, sx, perm, w1, d1);
+  ref_reduce(REF_SUM, xv, 3, d3x, 1, 1, w2, d2);
+  ref_reduce(REF_SUM, xv, 2, sx, -1, 0, rows, dtmp);
+  ref_reduce(REF_RMAX, rows, 1, dtmp, 0, 0, &w3, d3);
+  ins[0].data = xv;
+  ins[1].data = wv;
+  DLTensor outs[4] = {tu_tensor(o0, TU_F32, 2, d0), tu_tensor(o1, TU_F32, 2, d1),
+                      tu_tensor(o2, TU_F32, 3, d2), tu_tensor(o3, TU_F32, 0, d3)};
+  TU_OK(jit_run(g, ins, 2, outs, 4));
+  tu_assert_close(o0, w0, 55, 1e-5, 1e-5, 2, d0, "matmul output");
+  tu_assert_close(o1, w1, 30, 0.0, 0.0, 2, d1, "transpose output");
+  tu_assert_close(o2, w2, 10, 1e-5, 1e-5, 3, d2, "reshape+sum output");
+  tu_assert_close(o3, &w3, 1, 1e-5, 1e-5, 0, NULL, "rank-0 output");
+  st = get_stats(ctx);
+  cr_assert_eq(st.compiles, 1);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+//===--- jit_run_alloc -----------------------------------------------------------===//
+
+static void check_managed(DLManagedTensor *m, DLDataType dt, int rank,
+                          const int64_t *dims, const float *want, double rtol,
+                          double atol, const char *what) {
+  cr_assert(m != NULL, "%s: NULL managed tensor", what);
+  cr_assert(m->deleter != NULL, "%s: no deleter", what);
+  DLTensor *t = &m->dl_tensor;
+  cr_assert_eq(t->device.device_type, kDLCPU, "%s: device %d", what,
+               (int)t->device.device_type);
+  cr_assert(t->dtype.code == dt.code && t->dtype.bits == dt.bits &&
+                t->dtype.lanes == dt.lanes,
+            "%s: dtype {%d,%d,%d}", what, t->dtype.code, t->dtype.bits, t->dtype.lanes);
+  cr_assert(rank == 0 || t->shape != NULL, "%s: NULL shape", what);
+  tu_assert_shape(t->ndim, t->shape, rank, dims, what);
+  if (t->strides) {  // allowed, but must be dense row-major
+    int64_t s[8];
+    ref_strides(rank, dims, s);
+    for (int i = 0; i < rank; i++)
+      if (dims[i] > 1)
+        cr_assert_eq(t->strides[i], s[i], "%s: stride %d is %lld", what, i,
+                     (long long)t->strides[i]);
+  }
+  cr_assert(t->data != NULL, "%s: NULL data", what);
+  int64_t n = ref_numel(rank, dims);
+  float *got = tu_malloc((size_t)n * sizeof(float));
+  const char *base = (const char *)t->data + t->byte_offset;
+  if (tu_is_f16(dt))
+    ref_f16_to_f32_array((const uint16_t *)base, got, n);
+  else
+    memcpy(got, base, (size_t)n * sizeof(float));
+  tu_assert_close(got, want, n, rtol, atol, rank, dims, what);
+  free(got);
+}
+
+static void check_run_alloc(DLDataType dt) {
+  const int f16 = tu_is_f16(dt);
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "alloc");
+  int64_t dx[2] = {jit_symbol(g, "N"), 13};
+  const int perm[2] = {1, 0};
+  jit_value x = jit_input(g, "x", dt, 2, dx);
+  jit_output(g, jit_exp(g, x));               // [N, 13]
+  jit_output(g, jit_transpose(g, x, perm));   // [13, N]
+  TU_OK(jit_graph_finalize(g));
+  ref_rng rng;
+  ref_rng_seed(&rng, 41);
+  const int64_t ns[] = {3, 29};
+  for (int k = 0; k < 2; k++) {
+    int64_t n = ns[k], d[2] = {n, 13}, dt_[2];
+    float *xv = tu_malloc((size_t)(n * 13) * 4), *we = tu_malloc((size_t)(n * 13) * 4),
+          *wt = tu_malloc((size_t)(n * 13) * 4);
+    ref_rng_fill_signed(&rng, xv, n * 13);
+    void *px = tu_input_data(dt, xv, n * 13);
+    ref_unary(REF_EXP, xv, n * 13, we);
+    ref_transpose(xv, 2, d, perm, wt, dt_);
+    if (f16) ref_round_f16_array(we, n * 13);
+    DLTensor in = tu_tensor(px, dt, 2, d);
+    DLManagedTensor *outs[2] = {NULL, NULL};
+    TU_OK(jit_run_alloc(g, &in, 1, outs, 2));
+    check_managed(outs[0], dt, 2, d, we, f16 ? 5e-3 : 1e-5, f16 ? 1e-4 : 1e-6, "exp");
+    check_managed(outs[1], dt, 2, dt_, wt, 0.0, 0.0, "transpose");
+    outs[0]->deleter(outs[0]);
+    outs[1]->deleter(outs[1]);
+    free(xv);
+    free(we);
+    free(wt);
+    free(px);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(run, run_alloc_f32) { check_run_alloc(TU_F32); }
+Test(run, run_alloc_f16) { check_run_alloc(TU_F16); }
+
+Test(run, run_alloc_failure_allocates_nothing) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = build_layer(ctx);
+  float x[2 * 15] = {0}, w[IN * OUT] = {0}, b[OUT] = {0};
+  int64_t dx[2] = {2, 15}, dw[2] = {IN, OUT}, db[1] = {OUT};  // x has 15, not 16
+  DLTensor ins[3] = {tu_tensor(x, TU_F32, 2, dx), tu_tensor(w, TU_F32, 2, dw),
+                     tu_tensor(b, TU_F32, 1, db)};
+  DLManagedTensor *out = (DLManagedTensor *)&ins[0];  // not NULL: must be reset
+  jit_status s = jit_run_alloc(g, ins, 3, &out, 1);
+  TU_EXPECT_CODE(s, JIT_SHAPE_MISMATCH);
+  cr_expect(out == NULL, "out_outputs[0] not reset to NULL on failure");
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+//===--- Tensor layouts accepted at the boundary ---------------------------------===//
+
+Test(run, explicit_dense_strides_accepted) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = build_layer(ctx);
+  layer l;
+  layer_init(&l, 8);
+  float x[3 * IN], y[3 * OUT], want[3 * OUT];
+  ref_rng rng;
+  ref_rng_seed(&rng, 9);
+  ref_rng_fill_signed(&rng, x, 3 * IN);
+  layer_ref(&l, x, 3, want);
+  int64_t dx[2] = {3, IN}, sx[2] = {IN, 1}, dw[2] = {IN, OUT}, sw[2] = {OUT, 1},
+          db[1] = {OUT}, sb[1] = {1}, dy[2] = {3, OUT}, sy[2] = {OUT, 1};
+  DLTensor ins[3] = {tu_tensor(x, TU_F32, 2, dx), tu_tensor(l.w, TU_F32, 2, dw),
+                     tu_tensor(l.b, TU_F32, 1, db)};
+  ins[0].strides = sx;
+  ins[1].strides = sw;
+  ins[2].strides = sb;
+  DLTensor out = tu_tensor(y, TU_F32, 2, dy);
+  out.strides = sy;
+  TU_OK(jit_run(g, ins, 3, &out, 1));
+  tu_assert_close(y, want, 3 * OUT, 1e-5, 1e-5, 2, dy, "dense explicit strides");
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(run, byte_offset_honored_or_refused) {
+  // DLPack's byte_offset: the data starts that many bytes after `data`. The library
+  // must either honour it or refuse it as JIT_UNSUPPORTED, never read the wrong bytes.
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "offset");
+  int64_t gd[1] = {jit_symbol(g, "N")};
+  jit_value x = jit_input(g, "x", TU_F32, 1, gd);
+  jit_output(g, jit_mul(g, x, jit_scalar(g, 3.0, TU_F32)));
+  TU_OK(jit_graph_finalize(g));
+  float buf[4 + 9], y[9], want[9];
+  for (int i = 0; i < 13; i++) buf[i] = (float)(i - 4);
+  for (int i = 0; i < 9; i++) want[i] = 3.0f * buf[4 + i];
+  int64_t d[1] = {9};
+  DLTensor in = tu_tensor(buf, TU_F32, 1, d);
+  in.byte_offset = 4 * sizeof(float);
+  DLTensor out = tu_tensor(y, TU_F32, 1, d);
+  jit_status s = jit_run(g, &in, 1, &out, 1);
+  if (s) {
+    TU_EXPECT_CODE(s, JIT_UNSUPPORTED);
+    cr_log_info("byte_offset refused: %s", jit_status_message(s));
+    jit_status_free(s);
+  } else {
+    tu_assert_close(y, want, 9, 0.0, 0.0, 1, d, "input with byte_offset");
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+//===--- Options and logging --------------------------------------------------------===//
+
+Test(run, options_defaults) {
+  jit_options o;
+  memset(&o, 0x5a, sizeof(o));
+  jit_options_init(&o);
+  cr_assert_eq(o.struct_size, sizeof(jit_options));
+  cr_assert_eq(o.opt_level, 2);
+  cr_assert_eq(o.num_threads, 0);
+  cr_assert(o.log_fn == NULL);
+}
+
+typedef struct log_sink {
+  pthread_mutex_t mu;
+  int lines;
+  int bad;  // NULL message or level out of range
+} log_sink;
+
+static void log_to_sink(void *user, jit_log_level level, const char *message) {
+  log_sink *s = user;
+  pthread_mutex_lock(&s->mu);
+  s->lines++;
+  if (!message || level < JIT_LOG_ERROR || level > JIT_LOG_DEBUG) s->bad++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+Test(run, log_callback_receives_only_valid_lines) {
+  log_sink sink = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  jit_options o;
+  jit_options_init(&o);
+  o.log_fn = log_to_sink;
+  o.log_user_data = &sink;
+  o.log_level = JIT_LOG_DEBUG;
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  jit_graph *g = build_layer(ctx);
+  layer l;
+  layer_init(&l, 12);
+  layer_check(g, &l, 4, 1);
+  layer_check(g, &l, 4, 2);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  cr_assert_eq(sink.bad, 0, "%d of %d log lines had a NULL message or a bad level",
+               sink.bad, sink.lines);
+}
+
+//===--- Threads ------------------------------------------------------------------===//
+
+enum { THREADS = 4, RUNS_PER_THREAD = 12 };
+
+typedef struct worker {
+  jit_graph *graph;
+  layer *l;
+  pthread_barrier_t *start;
+  int id;
+  int64_t ns[RUNS_PER_THREAD];
+  char err[1024];
+  double worst;
+} worker;
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  pthread_barrier_wait(w->start);
+  w->worst = 0.0;
+  for (int i = 0; i < RUNS_PER_THREAD; i++) {
+    double e = layer_run(w->graph, w->l, w->ns[i], (uint64_t)(w->id * 1000 + i), w->err,
+                         sizeof(w->err));
+    if (e < 0.0) {
+      w->worst = -1.0;
+      return NULL;
+    }
+    if (!(e <= w->worst)) w->worst = e;
+    if (w->worst > 1e-5) {
+      snprintf(w->err, sizeof(w->err), "thread %d run %d N=%lld: max |error| %g", w->id,
+               i, (long long)w->ns[i], e);
+      return NULL;
+    }
+  }
+  return NULL;
+}
+
+// Each thread runs the sizes {3, 5, 9} four times each, in its own shuffled order;
+// graphs[t % n_graphs] is thread t's graph.
+static void run_threads(jit_graph **graphs, int n_graphs, layer *l) {
+  static const int64_t sizes[3] = {3, 5, 9};
+  pthread_barrier_t start;
+  cr_assert_eq(pthread_barrier_init(&start, NULL, THREADS), 0);
+  worker w[THREADS];
+  pthread_t th[THREADS];
+  ref_rng rng;
+  ref_rng_seed(&rng, 2024);
+  for (int t = 0; t < THREADS; t++) {
+    memset(&w[t], 0, sizeof(w[t]));
+    w[t].graph = graphs[t % n_graphs];
+    w[t].l = l;
+    w[t].start = &start;
+    w[t].id = t;
+    for (int i = 0; i < RUNS_PER_THREAD; i++) w[t].ns[i] = sizes[i % 3];
+    // Fisher-Yates, but every thread starts with a new shape (the first three runs
+    // cover all three sizes, so the threads race to compile each key).
+    for (int i = 2; i > 0; i--) {
+      int j = (int)(ref_rng_unit(&rng) * (i + 1));
+      int64_t tmp = w[t].ns[i];
+      w[t].ns[i] = w[t].ns[j];
+      w[t].ns[j] = tmp;
+    }
+    for (int i = RUNS_PER_THREAD - 1; i > 3; i--) {
+      int j = 3 + (int)(ref_rng_unit(&rng) * (i - 2));
+      int64_t tmp = w[t].ns[i];
+      w[t].ns[i] = w[t].ns[j];
+      w[t].ns[j] = tmp;
+    }
+  }
+  for (int t = 0; t < THREADS; t++)
+    cr_assert_eq(pthread_create(&th[t], NULL, worker_main, &w[t]), 0);
+  for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+  pthread_barrier_destroy(&start);
+  for (int t = 0; t < THREADS; t++) {
+    cr_assert(w[t].worst >= 0.0, "thread %d: %s", t, w[t].err);
+    cr_assert(w[t].worst <= 1e-5, "%s", w[t].err);
+  }
+}
+
+Test(run, threads_share_one_graph) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = build_layer(ctx);
+  layer l;
+  layer_init(&l, 31);
+  run_threads(&g, 1, &l);
+  jit_stats st = get_stats(ctx);
+  cr_assert_eq(st.runs, THREADS * RUNS_PER_THREAD, "runs %llu",
+               (unsigned long long)st.runs);
+  cr_assert_eq(st.compiles, 3, "compiles %llu: each of the 3 keys must compile once",
+               (unsigned long long)st.compiles);
+  cr_assert_eq(st.kernels, 3, "kernels %llu", (unsigned long long)st.kernels);
+  // Repeats after the first round are hits.
+  cr_assert(st.memory_hits >= THREADS * (RUNS_PER_THREAD - 3), "memory_hits %llu",
+            (unsigned long long)st.memory_hits);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(run, threads_on_two_graphs_of_one_context) {
+  // Two separately built graphs: threads 0 and 2 run one, threads 1 and 3 the other.
+  // Identical graphs may share kernels, so compiles is 3 (shared) or 6 (per graph).
+  jit_context *ctx = tu_context();
+  jit_graph *g[2] = {build_layer(ctx), build_layer(ctx)};
+  layer l;
+  layer_init(&l, 32);
+  run_threads(g, 2, &l);
+  jit_stats st = get_stats(ctx);
+  cr_assert_eq(st.runs, THREADS * RUNS_PER_THREAD);
+  cr_assert(st.compiles == 3 || st.compiles == 6, "compiles %llu",
+            (unsigned long long)st.compiles);
+  jit_graph_destroy(g[0]);
+  jit_graph_destroy(g[1]);
+  jit_context_destroy(ctx);
+}
