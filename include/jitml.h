@@ -110,6 +110,21 @@ typedef struct jit_options {
   jit_log_fn log_fn;
   void *log_user_data;
   jit_log_level log_level;
+  // On-disk kernel cache directory. NULL: $JITML_CACHE_DIR, else
+  // $XDG_CACHE_HOME/jitml, else ~/.cache/jitml. "" turns the disk cache off.
+  const char *cache_dir;
+  // Size limit of the disk cache in bytes; 0 = $JITML_CACHE_MAX_BYTES, else 1 GiB.
+  // Least recently used entries are evicted past it.
+  uint64_t cache_max_bytes;
+  // Entries unused for longer than this many seconds are evicted; 0 = no age limit.
+  uint64_t cache_max_age_s;
+  // Accept a cache directory owned by root that this process cannot write, and use
+  // it read-only (a shared, prewarmed cache). Directories writable by other users are
+  // always refused: loading object code from them would run their code.
+  int cache_allow_shared_readonly;
+  // If non-NULL (or $JITML_DUMP_IR is set), every compile writes the IR of each stage
+  // there as numbered files named by kernel key.
+  const char *dump_ir_dir;
 } jit_options;
 
 // Fills `options` with defaults. Always call it before setting fields.
@@ -127,15 +142,25 @@ typedef struct jit_stats {
   size_t struct_size;
   uint64_t runs;            // jit_run calls that ran a kernel
   uint64_t memory_hits;     // runs served by an already loaded kernel
-  uint64_t misses;          // runs that found no kernel for their key
+  uint64_t misses;          // runs that found no loaded kernel for their key
   uint64_t compiles;        // kernels compiled (one per key, however many threads ask)
   double compile_ms;        // total time spent compiling
   uint64_t kernels;         // kernels loaded now
+  uint64_t disk_hits;       // kernels loaded from the disk cache instead of compiled
+  double load_ms;           // total time spent loading kernels from the disk cache
+  uint64_t bytes_written;   // bytes written to the disk cache
+  uint64_t bytes_read;      // bytes read from the disk cache
+  uint64_t evictions;       // entries removed by the size or age limit
+  uint64_t bad_entries;     // corrupt or foreign entries found, removed and recompiled
 } jit_stats;
 
 // Copies the context's counters into `out_stats` (whose struct_size the caller sets,
 // or 0 for sizeof(jit_stats)). Thread-safe.
 JIT_API jit_status jit_context_stats(jit_context *ctx, jit_stats *out_stats);
+
+// Frees a string the library returned (jit_graph_to_mlir, jit_cache_explain). NULL is
+// a no-op.
+JIT_API void jit_string_free(char *text);
 
 //===--- Graphs ----------------------------------------------------------===//
 
@@ -223,6 +248,21 @@ JIT_API jit_value jit_reshape(jit_graph *graph, jit_value x, int rank, const int
 // JIT_INVALID_ARGUMENT if the graph has no outputs. Required before running.
 JIT_API jit_status jit_graph_finalize(jit_graph *graph);
 
+// Creates a graph from MLIR text: a module whose function `entry_name` (NULL: the only
+// or first public func.func) takes and returns ranked tensors of f32/f16 with static
+// and `?` dims, its body in the func, arith, math, tensor, linalg and tosa dialects.
+// Each `?` dim becomes a symbol; an argument attribute `jit.dims = ["N", 784]` names
+// dims so that equal names must bind to equal sizes. At run time the function is
+// specialized for the concrete input shapes. The graph is returned finalized.
+// `text` need not be NUL-terminated. Returns JIT_PARSE_ERROR (with "line:col" of the
+// MLIR diagnostics), JIT_INVALID_ARGUMENT (missing entry, non-tensor argument),
+// JIT_UNSUPPORTED (dialect, op or element type).
+JIT_API jit_status jit_graph_from_mlir(jit_context *ctx, const char *text, size_t length,
+                                       const char *entry_name, jit_graph **out_graph);
+// Writes `graph` (finalized) as MLIR text: a module with one func.func on tensors whose
+// `?` dims carry the symbol names in `jit.dims`. Free with jit_string_free.
+JIT_API jit_status jit_graph_to_mlir(jit_graph *graph, char **out_text);
+
 // Number of inputs / outputs of a graph.
 JIT_API int jit_graph_num_inputs(const jit_graph *graph);
 JIT_API int jit_graph_num_outputs(const jit_graph *graph);
@@ -251,6 +291,14 @@ JIT_API jit_status jit_run(jit_graph *graph, const DLTensor *inputs, int n_input
 // releases by calling their deleter. On failure nothing is allocated.
 JIT_API jit_status jit_run_alloc(jit_graph *graph, const DLTensor *inputs, int n_inputs,
                                  DLManagedTensor **out_outputs, int n_outputs);
+
+//===--- Kernel cache ----------------------------------------------------===//
+
+// Explains why `inputs` would (or would not) hit the disk cache for `graph`: the key
+// components that differ from the nearest entries of the same graph, e.g. "input 0
+// `x` dim 0: 17 vs cached 16, 32". Compiles nothing. Free with jit_string_free.
+JIT_API jit_status jit_cache_explain(jit_graph *graph, const DLTensor *inputs,
+                                     int n_inputs, char **out_text);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -19,6 +19,8 @@ const char *jit_version(void) {
 
 int jit_version_number(void) { return JIT_VERSION_NUMBER; }
 
+void jit_string_free(char *text) { free(text); }
+
 void jit_options_init(jit_options *o) {
   if (!o) return;
   memset(o, 0, sizeof(*o));

@@ -318,6 +318,7 @@ void jit_graph_destroy(jit_graph *g) {
   free(g->outputs);
   free(g->symbols);
   jit_status_free(g->error);
+  jit__mlir_graph_free(g->mlir);
   free(g->name);
   free(g);
 }

@@ -54,8 +54,13 @@ typedef struct jit__gnode {
 
 #define JIT__DIM_UNKNOWN INT64_MIN
 
+// A graph imported from MLIR text (jit/graph_mlir.c): its nodes are only the INPUT
+// nodes of the function's arguments; the body lives here.
+typedef struct jit__mlir_graph jit__mlir_graph;
+
 struct jit_graph {
   jit_context *ctx;
+  jit__mlir_graph *mlir;  // non-NULL for graphs from jit_graph_from_mlir
   char *name;
   jit__gnode *nodes;
   uint32_t n_nodes, cap_nodes;
@@ -73,5 +78,24 @@ struct jit_graph {
 // Used at run time for every node; fails with a message naming the node and op.
 jit_status jit__infer_concrete(const jit_graph *g, uint32_t i, const jit__node *shapes,
                                const int64_t *symbol_values, jit__node *out);
+
+// The shape and dtype of one output for one binding.
+typedef struct jit__oshape {
+  int rank;
+  int64_t dims[JIT_MAX_RANK];
+  jit__dtype dtype;
+} jit__oshape;
+
+//===--- Graphs from MLIR (jit/graph_mlir.c) ------------------------------===//
+
+void jit__mlir_graph_free(jit__mlir_graph *m);
+// The output shapes of `g` (an MLIR graph) for `inputs`, whose symbols were bound and
+// checked already. Refines the function's shapes through its body; compiles nothing.
+jit_status jit__mlir_graph_bind(const jit_graph *g, const DLTensor *inputs,
+                                jit__oshape *out_shapes);
+// Compiles `g` (an MLIR graph) specialized for the shapes of `inputs`.
+jit_status jit__mlir_graph_compile(const jit_graph *g, const DLTensor *inputs,
+                                   const char *func_name, const jit__lower_options *lo,
+                                   jit__artifact *out);
 
 #endif  // JITML_JIT_INTERNAL_H_

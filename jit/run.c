@@ -23,12 +23,6 @@ typedef enum jit__kstate {
   JIT__K_FAILED,
 } jit__kstate;
 
-typedef struct jit__oshape {
-  int rank;
-  int64_t dims[JIT_MAX_RANK];
-  jit__dtype dtype;
-} jit__oshape;
-
 struct jit__kernel {
   uint8_t key[16];
   jit__kstate state;            // guarded by ctx->mu; READY and FAILED are final
@@ -191,10 +185,10 @@ static jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_in
   return status;
 }
 
-// Binds every symbol from the input shapes and infers each node's concrete shape into
-// `shapes` (n_nodes entries). The inputs passed jit__inputs_key.
-static jit_status jit__bind(const jit_graph *g, const DLTensor *inputs,
-                            int64_t *symvals, jit__node *shapes) {
+// Binds every symbol from the input shapes into `symvals`, checking static dims and
+// that each symbol gets one size. The inputs passed jit__inputs_key.
+static jit_status jit__bind_symbols(const jit_graph *g, const DLTensor *inputs,
+                                    int64_t *symvals) {
   // Which input and dim bound each symbol, for messages.
   int bound_in[64], bound_dim[64];
   for (uint32_t s = 0; s < g->n_symbols; s++) symvals[s] = -1;
@@ -235,6 +229,15 @@ static jit_status jit__bind(const jit_graph *g, const DLTensor *inputs,
       }
     }
   }
+  return NULL;
+}
+
+// Binds the symbols and infers every node's concrete shape into `shapes` (n_nodes
+// entries) and the outputs' into `oshapes`. For MLIR graphs `shapes` is unused.
+static jit_status jit__bind(const jit_graph *g, const DLTensor *inputs,
+                            int64_t *symvals, jit__node *shapes, jit__oshape *oshapes) {
+  JIT_PROPAGATE(jit__bind_symbols(g, inputs, symvals));
+  if (g->mlir) return jit__mlir_graph_bind(g, inputs, oshapes);
   for (uint32_t i = 0; i < g->n_nodes; i++) {
     const jit__node *n = &g->nodes[i].n;
     shapes[i] = *n;
@@ -244,6 +247,12 @@ static jit_status jit__bind(const jit_graph *g, const DLTensor *inputs,
       continue;
     }
     JIT_PROPAGATE(jit__infer_concrete(g, i, shapes, symvals, &shapes[i]));
+  }
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *o = &shapes[g->outputs[j]];
+    oshapes[j].rank = o->rank;
+    memcpy(oshapes[j].dims, o->dims, sizeof(o->dims));
+    oshapes[j].dtype = o->dtype;
   }
   return NULL;
 }
@@ -263,8 +272,9 @@ static double jit__now_ms(void) {
 }
 
 // Compiles and loads the kernel for one binding. Pure in its inputs but for the load.
-static jit_status jit__compile_and_load(jit_graph *g, const jit__node *shapes,
-                                        const uint8_t key[16], jit__cpu_kernel_fn *fn) {
+static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
+                                        const jit__node *shapes, const uint8_t key[16],
+                                        jit__cpu_kernel_fn *fn) {
   jit_context *ctx = g->ctx;
   char func_name[48];
   int n = snprintf(func_name, sizeof(func_name), "jit_");
@@ -274,7 +284,8 @@ static jit_status jit__compile_and_load(jit_graph *g, const jit__node *shapes,
   const jit__cpu_target *t = jit__cpu_host_target();
   jit__lower_options lo = {ctx->options.opt_level, NULL, t->triple, t->cpu, t->features};
   jit__artifact art;
-  JIT_PROPAGATE(jit__compile_cpu(&lg, func_name, &lo, &art));
+  JIT_PROPAGATE(g->mlir ? jit__mlir_graph_compile(g, inputs, func_name, &lo, &art)
+                        : jit__compile_cpu(&lg, func_name, &lo, &art));
   jit__log(ctx, JIT_LOG_DEBUG,
            "graph `%s`: kernel %s: MLIR %.1f ms, LLVM IR + O2 %.1f ms, codegen %.1f ms, "
            "%zu-byte object",
@@ -321,18 +332,12 @@ static jit_status jit__dispatch(jit_graph *g, const DLTensor *inputs,
     status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
     goto fail;
   }
-  status = jit__bind(g, inputs, symvals, shapes);
+  status = jit__bind(g, inputs, symvals, shapes, oshapes);
   if (status) goto fail;
   memcpy(k->key, key, 16);
   k->n_outputs = g->n_outputs;
   k->outputs = oshapes;
   oshapes = NULL;
-  for (uint32_t j = 0; j < g->n_outputs; j++) {
-    const jit__node *o = &shapes[g->outputs[j]];
-    k->outputs[j].rank = o->rank;
-    memcpy(k->outputs[j].dims, o->dims, sizeof(o->dims));
-    k->outputs[j].dtype = o->dtype;
-  }
   pthread_mutex_lock(&ctx->mu);
   jit__kernel *other = jit__table_find(&ctx->table, key);
   if (other) {
@@ -359,7 +364,7 @@ static jit_status jit__dispatch(jit_graph *g, const DLTensor *inputs,
 
   double t0 = jit__now_ms();
   jit__cpu_kernel_fn fn = NULL;
-  status = jit__compile_and_load(g, shapes, key, &fn);
+  status = jit__compile_and_load(g, inputs, shapes, key, &fn);
   double ms = jit__now_ms() - t0;
   atomic_fetch_add_explicit(&ctx->compiles, 1, memory_order_relaxed);
   if (status)
@@ -480,31 +485,40 @@ jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
   return NULL;
 }
 
+// Binds `inputs` and writes every output's shape and dtype (g->n_outputs entries).
+static jit_status jit__output_shapes(jit_graph *g, const DLTensor *inputs, int n_inputs,
+                                     jit__oshape *oshapes) {
+  uint8_t key[16];
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, key));
+  int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
+  jit__node *shapes = malloc(sizeof(jit__node) * (g->n_nodes + 1));
+  jit_status s = NULL;
+  if (!symvals || !shapes)
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+  else
+    s = jit__bind(g, inputs, symvals, shapes, oshapes);
+  free(symvals);
+  free(shapes);
+  return s;
+}
+
 jit_status jit_output_shape(jit_graph *g, const DLTensor *inputs, int n_inputs,
                             int index, int *out_rank, int64_t *out_dims) {
   if (out_rank) *out_rank = 0;
   if (!g || !out_rank || !out_dims)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_output_shape: %s is NULL",
                    !g ? "graph" : !out_rank ? "out_rank" : "out_dims");
-  uint8_t key[16];
-  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, key));
-  if (index < 0 || index >= (int)g->n_outputs)
+  if (g->finalized && (index < 0 || index >= (int)g->n_outputs))
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: output index %d not in [0, %u)",
                    g->name, index, g->n_outputs);
-  int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
-  jit__node *shapes = malloc(sizeof(jit__node) * g->n_nodes);
-  jit_status s = NULL;
-  if (!symvals || !shapes)
-    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_output_shape: out of memory");
-  else
-    s = jit__bind(g, inputs, symvals, shapes);
+  jit__oshape *oshapes = malloc(sizeof(jit__oshape) * (g->n_outputs + 1));
+  if (!oshapes) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_output_shape: out of memory");
+  jit_status s = jit__output_shapes(g, inputs, n_inputs, oshapes);
   if (!s) {
-    const jit__node *o = &shapes[g->outputs[index]];
-    *out_rank = o->rank;
-    memcpy(out_dims, o->dims, sizeof(int64_t) * (size_t)o->rank);
+    *out_rank = oshapes[index].rank;
+    memcpy(out_dims, oshapes[index].dims, sizeof(int64_t) * (size_t)oshapes[index].rank);
   }
-  free(symvals);
-  free(shapes);
+  free(oshapes);
   return s;
 }
 
@@ -531,8 +545,12 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d", g->name,
                    g->n_outputs, n_outputs);
   DLTensor *views = calloc((size_t)n_outputs + 1, sizeof(DLTensor));
-  if (!views) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory");
+  jit__oshape *oshapes = calloc((size_t)n_outputs + 1, sizeof(jit__oshape));
   jit_status s = NULL;
+  if (!views || !oshapes)
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory");
+  else
+    s = jit__output_shapes(g, inputs, n_inputs, oshapes);
   for (int j = 0; j < n_outputs && !s; j++) {
     jit__owned_tensor *o = calloc(1, sizeof(*o));
     if (!o) {
@@ -541,15 +559,13 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
     }
     out_outputs[j] = &o->managed;
     o->managed.deleter = jit__owned_deleter;
-    int rank = 0;
-    s = jit_output_shape(g, inputs, n_inputs, j, &rank, o->shape);
-    if (s) break;
-    const jit__node *node = &g->nodes[g->outputs[j]].n;
+    int rank = oshapes[j].rank;
+    memcpy(o->shape, oshapes[j].dims, sizeof(int64_t) * (size_t)rank);
     DLTensor *t = &o->managed.dl_tensor;
     t->device = (DLDevice){kDLCPU, 0};
     t->ndim = rank;
     t->shape = o->shape;
-    t->dtype = (DLDataType){kDLFloat, node->dtype == JIT__F16 ? 16 : 32, 1};
+    t->dtype = (DLDataType){kDLFloat, oshapes[j].dtype == JIT__F16 ? 16 : 32, 1};
     size_t bytes = jit__numel(rank, o->shape) * (t->dtype.bits / 8);
     // 64-byte alignment: whole cache lines and aligned vector loads for the kernel.
     t->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -562,6 +578,7 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
   }
   if (!s) s = jit_run(g, inputs, n_inputs, views, n_outputs);
   free(views);
+  free(oshapes);
   if (s) {
     for (int j = 0; j < n_outputs; j++) {
       if (out_outputs[j]) out_outputs[j]->deleter(out_outputs[j]);

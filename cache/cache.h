@@ -1,0 +1,137 @@
+//===--- cache.h - the on-disk kernel cache (internal) ---------------------===//
+//
+// "Get bytes by key / put bytes by key", verified. Knows nothing of MLIR, graphs or
+// devices: an entry is a 128-bit key, a payload kind, opaque metadata and payload
+// bytes, and a text of the key's components (so a miss can be explained). A hit never
+// creates an MLIR context.
+//
+// Layout: one file per entry, <dir>/<2 hex>/<32 hex>.jitk, written to a temp file in
+// the same directory, fsync'ed, then renamed into place (readers never see a partial
+// file and take no lock). Each file starts with a header: magic, format version, key,
+// payload kind, lengths and an XXH3-128 checksum of everything after the header; every
+// load verifies all of it before the bytes leave this module. A bad entry is removed,
+// counted and logged, and reported as a miss.
+//
+// Per-key advisory file locks (<dir>/locks/<32 hex>.lock, flock) let concurrent
+// processes compile each key once: the first takes the lock and compiles, the others
+// wait (bounded) and then find the entry. Eviction (size limit, LRU by access time,
+// optional max age) runs at most every few minutes, never on a hit, and tolerates
+// concurrent readers (an evicted entry just becomes a miss).
+//
+// A cache that cannot be used (missing/read-only/full directory, unsafe permissions)
+// never fails a run: the handle goes "disabled" (everything misses, puts are dropped)
+// and logs the reason once.
+//
+// Thread-safe: one handle may be used from many threads.
+//
+//===----------------------------------------------------------------------===//
+#ifndef JITML_CACHE_CACHE_H_
+#define JITML_CACHE_CACHE_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jitml.h"
+
+#define JIT__CACHE_FORMAT_VERSION 1
+
+typedef enum jit__payload_kind {
+  JIT__PAYLOAD_CPU_OBJECT = 1,  // ELF object for the host CPU
+  JIT__PAYLOAD_PTX = 2,
+  JIT__PAYLOAD_CUBIN = 3,
+  JIT__PAYLOAD_SPIRV = 4,
+  JIT__PAYLOAD_VK_PIPELINE_CACHE = 5,
+} jit__payload_kind;
+
+typedef struct jit__cache jit__cache;
+
+typedef struct jit__cache_options {
+  // As jit_options.cache_dir: NULL = $JITML_CACHE_DIR, else $XDG_CACHE_HOME/jitml,
+  // else $HOME/.cache/jitml; "" = disabled.
+  const char *dir;
+  uint64_t max_bytes;          // 0: $JITML_CACHE_MAX_BYTES, else 1 GiB
+  uint64_t max_age_s;          // 0: none
+  bool allow_shared_readonly;  // accept a root-owned dir we cannot write (read-only)
+  // Logging (may be NULL): the same callback as the context's.
+  void (*log)(void *user, jit_log_level level, const char *message);
+  void *log_user;
+  // Test hook: if non-zero, a put aborts the process (SIGKILL itself) after writing
+  // this many payload bytes to the temp file, to simulate a crash mid-write.
+  uint64_t fault_kill_after_bytes;
+} jit__cache_options;
+
+typedef struct jit__cache_stats {
+  uint64_t hits, misses, puts, bytes_written, bytes_read, evictions, bad_entries,
+      lock_timeouts;
+} jit__cache_stats;
+
+// What an entry holds. On put, the caller fills it; on get, the cache fills it with
+// malloc'ed buffers the caller frees with jit__cache_entry_release.
+typedef struct jit__cache_entry {
+  uint8_t key[16];
+  jit__payload_kind kind;
+  void *meta;              // opaque record (entry point, argument layout, launch dims)
+  size_t meta_size;
+  void *payload;           // object / PTX / cubin / SPIR-V bytes
+  size_t payload_size;
+  char *components;        // "name=value\n" lines the key was hashed from
+} jit__cache_entry;
+
+void jit__cache_entry_release(jit__cache_entry *entry);
+
+// Opens (creating 0700 if needed) the cache. Returns NULL status and a handle in every
+// case but out-of-memory; an unusable directory gives a disabled handle and one log
+// line saying why. `out_dir_used` reports the directory (or "" when disabled).
+jit_status jit__cache_open(const jit__cache_options *options, jit__cache **out_cache);
+void jit__cache_close(jit__cache *cache);
+bool jit__cache_enabled(const jit__cache *cache);
+const char *jit__cache_dir(const jit__cache *cache);      // "" when disabled
+const char *jit__cache_disabled_reason(const jit__cache *cache);  // NULL if enabled
+
+// Looks `key` up. On a verified hit returns NULL with *found = true and `out` filled
+// (the caller releases it). A miss, or a bad entry (removed, counted, logged), returns
+// NULL with *found = false. Non-NULL only for out-of-memory.
+jit_status jit__cache_get(jit__cache *cache, const uint8_t key[16],
+                          jit__cache_entry *out, bool *found);
+
+// Stores `entry` atomically (temp + fsync + rename, 0600). Failures (read-only, full
+// disk) are logged once, counted, and return NULL: the cache is best effort.
+jit_status jit__cache_put(jit__cache *cache, const jit__cache_entry *entry);
+
+// Per-key cross-process lock. Waits at most `timeout_ms`; *acquired says whether the
+// lock is held (false after a timeout or on a disabled cache: compile anyway).
+typedef struct jit__cache_lock {
+  int fd;
+} jit__cache_lock;
+void jit__cache_lock_key(jit__cache *cache, const uint8_t key[16], int timeout_ms,
+                         jit__cache_lock *out_lock, bool *acquired);
+void jit__cache_unlock(jit__cache_lock *lock);
+
+// Calls `fn` for each valid entry (header read and checked; payload not loaded, so
+// `payload` is NULL and `payload_size` is its length). Stops when fn returns false.
+// `path` is the entry's file; `atime`/`size` from stat.
+typedef bool (*jit__cache_visit_fn)(void *user, const jit__cache_entry *entry,
+                                    const char *path, uint64_t size, int64_t atime);
+jit_status jit__cache_list(jit__cache *cache, jit__cache_visit_fn fn, void *user);
+
+// Verifies every entry fully (checksum included), removing bad ones; counts in *bad.
+jit_status jit__cache_verify(jit__cache *cache, uint64_t *checked, uint64_t *bad);
+// Applies the size/age limits now (the cache also does this by itself, rate-limited).
+jit_status jit__cache_prune(jit__cache *cache, uint64_t *evicted);
+// Removes every entry.
+jit_status jit__cache_clear(jit__cache *cache, uint64_t *removed);
+
+void jit__cache_get_stats(jit__cache *cache, jit__cache_stats *out);
+
+// Bundles: every valid entry plus a manifest in one file (a deployment ships a
+// prewarmed cache to another machine of the same target). Import verifies each entry
+// before storing it; a bundle from another format version is refused.
+jit_status jit__cache_export(jit__cache *cache, const char *bundle_path, uint64_t *count);
+jit_status jit__cache_import(jit__cache *cache, const char *bundle_path, uint64_t *count);
+
+// A stable identity of the running libjitml binary (the ELF build-id of the shared
+// object, else a hash of its file), so a rebuilt library never loads stale kernels.
+const char *jit__library_build_id(void);
+
+#endif  // JITML_CACHE_CACHE_H_
