@@ -10,13 +10,16 @@
 // file and take no lock). Each file starts with a header: magic, format version, key,
 // payload kind, lengths and an XXH3-128 checksum of everything after the header; every
 // load verifies all of it before the bytes leave this module. A bad entry is removed,
-// counted and logged, and reported as a miss.
+// counted and logged, and reported as a miss. (The byte layout is in cache/internal.h;
+// temp files are "<dir>/<2 hex>/.tmp-<32 hex>-XXXXXX", flock'ed by their writer.)
 //
 // Per-key advisory file locks (<dir>/locks/<32 hex>.lock, flock) let concurrent
 // processes compile each key once: the first takes the lock and compiles, the others
 // wait (bounded) and then find the entry. Eviction (size limit, LRU by access time,
-// optional max age) runs at most every few minutes, never on a hit, and tolerates
-// concurrent readers (an evicted entry just becomes a miss).
+// optional max age) runs from puts, never on a hit: at most every 5 minutes per process
+// and only if no process pruned in that time (<dir>/.last_prune), or at once after a
+// process wrote a tenth of the limit. It tolerates concurrent readers (an evicted
+// entry just becomes a miss).
 //
 // A cache that cannot be used (missing/read-only/full directory, unsafe permissions)
 // never fails a run: the handle goes "disabled" (everything misses, puts are dropped)
@@ -56,14 +59,16 @@ typedef struct jit__cache_options {
   // Logging (may be NULL): the same callback as the context's.
   void (*log)(void *user, jit_log_level level, const char *message);
   void *log_user;
-  // Test hook: if non-zero, a put aborts the process (SIGKILL itself) after writing
-  // this many payload bytes to the temp file, to simulate a crash mid-write.
+  // Test hook: if non-zero and smaller than a put's payload, that put kills the
+  // process (raise(SIGKILL)) after writing this many payload bytes to the temp file,
+  // to simulate a crash mid-write.
   uint64_t fault_kill_after_bytes;
 } jit__cache_options;
 
 typedef struct jit__cache_stats {
   uint64_t hits, misses, puts, bytes_written, bytes_read, evictions, bad_entries,
       lock_timeouts;
+  uint64_t puts_dropped;  // puts not stored: disabled, read-only, or a write failed
 } jit__cache_stats;
 
 // What an entry holds. On put, the caller fills it; on get, the cache fills it with
@@ -80,27 +85,47 @@ typedef struct jit__cache_entry {
 
 void jit__cache_entry_release(jit__cache_entry *entry);
 
-// Opens (creating 0700 if needed) the cache. Returns NULL status and a handle in every
-// case but out-of-memory; an unusable directory gives a disabled handle and one log
-// line saying why. `out_dir_used` reports the directory (or "" when disabled).
+// Opens (creating 0700 if needed, parents too) the cache. Returns NULL status and a
+// handle in every case but out-of-memory (JIT_RESOURCE_EXHAUSTED) or a NULL
+// out_cache (JIT_INVALID_ARGUMENT); an unusable directory gives a disabled handle and
+// one log line saying why. Refused (disabled): a directory writable by group or
+// others, or owned by another user, except a root-owned one with
+// allow_shared_readonly, which is used read-only; so is our own directory when it is
+// not writable. jit__cache_dir reports the absolute directory (or "" when disabled).
 jit_status jit__cache_open(const jit__cache_options *options, jit__cache **out_cache);
 void jit__cache_close(jit__cache *cache);
 bool jit__cache_enabled(const jit__cache *cache);
 const char *jit__cache_dir(const jit__cache *cache);      // "" when disabled
 const char *jit__cache_disabled_reason(const jit__cache *cache);  // NULL if enabled
+// True for an enabled cache that only serves hits (a shared root-owned directory, or
+// one this process cannot write): puts are dropped.
+bool jit__cache_read_only(const jit__cache *cache);
+
+// Writes `key` as 32 lowercase hex digits and a NUL (the entry's file name stem).
+void jit__cache_key_hex(const uint8_t key[16], char out[33]);
 
 // Looks `key` up. On a verified hit returns NULL with *found = true and `out` filled
-// (the caller releases it). A miss, or a bad entry (removed, counted, logged), returns
-// NULL with *found = false. Non-NULL only for out-of-memory.
+// (the caller releases it; `meta`/`payload` are NULL when their size is 0,
+// `components` is always a NUL-terminated string) and stamps the entry's access time
+// for LRU. A miss, or a bad entry (removed, counted, logged; this includes a file not
+// owned by the directory's owner or writable by group/others), returns NULL with
+// *found = false. Non-NULL only for out-of-memory (JIT_RESOURCE_EXHAUSTED) or NULL
+// arguments (JIT_INVALID_ARGUMENT). Takes no lock.
 jit_status jit__cache_get(jit__cache *cache, const uint8_t key[16],
                           jit__cache_entry *out, bool *found);
 
-// Stores `entry` atomically (temp + fsync + rename, 0600). Failures (read-only, full
-// disk) are logged once, counted, and return NULL: the cache is best effort.
+// Stores `entry` atomically (temp + fsync + rename, 0600), replacing any entry of the
+// key. `components` (may be NULL) is stored up to its NUL. Failures (disabled,
+// read-only, full disk) are logged once, counted in puts_dropped, and return NULL: the
+// cache is best effort. JIT_INVALID_ARGUMENT only for caller bugs (NULL entry, unknown
+// kind, a size without a buffer). May prune afterwards (see the top of this file).
 jit_status jit__cache_put(jit__cache *cache, const jit__cache_entry *entry);
 
-// Per-key cross-process lock. Waits at most `timeout_ms`; *acquired says whether the
-// lock is held (false after a timeout or on a disabled cache: compile anyway).
+// Per-key cross-process lock. Waits at most `timeout_ms` (<= 0: one try); *acquired
+// says whether the lock is held (false after a timeout, counted in lock_timeouts, or
+// on a disabled or read-only cache: compile anyway). Each call opens its own lock
+// file description, so threads of one process exclude each other too. Release with
+// jit__cache_unlock (also when not acquired: it is then a no-op, as is a second call).
 typedef struct jit__cache_lock {
   int fd;
 } jit__cache_lock;
@@ -108,30 +133,43 @@ void jit__cache_lock_key(jit__cache *cache, const uint8_t key[16], int timeout_m
                          jit__cache_lock *out_lock, bool *acquired);
 void jit__cache_unlock(jit__cache_lock *lock);
 
-// Calls `fn` for each valid entry (header read and checked; payload not loaded, so
-// `payload` is NULL and `payload_size` is its length). Stops when fn returns false.
-// `path` is the entry's file; `atime`/`size` from stat.
+// Calls `fn` for each valid entry, in no particular order (header read and checked,
+// meta and components loaded; payload not loaded, so `payload` is NULL and
+// `payload_size` is its length; the checksum is not verified). An entry whose header
+// is bad is removed and counted as in a get. Stops when fn returns false. `path` is
+// the entry's file; `atime` (seconds; last use) and `size` from stat; all borrowed for
+// the call. Returns JIT_UNAVAILABLE on a disabled cache, JIT_CACHE_ERROR if the
+// directory cannot be read.
 typedef bool (*jit__cache_visit_fn)(void *user, const jit__cache_entry *entry,
                                     const char *path, uint64_t size, int64_t atime);
 jit_status jit__cache_list(jit__cache *cache, jit__cache_visit_fn fn, void *user);
 
 // Verifies every entry fully (checksum included), removing bad ones; counts in *bad.
 jit_status jit__cache_verify(jit__cache *cache, uint64_t *checked, uint64_t *bad);
-// Applies the size/age limits now (the cache also does this by itself, rate-limited).
+// Applies the size/age limits now (the cache also does this by itself, rate-limited):
+// entries unused for max_age_s go, and past 90% of max_bytes the least recently used
+// go until 90% is left. Also removes temp files of dead writers and old unheld lock
+// files. JIT_CACHE_ERROR on a read-only cache.
 jit_status jit__cache_prune(jit__cache *cache, uint64_t *evicted);
-// Removes every entry.
+// Removes every entry (and dead writers' temp files and unheld lock files). A put
+// in flight in another process may still land afterwards.
 jit_status jit__cache_clear(jit__cache *cache, uint64_t *removed);
 
 void jit__cache_get_stats(jit__cache *cache, jit__cache_stats *out);
 
 // Bundles: every valid entry plus a manifest in one file (a deployment ships a
-// prewarmed cache to another machine of the same target). Import verifies each entry
-// before storing it; a bundle from another format version is refused.
+// prewarmed cache to another machine of the same target; layout in cache/bundle.c).
+// Export writes the bundle atomically (temp + rename) and skips (removes) bad entries.
+// Import verifies the whole bundle before storing anything: a damaged bundle, or one
+// from another format version, is refused with JIT_CACHE_ERROR and imports nothing.
+// Imported entries replace existing ones of the same key.
 jit_status jit__cache_export(jit__cache *cache, const char *bundle_path, uint64_t *count);
 jit_status jit__cache_import(jit__cache *cache, const char *bundle_path, uint64_t *count);
 
-// A stable identity of the running libjitml binary (the ELF build-id of the shared
-// object, else a hash of its file), so a rebuilt library never loads stale kernels.
+// A stable identity of the running libjitml binary, so a rebuilt library never loads
+// stale kernels: "gnu-<hex>" (the NT_GNU_BUILD_ID note of the object containing this
+// code), else "xxh3-<32 hex>" (a hash of its file), else "unknown". Computed once;
+// the string is static. Thread-safe.
 const char *jit__library_build_id(void);
 
 #endif  // JITML_CACHE_CACHE_H_
