@@ -2,8 +2,10 @@
 //
 // Builds   y = softmax(gelu(x W1 + b1) W2 + b2)   once, with the batch size N left
 // symbolic, and runs it for N = 1, 7 and 64. The first jit_run for each N compiles a
-// kernel specialized for that shape; the second finds it in memory. Every result is
-// checked against a plain-C reference.
+// kernel specialized for that shape (or loads it from the disk cache, if an earlier
+// process compiled it); the second finds it in memory; a second context, standing in
+// for a new process, loads it from the disk cache. Every result is checked against a
+// plain-C reference.
 //
 //   build/examples/mlp
 //
@@ -166,9 +168,23 @@ typedef struct weights {
   float *w1, *b1, *w2, *b2;
 } weights;
 
-// Runs the graph twice for batch size `n`, checks the result against the reference
-// and prints one line. Returns false on a failed status or a mismatch.
-static bool run_one(jit_graph *graph, const weights *w, int64_t n) {
+// Where the last kernel came from, from the change in a context's stats.
+static const char *source(const jit_stats *before, const jit_stats *after) {
+  if (after->compiles > before->compiles) return "compiled";
+  if (after->disk_hits > before->disk_hits) return "disk";
+  return "memory";
+}
+
+static bool stats_of(jit_context *ctx, jit_stats *st) {
+  memset(st, 0, sizeof *st);
+  st->struct_size = sizeof *st;
+  return ok(jit_context_stats(ctx, st), "jit_context_stats");
+}
+
+// Runs the graph twice for batch size `n`, then once in `fresh` (the same graph in
+// another context), checks the result against the reference and prints one line.
+// Returns false on a failed status or a mismatch.
+static bool run_one(jit_graph *graph, jit_graph *fresh, const weights *w, int64_t n) {
   bool passed = false;
   float *x = random_array((size_t)n * IN, -1.0f, 1.0f);
   float *y = NULL;
@@ -210,15 +226,32 @@ static bool run_one(jit_graph *graph, const weights *w, int64_t n) {
   }
   const DLTensor outputs[] = {f32_tensor(y, rank, dims)};
 
-  // The first call for this N binds N, misses the kernel table and compiles.
+  // The first call for this N binds N, misses the kernel table and compiles (or
+  // loads the kernel from the disk cache).
+  jit_stats before, after;
+  jit_context *ctx = jit_graph_context(graph);
+  if (!stats_of(ctx, &before)) goto done;
   double t0 = now_ms();
   if (!ok(jit_run(graph, inputs, n_inputs, outputs, 1), "jit_run (first)")) goto done;
   double first_ms = now_ms() - t0;
+  if (!stats_of(ctx, &after)) goto done;
+  const char *first_from = source(&before, &after);
 
   // The second call finds the kernel for this N already loaded.
   t0 = now_ms();
   if (!ok(jit_run(graph, inputs, n_inputs, outputs, 1), "jit_run (second)")) goto done;
   double second_ms = now_ms() - t0;
+
+  // A new context has an empty kernel table, like a new process: its first call
+  // loads the kernel from the disk cache instead of compiling it.
+  jit_context *fresh_ctx = jit_graph_context(fresh);
+  if (!stats_of(fresh_ctx, &before)) goto done;
+  t0 = now_ms();
+  if (!ok(jit_run(fresh, inputs, n_inputs, outputs, 1), "jit_run (new context)"))
+    goto done;
+  double fresh_ms = now_ms() - t0;
+  if (!stats_of(fresh_ctx, &after)) goto done;
+  const char *fresh_from = source(&before, &after);
 
   mlp_ref(x, w->w1, w->b1, w->w2, w->b2, n, y_ref);
   // Each softmax row sums to 1, so the checksum should be close to N.
@@ -231,10 +264,10 @@ static bool run_one(jit_graph *graph, const weights *w, int64_t n) {
     if (!(err <= max_err)) max_err = isnan(err) ? INFINITY : err;
   }
   passed = max_err <= kTolerance;
-  printf("N=%-4lld first call %8.2f ms (compile)   second call %8.3f ms   "
-         "checksum %.6f   max|err| %.1e  %s\n",
-         (long long)n, first_ms, second_ms, checksum, max_err,
-         passed ? "OK" : "MISMATCH");
+  printf("N=%-4lld first call %8.2f ms (%s)   second call %7.3f ms (memory)   "
+         "new context %7.2f ms (%s)   checksum %.6f   max|err| %.1e  %s\n",
+         (long long)n, first_ms, first_from, second_ms, fresh_ms, fresh_from, checksum,
+         max_err, passed ? "OK" : "MISMATCH");
 
 done:
   free(x);
@@ -250,8 +283,8 @@ int main(int argc, char **argv) {
   (void)argv;
 
   int exit_code = 1;
-  jit_context *ctx = NULL;
-  jit_graph *graph = NULL;
+  jit_context *ctx = NULL, *ctx2 = NULL;
+  jit_graph *graph = NULL, *graph2 = NULL;
   weights w = {NULL, NULL, NULL, NULL};
 
   printf("libjitml %s\n", jit_version());
@@ -269,30 +302,38 @@ int main(int argc, char **argv) {
 
   if (!ok(jit_context_create(NULL, &ctx), "jit_context_create")) goto done;
   if (!ok(build_mlp(ctx, &graph), "building the graph")) goto done;
+  if (!ok(jit_context_create(NULL, &ctx2), "jit_context_create")) goto done;
+  if (!ok(build_mlp(ctx2, &graph2), "building the graph")) goto done;
+  const char *reason = NULL;
+  const char *cache = jit_cache_dir(ctx, &reason);
+  printf("disk cache: %s\n", cache[0] ? cache : reason ? reason : "off");
 
   static const int64_t batch_sizes[] = {1, 7, 64};
   bool all_passed = true;
   for (size_t i = 0; i < sizeof batch_sizes / sizeof batch_sizes[0]; ++i) {
     // Keep going after a failure so one run shows every batch size's result.
-    if (!run_one(graph, &w, batch_sizes[i])) all_passed = false;
+    if (!run_one(graph, graph2, &w, batch_sizes[i])) all_passed = false;
   }
 
   jit_stats stats;
   memset(&stats, 0, sizeof stats);
   stats.struct_size = sizeof stats;
   if (!ok(jit_context_stats(ctx, &stats), "jit_context_stats")) goto done;
-  printf("stats: runs %llu   compiles %llu (%.1f ms)   memory hits %llu   "
-         "misses %llu   kernels %llu\n",
+  printf("stats: runs %llu   compiles %llu (%.1f ms)   disk hits %llu (%.1f ms)   "
+         "memory hits %llu   misses %llu   kernels %llu\n",
          (unsigned long long)stats.runs, (unsigned long long)stats.compiles,
-         stats.compile_ms, (unsigned long long)stats.memory_hits,
-         (unsigned long long)stats.misses, (unsigned long long)stats.kernels);
+         stats.compile_ms, (unsigned long long)stats.disk_hits, stats.load_ms,
+         (unsigned long long)stats.memory_hits, (unsigned long long)stats.misses,
+         (unsigned long long)stats.kernels);
 
   exit_code = all_passed ? 0 : 1;
 
 done:
   // Graphs before their context, as jit_context_destroy requires.
   jit_graph_destroy(graph);
+  jit_graph_destroy(graph2);
   jit_context_destroy(ctx);
+  jit_context_destroy(ctx2);
   free(w.w1);
   free(w.b1);
   free(w.w2);

@@ -45,6 +45,11 @@ void jit__log(jit_context *ctx, jit_log_level level, const char *fmt, ...) {
   ctx->options.log_fn(ctx->options.log_user_data, level, buf);
 }
 
+// The cache logs through the context, so the level filter applies.
+static void jit__cache_log(void *user, jit_log_level level, const char *message) {
+  jit__log(user, level, "%s", message);
+}
+
 jit_status jit_context_create(const jit_options *options, jit_context **out_ctx) {
   if (!out_ctx) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_create: out_ctx is NULL");
   *out_ctx = NULL;
@@ -87,13 +92,35 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
     return jit__status_annotate(s, "jit_context_create");
   }
   const jit__cpu_target *t = jit__cpu_host_target();
-  char target[2048];
-  int n = snprintf(target, sizeof(target), "%s|%s|%s|libjitml %s|LLVM %s|opt %d",
+  size_t cap = strlen(t->features) + 1024;
+  ctx->target_text = malloc(cap);
+  if (!ctx->target_text) {
+    jit__cpu_device_destroy(ctx->cpu);
+    free(ctx);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_context_create: out of memory");
+  }
+  int n = snprintf(ctx->target_text, cap,
+                   "backend=cpu\ntarget.triple=%s\ntarget.cpu=%s\ntarget.features=%s\n"
+                   "compiler=libjitml %s, LLVM %s\nbuild_id=%s\nopt_level=%d\n",
                    t->triple, t->cpu, t->features, jit_version(), JITML_LLVM_VERSION,
-                   o.opt_level);
+                   jit__library_build_id(), o.opt_level);
   XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, XXH3_128bits(target, n > 0 ? (size_t)n : 0));
+  XXH128_canonicalFromHash(&c, XXH3_128bits(ctx->target_text, n > 0 ? (size_t)n : 0));
   memcpy(ctx->target_hash, c.digest, sizeof(ctx->target_hash));
+  jit__cache_options co = {0};
+  co.dir = o.cache_dir;
+  co.max_bytes = o.cache_max_bytes;
+  co.max_age_s = o.cache_max_age_s;
+  co.allow_shared_readonly = o.cache_allow_shared_readonly != 0;
+  co.log = jit__cache_log;
+  co.log_user = ctx;
+  s = jit__cache_open(&co, &ctx->cache);
+  if (s) {
+    free(ctx->target_text);
+    jit__cpu_device_destroy(ctx->cpu);
+    free(ctx);
+    return jit__status_annotate(s, "jit_context_create");
+  }
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->cv, NULL);
   jit__log(ctx, JIT_LOG_DEBUG, "context created: libjitml %s, LLVM %s, target %s/%s",
@@ -108,6 +135,8 @@ void jit__kernel_table_free(jit__kernel_table *table);
 void jit_context_destroy(jit_context *ctx) {
   if (!ctx) return;
   jit__kernel_table_free(&ctx->table);
+  jit__cache_close(ctx->cache);
+  free(ctx->target_text);
   jit__cpu_device_destroy(ctx->cpu);
   pthread_cond_destroy(&ctx->cv);
   pthread_mutex_destroy(&ctx->mu);
@@ -128,10 +157,18 @@ jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
   s.memory_hits = atomic_load(&ctx->memory_hits);
   s.misses = atomic_load(&ctx->misses);
   s.compiles = atomic_load(&ctx->compiles);
+  s.disk_hits = atomic_load(&ctx->disk_hits);
   pthread_mutex_lock(&ctx->mu);
   s.compile_ms = ctx->compile_ms;
+  s.load_ms = ctx->load_ms;
   s.kernels = ctx->table.count;
   pthread_mutex_unlock(&ctx->mu);
+  jit__cache_stats cs;
+  jit__cache_get_stats(ctx->cache, &cs);
+  s.bytes_written = cs.bytes_written;
+  s.bytes_read = cs.bytes_read;
+  s.evictions = cs.evictions;
+  s.bad_entries = cs.bad_entries;
   memcpy(out, &s, size);
   return NULL;
 }

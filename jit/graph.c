@@ -323,6 +323,21 @@ void jit_graph_destroy(jit_graph *g) {
   free(g);
 }
 
+jit_status jit_output_dtype(const jit_graph *g, int index, DLDataType *out_dtype) {
+  if (!g || !out_dtype)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_output_dtype: %s is NULL",
+                   g ? "out_dtype" : "graph");
+  if (index < 0 || (uint32_t)index >= g->n_outputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: output index %d not in [0, %u)",
+                   g->name, index, g->n_outputs);
+  jit__dtype dt = g->mlir ? jit__mlir_graph_result_dtype(g, (uint32_t)index)
+                          : g->nodes[g->outputs[index]].n.dtype;
+  *out_dtype = (DLDataType){kDLFloat, dt == JIT__F16 ? 16 : 32, 1};
+  return NULL;
+}
+
+jit_context *jit_graph_context(const jit_graph *g) { return g ? g->ctx : NULL; }
+
 int jit_graph_num_inputs(const jit_graph *g) { return g ? (int)g->n_inputs : 0; }
 int jit_graph_num_outputs(const jit_graph *g) { return g ? (int)g->n_outputs : 0; }
 
@@ -653,4 +668,27 @@ jit_status jit_graph_finalize(jit_graph *g) {
   jit__fingerprint(g);
   g->finalized = true;
   return NULL;
+}
+
+//===--- Introspection ---------------------------------------------------===//
+
+jit_status jit_graph_input_info(const jit_graph *g, int index, jit_input_info *out) {
+  if (!g || !out)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_input_info: %s is NULL",
+                   g ? "out_info" : "graph");
+  memset(out, 0, sizeof(*out));
+  if (index < 0 || (uint32_t)index >= g->n_inputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: input index %d not in [0, %u)",
+                   g->name, index, g->n_inputs);
+  const jit__gnode *n = &g->nodes[g->inputs[index]];
+  out->name = n->name;
+  out->dtype = (DLDataType){kDLFloat, n->n.dtype == JIT__F16 ? 16 : 32, 1};
+  out->rank = n->n.rank;
+  memcpy(out->dims, n->n.dims, sizeof(out->dims));
+  return NULL;
+}
+
+const char *jit_symbol_name(const jit_graph *g, int64_t code) {
+  if (!g || code > -2 || JIT__SYMBOL_INDEX(code) >= g->n_symbols) return NULL;
+  return g->symbols[JIT__SYMBOL_INDEX(code)];
 }

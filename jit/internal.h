@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cache/cache.h"
 #include "devices/cpu/cpu.h"
 #include "jit/status.h"
 #include "jitml.h"
@@ -25,14 +26,18 @@ typedef struct jit__kernel_table {
 
 struct jit_context {
   jit_options options;
-  uint8_t target_hash[16];     // hash of target triple/cpu/features, library and
-                               // LLVM versions and lowering options: in every key
+  // The key components every kernel shares: target triple/cpu/features, library and
+  // LLVM versions, the library's build id, lowering options ("name=value" lines), and
+  // their hash, which goes into every key.
+  char *target_text;
+  uint8_t target_hash[16];
   jit__cpu_device *cpu;        // loads objects; created with the context
+  jit__cache *cache;           // the disk tier; disabled handle when off/unusable
   pthread_mutex_t mu;          // guards table and the kernel states
   pthread_cond_t cv;           // signalled when a compile finishes
   jit__kernel_table table;
-  atomic_uint_fast64_t runs, memory_hits, misses, compiles;
-  double compile_ms;           // guarded by mu
+  atomic_uint_fast64_t runs, memory_hits, misses, compiles, disk_hits;
+  double compile_ms, load_ms;  // guarded by mu
 };
 
 // Logs through the context's callback (or JITML_LOG on stderr).
@@ -86,9 +91,27 @@ typedef struct jit__oshape {
   jit__dtype dtype;
 } jit__oshape;
 
+//===--- Disk tier (jit/disk.c) -------------------------------------------===//
+
+// Loads the kernel for `key` from the disk cache: true with *out_fn and the output
+// shapes set, or false (miss, bad entry, unusable cache; logged, never an error).
+bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out_fn,
+                    jit__oshape *out_shapes);
+// Stores a compiled kernel (best effort).
+void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,
+                     const jit__artifact *art, const jit__oshape *shapes);
+// The "name=value" lines a key for `inputs` is made from (malloc'ed).
+char *jit__key_components(const jit_graph *g, const DLTensor *inputs);
+void jit__key_hex(const uint8_t key[16], char out[33]);
+// Computes the key of `inputs` after checking them (jit/run.c).
+jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_inputs,
+                           bool need_data, uint8_t key[16]);
+
 //===--- Graphs from MLIR (jit/graph_mlir.c) ------------------------------===//
 
 void jit__mlir_graph_free(jit__mlir_graph *m);
+// The dtype of result `index` of an MLIR graph.
+jit__dtype jit__mlir_graph_result_dtype(const jit_graph *g, uint32_t index);
 // The output shapes of `g` (an MLIR graph) for `inputs`, whose symbols were bound and
 // checked already. Refines the function's shapes through its body; compiles nothing.
 jit_status jit__mlir_graph_bind(const jit_graph *g, const DLTensor *inputs,

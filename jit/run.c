@@ -135,7 +135,7 @@ static const char *jit__input_name(const jit_graph *g, int i) {
 }
 
 // Checks the cheap per-call invariants of the inputs and forms the key.
-static jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_inputs,
+jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_inputs,
                                   bool need_data, uint8_t key[16]) {
   if (!g->finalized)
     return JIT_ERR(JIT_INVALID_ARGUMENT,
@@ -271,33 +271,89 @@ static double jit__now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-// Compiles and loads the kernel for one binding. Pure in its inputs but for the load.
+// Compiles the kernel for one binding, stores it in the disk cache, and loads it.
 static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
-                                        const jit__node *shapes, const uint8_t key[16],
-                                        jit__cpu_kernel_fn *fn) {
+                                        const jit__node *shapes, const jit__oshape *oshapes,
+                                        const uint8_t key[16], jit__cpu_kernel_fn *fn) {
   jit_context *ctx = g->ctx;
-  char func_name[48];
-  int n = snprintf(func_name, sizeof(func_name), "jit_");
-  for (int i = 0; i < 12; i++) n += snprintf(func_name + n, sizeof(func_name) - (size_t)n, "%02x", key[i]);
+  char hex[33], func_name[48];
+  jit__key_hex(key, hex);
+  snprintf(func_name, sizeof(func_name), "jit_%.24s", hex);
   jit__lgraph lg = {g->name, shapes, g->n_nodes, g->inputs, g->n_inputs,
                     g->outputs, g->n_outputs};
   const jit__cpu_target *t = jit__cpu_host_target();
-  jit__lower_options lo = {ctx->options.opt_level, NULL, t->triple, t->cpu, t->features};
+  const char *dump = ctx->options.dump_ir_dir ? ctx->options.dump_ir_dir
+                                               : getenv("JITML_DUMP_IR");
+  jit__lower_options lo = {ctx->options.opt_level, dump && dump[0] ? dump : NULL,
+                           t->triple, t->cpu, t->features};
   jit__artifact art;
-  JIT_PROPAGATE(g->mlir ? jit__mlir_graph_compile(g, inputs, func_name, &lo, &art)
-                        : jit__compile_cpu(&lg, func_name, &lo, &art));
+  double t0 = jit__now_ms();
+  jit_status s = g->mlir ? jit__mlir_graph_compile(g, inputs, func_name, &lo, &art)
+                         : jit__compile_cpu(&lg, func_name, &lo, &art);
+  double ms = jit__now_ms() - t0;
+  atomic_fetch_add_explicit(&ctx->compiles, 1, memory_order_relaxed);
+  pthread_mutex_lock(&ctx->mu);
+  ctx->compile_ms += ms;
+  pthread_mutex_unlock(&ctx->mu);
+  if (s) return s;
   jit__log(ctx, JIT_LOG_DEBUG,
-           "graph `%s`: kernel %s: MLIR %.1f ms, LLVM IR + O2 %.1f ms, codegen %.1f ms, "
-           "%zu-byte object",
-           g->name, func_name, art.ms_mlir, art.ms_llvm_opt, art.ms_codegen,
+           "graph `%s`: kernel %s compiled in %.1f ms: MLIR %.1f ms, LLVM IR + O2 %.1f "
+           "ms, codegen %.1f ms, %zu-byte object",
+           g->name, func_name, ms, art.ms_mlir, art.ms_llvm_opt, art.ms_codegen,
            art.object_size);
-  jit_status s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, fn);
+  s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, fn);
+  if (!s) jit__disk_store(g, key, inputs, &art, oshapes);
   jit__artifact_release(&art);
   return s;
 }
 
-// The dispatch: returns the ready kernel for `key`, compiling it if needed. All of
-// kernel selection goes through here (later: generic kernels, background promotion).
+// How long a process waits for another that is compiling the same key before it
+// compiles the kernel itself.
+enum { kCompileLockTimeoutMs = 30000 };
+
+// Makes kernel `k` (claimed by this thread, state COMPILING) ready: from the disk
+// cache, else by compiling it, with a cross-process lock so that processes sharing a
+// cache compile each key once. Fills k->fn and k->outputs.
+static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__kernel *k) {
+  jit_context *ctx = g->ctx;
+  if (jit__disk_load(g, k->key, &k->fn, k->outputs)) return NULL;
+
+  jit_status status = NULL;
+  int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
+  jit__node *shapes = malloc(sizeof(jit__node) * (g->n_nodes + 1));
+  if (!symvals || !shapes) {
+    status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+    goto done;
+  }
+  status = jit__bind(g, inputs, symvals, shapes, k->outputs);
+  if (status) goto done;
+
+  jit__cache_lock lock;
+  bool locked = false;
+  jit__cache_lock_key(ctx->cache, k->key, kCompileLockTimeoutMs, &lock, &locked);
+  // Whoever held the lock may just have stored the kernel.
+  if (locked && jit__disk_load(g, k->key, &k->fn, k->outputs)) {
+    jit__cache_unlock(&lock);
+    goto done;
+  }
+  status = jit__compile_and_load(g, inputs, shapes, k->outputs, k->key, &k->fn);
+  if (locked) jit__cache_unlock(&lock);
+done:
+  free(symvals);
+  free(shapes);
+  return status;
+}
+
+// Waits (ctx->mu held) until kernel `k` leaves COMPILING; returns its outcome.
+static jit_status jit__wait_ready(jit_context *ctx, jit__kernel *k) {
+  while (k->state == JIT__K_COMPILING) pthread_cond_wait(&ctx->cv, &ctx->mu);
+  if (k->state == JIT__K_READY) return NULL;
+  return JIT_ERR(k->fail_code, "%s", k->fail_message ? k->fail_message : "");
+}
+
+// The dispatch: returns the ready kernel for `key`, loading or compiling it if needed.
+// All of kernel selection goes through here (later: generic kernels, background
+// promotion of hot shapes).
 static jit_status jit__dispatch(jit_graph *g, const DLTensor *inputs,
                                 const uint8_t key[16], jit__kernel **out) {
   jit_context *ctx = g->ctx;
@@ -312,92 +368,62 @@ static jit_status jit__dispatch(jit_graph *g, const DLTensor *inputs,
   }
   atomic_fetch_add_explicit(&ctx->misses, 1, memory_order_relaxed);
   if (k) {
-    while (k->state == JIT__K_COMPILING) pthread_cond_wait(&ctx->cv, &ctx->mu);
-    jit_status s = k->state == JIT__K_READY
-                       ? NULL
-                       : JIT_ERR(k->fail_code, "%s", k->fail_message ? k->fail_message : "");
+    jit_status s = jit__wait_ready(ctx, k);
     pthread_mutex_unlock(&ctx->mu);
     if (!s) *out = k;
     return s;
   }
   pthread_mutex_unlock(&ctx->mu);
 
-  // First for this key: bind and infer outside the lock, then claim the key.
+  // First for this key: check the symbols before claiming it, so a bad call does not
+  // leave a failed entry behind.
   int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
-  jit__node *shapes = malloc(sizeof(jit__node) * g->n_nodes);
+  jit_status status = symvals ? jit__bind_symbols(g, inputs, symvals)
+                              : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  free(symvals);
+  if (status) return status;
   k = calloc(1, sizeof(*k));
-  jit__oshape *oshapes = calloc(g->n_outputs, sizeof(*oshapes));
-  jit_status status = NULL;
-  if (!symvals || !shapes || !k || !oshapes) {
-    status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
-    goto fail;
+  jit__oshape *oshapes = calloc(g->n_outputs + 1, sizeof(*oshapes));
+  if (!k || !oshapes) {
+    free(k);
+    free(oshapes);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
   }
-  status = jit__bind(g, inputs, symvals, shapes, oshapes);
-  if (status) goto fail;
   memcpy(k->key, key, 16);
   k->n_outputs = g->n_outputs;
   k->outputs = oshapes;
-  oshapes = NULL;
+  k->state = JIT__K_COMPILING;
+
   pthread_mutex_lock(&ctx->mu);
   jit__kernel *other = jit__table_find(&ctx->table, key);
-  if (other) {
-    // Another thread claimed the key while we were binding: wait for it.
+  if (other || !jit__table_insert(&ctx->table, k)) {
     jit__kernel_free(k);
-    k = other;
-    while (k->state == JIT__K_COMPILING) pthread_cond_wait(&ctx->cv, &ctx->mu);
-    status = k->state == JIT__K_READY
-                 ? NULL
-                 : JIT_ERR(k->fail_code, "%s", k->fail_message ? k->fail_message : "");
+    status = other ? jit__wait_ready(ctx, other)
+                   : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
     pthread_mutex_unlock(&ctx->mu);
-    free(symvals);
-    free(shapes);
-    if (!status) *out = k;
+    if (!status) *out = other;
     return status;
-  }
-  k->state = JIT__K_COMPILING;
-  if (!jit__table_insert(&ctx->table, k)) {
-    pthread_mutex_unlock(&ctx->mu);
-    status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
-    goto fail;
   }
   pthread_mutex_unlock(&ctx->mu);
 
-  double t0 = jit__now_ms();
-  jit__cpu_kernel_fn fn = NULL;
-  status = jit__compile_and_load(g, inputs, shapes, key, &fn);
-  double ms = jit__now_ms() - t0;
-  atomic_fetch_add_explicit(&ctx->compiles, 1, memory_order_relaxed);
-  if (status)
-    jit__log(ctx, JIT_LOG_ERROR, "%s", jit_status_message(status));
-  else
-    jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: compiled a kernel in %.1f ms", g->name, ms);
+  status = jit__materialize(g, inputs, k);
+  if (status) jit__log(ctx, JIT_LOG_ERROR, "%s", jit_status_message(status));
 
   pthread_mutex_lock(&ctx->mu);
-  ctx->compile_ms += ms;
   if (status) {
-    // Compiles are deterministic: the same key would fail the same way, so callers
-    // get the error without compiling again.
+    // Binding and compiling are deterministic: the same key would fail the same way,
+    // so later callers get the error without trying again.
     k->fail_code = jit_status_get_code(status);
     size_t len = strlen(jit_status_message(status)) + 1;
     k->fail_message = malloc(len);
     if (k->fail_message) memcpy(k->fail_message, jit_status_message(status), len);
     k->state = JIT__K_FAILED;
   } else {
-    k->fn = fn;
     k->state = JIT__K_READY;
     *out = k;
   }
   pthread_cond_broadcast(&ctx->cv);
   pthread_mutex_unlock(&ctx->mu);
-  free(symvals);
-  free(shapes);
-  return status;
-
-fail:
-  free(symvals);
-  free(shapes);
-  free(oshapes);
-  jit__kernel_free(k);
   return status;
 }
 
@@ -460,16 +486,9 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__kernel *k,
   return NULL;
 }
 
-jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
-                   const DLTensor *outputs, int n_outputs) {
-  if (!g) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_run: graph is NULL");
-  uint8_t key[16];
-  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, true, key));
-  if (n_outputs != (int)g->n_outputs || !outputs)
-    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d%s", g->name,
-                   g->n_outputs, n_outputs, outputs ? "" : " (outputs is NULL)");
-  jit__kernel *k = NULL;
-  JIT_PROPAGATE(jit__dispatch(g, inputs, key, &k));
+// Checks the outputs against kernel `k` and calls it.
+static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs,
+                            const DLTensor *outputs, int n_outputs) {
   JIT_PROPAGATE(jit__check_outputs(g, k, outputs, n_outputs, inputs));
   void *stack_args[32];
   size_t n_args = g->n_inputs + g->n_outputs;
@@ -485,11 +504,40 @@ jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
   return NULL;
 }
 
+jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
+                   const DLTensor *outputs, int n_outputs) {
+  if (!g) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_run: graph is NULL");
+  uint8_t key[16];
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, true, key));
+  if (n_outputs != (int)g->n_outputs || !outputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d%s", g->name,
+                   g->n_outputs, n_outputs, outputs ? "" : " (outputs is NULL)");
+  jit__kernel *k = NULL;
+  JIT_PROPAGATE(jit__dispatch(g, inputs, key, &k));
+  return jit__call(g, k, inputs, outputs, n_outputs);
+}
+
+jit_status jit_graph_compile(jit_graph *g, const DLTensor *inputs, int n_inputs) {
+  if (!g) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_compile: graph is NULL");
+  uint8_t key[16];
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, key));
+  jit__kernel *k = NULL;
+  return jit__dispatch(g, inputs, key, &k);
+}
+
 // Binds `inputs` and writes every output's shape and dtype (g->n_outputs entries).
 static jit_status jit__output_shapes(jit_graph *g, const DLTensor *inputs, int n_inputs,
                                      jit__oshape *oshapes) {
   uint8_t key[16];
   JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, key));
+  // A loaded kernel knows its output shapes: no binding (and, for graphs from MLIR,
+  // no MLIR context) needed.
+  pthread_mutex_lock(&g->ctx->mu);
+  jit__kernel *k = jit__table_find(&g->ctx->table, key);
+  bool ready = k && k->state == JIT__K_READY;
+  if (ready) memcpy(oshapes, k->outputs, sizeof(jit__oshape) * g->n_outputs);
+  pthread_mutex_unlock(&g->ctx->mu);
+  if (ready) return NULL;
   int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
   jit__node *shapes = malloc(sizeof(jit__node) * (g->n_nodes + 1));
   jit_status s = NULL;
@@ -544,13 +592,15 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
   if (n_outputs != (int)g->n_outputs)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d", g->name,
                    g->n_outputs, n_outputs);
+  // Dispatch first: the kernel (from memory, disk or a compile) carries the output
+  // shapes, so a hit needs no shape inference.
+  uint8_t key[16];
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, true, key));
+  jit__kernel *k = NULL;
+  JIT_PROPAGATE(jit__dispatch(g, inputs, key, &k));
+  const jit__oshape *oshapes = k->outputs;
   DLTensor *views = calloc((size_t)n_outputs + 1, sizeof(DLTensor));
-  jit__oshape *oshapes = calloc((size_t)n_outputs + 1, sizeof(jit__oshape));
-  jit_status s = NULL;
-  if (!views || !oshapes)
-    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory");
-  else
-    s = jit__output_shapes(g, inputs, n_inputs, oshapes);
+  jit_status s = views ? NULL : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory");
   for (int j = 0; j < n_outputs && !s; j++) {
     jit__owned_tensor *o = calloc(1, sizeof(*o));
     if (!o) {
@@ -576,9 +626,8 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
     }
     views[j] = *t;
   }
-  if (!s) s = jit_run(g, inputs, n_inputs, views, n_outputs);
+  if (!s) s = jit__call(g, k, inputs, views, n_outputs);
   free(views);
-  free(oshapes);
   if (s) {
     for (int j = 0; j < n_outputs; j++) {
       if (out_outputs[j]) out_outputs[j]->deleter(out_outputs[j]);

@@ -1,0 +1,188 @@
+//===--- disk.c - the disk tier of the kernel table ------------------------===//
+//
+// Between the in-memory kernel table and a compile sits the on-disk cache (cache/). An
+// entry for a CPU kernel is the object file as the compile produced it, plus a small
+// metadata record (entry point, argument count, output shapes) so that a hit needs
+// neither MLIR nor shape inference, plus the text of the key's components so a miss
+// can be explained (jit_cache_explain).
+//
+//===----------------------------------------------------------------------===//
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/cache.h"
+#include "jit/internal.h"
+
+//===--- Metadata record -------------------------------------------------===//
+
+// Little-endian fixed layout; the key already pins the target, so this only has to be
+// unambiguous, not portable across architectures.
+#define JIT__META_MAGIC 0x4154454Du  // "META"
+#define JIT__META_VERSION 1u
+
+typedef struct jit__meta_out {
+  int32_t rank;
+  int32_t dtype;
+  int64_t dims[JIT_MAX_RANK];
+} jit__meta_out;
+
+typedef struct jit__meta_head {
+  uint32_t magic, version, n_args, n_outputs;
+  char entry[64];
+} jit__meta_head;
+
+static void *jit__meta_encode(const char *entry, uint32_t n_args, uint32_t n_outputs,
+                              const jit__oshape *outs, size_t *out_size) {
+  size_t size = sizeof(jit__meta_head) + n_outputs * sizeof(jit__meta_out);
+  unsigned char *p = calloc(1, size);
+  if (!p) return NULL;
+  jit__meta_head h = {JIT__META_MAGIC, JIT__META_VERSION, n_args, n_outputs, {0}};
+  snprintf(h.entry, sizeof(h.entry), "%s", entry);
+  memcpy(p, &h, sizeof(h));
+  for (uint32_t j = 0; j < n_outputs; j++) {
+    jit__meta_out o = {outs[j].rank, outs[j].dtype, {0}};
+    memcpy(o.dims, outs[j].dims, sizeof(o.dims));
+    memcpy(p + sizeof(h) + j * sizeof(o), &o, sizeof(o));
+  }
+  *out_size = size;
+  return p;
+}
+
+// Decodes and checks a record against what the graph expects.
+static bool jit__meta_decode(const void *meta, size_t size, uint32_t n_args,
+                             uint32_t n_outputs, char entry[64], jit__oshape *outs) {
+  jit__meta_head h;
+  if (size < sizeof(h)) return false;
+  memcpy(&h, meta, sizeof(h));
+  if (h.magic != JIT__META_MAGIC || h.version != JIT__META_VERSION ||
+      h.n_args != n_args || h.n_outputs != n_outputs ||
+      size != sizeof(h) + n_outputs * sizeof(jit__meta_out) ||
+      memchr(h.entry, 0, sizeof(h.entry)) == NULL)
+    return false;
+  memcpy(entry, h.entry, sizeof(h.entry));
+  for (uint32_t j = 0; j < n_outputs; j++) {
+    jit__meta_out o;
+    memcpy(&o, (const unsigned char *)meta + sizeof(h) + j * sizeof(o), sizeof(o));
+    if (o.rank < 0 || o.rank > JIT_MAX_RANK || (o.dtype != JIT__F32 && o.dtype != JIT__F16))
+      return false;
+    outs[j].rank = o.rank;
+    outs[j].dtype = (jit__dtype)o.dtype;
+    memcpy(outs[j].dims, o.dims, sizeof(o.dims));
+  }
+  return true;
+}
+
+//===--- Key components --------------------------------------------------===//
+
+static void jit__hex(const uint8_t *bytes, size_t n, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digits[bytes[i] >> 4];
+    out[2 * i + 1] = digits[bytes[i] & 15];
+  }
+  out[2 * n] = 0;
+}
+
+void jit__key_hex(const uint8_t key[16], char out[33]) { jit__hex(key, 16, out); }
+
+char *jit__key_components(const jit_graph *g, const DLTensor *inputs) {
+  size_t cap = 1024 + strlen(g->ctx->target_text) + g->n_inputs * 256;
+  char *s = malloc(cap);
+  if (!s) return NULL;
+  char fp[33];
+  jit__hex(g->fingerprint, 16, fp);
+  size_t n = (size_t)snprintf(s, cap, "format=%d\ngraph=%s\ngraph_name=%s\n",
+                              JIT__CACHE_FORMAT_VERSION, fp, g->name);
+  for (uint32_t i = 0; i < g->n_inputs && n < cap; i++) {
+    const DLTensor *t = &inputs[i];
+    n += (size_t)snprintf(s + n, cap - n, "input.%u=%s %s [", i, g->nodes[g->inputs[i]].name,
+                          t->dtype.bits == 16 ? "f16" : "f32");
+    for (int d = 0; d < t->ndim && n < cap; d++)
+      n += (size_t)snprintf(s + n, cap - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (n < cap) n += (size_t)snprintf(s + n, cap - n, "]\n");
+  }
+  if (n < cap) snprintf(s + n, cap - n, "%s", g->ctx->target_text);
+  return s;
+}
+
+//===--- Load and store --------------------------------------------------===//
+
+static double jit__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out_fn,
+                    jit__oshape *out_shapes) {
+  jit_context *ctx = g->ctx;
+  *out_fn = NULL;
+  if (!jit__cache_enabled(ctx->cache)) return false;
+  double t0 = jit__now_ms();
+  jit__cache_entry e;
+  bool found = false;
+  jit_status s = jit__cache_get(ctx->cache, key, &e, &found);
+  if (s) {
+    jit__log(ctx, JIT_LOG_WARNING, "disk cache: %s", jit_status_message(s));
+    jit_status_free(s);
+    return false;
+  }
+  if (!found) return false;
+  char entry[64];
+  bool ok = false;
+  if (e.kind != JIT__PAYLOAD_CPU_OBJECT ||
+      !jit__meta_decode(e.meta, e.meta_size, g->n_inputs + g->n_outputs, g->n_outputs,
+                        entry, out_shapes)) {
+    char hex[33];
+    jit__key_hex(key, hex);
+    jit__log(ctx, JIT_LOG_WARNING,
+             "disk cache: entry %s does not describe a CPU kernel of graph `%s`; "
+             "recompiling",
+             hex, g->name);
+  } else {
+    s = jit__cpu_load(ctx->cpu, e.payload, e.payload_size, entry, out_fn);
+    if (s) {
+      jit__log(ctx, JIT_LOG_WARNING, "disk cache: loading a cached kernel failed (%s); "
+               "recompiling", jit_status_message(s));
+      jit_status_free(s);
+    } else {
+      ok = true;
+    }
+  }
+  jit__cache_entry_release(&e);
+  if (ok) {
+    double ms = jit__now_ms() - t0;
+    atomic_fetch_add_explicit(&ctx->disk_hits, 1, memory_order_relaxed);
+    pthread_mutex_lock(&ctx->mu);
+    ctx->load_ms += ms;
+    pthread_mutex_unlock(&ctx->mu);
+    jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: kernel loaded from the disk cache in %.2f ms",
+             g->name, ms);
+  }
+  return ok;
+}
+
+void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,
+                     const jit__artifact *art, const jit__oshape *shapes) {
+  jit_context *ctx = g->ctx;
+  if (!jit__cache_enabled(ctx->cache)) return;
+  jit__cache_entry e;
+  memset(&e, 0, sizeof(e));
+  memcpy(e.key, key, 16);
+  e.kind = JIT__PAYLOAD_CPU_OBJECT;
+  e.meta = jit__meta_encode(art->entry, art->n_args, g->n_outputs, shapes, &e.meta_size);
+  e.payload = art->object;
+  e.payload_size = art->object_size;
+  e.components = jit__key_components(g, inputs);
+  if (e.meta && e.components) {
+    jit_status s = jit__cache_put(ctx->cache, &e);
+    if (s) {
+      jit__log(ctx, JIT_LOG_WARNING, "disk cache: %s", jit_status_message(s));
+      jit_status_free(s);
+    }
+  }
+  free(e.meta);
+  free(e.components);
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# End-to-end test of the `jitml` tool: prewarm, --expect-warm, run, explain, and the
+# cache subcommands, against a fresh cache directory.
+#   tests/tool/run.sh <path to jitml> <model.mlir>
+set -euo pipefail
+jitml=$1
+model=$2
+dir=$(mktemp -d /tmp/jitml-tool-test.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+cache="$dir/cache"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# Usage errors exit 2; --help exits 0.
+"$jitml" --help | grep -q "prewarm" || fail "--help"
+set +e
+"$jitml" frobnicate >/dev/null 2>&1; [[ $? == 2 ]] || fail "unknown command should exit 2"
+"$jitml" prewarm "$model" >/dev/null 2>&1; [[ $? == 2 ]] || fail "missing --shapes should exit 2"
+"$jitml" prewarm "$model" --shapes 'N=0' --cache-dir "$cache" >/dev/null 2>&1
+[[ $? == 2 ]] || fail "N=0 should be a usage error"
+"$jitml" prewarm "$dir/missing.mlir" --shapes 'N=1' --cache-dir "$cache" >/dev/null 2>&1
+[[ $? == 1 ]] || fail "a missing model should exit 1"
+set -e
+
+# A cold prewarm compiles every binding; --expect-warm then fails on a new shape and
+# passes on the prewarmed ones.
+out=$("$jitml" prewarm "$model" --shapes 'N=1-4,8-16:8' --jobs 2 --cache-dir "$cache")
+echo "$out" | grep -q "6 bindings" || fail "prewarm count: $out"
+echo "$out" | grep -q "6 compiled" || fail "prewarm compiled: $out"
+"$jitml" prewarm "$model" --shapes 'N=1-4,8-16:8' --expect-warm --cache-dir "$cache" \
+  | grep -q "0 compiled, 6 from disk" || fail "second prewarm was not warm"
+set +e
+"$jitml" prewarm "$model" --shapes 'N=5' --expect-warm --cache-dir "$cache" >/dev/null 2>&1
+[[ $? == 1 ]] || fail "--expect-warm should fail when a kernel had to be compiled"
+set -e
+
+# run reports where the kernel came from.
+out=$("$jitml" run "$model" --shape N=3 --repeat 2 --cache-dir "$cache")
+echo "$out" | grep -q "call 1:.*kernel from disk" || fail "run call 1: $out"
+echo "$out" | grep -q "call 2:.*kernel from memory" || fail "run call 2: $out"
+
+# explain names the dim that differs.
+out=$("$jitml" explain "$model" --shape N=17 --cache-dir "$cache")
+echo "$out" | grep -q "miss" || fail "explain: $out"
+echo "$out" | grep -q "dim 0: 17 vs cached 1, 2, 3, 4, 5, 8, 16" || fail "explain: $out"
+
+# cache subcommands.
+"$jitml" cache stats --cache-dir "$cache" | grep -q "entries 7" || fail "cache stats"
+"$jitml" cache ls --json --cache-dir "$cache" | grep -q '"kind":"cpu-object"' || fail "ls --json"
+"$jitml" cache verify --cache-dir "$cache" | grep -q "checked 7 entries, removed 0" || fail "verify"
+"$jitml" cache export "$dir/bundle.jitb" --cache-dir "$cache" | grep -q "exported 7" || fail "export"
+"$jitml" cache clear --cache-dir "$cache" | grep -q "removed 7" || fail "clear"
+"$jitml" cache stats --cache-dir "$cache" | grep -q "entries 0" || fail "clear left entries"
+"$jitml" cache import "$dir/bundle.jitb" --cache-dir "$cache" | grep -q "imported 7" || fail "import"
+"$jitml" prewarm "$model" --shapes 'N=1-4,8-16:8' --expect-warm --cache-dir "$cache" >/dev/null \
+  || fail "imported entries were not used"
+
+# A corrupted entry is found by verify (exit 1) and removed.
+entry=$(find "$cache" -name '*.jitk' | head -n 1)
+printf 'garbage' | dd of="$entry" bs=1 seek=200 conv=notrunc status=none
+set +e
+"$jitml" cache verify --cache-dir "$cache" > "$dir/verify.txt"; rc=$?
+set -e
+[[ $rc == 1 ]] || fail "verify should exit 1 after removing a bad entry"
+grep -q "removed 1 bad" "$dir/verify.txt" || fail "verify: $(cat "$dir/verify.txt")"
+echo "tool test: all checks passed"

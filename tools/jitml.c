@@ -1,0 +1,614 @@
+//===--- jitml.c - the jitml command-line tool ------------------------------===//
+//
+//   jitml prewarm MODEL.mlir --shapes 'N=1,2,4,8-64:8' [--jobs J] [--expect-warm]
+//   jitml run MODEL.mlir --shape N=7 [--repeat R]
+//   jitml explain MODEL.mlir --shape N=17
+//   jitml cache ls|stats|verify|prune|clear [--json]
+//   jitml cache export|import BUNDLE
+//
+// Uses the public API only. Exit codes: 0 success, 1 failure (or, with --expect-warm,
+// something had to be compiled), 2 bad usage.
+//
+//===----------------------------------------------------------------------===//
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jitml.h>
+
+enum { kExitOk = 0, kExitFail = 1, kExitUsage = 2, kMaxSymbols = 16, kMaxValues = 4096 };
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// Prints and frees a failed status; returns kExitFail.
+static int fail(jit_status s, const char *what) {
+  fprintf(stderr, "jitml: %s: %s: %s\n", what,
+          jit_status_code_name(jit_status_get_code(s)), jit_status_message(s));
+  jit_status_free(s);
+  return kExitFail;
+}
+
+//===--- Options shared by the subcommands --------------------------------===//
+
+typedef struct args {
+  const char *model;
+  const char *shapes;     // --shapes / --shape
+  const char *cache_dir;  // --cache-dir
+  const char *path;       // export/import bundle
+  int jobs, repeat;
+  bool expect_warm, json;
+} args;
+
+static const char kUsage[] =
+    "usage: jitml <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  prewarm MODEL.mlir --shapes SPEC [--jobs J] [--expect-warm]\n"
+    "      compile every binding in SPEC into the disk cache, J at a time;\n"
+    "      --expect-warm fails (exit 1) if anything had to be compiled\n"
+    "  run MODEL.mlir --shape SPEC [--repeat R]\n"
+    "      run once per binding on random inputs; print timings and where the\n"
+    "      kernel came from (compiled / disk / memory)\n"
+    "  explain MODEL.mlir --shape SPEC\n"
+    "      say why a binding hits or misses the disk cache\n"
+    "  cache ls|stats|verify|prune|clear [--json]\n"
+    "  cache export|import BUNDLE\n"
+    "\n"
+    "SPEC binds the model's symbolic dims: 'N=1,2,4,8-64:8;S=128' (values, ranges\n"
+    "lo-hi:step; ';' separates symbols; every combination is used).\n"
+    "options: --cache-dir DIR (default: $JITML_CACHE_DIR, $XDG_CACHE_HOME/jitml,\n"
+    "~/.cache/jitml), -h/--help.\n";
+
+static int usage_error(const char *msg) {
+  fprintf(stderr, "jitml: %s\n\n%s", msg, kUsage);
+  return kExitUsage;
+}
+
+static int parse_args(int argc, char **argv, int first, args *a, bool want_model,
+                      bool want_path) {
+  for (int i = first; i < argc; i++) {
+    const char *s = argv[i];
+    bool has_next = i + 1 < argc;
+    if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+      fputs(kUsage, stdout);
+      exit(kExitOk);
+    } else if ((!strcmp(s, "--shapes") || !strcmp(s, "--shape")) && has_next) {
+      a->shapes = argv[++i];
+    } else if (!strcmp(s, "--cache-dir") && has_next) {
+      a->cache_dir = argv[++i];
+    } else if (!strcmp(s, "--jobs") && has_next) {
+      a->jobs = atoi(argv[++i]);
+      if (a->jobs < 1 || a->jobs > 256) return usage_error("--jobs must be in 1..256");
+    } else if (!strcmp(s, "--repeat") && has_next) {
+      a->repeat = atoi(argv[++i]);
+      if (a->repeat < 1) return usage_error("--repeat must be >= 1");
+    } else if (!strcmp(s, "--expect-warm")) {
+      a->expect_warm = true;
+    } else if (!strcmp(s, "--json")) {
+      a->json = true;
+    } else if (s[0] == '-') {
+      char m[256];
+      snprintf(m, sizeof m, "unknown or incomplete option `%s`", s);
+      return usage_error(m);
+    } else if (want_model && !a->model) {
+      a->model = s;
+    } else if (want_path && !a->path) {
+      a->path = s;
+    } else {
+      char m[256];
+      snprintf(m, sizeof m, "unexpected argument `%s`", s);
+      return usage_error(m);
+    }
+  }
+  if (want_model && !a->model) return usage_error("missing MODEL.mlir");
+  if (want_path && !a->path) return usage_error("missing BUNDLE path");
+  return kExitOk;
+}
+
+static jit_status open_context(const args *a, jit_context **ctx) {
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = a->cache_dir;
+  return jit_context_create(&o, ctx);
+}
+
+//===--- Models and bindings ---------------------------------------------===//
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (n < cap) break;
+    char *p = realloc(buf, cap *= 2);
+    if (!p) {
+      free(buf);
+      buf = NULL;
+    } else {
+      buf = p;
+    }
+  }
+  fclose(f);
+  *len = n;
+  return buf;
+}
+
+static int load_model(jit_context *ctx, const char *path, jit_graph **g) {
+  size_t len = 0;
+  char *text = read_file(path, &len);
+  if (!text) {
+    fprintf(stderr, "jitml: cannot read %s: %s\n", path, strerror(errno));
+    return kExitFail;
+  }
+  jit_status s = jit_graph_from_mlir(ctx, text, len, NULL, g);
+  free(text);
+  if (s) return fail(s, path);
+  return kExitOk;
+}
+
+// The symbols of a SPEC and their values.
+typedef struct binding_set {
+  int n_symbols;
+  char names[kMaxSymbols][64];
+  int64_t *values[kMaxSymbols];
+  int n_values[kMaxSymbols];
+} binding_set;
+
+static void free_bindings(binding_set *b) {
+  for (int i = 0; i < b->n_symbols; i++) free(b->values[i]);
+}
+
+static int parse_spec(const char *spec, binding_set *b) {
+  memset(b, 0, sizeof(*b));
+  if (!spec) return usage_error("missing --shapes/--shape SPEC, e.g. 'N=1,2,4'");
+  char *copy = strdup(spec), *save = NULL;
+  int rc = kExitOk;
+  for (char *part = strtok_r(copy, ";", &save); part && rc == kExitOk;
+       part = strtok_r(NULL, ";", &save)) {
+    char *eq = strchr(part, '=');
+    if (!eq || eq == part || b->n_symbols == kMaxSymbols) {
+      rc = usage_error("bad SPEC: expected NAME=VALUES");
+      break;
+    }
+    *eq = 0;
+    int i = b->n_symbols++;
+    snprintf(b->names[i], sizeof b->names[i], "%s", part);
+    b->values[i] = malloc(sizeof(int64_t) * kMaxValues);
+    char *save2 = NULL;
+    for (char *item = strtok_r(eq + 1, ",", &save2); item; item = strtok_r(NULL, ",", &save2)) {
+      long long lo, hi, step = 1;
+      int got = sscanf(item, "%lld-%lld:%lld", &lo, &hi, &step);
+      if (got == 1) hi = lo;
+      if (got < 1 || lo < 1 || hi < lo || step < 1) {
+        rc = usage_error("bad SPEC value: use N, LO-HI or LO-HI:STEP with sizes >= 1");
+        break;
+      }
+      for (long long v = lo; v <= hi && b->n_values[i] < kMaxValues; v += step)
+        b->values[i][b->n_values[i]++] = v;
+    }
+    if (rc == kExitOk && !b->n_values[i]) rc = usage_error("bad SPEC: a symbol without values");
+  }
+  free(copy);
+  return rc;
+}
+
+static size_t binding_count(const binding_set *b) {
+  size_t n = 1;
+  for (int i = 0; i < b->n_symbols; i++) n *= (size_t)b->n_values[i];
+  return n;
+}
+
+// Input tensors (shapes only, or with data) for the index-th combination.
+typedef struct inputs {
+  int n;
+  DLTensor t[64];
+  int64_t shapes[64][JIT_MAX_RANK];
+} inputs;
+
+static int make_inputs(jit_graph *g, const binding_set *b, size_t index, bool with_data,
+                       inputs *in, char *desc, size_t desc_size) {
+  int64_t val[kMaxSymbols];
+  size_t rest = index;
+  size_t dn = 0;
+  desc[0] = 0;
+  for (int i = b->n_symbols - 1; i >= 0; i--) {
+    val[i] = b->values[i][rest % (size_t)b->n_values[i]];
+    rest /= (size_t)b->n_values[i];
+  }
+  for (int i = 0; i < b->n_symbols && dn < desc_size; i++)
+    dn += (size_t)snprintf(desc + dn, desc_size - dn, "%s%s=%lld", i ? " " : "", b->names[i],
+                           (long long)val[i]);
+  in->n = jit_graph_num_inputs(g);
+  if (in->n > 64) {
+    fprintf(stderr, "jitml: models with more than 64 inputs are not supported\n");
+    return kExitFail;
+  }
+  for (int i = 0; i < in->n; i++) {
+    jit_input_info info;
+    jit_status s = jit_graph_input_info(g, i, &info);
+    if (s) return fail(s, "input info");
+    size_t count = 1;
+    for (int d = 0; d < info.rank; d++) {
+      int64_t v = info.dims[d];
+      if (v < 0) {
+        const char *name = jit_symbol_name(g, v);
+        int k = 0;
+        while (k < b->n_symbols && strcmp(b->names[k], name ? name : "")) k++;
+        if (k == b->n_symbols) {
+          fprintf(stderr, "jitml: input %d `%s` dim %d is symbol `%s`: give it a value in "
+                  "the SPEC\n", i, info.name, d, name ? name : "?");
+          return kExitUsage;
+        }
+        v = val[k];
+      }
+      in->shapes[i][d] = v;
+      count *= (size_t)v;
+    }
+    DLTensor *t = &in->t[i];
+    memset(t, 0, sizeof(*t));
+    t->device = (DLDevice){kDLCPU, 0};
+    t->dtype = info.dtype;
+    t->ndim = info.rank;
+    t->shape = in->shapes[i];
+    if (with_data) {
+      size_t esz = info.dtype.bits / 8;
+      t->data = malloc(count * esz + 1);
+      if (!t->data) return kExitFail;
+      unsigned char *p = t->data;
+      for (size_t e = 0; e < count; e++) {
+        float x = (float)((double)rand() / RAND_MAX - 0.5);
+        if (esz == 4) {
+          memcpy(p + 4 * e, &x, 4);
+        } else {
+          uint16_t h = (uint16_t)(x < 0 ? 0xB400 : 0x3400);  // +-0.25 as f16
+          memcpy(p + 2 * e, &h, 2);
+        }
+      }
+    }
+  }
+  return kExitOk;
+}
+
+static void free_inputs(inputs *in) {
+  for (int i = 0; i < in->n; i++) free(in->t[i].data);
+}
+
+//===--- prewarm ---------------------------------------------------------===//
+
+typedef struct prewarm_job {
+  jit_graph *g;
+  const binding_set *b;
+  size_t total;
+  atomic_size_t next, done, failed;
+  pthread_mutex_t print_mu;
+  bool tty;
+} prewarm_job;
+
+static void *prewarm_worker(void *arg) {
+  prewarm_job *j = arg;
+  for (;;) {
+    size_t i = atomic_fetch_add(&j->next, 1);
+    if (i >= j->total) break;
+    inputs in;
+    char desc[256];
+    jit_status s = NULL;
+    if (make_inputs(j->g, j->b, i, false, &in, desc, sizeof desc) != kExitOk) {
+      atomic_fetch_add(&j->failed, 1);
+    } else if ((s = jit_graph_compile(j->g, in.t, in.n)) != NULL) {
+      pthread_mutex_lock(&j->print_mu);
+      fprintf(stderr, "%sjitml: %s: %s\n", j->tty ? "\r\033[K" : "", desc,
+              jit_status_message(s));
+      pthread_mutex_unlock(&j->print_mu);
+      jit_status_free(s);
+      atomic_fetch_add(&j->failed, 1);
+    }
+    size_t done = atomic_fetch_add(&j->done, 1) + 1;
+    pthread_mutex_lock(&j->print_mu);
+    if (j->tty) {
+      int width = 40, fill = (int)(width * done / j->total);
+      fprintf(stderr, "\r[%.*s%*s] %zu/%zu %s", fill,
+              "########################################", width - fill, "", done, j->total,
+              desc);
+      fflush(stderr);
+    } else {
+      printf("%zu/%zu %s %s\n", done, j->total, desc, s ? "failed" : "ready");
+    }
+    pthread_mutex_unlock(&j->print_mu);
+  }
+  return NULL;
+}
+
+static int cmd_prewarm(const args *a) {
+  binding_set b;
+  int rc = parse_spec(a->shapes, &b);
+  if (rc) {
+    free_bindings(&b);
+    return rc;
+  }
+  jit_context *ctx = NULL;
+  jit_graph *g = NULL;
+  jit_status s = open_context(a, &ctx);
+  if (s) {
+    free_bindings(&b);
+    return fail(s, "context");
+  }
+  rc = load_model(ctx, a->model, &g);
+  if (rc == kExitOk) {
+    prewarm_job j;
+    memset(&j, 0, sizeof j);
+    j.g = g;
+    j.b = &b;
+    j.total = binding_count(&b);
+    j.tty = isatty(2);
+    pthread_mutex_init(&j.print_mu, NULL);
+    int jobs = a->jobs > 0 ? a->jobs : 2;
+    pthread_t th[256];
+    double t0 = now_ms();
+    for (int i = 0; i < jobs; i++) pthread_create(&th[i], NULL, prewarm_worker, &j);
+    for (int i = 0; i < jobs; i++) pthread_join(th[i], NULL);
+    if (j.tty) fprintf(stderr, "\n");
+    jit_stats st = {0};
+    jit_context_stats(ctx, &st);
+    size_t failed = atomic_load(&j.failed);
+    printf("prewarm: %zu bindings in %.1f s: %llu compiled, %llu from disk, %zu failed; "
+           "cache %s\n",
+           j.total, (now_ms() - t0) / 1e3, (unsigned long long)st.compiles,
+           (unsigned long long)st.disk_hits, failed, jit_cache_dir(ctx, NULL));
+    pthread_mutex_destroy(&j.print_mu);
+    if (failed) rc = kExitFail;
+    if (a->expect_warm && st.compiles > 0) {
+      fprintf(stderr, "jitml: --expect-warm: %llu kernels were not in the cache\n",
+              (unsigned long long)st.compiles);
+      rc = kExitFail;
+    }
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  free_bindings(&b);
+  return rc;
+}
+
+//===--- run -------------------------------------------------------------===//
+
+static int cmd_run(const args *a) {
+  binding_set b;
+  int rc = parse_spec(a->shapes, &b);
+  if (rc) {
+    free_bindings(&b);
+    return rc;
+  }
+  jit_context *ctx = NULL;
+  jit_graph *g = NULL;
+  jit_status s = open_context(a, &ctx);
+  if (s) {
+    free_bindings(&b);
+    return fail(s, "context");
+  }
+  rc = load_model(ctx, a->model, &g);
+  size_t total = binding_count(&b);
+  for (size_t i = 0; rc == kExitOk && i < total; i++) {
+    inputs in;
+    char desc[256];
+    rc = make_inputs(g, &b, i, true, &in, desc, sizeof desc);
+    DLManagedTensor *outs[64] = {0};
+    int n_out = jit_graph_num_outputs(g);
+    for (int r = 0; rc == kExitOk && r < (a->repeat > 0 ? a->repeat : 1); r++) {
+      jit_stats before = {0}, after = {0};
+      jit_context_stats(ctx, &before);
+      double t0 = now_ms();
+      s = jit_run_alloc(g, in.t, in.n, outs, n_out);
+      double ms = now_ms() - t0;
+      if (s) {
+        rc = fail(s, desc);
+        break;
+      }
+      jit_context_stats(ctx, &after);
+      const char *from = after.compiles > before.compiles     ? "compiled"
+                         : after.disk_hits > before.disk_hits ? "disk"
+                                                              : "memory";
+      double sum = 0;
+      for (int o = 0; o < n_out; o++) {
+        DLTensor *t = &outs[o]->dl_tensor;
+        size_t count = 1;
+        for (int d = 0; d < t->ndim; d++) count *= (size_t)t->shape[d];
+        if (t->dtype.bits == 32)
+          for (size_t e = 0; e < count; e++) sum += ((float *)t->data)[e];
+        outs[o]->deleter(outs[o]);
+      }
+      printf("%s  call %d: %9.3f ms  kernel from %-8s  checksum %.6g\n", desc, r + 1, ms,
+             from, sum);
+    }
+    free_inputs(&in);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  free_bindings(&b);
+  return rc;
+}
+
+//===--- explain ---------------------------------------------------------===//
+
+static int cmd_explain(const args *a) {
+  binding_set b;
+  int rc = parse_spec(a->shapes, &b);
+  if (rc) {
+    free_bindings(&b);
+    return rc;
+  }
+  jit_context *ctx = NULL;
+  jit_graph *g = NULL;
+  jit_status s = open_context(a, &ctx);
+  if (s) {
+    free_bindings(&b);
+    return fail(s, "context");
+  }
+  rc = load_model(ctx, a->model, &g);
+  size_t total = binding_count(&b);
+  for (size_t i = 0; rc == kExitOk && i < total; i++) {
+    inputs in;
+    char desc[256];
+    rc = make_inputs(g, &b, i, false, &in, desc, sizeof desc);
+    if (rc) break;
+    char *text = NULL;
+    s = jit_cache_explain(g, in.t, in.n, &text);
+    if (s) {
+      rc = fail(s, desc);
+      break;
+    }
+    printf("%s:\n%s", desc, text);
+    jit_string_free(text);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  free_bindings(&b);
+  return rc;
+}
+
+//===--- cache -----------------------------------------------------------===//
+
+typedef struct ls_state {
+  bool json, quiet;  // quiet: only count (for `cache stats`)
+  uint64_t n, bytes;
+} ls_state;
+
+static void json_string(const char *s) {
+  putchar('"');
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') printf("\\%c", *s);
+    else if (*s == '\n') printf("\\n");
+    else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
+    else putchar(*s);
+  }
+  putchar('"');
+}
+
+static int ls_visit(void *user, const jit_cache_entry_info *e) {
+  ls_state *st = user;
+  if (st->quiet) {
+  } else if (st->json) {
+    printf("%s{\"key\":\"%s\",\"kind\":\"%s\",\"size\":%llu,\"last_used\":%lld,"
+           "\"components\":",
+           st->n ? "," : "", e->key, e->kind, (unsigned long long)e->size,
+           (long long)e->last_used);
+    json_string(e->components);
+    printf("}");
+  } else {
+    // One line per entry: key, kind, size, and the graph and input shapes.
+    char shapes[512] = "";
+    size_t n = 0;
+    for (const char *p = e->components; p && *p && n < sizeof shapes - 1;) {
+      const char *eol = strchr(p, '\n');
+      size_t len = eol ? (size_t)(eol - p) : strlen(p);
+      if (!strncmp(p, "input.", 6) || !strncmp(p, "graph_name=", 11))
+        n += (size_t)snprintf(shapes + n, sizeof shapes - n, "%s%.*s", n ? "  " : "",
+                              (int)len, p);
+      p = eol ? eol + 1 : NULL;
+    }
+    printf("%s  %-10s %8llu B  %s\n", e->key, e->kind, (unsigned long long)e->size, shapes);
+  }
+  st->n++;
+  st->bytes += e->size;
+  return 1;
+}
+
+static int cmd_cache(const char *sub, const args *a) {
+  jit_context *ctx = NULL;
+  jit_status s = open_context(a, &ctx);
+  if (s) return fail(s, "context");
+  const char *reason = NULL;
+  const char *dir = jit_cache_dir(ctx, &reason);
+  int rc = kExitOk;
+  uint64_t n1 = 0, n2 = 0;
+  if (!dir[0]) {
+    fprintf(stderr, "jitml: the disk cache is off: %s\n", reason ? reason : "disabled");
+    rc = kExitFail;
+  } else if (!strcmp(sub, "ls") || !strcmp(sub, "stats")) {
+    bool ls = !strcmp(sub, "ls");
+    ls_state st = {a->json && ls, !ls, 0, 0};
+    if (st.json) printf("[");
+    s = jit_cache_list(ctx, ls_visit, &st);
+    if (st.json) printf("]\n");
+    if (s) {
+      rc = fail(s, "cache ls");
+    } else if (!strcmp(sub, "stats")) {
+      if (a->json)
+        printf("{\"dir\":\"%s\",\"entries\":%llu,\"bytes\":%llu}\n", dir,
+               (unsigned long long)st.n, (unsigned long long)st.bytes);
+      else
+        printf("dir %s\nentries %llu\nbytes %llu\n", dir, (unsigned long long)st.n,
+               (unsigned long long)st.bytes);
+    }
+  } else if (!strcmp(sub, "verify")) {
+    s = jit_cache_verify(ctx, &n1, &n2);
+    if (s) rc = fail(s, "cache verify");
+    else if (a->json) printf("{\"checked\":%llu,\"bad\":%llu}\n", (unsigned long long)n1, (unsigned long long)n2);
+    else printf("checked %llu entries, removed %llu bad\n", (unsigned long long)n1, (unsigned long long)n2);
+    if (!s && n2) rc = kExitFail;
+  } else if (!strcmp(sub, "prune")) {
+    s = jit_cache_prune(ctx, &n1);
+    if (s) rc = fail(s, "cache prune");
+    else if (a->json) printf("{\"evicted\":%llu}\n", (unsigned long long)n1);
+    else printf("evicted %llu entries\n", (unsigned long long)n1);
+  } else if (!strcmp(sub, "clear")) {
+    s = jit_cache_clear(ctx, &n1);
+    if (s) rc = fail(s, "cache clear");
+    else if (a->json) printf("{\"removed\":%llu}\n", (unsigned long long)n1);
+    else printf("removed %llu entries\n", (unsigned long long)n1);
+  } else if (!strcmp(sub, "export") || !strcmp(sub, "import")) {
+    bool ex = !strcmp(sub, "export");
+    s = ex ? jit_cache_export(ctx, a->path, &n1) : jit_cache_import(ctx, a->path, &n1);
+    if (s) rc = fail(s, ex ? "cache export" : "cache import");
+    else printf("%s %llu entries %s %s\n", ex ? "exported" : "imported",
+                (unsigned long long)n1, ex ? "to" : "from", a->path);
+  }
+  jit_context_destroy(ctx);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return usage_error("missing command");
+  const char *cmd = argv[1];
+  args a = {0};
+  a.jobs = 2;
+  a.repeat = 1;
+  int rc;
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("jitml %s\n", jit_version());
+    return kExitOk;
+  }
+  if (!strcmp(cmd, "prewarm") || !strcmp(cmd, "run") || !strcmp(cmd, "explain")) {
+    if ((rc = parse_args(argc, argv, 2, &a, true, false))) return rc;
+    if (!strcmp(cmd, "prewarm")) return cmd_prewarm(&a);
+    if (!strcmp(cmd, "run")) return cmd_run(&a);
+    return cmd_explain(&a);
+  }
+  if (!strcmp(cmd, "cache")) {
+    if (argc < 3) return usage_error("missing cache subcommand");
+    const char *sub = argv[2];
+    bool bundle = !strcmp(sub, "export") || !strcmp(sub, "import");
+    if (!bundle && strcmp(sub, "ls") && strcmp(sub, "stats") && strcmp(sub, "verify") &&
+        strcmp(sub, "prune") && strcmp(sub, "clear"))
+      return usage_error("unknown cache subcommand");
+    if ((rc = parse_args(argc, argv, 3, &a, false, bundle))) return rc;
+    return cmd_cache(sub, &a);
+  }
+  return usage_error("unknown command");
+}
