@@ -2,7 +2,13 @@
 //
 // graph -> MLIR text (emit_mlir.c) -> parse -> elementwise fusion -> transform script
 // (matmul tiling, peeling, vectorization) -> bufferization and conversion to the LLVM
-// dialect -> LLVM IR -> O3 for the host CPU -> object bytes.
+// dialect -> LLVM IR -> O2 for the host CPU -> object bytes.
+//
+// Everything after "a module with a func on static tensors in destination-passing
+// form" is jit__cpu_compile_module, which imported MLIR modules (import_mlir.c) share.
+// At opt_level 0 nothing is fused or tiled, and linalg.matmul becomes loops through our
+// own C pass (pass_matmul_loops.c) instead of convert-linalg-to-loops. With a dump
+// directory, every stage is written as <kernel>-NN-<stage>.mlir/.ll (dump.c).
 //
 // Every compile creates its own MLIR and LLVM contexts, so compiles on different
 // threads share nothing but the process-wide registrations done once.
@@ -30,6 +36,7 @@
 #include <mlir-c/Target/LLVMIR.h>
 
 #include "jit/status.h"
+#include "lowering/import.h"
 #include "lowering/lower.h"
 
 //===--- Pipelines -------------------------------------------------------===//
@@ -39,10 +46,8 @@ static const char kPrePipeline[] =
     "builtin.module(linalg-fuse-elementwise-ops,canonicalize,cse)";
 
 // After it: tensors -> buffers (destination-passing: results are written into the
-// output memrefs; intermediates are malloc'ed and freed inside the kernel), then
-// everything to the LLVM dialect. Memrefs are passed as bare pointers: all shapes are
-// static, so the kernel needs nothing but the base address.
-static const char kPostPipeline[] =
+// output memrefs; intermediates are malloc'ed and freed inside the kernel).
+static const char kBufferizePipeline[] =
     "builtin.module(canonicalize,cse,eliminate-empty-tensors,"
     "empty-tensor-to-alloc-tensor,"
     "one-shot-bufferize{bufferize-function-boundaries=1 "
@@ -50,15 +55,19 @@ static const char kPostPipeline[] =
     "canonicalize,cse,canonicalize,"
     "ownership-based-buffer-deallocation,canonicalize,"
     "buffer-deallocation-simplification,bufferization-lower-deallocations,"
-    "canonicalize,cse,"
-    "func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm,"
+    "canonicalize,cse)";
+
+// Then everything to the LLVM dialect. Memrefs are passed as bare pointers: all shapes
+// are static, so the kernel needs nothing but the base address.
+static const char kToLLVMPipeline[] =
+    "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm,"
     "convert-vector-to-scf{full-unroll=1},convert-scf-to-cf,expand-strided-metadata,"
     "lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,"
     "convert-arith-to-llvm,convert-cf-to-llvm,"
     "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},convert-ub-to-llvm,"
     "reconcile-unrealized-casts)";
 
-static double jit__ms(void) {
+double jit__lower_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
@@ -74,15 +83,9 @@ static void jit__mlir_init(void) {
   LLVMInitializeNativeAsmPrinter();
 }
 
-//===--- Diagnostics -----------------------------------------------------===//
+//===--- Diagnostics and contexts ----------------------------------------===//
 
-// Collects MLIR diagnostics of one compile as text, so they reach the status instead
-// of stderr.
-typedef struct jit__diag {
-  char buf[4096];
-  size_t len;
-} jit__diag;
-
+// Collects MLIR diagnostics as text, so they reach the status instead of stderr.
 static void jit__diag_append(MlirStringRef s, void *user) {
   jit__diag *d = user;
   size_t room = sizeof(d->buf) - 1 - d->len;
@@ -92,18 +95,70 @@ static void jit__diag_append(MlirStringRef s, void *user) {
   d->buf[d->len] = 0;
 }
 
+static void jit__diag_puts(jit__diag *d, const char *s) {
+  jit__diag_append(mlirStringRefCreateFromCString(s), d);
+}
+
+// Finds the first file:line:col inside `loc` (through names, call sites and fused
+// locations).
+static bool jit__loc_find(MlirLocation loc, MlirStringRef *file, int *line, int *col,
+                          int depth) {
+  if (depth > 16) return false;
+  if (mlirLocationIsAFileLineColRange(loc)) {
+    *file = mlirIdentifierStr(mlirLocationFileLineColRangeGetFilename(loc));
+    *line = mlirLocationFileLineColRangeGetStartLine(loc);
+    *col = mlirLocationFileLineColRangeGetStartColumn(loc);
+    return true;
+  }
+  if (mlirLocationIsAName(loc))
+    return jit__loc_find(mlirLocationNameGetChildLoc(loc), file, line, col, depth + 1);
+  if (mlirLocationIsACallSite(loc))
+    return jit__loc_find(mlirLocationCallSiteGetCallee(loc), file, line, col, depth + 1);
+  if (mlirLocationIsAFused(loc)) {
+    intptr_t n = mlirLocationFusedGetNumLocations(loc);
+    if (n <= 0 || n > 64) return false;
+    MlirLocation locs[64];
+    mlirLocationFusedGetLocations(loc, locs);
+    for (intptr_t i = 0; i < n; i++)
+      if (jit__loc_find(locs[i], file, line, col, depth + 1)) return true;
+  }
+  return false;
+}
+
 static MlirLogicalResult jit__diag_handler(MlirDiagnostic diag, void *user) {
   jit__diag *d = user;
-  if (d->len) jit__diag_append(mlirStringRefCreateFromCString("; "), d);
-  mlirLocationPrint(mlirDiagnosticGetLocation(diag), jit__diag_append, d);
+  if (d->len) jit__diag_puts(d, "; ");
+  MlirStringRef file;
+  int line = 0, col = 0;
+  if (jit__loc_find(mlirDiagnosticGetLocation(diag), &file, &line, &col, 0)) {
+    char pos[48];
+    if (file.length == 0 || (d->file && file.length == 1 && file.data[0] == '-'))
+      jit__diag_puts(d, d->file ? d->file : "<input>");
+    else
+      jit__diag_append(file, d);
+    snprintf(pos, sizeof pos, ":%d:%d", line, col);
+    jit__diag_puts(d, pos);
+  } else {
+    mlirLocationPrint(mlirDiagnosticGetLocation(diag), jit__diag_append, d);
+  }
   MlirDiagnosticSeverity sev = mlirDiagnosticGetSeverity(diag);
-  jit__diag_append(mlirStringRefCreateFromCString(
-                       sev == MlirDiagnosticError     ? ": error: "
-                       : sev == MlirDiagnosticWarning ? ": warning: "
-                                                      : ": note: "),
-                   d);
+  jit__diag_puts(d, sev == MlirDiagnosticError     ? ": error: "
+                    : sev == MlirDiagnosticWarning ? ": warning: "
+                                                   : ": note: ");
   mlirDiagnosticPrint(diag, jit__diag_append, d);
   return mlirLogicalResultSuccess();
+}
+
+MlirContext jit__mlir_context_create(jit__diag *diag) {
+  pthread_once(&jit__mlir_once, jit__mlir_init);
+  MlirDialectRegistry registry = mlirDialectRegistryCreate();
+  mlirRegisterAllDialects(registry);
+  MlirContext ctx = mlirContextCreateWithRegistry(registry, /*threadingEnabled=*/false);
+  mlirDialectRegistryDestroy(registry);
+  // Dialects load on demand (parser, passes): loading all ~50 up front costs ~20 ms.
+  mlirRegisterAllLLVMTranslations(ctx);
+  mlirContextAttachDiagnosticHandler(ctx, jit__diag_handler, diag, NULL);
+  return ctx;
 }
 
 //===--- Matmul strategy -------------------------------------------------===//
@@ -271,9 +326,9 @@ static char *jit__matmul_script(MlirContext ctx, MlirOperation module,
 
 //===--- Steps -----------------------------------------------------------===//
 
-static jit_status jit__run_pipeline(MlirContext ctx, MlirModule module,
-                                    const char *pipeline, jit__diag *diag,
-                                    const char *stage) {
+jit_status jit__mlir_run_pipeline(MlirContext ctx, MlirModule module,
+                                  const char *pipeline, jit__diag *diag,
+                                  const char *stage) {
   MlirPassManager pm = mlirPassManagerCreate(ctx);
   MlirLogicalResult r = mlirParsePassPipeline(
       mlirPassManagerGetAsOpPassManager(pm), mlirStringRefCreateFromCString(pipeline),
@@ -379,7 +434,7 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
   LLVMErrorRef lerr = LLVMRunPasses(mod, o->opt_level > 0 ? "default<O2>" : "default<O0>",
                                     tm, po);
   LLVMDisposePassBuilderOptions(po);
-  double t_opt = jit__ms();
+  double t_opt = jit__lower_ms();
   if (lerr) {
     char *m = LLVMGetErrorMessage(lerr);
     status = JIT_ERR(JIT_COMPILE_ERROR, "LLVM optimization failed: %s", m);
@@ -402,8 +457,98 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
     }
     LLVMDisposeMemoryBuffer(buf);
   }
-  out->ms_codegen = jit__ms() - t_opt;
+  out->ms_codegen = jit__lower_ms() - t_opt;
   LLVMDisposeTargetMachine(tm);
+  return status;
+}
+
+//===--- Shared stages ---------------------------------------------------===//
+
+// Stage 04 at opt_level 0: our own pass turns every linalg.matmul into loops (the
+// upstream convert-linalg-to-loops in kToLLVMPipeline takes the rest).
+static jit_status jit__run_matmul_loops(MlirContext ctx, MlirModule module,
+                                        jit__diag *diag) {
+  // The pass creates scf/memref/arith ops: make sure those dialects are loaded.
+  mlirContextGetOrLoadDialect(ctx, mlirStringRefCreateFromCString("scf"));
+  mlirContextGetOrLoadDialect(ctx, mlirStringRefCreateFromCString("memref"));
+  mlirContextGetOrLoadDialect(ctx, mlirStringRefCreateFromCString("arith"));
+  MlirPassManager pm = mlirPassManagerCreate(ctx);
+  MlirOpPassManager fpm =
+      mlirPassManagerGetNestedUnder(pm, mlirStringRefCreateFromCString("func.func"));
+  mlirOpPassManagerAddOwnedPass(fpm, jit__create_matmul_to_loops_pass());
+  MlirLogicalResult r = mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(module));
+  mlirPassManagerDestroy(pm);
+  if (mlirLogicalResultIsFailure(r))
+    return JIT_ERR(JIT_COMPILE_ERROR, "jitml-lower-matmul-to-loops failed: %s",
+                   diag->len ? diag->buf : "(no diagnostic)");
+  return NULL;
+}
+
+static void jit__dump_llvm(const jit__lower_options *o, const char *kernel,
+                           const char *stage, LLVMModuleRef mod) {
+  if (!o->dump_dir) return;
+  char *text = LLVMPrintModuleToString(mod);
+  if (!text) return;
+  jit__dump_text(o, kernel, stage, text, strlen(text));
+  LLVMDisposeMessage(text);
+}
+
+jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
+                                   const char *func_name, uint32_t n_args,
+                                   const jit__lower_options *options, jit__diag *diag,
+                                   double t0, jit__artifact *out) {
+  memset(out, 0, sizeof(*out));
+  if (strlen(func_name) + 7 > sizeof(out->entry))
+    return JIT_ERR(JIT_INTERNAL, "kernel name `%s` too long", func_name);
+  MlirOperation mop = mlirModuleGetOperation(module);
+  jit_status status = NULL;
+  char *script = NULL;
+  LLVMContextRef llctx = NULL;
+  LLVMModuleRef mod = NULL;
+  if (options->opt_level > 0) {
+    status = jit__mlir_run_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
+    if (status) goto done;
+    jit__dump_op(options, func_name, "02-fused.mlir", mop);
+    int n_mm = 0;
+    script = jit__matmul_script(ctx, mop, options->features, &n_mm);
+    if (!script) {
+      status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+      goto done;
+    }
+    if (n_mm > 0 && (status = jit__apply_script(ctx, module, script, diag))) goto done;
+    jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
+  }
+  status = jit__mlir_run_pipeline(ctx, module, kBufferizePipeline, diag, "bufferization");
+  if (status) goto done;
+  if (options->opt_level <= 0 && (status = jit__run_matmul_loops(ctx, module, diag)))
+    goto done;
+  jit__dump_op(options, func_name, "04-bufferized.mlir", mop);
+  status = jit__mlir_run_pipeline(ctx, module, kToLLVMPipeline, diag, "lowering to LLVM");
+  if (status) goto done;
+  jit__dump_op(options, func_name, "05-llvm-dialect.mlir", mop);
+
+  double t1 = jit__lower_ms();
+  out->ms_mlir = t1 - t0;
+  llctx = LLVMContextCreate();
+  mod = mlirTranslateModuleToLLVMIR(mop, llctx);
+  if (!mod) {
+    status = JIT_ERR(JIT_COMPILE_ERROR, "translation to LLVM IR failed: %s", diag->buf);
+    goto done;
+  }
+  snprintf(out->entry, sizeof(out->entry), "%s_entry", func_name);
+  out->n_args = n_args;
+  status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);
+  if (status) goto done;
+  jit__dump_llvm(options, func_name, "06-llvm.ll", mod);
+  status = jit__llvm_to_object(mod, options, out);
+  jit__dump_llvm(options, func_name, "07-llvm-optimized.ll", mod);
+  out->ms_llvm_opt = jit__lower_ms() - t1 - out->ms_codegen;
+
+done:
+  if (mod) LLVMDisposeModule(mod);
+  if (llctx) LLVMContextDispose(llctx);
+  free(script);
+  if (status) jit__artifact_release(out);
   return status;
 }
 
@@ -412,73 +557,29 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
 jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
                             const jit__lower_options *options, jit__artifact *out) {
   memset(out, 0, sizeof(*out));
-  pthread_once(&jit__mlir_once, jit__mlir_init);
-  if (strlen(func_name) + 7 > sizeof(out->entry))
-    return JIT_ERR(JIT_INTERNAL, "kernel name `%s` too long", func_name);
-
-  double t0 = jit__ms();
+  double t0 = jit__lower_ms();
   char *text = NULL;
   JIT_RETURN_IF_ERROR(jit__emit_mlir(graph, func_name, &text), "emitting MLIR");
+  jit__dump_text(options, func_name, "00-graph.mlir", text, strlen(text));
 
-  MlirDialectRegistry registry = mlirDialectRegistryCreate();
-  mlirRegisterAllDialects(registry);
-  MlirContext ctx = mlirContextCreateWithRegistry(registry, /*threadingEnabled=*/false);
-  mlirDialectRegistryDestroy(registry);
-  // Dialects load on demand (parser, passes): loading all ~50 up front costs ~20 ms.
-  mlirRegisterAllLLVMTranslations(ctx);
-  jit__diag diag = {{0}, 0};
-  mlirContextAttachDiagnosticHandler(ctx, jit__diag_handler, &diag, NULL);
-
+  jit__diag diag = {{0}, 0, NULL};
+  MlirContext ctx = jit__mlir_context_create(&diag);
   jit_status status = NULL;
-  char *script = NULL;
-  LLVMContextRef llctx = NULL;
-  LLVMModuleRef mod = NULL;
   MlirModule module = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
   if (mlirModuleIsNull(module)) {
     status = JIT_ERR(JIT_INTERNAL, "generated MLIR does not parse: %s", diag.buf);
-    goto done;
+  } else {
+    // The emitted function is specialized already: stage 01 is stage 00 parsed.
+    jit__dump_op(options, func_name, "01-specialized.mlir", mlirModuleGetOperation(module));
+    status = jit__cpu_compile_module(ctx, module, func_name,
+                                     graph->n_inputs + graph->n_outputs, options, &diag,
+                                     t0, out);
+    mlirModuleDestroy(module);
   }
-  if (options->opt_level > 0) {
-    status = jit__run_pipeline(ctx, module, kPrePipeline, &diag, "elementwise fusion");
-    if (status) goto done;
-    int n_mm = 0;
-    script = jit__matmul_script(ctx, mlirModuleGetOperation(module), options->features,
-                                &n_mm);
-    if (!script) {
-      status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-      goto done;
-    }
-    if (n_mm > 0 && (status = jit__apply_script(ctx, module, script, &diag))) goto done;
-  }
-  status = jit__run_pipeline(ctx, module, kPostPipeline, &diag, "lowering to LLVM");
-  if (status) goto done;
-
-  double t1 = jit__ms();
-  out->ms_mlir = t1 - t0;
-  llctx = LLVMContextCreate();
-  mod = mlirTranslateModuleToLLVMIR(mlirModuleGetOperation(module), llctx);
-  if (!mod) {
-    status = JIT_ERR(JIT_COMPILE_ERROR, "translation to LLVM IR failed: %s", diag.buf);
-    goto done;
-  }
-  snprintf(out->entry, sizeof(out->entry), "%s_entry", func_name);
-  out->n_args = graph->n_inputs + graph->n_outputs;
-  status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);
-  if (status) goto done;
-  status = jit__llvm_to_object(mod, options, out);
-  out->ms_llvm_opt = jit__ms() - t1 - out->ms_codegen;
-
-done:
-  if (mod) LLVMDisposeModule(mod);
-  if (llctx) LLVMContextDispose(llctx);
-  if (!mlirModuleIsNull(module)) mlirModuleDestroy(module);
   mlirContextDestroy(ctx);
-  free(script);
   free(text);
-  if (status) {
-    jit__artifact_release(out);
+  if (status)
     status = jit__status_annotate(status, "compiling `%s` for the CPU",
                                   graph->name ? graph->name : func_name);
-  }
   return status;
 }
