@@ -1,0 +1,119 @@
+//===--- gpu.h - GPU lowering: specialized graph -> PTX / SPIR-V + launch plan ===//
+//
+// The half of the GPU backends that lives in lowering/: it turns one specialized graph
+// into a device module (PTX text for CUDA, SPIR-V words for Vulkan) and the launch plan
+// a runtime needs to run it: which buffers to allocate, which kernels to launch in
+// which order, with which grid/block sizes and arguments. It loads nothing and talks
+// to no device; devices/cuda and devices/vulkan consume the artifact, and cache/
+// stores the module bytes plus jit__gpu_plan_serialize's bytes as entry metadata.
+//
+// Buffer table convention: buffers [0, n_inputs) are the graph's inputs in argument
+// order, [n_inputs, n_inputs + n_outputs) its outputs in result order, and the rest are
+// intermediates the runtime allocates (uninitialized; a kernel fully writes each before
+// reading it). Every buffer is dense row-major of its byte size.
+//
+// Kernel ABI: each kernel takes one pointer-sized argument per entry of `args`, in
+// order: for PTX one `.param .u64` device pointer each (bare-pointer convention); for
+// SPIR-V, storage buffer bindings: descriptor set 0, binding i = args[i], no push
+// constants. Launch exactly `block` threads per workgroup (PTX declares .maxntid, SPIR-V
+// LocalSize) and `grid` workgroups. Kernels must run in order (each may read what the
+// previous ones wrote): a barrier between consecutive launches is required.
+//
+//===----------------------------------------------------------------------===//
+#ifndef JITML_LOWERING_GPU_H_
+#define JITML_LOWERING_GPU_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lowering/lower.h"
+
+typedef enum jit__gpu_format {
+  JIT__GPU_PTX = 1,    // NVIDIA PTX text (not NUL-terminated in `binary`)
+  JIT__GPU_SPIRV = 2,  // SPIR-V module, little-endian 32-bit words, for Vulkan
+} jit__gpu_format;
+
+// What to compile for. Zero-initialize, then set `format` and the fields it uses.
+typedef struct jit__gpu_target {
+  jit__gpu_format format;
+  // PTX: the chip ("sm_90"); unknown chips are refused with JIT_UNSUPPORTED.
+  const char *chip;
+  // PTX: the PTX ISA version times ten (80 = PTX 8.0); 0 picks the minimum the chip
+  // needs. A version below that minimum, or one LLVM does not know, is JIT_UNSUPPORTED
+  // (LLVM would otherwise end the process).
+  int ptx_version;
+  // PTX: CUDA toolkit directory whose nvvm/libdevice/libdevice.10.bc provides math
+  // functions (exp, tanh, ...); NULL searches $CUDA_HOME, $CUDA_PATH, /usr/local/cuda.
+  // Graphs without transcendental math need none.
+  const char *cuda_toolkit;
+  // SPIR-V: minor version of SPIR-V 1.x (3 = 1.3, the Vulkan 1.1 ceiling); 0 means 3.
+  int spirv_minor;
+  // SPIR-V: allow f16 storage and arithmetic (adds Float16 and StorageBuffer16BitAccess
+  // capabilities and SPV_KHR_16bit_storage). Without it an f16 graph is JIT_UNSUPPORTED.
+  bool spirv_f16;
+} jit__gpu_target;
+
+typedef enum jit__gpu_buffer_kind {
+  JIT__GPU_BUF_INPUT = 0,
+  JIT__GPU_BUF_OUTPUT = 1,
+  JIT__GPU_BUF_TEMP = 2,  // intermediate: allocated by the runtime, no host data
+} jit__gpu_buffer_kind;
+
+typedef struct jit__gpu_buffer {
+  jit__gpu_buffer_kind kind;
+  uint32_t index;   // input or output index; for temps, the temp's ordinal
+  uint64_t bytes;   // size in bytes (0 for an empty tensor)
+} jit__gpu_buffer;
+
+typedef struct jit__gpu_kernel {
+  char entry[64];     // kernel symbol in the module (PTX .entry / SPIR-V entry point)
+  uint32_t grid[3];   // workgroups in x, y, z
+  uint32_t block[3];  // threads per workgroup in x, y, z
+  uint32_t n_args;
+  uint32_t *args;     // buffer indices, malloc'ed
+} jit__gpu_kernel;
+
+// The launch plan. Thread-compatible: immutable once made.
+typedef struct jit__gpu_plan {
+  uint32_t n_buffers;
+  jit__gpu_buffer *buffers;  // malloc'ed
+  uint32_t n_kernels;
+  jit__gpu_kernel *kernels;  // malloc'ed, launch order
+} jit__gpu_plan;
+
+typedef struct jit__gpu_artifact {
+  jit__gpu_format format;
+  uint8_t *binary;  // module bytes, malloc'ed
+  size_t binary_size;
+  jit__gpu_plan plan;
+  double ms_front;  // parse, bufferization, mapping, outlining
+  double ms_back;   // conversion to NVVM/SPIR-V and serialization
+} jit__gpu_artifact;
+
+// Compiles `graph` for `target` into `out` (kernel names start with `func_name`).
+// Creates and destroys its own MLIR context; thread-safe. Returns JIT_UNSUPPORTED for
+// unknown chips, bad PTX versions, f16 SPIR-V without `spirv_f16`, and graphs the GPU
+// path cannot map yet; JIT_COMPILE_ERROR with MLIR's diagnostics if a pass fails. On
+// failure `out` owns nothing.
+jit_status jit__compile_gpu(const jit__lgraph *graph, const char *func_name,
+                            const jit__gpu_target *target, jit__gpu_artifact *out);
+
+// The minimum PTX version (times ten) for `chip`, or 0 if the chip is unknown.
+int jit__gpu_ptx_min_version(const char *chip);
+
+// Frees what the plan / artifact owns (not the struct). NULL is a no-op.
+void jit__gpu_plan_release(jit__gpu_plan *plan);
+void jit__gpu_artifact_release(jit__gpu_artifact *artifact);
+
+// The plan as flat little-endian bytes (magic "JGPL", version, then counts and
+// records; see compile_gpu.c), malloc'ed into *out_bytes. Thread-safe.
+jit_status jit__gpu_plan_serialize(const jit__gpu_plan *plan, uint8_t **out_bytes,
+                                   size_t *out_size);
+
+// Parses bytes made by jit__gpu_plan_serialize into `out` (caller releases it).
+// Truncated or corrupt input gives JIT_CACHE_ERROR and leaves `out` empty.
+jit_status jit__gpu_plan_deserialize(const uint8_t *bytes, size_t size,
+                                     jit__gpu_plan *out);
+
+#endif  // JITML_LOWERING_GPU_H_

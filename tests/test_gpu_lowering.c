@@ -1,0 +1,531 @@
+//===--- test_gpu_lowering.c - graphs -> PTX / SPIR-V, validated offline ----===//
+//
+// No GPU needed: each graph is lowered to PTX (assembled by `ptxas -arch=sm_90`) and
+// to SPIR-V (checked by `spirv-val --target-env vulkan1.1`), and its launch plan is
+// checked for sanity and serialization round trips. A missing tool skips the check
+// with a visible "skipped: ... not found" line. The lowering is internal (hidden in
+// libjitml.so), so this executable compiles the lowering sources itself.
+//
+//===----------------------------------------------------------------------===//
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lowering/gpu.h"
+
+//===--- Graph building --------------------------------------------------===//
+
+#define MAXN 16
+
+typedef struct tg {
+  jit__node nodes[MAXN];
+  uint32_t inputs[4], outputs[2];
+  jit__lgraph g;
+  jit__dtype dt;
+} tg;
+
+static void tg_init(tg *t, const char *name, jit__dtype dt) {
+  memset(t, 0, sizeof *t);
+  t->g.name = name;
+  t->g.nodes = t->nodes;
+  t->g.inputs = t->inputs;
+  t->g.outputs = t->outputs;
+  t->dt = dt;
+}
+
+static uint32_t tg_node(tg *t, jit__op op, int n_ops, uint32_t a, uint32_t b, int rank,
+                        const int64_t *dims) {
+  uint32_t id = t->g.n_nodes++;
+  cr_assert(id < MAXN);
+  jit__node *n = &t->nodes[id];
+  n->op = op;
+  n->dtype = t->dt;
+  n->n_operands = n_ops;
+  n->operands[0] = a;
+  n->operands[1] = b;
+  n->rank = rank;
+  if (rank) memcpy(n->dims, dims, sizeof(int64_t) * (size_t)rank);
+  return id;
+}
+
+static uint32_t tg_input(tg *t, int rank, const int64_t *dims) {
+  uint32_t id = tg_node(t, JIT__OP_INPUT, 0, 0, 0, rank, dims);
+  t->inputs[t->g.n_inputs++] = id;
+  return id;
+}
+
+static void tg_output(tg *t, uint32_t id) { t->outputs[t->g.n_outputs++] = id; }
+
+static uint32_t tg_unary(tg *t, jit__op op, uint32_t x) {
+  return tg_node(t, op, 1, x, 0, t->nodes[x].rank, t->nodes[x].dims);
+}
+
+static uint32_t tg_reduce(tg *t, jit__op op, uint32_t x, int axis, bool keepdims) {
+  const jit__node *xn = &t->nodes[x];
+  int64_t dims[JIT_MAX_RANK];
+  int r = 0;
+  for (int d = 0; d < xn->rank; d++) {
+    if (d == axis) {
+      if (keepdims) dims[r++] = 1;
+    } else {
+      dims[r++] = xn->dims[d];
+    }
+  }
+  uint32_t id = tg_node(t, op, 1, x, 0, r, dims);
+  t->nodes[id].axis = axis;
+  t->nodes[id].keepdims = keepdims;
+  return id;
+}
+
+//===--- Tools -----------------------------------------------------------===//
+
+static const char *find_tool(const char *name, char *buf, size_t size) {
+  const char *dirs[4] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda", NULL};
+  if (!strcmp(name, "ptxas")) {
+    for (int i = 0; i < 3; i++) {
+      if (!dirs[i]) continue;
+      snprintf(buf, size, "%s/bin/ptxas", dirs[i]);
+      if (access(buf, X_OK) == 0) return buf;
+    }
+  }
+  const char *path = getenv("PATH");
+  if (!path) return NULL;
+  const char *p = path;
+  while (*p) {
+    const char *e = strchr(p, ':');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    snprintf(buf, size, "%.*s/%s", (int)n, p, name);
+    if (n && access(buf, X_OK) == 0) return buf;
+    p += n + (e ? 1 : 0);
+    if (!e) break;
+  }
+  return NULL;
+}
+
+// Writes `data` to a temp file with `suffix`, runs `cmd_fmt` on it (one %s for the
+// tool, one for the file), returns the exit status and logs the tool output.
+static int run_tool(const char *tool, const char *args_fmt, const void *data, size_t size,
+                    const char *suffix) {
+  char path[] = "/tmp/jitml_gpu_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  cr_assert_eq(write(fd, data, size), (ssize_t)size);
+  close(fd);
+  char file[64], logf[80];
+  snprintf(file, sizeof file, "%s%s", path, suffix);
+  cr_assert_eq(rename(path, file), 0);
+  snprintf(logf, sizeof logf, "%s.log", file);
+  char cmd[1024], args[256];
+  snprintf(args, sizeof args, args_fmt, file);
+  snprintf(cmd, sizeof cmd, "'%s' %s > '%s' 2>&1", tool, args, logf);
+  int rc = system(cmd);
+  if (rc != 0) {
+    FILE *f = fopen(logf, "r");
+    char text[4096] = {0};
+    if (f) {
+      size_t n = fread(text, 1, sizeof text - 1, f);
+      text[n] = 0;
+      fclose(f);
+    }
+    cr_log_error("%s failed on %s:\n%s", tool, file, text);
+  } else {
+    unlink(file);
+  }
+  unlink(logf);
+  return rc;
+}
+
+//===--- Checks ----------------------------------------------------------===//
+
+static int64_t elems(const jit__node *n) {
+  int64_t e = 1;
+  for (int d = 0; d < n->rank; d++) e *= n->dims[d];
+  return e;
+}
+
+static void check_plan(const jit__lgraph *g, const jit__gpu_plan *p) {
+  cr_assert_geq(p->n_kernels, 1);
+  cr_assert_geq(p->n_buffers, g->n_inputs + g->n_outputs);
+  for (uint32_t i = 0; i < g->n_inputs; i++) {
+    const jit__node *n = &g->nodes[g->inputs[i]];
+    cr_assert_eq(p->buffers[i].kind, JIT__GPU_BUF_INPUT);
+    cr_assert_eq(p->buffers[i].index, i);
+    cr_assert_eq(p->buffers[i].bytes, (uint64_t)elems(n) * (n->dtype == JIT__F16 ? 2 : 4));
+  }
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *n = &g->nodes[g->outputs[j]];
+    const jit__gpu_buffer *b = &p->buffers[g->n_inputs + j];
+    cr_assert_eq(b->kind, JIT__GPU_BUF_OUTPUT);
+    cr_assert_eq(b->index, j);
+    cr_assert_eq(b->bytes, (uint64_t)elems(n) * (n->dtype == JIT__F16 ? 2 : 4));
+    // Some kernel writing the output has at least one thread per output element.
+    uint64_t best = 0;
+    for (uint32_t k = 0; k < p->n_kernels; k++) {
+      const jit__gpu_kernel *kk = &p->kernels[k];
+      bool uses = false;
+      for (uint32_t a = 0; a < kk->n_args; a++) uses |= kk->args[a] == g->n_inputs + j;
+      uint64_t threads = 1;
+      for (int d = 0; d < 3; d++) threads *= (uint64_t)kk->grid[d] * kk->block[d];
+      if (uses && threads > best) best = threads;
+    }
+    cr_assert_geq(best, (uint64_t)elems(n), "output %u: %llu threads for %lld elements", j,
+                  (unsigned long long)best, (long long)elems(n));
+  }
+  for (uint32_t i = g->n_inputs + g->n_outputs; i < p->n_buffers; i++) {
+    cr_assert_eq(p->buffers[i].kind, JIT__GPU_BUF_TEMP);
+    cr_assert_gt(p->buffers[i].bytes, 0);
+  }
+  for (uint32_t k = 0; k < p->n_kernels; k++) {
+    const jit__gpu_kernel *kk = &p->kernels[k];
+    cr_assert_gt(strlen(kk->entry), 0);
+    uint64_t block = (uint64_t)kk->block[0] * kk->block[1] * kk->block[2];
+    cr_assert(block >= 1 && block <= 1024, "kernel %u: block of %llu", k,
+              (unsigned long long)block);
+    cr_assert_geq(kk->n_args, 1);
+    for (uint32_t a = 0; a < kk->n_args; a++) cr_assert_lt(kk->args[a], p->n_buffers);
+  }
+}
+
+static void check_roundtrip(const jit__gpu_plan *p) {
+  uint8_t *bytes = NULL;
+  size_t size = 0;
+  jit_status s = jit__gpu_plan_serialize(p, &bytes, &size);
+  cr_assert_null(s);
+  jit__gpu_plan q;
+  s = jit__gpu_plan_deserialize(bytes, size, &q);
+  cr_assert_null(s, "deserialize: %s", s ? jit_status_message(s) : "");
+  cr_assert_eq(q.n_buffers, p->n_buffers);
+  cr_assert_eq(q.n_kernels, p->n_kernels);
+  for (uint32_t i = 0; i < p->n_buffers; i++) {
+    cr_assert_eq(q.buffers[i].kind, p->buffers[i].kind);
+    cr_assert_eq(q.buffers[i].index, p->buffers[i].index);
+    cr_assert_eq(q.buffers[i].bytes, p->buffers[i].bytes);
+  }
+  for (uint32_t k = 0; k < p->n_kernels; k++) {
+    cr_assert_str_eq(q.kernels[k].entry, p->kernels[k].entry);
+    cr_assert_arr_eq(q.kernels[k].grid, p->kernels[k].grid, sizeof q.kernels[k].grid);
+    cr_assert_arr_eq(q.kernels[k].block, p->kernels[k].block, sizeof q.kernels[k].block);
+    cr_assert_eq(q.kernels[k].n_args, p->kernels[k].n_args);
+    cr_assert_arr_eq(q.kernels[k].args, p->kernels[k].args,
+                     sizeof(uint32_t) * p->kernels[k].n_args);
+  }
+  jit__gpu_plan_release(&q);
+  // Every truncation is refused cleanly.
+  for (size_t cut = 0; cut < size; cut += 1 + size / 64) {
+    s = jit__gpu_plan_deserialize(bytes, cut, &q);
+    cr_assert_not_null(s);
+    cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
+    cr_assert_eq(q.n_kernels, 0);
+    jit_status_free(s);
+  }
+  free(bytes);
+}
+
+static void compile_ok(const jit__lgraph *g, const jit__gpu_target *t, jit__gpu_artifact *a) {
+  jit_status s = jit__compile_gpu(g, "gk", t, a);
+  if (s) {
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", jit_status_message(s));
+    jit_status_free(s);
+    cr_assert_fail("compiling `%s`: %s", g->name, msg);
+  }
+  cr_assert_gt(a->binary_size, 0);
+}
+
+static void check_ptx(const jit__lgraph *g) {
+  jit__gpu_target t = {.format = JIT__GPU_PTX, .chip = "sm_90"};
+  jit__gpu_artifact a;
+  compile_ok(g, &t, &a);
+  cr_assert_eq(a.format, JIT__GPU_PTX);
+  check_plan(g, &a.plan);
+  check_roundtrip(&a.plan);
+  // Every planned entry is in the PTX.
+  char *text = malloc(a.binary_size + 1);
+  memcpy(text, a.binary, a.binary_size);
+  text[a.binary_size] = 0;
+  for (uint32_t k = 0; k < a.plan.n_kernels; k++)
+    cr_assert_not_null(strstr(text, a.plan.kernels[k].entry), "entry %s missing",
+                       a.plan.kernels[k].entry);
+  free(text);
+  char buf[1024];
+  const char *ptxas = find_tool("ptxas", buf, sizeof buf);
+  if (!ptxas) {
+    cr_log_warn("skipped: ptxas not found");
+  } else {
+    cr_assert_eq(run_tool(ptxas, "-arch=sm_90 %s -o /dev/null", a.binary, a.binary_size,
+                          ".ptx"),
+                 0, "ptxas rejected the PTX of `%s`", g->name);
+  }
+  jit__gpu_artifact_release(&a);
+}
+
+static void check_spirv(const jit__lgraph *g, bool f16) {
+  jit__gpu_target t = {.format = JIT__GPU_SPIRV, .spirv_f16 = f16};
+  jit__gpu_artifact a;
+  compile_ok(g, &t, &a);
+  cr_assert_eq(a.format, JIT__GPU_SPIRV);
+  cr_assert_eq(a.binary_size % 4, 0);
+  uint32_t magic;
+  memcpy(&magic, a.binary, 4);
+  cr_assert_eq(magic, 0x07230203u);
+  check_plan(g, &a.plan);
+  char buf[1024];
+  const char *val = find_tool("spirv-val", buf, sizeof buf);
+  if (!val) {
+    cr_log_warn("skipped: spirv-val not found");
+  } else {
+    cr_assert_eq(run_tool(val, "--target-env vulkan1.1 %s", a.binary, a.binary_size,
+                          ".spv"),
+                 0, "spirv-val rejected the SPIR-V of `%s`", g->name);
+  }
+  jit__gpu_artifact_release(&a);
+}
+
+static void check_all(const jit__lgraph *g, jit__dtype dt) {
+  check_ptx(g);
+  check_spirv(g, dt == JIT__F16);
+}
+
+//===--- Graphs ----------------------------------------------------------===//
+
+static void g_add_broadcast(tg *t, jit__dtype dt) {
+  tg_init(t, "add_broadcast", dt);
+  int64_t a[3] = {3, 37, 45}, b[2] = {1, 45};
+  uint32_t x = tg_input(t, 3, a), y = tg_input(t, 2, b);
+  tg_output(t, tg_node(t, JIT__OP_ADD, 2, x, y, 3, a));
+}
+
+static void g_unary_chain(tg *t, jit__dtype dt) {
+  tg_init(t, "unary_chain", dt);
+  int64_t a[2] = {33, 1000};
+  uint32_t x = tg_input(t, 2, a);
+  uint32_t e = tg_unary(t, JIT__OP_EXP, x);
+  uint32_t h = tg_unary(t, JIT__OP_TANH, e);
+  tg_output(t, tg_unary(t, JIT__OP_GELU, h));
+}
+
+static void g_matmul(tg *t, jit__dtype dt) {
+  tg_init(t, "matmul", dt);
+  int64_t a[2] = {17, 31}, b[2] = {31, 45}, c[2] = {17, 45};
+  uint32_t x = tg_input(t, 2, a), y = tg_input(t, 2, b);
+  tg_output(t, tg_node(t, JIT__OP_MATMUL, 2, x, y, 2, c));
+}
+
+static void g_batched_matmul(tg *t, jit__dtype dt) {
+  tg_init(t, "batched_matmul", dt);
+  int64_t a[3] = {4, 17, 31}, b[2] = {31, 45}, c[3] = {4, 17, 45};
+  uint32_t x = tg_input(t, 3, a), y = tg_input(t, 2, b);
+  tg_output(t, tg_node(t, JIT__OP_MATMUL, 2, x, y, 3, c));
+}
+
+static void g_reduce(tg *t, jit__dtype dt, jit__op op, int axis, bool keep) {
+  tg_init(t, jit__op_name(op), dt);
+  int64_t a[3] = {5, 19, 33};
+  uint32_t x = tg_input(t, 3, a);
+  tg_output(t, tg_reduce(t, op, x, axis, keep));
+}
+
+static void g_softmax(tg *t, jit__dtype dt) {
+  tg_init(t, "softmax", dt);
+  int64_t a[2] = {7, 300};
+  uint32_t x = tg_input(t, 2, a);
+  uint32_t s = tg_unary(t, JIT__OP_SOFTMAX, x);
+  t->nodes[s].axis = 1;
+  tg_output(t, s);
+}
+
+static void g_transpose(tg *t, jit__dtype dt) {
+  tg_init(t, "transpose", dt);
+  int64_t a[3] = {2, 17, 45}, r[3] = {45, 2, 17};
+  uint32_t x = tg_input(t, 3, a);
+  uint32_t y = tg_node(t, JIT__OP_TRANSPOSE, 1, x, 0, 3, r);
+  t->nodes[y].perm[0] = 2;
+  t->nodes[y].perm[1] = 0;
+  t->nodes[y].perm[2] = 1;
+  tg_output(t, y);
+}
+
+static void g_reshape(tg *t, jit__dtype dt) {
+  tg_init(t, "reshape", dt);
+  int64_t a[2] = {6, 35}, r[3] = {3, 10, 7};
+  uint32_t x = tg_input(t, 2, a);
+  uint32_t y = tg_node(t, JIT__OP_RESHAPE, 1, x, 0, 3, r);
+  tg_output(t, tg_unary(t, JIT__OP_RELU, y));
+}
+
+// A pure reshape: bufferization makes it a copy into the output.
+static void g_reshape_only(tg *t, jit__dtype dt) {
+  tg_init(t, "reshape_only", dt);
+  int64_t a[2] = {6, 35}, r[1] = {210};
+  uint32_t x = tg_input(t, 2, a);
+  tg_output(t, tg_node(t, JIT__OP_RESHAPE, 1, x, 0, 1, r));
+}
+
+// An MLP-like chain: matmul + bias + gelu, then a row softmax, two outputs.
+static void g_mlp(tg *t, jit__dtype dt) {
+  tg_init(t, "mlp", dt);
+  int64_t a[2] = {8, 64}, w[2] = {64, 96}, b[1] = {96}, c[2] = {8, 96};
+  uint32_t x = tg_input(t, 2, a), wt = tg_input(t, 2, w), bias = tg_input(t, 1, b);
+  uint32_t mm = tg_node(t, JIT__OP_MATMUL, 2, x, wt, 2, c);
+  uint32_t h = tg_unary(t, JIT__OP_GELU, tg_node(t, JIT__OP_ADD, 2, mm, bias, 2, c));
+  uint32_t s = tg_unary(t, JIT__OP_SOFTMAX, h);
+  t->nodes[s].axis = 1;
+  tg_output(t, h);
+  tg_output(t, s);
+}
+
+//===--- Tests -----------------------------------------------------------===//
+
+#define GRAPH_TESTS(name, build)                                   \
+  Test(gpu_lowering, name##_f32) {                                 \
+    tg t;                                                          \
+    build(&t, JIT__F32);                                           \
+    check_all(&t.g, JIT__F32);                                     \
+  }                                                                \
+  Test(gpu_lowering, name##_f16) {                                 \
+    tg t;                                                          \
+    build(&t, JIT__F16);                                           \
+    check_all(&t.g, JIT__F16);                                     \
+  }
+
+GRAPH_TESTS(add_broadcast, g_add_broadcast)
+GRAPH_TESTS(unary_chain, g_unary_chain)
+GRAPH_TESTS(matmul, g_matmul)
+GRAPH_TESTS(batched_matmul, g_batched_matmul)
+GRAPH_TESTS(softmax, g_softmax)
+GRAPH_TESTS(transpose, g_transpose)
+GRAPH_TESTS(reshape, g_reshape)
+GRAPH_TESTS(reshape_only, g_reshape_only)
+GRAPH_TESTS(mlp, g_mlp)
+
+static void g_sum1(tg *t, jit__dtype dt) { g_reduce(t, dt, JIT__OP_REDUCE_SUM, 1, false); }
+static void g_max2(tg *t, jit__dtype dt) { g_reduce(t, dt, JIT__OP_REDUCE_MAX, 2, false); }
+static void g_mean0k(tg *t, jit__dtype dt) { g_reduce(t, dt, JIT__OP_REDUCE_MEAN, 0, true); }
+GRAPH_TESTS(reduce_sum, g_sum1)
+GRAPH_TESTS(reduce_max, g_max2)
+GRAPH_TESTS(reduce_mean_keepdims, g_mean0k)
+
+// A full reduction to a rank-0 result: the work is a bare loop nest, no parallel dim.
+static void g_sum_all(tg *t, jit__dtype dt) {
+  tg_init(t, "sum_all", dt);
+  int64_t a[1] = {1000};
+  uint32_t x = tg_input(t, 1, a);
+  tg_output(t, tg_reduce(t, JIT__OP_REDUCE_SUM, x, 0, false));
+}
+GRAPH_TESTS(reduce_to_scalar, g_sum_all)
+
+Test(gpu_lowering, matmul_plan_shape) {
+  tg t;
+  g_matmul(&t, JIT__F32);
+  jit__gpu_target tgt = {.format = JIT__GPU_PTX, .chip = "sm_90"};
+  jit__gpu_artifact a;
+  compile_ok(&t.g, &tgt, &a);
+  // The matmul kernel is the one with a 16x16 block, reading both inputs.
+  bool found = false;
+  for (uint32_t k = 0; k < a.plan.n_kernels; k++) {
+    const jit__gpu_kernel *kk = &a.plan.kernels[k];
+    if (kk->block[0] == 16 && kk->block[1] == 16 && kk->n_args >= 3) {
+      found = true;
+      cr_assert_geq(kk->grid[0] * 16, 45);
+      cr_assert_geq(kk->grid[1] * 16, 17);
+    }
+  }
+  cr_assert(found, "no 16x16 matmul kernel in the plan");
+  jit__gpu_artifact_release(&a);
+}
+
+Test(gpu_lowering, softmax_has_temps) {
+  tg t;
+  g_softmax(&t, JIT__F32);
+  jit__gpu_target tgt = {.format = JIT__GPU_PTX, .chip = "sm_90"};
+  jit__gpu_artifact a;
+  compile_ok(&t.g, &tgt, &a);
+  cr_assert_gt(a.plan.n_buffers, 2, "softmax needs intermediate buffers");
+  cr_assert_gt(a.plan.n_kernels, 1);
+  jit__gpu_artifact_release(&a);
+}
+
+//===--- Bad targets and bad bytes ---------------------------------------===//
+
+static jit_status_code compile_code(const jit__gpu_target *t, jit__dtype dt) {
+  tg g;
+  g_add_broadcast(&g, dt);
+  jit__gpu_artifact a;
+  jit_status s = jit__compile_gpu(&g.g, "gk", t, &a);
+  jit_status_code c = s ? jit_status_get_code(s) : JIT_OK;
+  if (s) {
+    cr_assert_null(a.binary);
+    cr_assert_eq(a.plan.n_kernels, 0);
+  }
+  jit_status_free(s);
+  jit__gpu_artifact_release(&a);
+  return c;
+}
+
+Test(gpu_lowering, unknown_chip_is_unsupported) {
+  const char *bad[] = {"sm_91", "sm_9", "", "compute_90", "gfx90a"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    jit__gpu_target t = {.format = JIT__GPU_PTX, .chip = bad[i]};
+    cr_assert_eq(compile_code(&t, JIT__F32), JIT_UNSUPPORTED, "chip `%s`", bad[i]);
+  }
+  jit__gpu_target t = {.format = JIT__GPU_PTX, .chip = NULL};
+  cr_assert_eq(compile_code(&t, JIT__F32), JIT_UNSUPPORTED);
+}
+
+Test(gpu_lowering, bad_ptx_version_is_unsupported) {
+  // 6.0 cannot target sm_90 (LLVM would abort); 7.9 does not exist.
+  int bad[] = {60, 77, 79, 99, -1};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    jit__gpu_target t = {.format = JIT__GPU_PTX, .chip = "sm_90", .ptx_version = bad[i]};
+    cr_assert_eq(compile_code(&t, JIT__F32), JIT_UNSUPPORTED, "ptx %d", bad[i]);
+  }
+  jit__gpu_target ok = {.format = JIT__GPU_PTX, .chip = "sm_90", .ptx_version = 80};
+  cr_assert_eq(compile_code(&ok, JIT__F32), JIT_OK);
+}
+
+Test(gpu_lowering, other_chips) {
+  const char *chips[] = {"sm_80", "sm_90a", "sm_120"};
+  for (size_t i = 0; i < sizeof chips / sizeof chips[0]; i++) {
+    jit__gpu_target t = {.format = JIT__GPU_PTX, .chip = chips[i]};
+    cr_assert_eq(compile_code(&t, JIT__F32), JIT_OK, "chip `%s`", chips[i]);
+  }
+}
+
+Test(gpu_lowering, spirv_f16_needs_flag) {
+  jit__gpu_target t = {.format = JIT__GPU_SPIRV};
+  cr_assert_eq(compile_code(&t, JIT__F16), JIT_UNSUPPORTED);
+  jit__gpu_target bad = {.format = (jit__gpu_format)7};
+  cr_assert_eq(compile_code(&bad, JIT__F32), JIT_UNSUPPORTED);
+}
+
+Test(gpu_lowering, deserialize_rejects_garbage) {
+  jit__gpu_plan p;
+  uint8_t junk[64];
+  memset(junk, 0xA5, sizeof junk);
+  jit_status s = jit__gpu_plan_deserialize(junk, sizeof junk, &p);
+  cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
+  jit_status_free(s);
+  // Valid header, absurd counts.
+  uint8_t hdr[16] = {'J', 'G', 'P', 'L', 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0};
+  s = jit__gpu_plan_deserialize(hdr, sizeof hdr, &p);
+  cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
+  jit_status_free(s);
+  s = jit__gpu_plan_deserialize(NULL, 0, &p);
+  cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
+  jit_status_free(s);
+  // A buffer index out of range in a kernel's args.
+  jit__gpu_buffer b = {JIT__GPU_BUF_INPUT, 0, 16};
+  uint32_t args[1] = {5};
+  jit__gpu_kernel k = {"k", {1, 1, 1}, {32, 1, 1}, 1, args};
+  jit__gpu_plan bad = {1, &b, 1, &k};
+  uint8_t *bytes;
+  size_t size;
+  cr_assert_null(jit__gpu_plan_serialize(&bad, &bytes, &size));
+  s = jit__gpu_plan_deserialize(bytes, size, &p);
+  cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
+  jit_status_free(s);
+  free(bytes);
+}
