@@ -22,4 +22,19 @@ if [[ -x "$BUILD_DIR/examples/mlp" ]]; then
   "$BUILD_DIR/examples/mlp"
 fi
 
-# Python tests (pytest) will run here once python/ exists.
+# Python tests (pytest): the jitml package (python/) against this build's library.
+# Debian's python3 (/usr/bin/python3) is the one with python3-numpy/-torch/-pytest;
+# PYTHON overrides it. Sanitizer builds skip them: an ASan libjitml.so cannot be
+# loaded into an uninstrumented python3 (the ASan runtime must come first), and the C
+# suite above already runs every library path under the sanitizers.
+PYTHON=${PYTHON:-$([[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || echo python3)}
+if grep -Eq '^JITML_(ASAN|UBSAN):BOOL=ON' "$BUILD_DIR/CMakeCache.txt"; then
+  echo "test.sh: sanitizer build: skipping the Python tests (pytest)"
+else
+  # pytest exits 5 when it collected no tests: that is a failure here, as with ctest.
+  JITML_LIBRARY="$(cd "$BUILD_DIR" && pwd)/libjitml.so" \
+    "$PYTHON" -m pytest -q -p no:cacheprovider "$ROOT/python/tests"
+fi
+
+# The install test (cmake --install into a temporary prefix, then consumers built
+# with find_package and pkg-config) is the CTest test `install`, run by ctest above.

@@ -1,0 +1,65 @@
+"""jitml: Python bindings of libjitml, a JIT compiler for tensor graphs with dynamic
+shapes, with NumPy and PyTorch tensors passed through DLPack without copies.
+
+    import numpy as np, jitml
+    ctx = jitml.Context()
+    g = jitml.Graph(ctx, "dense_relu")
+    x = g.input("x", "float32", ("N", 4))       # a str dim is a symbol
+    w = g.input("w", "float32", (4, 3))
+    b = g.input("b", "float32", (3,))
+    g.output(g.relu(x @ w + b))
+    g.finalize()
+    y = g(np.ones((2, 4), np.float32), np.eye(4, 3, dtype=np.float32),
+          np.zeros(3, np.float32))              # compiles for N = 2, returns NumPy
+
+Why ctypes: it is in the standard library, so the package is pure Python and needs
+nothing built or installed besides libjitml.so itself (no compiler, no Python headers,
+no per-Python-version wheel). cffi would have to parse jitml.h (and dlpack.h) or carry
+a copy of its declarations, and is one more package; the API is small and plain C
+(handles, small structs by value, status pointers), which ctypes covers directly.
+
+Finding the library: $JITML_LIBRARY if set (exactly that file); else
+<checkout>/build/libjitml.so when this package sits in a source checkout
+($BUILD_DIR honoured); else the system loader (an installed libjitml.so.0).
+
+Tensors: a call takes NumPy arrays or PyTorch tensors (CPU, float32 or float16) and
+returns the kind of its first input, outputs freshly allocated (np.empty /
+torch.empty) with the shapes from jit_output_shape. Inputs are passed through their
+DLPack capsules (__dlpack__ / torch.utils.dlpack.to_dlpack) without copies and
+without consuming the capsule: it stays alive, and keeps the array alive, until the
+call returns, and its own destructor frees it. Read-only NumPy arrays, which NumPy
+1.24 will not export through DLPack 0.6, are described through the array interface
+instead, still without a copy (libjitml never writes inputs).
+
+Strides: libjitml runs dense row-major tensors only. A non-contiguous input
+(a transpose, a slice with a step, negative strides, a broadcast view) is COPIED to a
+contiguous array with a jitml.CopyWarning, so results are right and the copy is
+visible; warnings.simplefilter("error", jitml.CopyWarning) turns it into an error.
+
+Errors: every failure raises jitml.JitError with .code (a jitml.StatusCode, e.g.
+SHAPE_MISMATCH) and .message. A dtype other than float32/float16 (float64, int32,
+bfloat16, ...) raises DTYPE_MISMATCH naming the input; a CUDA tensor raises
+UNSUPPORTED.
+
+PyTorch custom ops: jitml.torch_op.register(name, graph) makes
+torch.ops.jitml.<name>(...) callable (torch.library), e.g. inside an nn.Module.
+"""
+
+from ._core import (Context, CopyWarning, Graph, JitError, StatusCode, TensorSpec, Value,
+                    float16, float32)
+
+__all__ = ["Context", "Graph", "Value", "JitError", "StatusCode", "CopyWarning",
+           "TensorSpec", "float32", "float16", "version", "library_path"]
+
+
+def version():
+    """The version of the libjitml loaded, e.g. "0.1.0"."""
+    from . import _core
+    return _core._init().jit_version().decode()
+
+
+def library_path():
+    """The path of the libjitml loaded."""
+    from . import _core
+    _core._init()
+    return _core.LIBRARY_PATH

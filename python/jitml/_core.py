@@ -1,0 +1,604 @@
+"""Context, Graph, Value and the DLPack call path (see the package docstring)."""
+
+import ctypes
+import enum
+import warnings
+import weakref
+
+from . import _lib
+
+_L = None  # the loaded CDLL, set by _init()
+LIBRARY_PATH = None
+
+
+def _init():
+    global _L, LIBRARY_PATH
+    if _L is None:
+        _L, LIBRARY_PATH = _lib.load()
+    return _L
+
+
+class StatusCode(enum.IntEnum):
+    """jit_status_code of jitml.h."""
+    OK = 0
+    INVALID_ARGUMENT = 1
+    SHAPE_MISMATCH = 2
+    DTYPE_MISMATCH = 3
+    UNSUPPORTED = 4
+    PARSE_ERROR = 5
+    COMPILE_ERROR = 6
+    DEVICE_ERROR = 7
+    UNAVAILABLE = 8
+    CACHE_ERROR = 9
+    RESOURCE_EXHAUSTED = 10
+    INTERNAL = 11
+
+
+class JitError(Exception):
+    """A failed libjitml call: .code (a StatusCode) and .message (the C message)."""
+
+    def __init__(self, code, message):
+        try:
+            code = StatusCode(code)
+        except ValueError:
+            pass
+        self.code = code
+        self.message = message
+        name = code.name if isinstance(code, StatusCode) else str(code)
+        super().__init__("%s: %s" % (name, message))
+
+    @property
+    def code_name(self):
+        return self.code.name if isinstance(self.code, StatusCode) else str(self.code)
+
+
+class CopyWarning(UserWarning):
+    """An input was not dense row-major (non-contiguous, negative or zero strides) and
+    was copied before the call. Make it an error with
+    warnings.simplefilter("error", jitml.CopyWarning)."""
+
+
+def _check(status):
+    """Raises JitError for a non-NULL jit_status, freeing it."""
+    if status:
+        code = _L.jit_status_get_code(status)
+        msg = _L.jit_status_message(status).decode("utf-8", "replace")
+        _L.jit_status_free(status)
+        raise JitError(code, msg)
+
+
+# --- dtypes ----------------------------------------------------------------------------
+
+float32 = "float32"
+float16 = "float16"
+_DL = {float32: (_lib.kDLFloat, 32), float16: (_lib.kDLFloat, 16)}
+_FROM_DL = {v: k for k, v in _DL.items()}
+
+
+def _dtype_name(dtype):
+    """'float32' / 'float16' for a str, numpy dtype or torch dtype; else its str."""
+    if isinstance(dtype, str):
+        return {"f32": float32, "f16": float16, "half": float16,
+                "float": float32}.get(dtype, dtype)
+    s = str(dtype)
+    if s.startswith("torch."):
+        s = s[len("torch."):]
+        s = {"float": "float32", "half": "float16"}.get(s, s)
+    try:
+        import numpy
+        s2 = numpy.dtype(dtype).name
+        return s2
+    except Exception:
+        return s
+
+
+def _dl_dtype(dtype):
+    name = _dtype_name(dtype)
+    if name not in _DL:
+        raise JitError(StatusCode.UNSUPPORTED,
+                       "dtype %s is not supported; use float32 or float16" % name)
+    code, bits = _DL[name]
+    return _lib.DLDataType(code, bits, 1)
+
+
+# --- Context ---------------------------------------------------------------------------
+
+
+class Context:
+    """A libjitml context: compiled kernels, options, statistics.
+
+    Context(opt_level=2, cache_dir=None, num_threads=0). cache_dir None uses
+    $JITML_CACHE_DIR / ~/.cache/jitml, "" turns the disk cache off. Thread-safe.
+    Graphs keep their context alive; close() closes the context's graphs first.
+    """
+
+    def __init__(self, opt_level=2, cache_dir=None, num_threads=0):
+        L = _init()
+        self._ptr = None
+        self._graphs = weakref.WeakSet()
+        buf = ctypes.create_string_buffer(1024)  # larger than any jit_options
+        L.jit_options_init(buf)
+        opts = _lib.jit_options.from_buffer(buf)
+        if opts.struct_size > len(buf):
+            raise JitError(StatusCode.INTERNAL, "jit_options is larger than expected")
+        opts.opt_level = int(opt_level)
+        opts.num_threads = int(num_threads)
+        self._cache_dir = None
+        if cache_dir is not None:
+            if opts.struct_size < _lib.jit_options.cache_dir.offset + ctypes.sizeof(
+                    ctypes.c_char_p):
+                raise JitError(StatusCode.UNSUPPORTED,
+                               "this libjitml has no cache_dir option")
+            self._cache_dir = ctypes.c_char_p(str(cache_dir).encode())  # kept alive
+            opts.cache_dir = self._cache_dir.value
+        ptr = ctypes.c_void_p()
+        _check(L.jit_context_create(buf, ctypes.byref(ptr)))
+        self._ptr = ptr
+        self._buf = buf  # the options' strings stay valid for the context's life
+
+    def stats(self):
+        """The counters of jit_context_stats as a dict (runs, memory_hits, misses,
+        compiles, compile_ms, kernels)."""
+        st = _lib.jit_stats()
+        st.struct_size = ctypes.sizeof(st)
+        _check(_L.jit_context_stats(self._handle(), ctypes.byref(st)))
+        return {name: getattr(st, name) for name, _ in st._fields_[1:]}
+
+    def _handle(self):
+        if not self._ptr:
+            raise JitError(StatusCode.INVALID_ARGUMENT, "the context is closed")
+        return self._ptr
+
+    def close(self):
+        """Destroys the context after closing every graph of it. Idempotent."""
+        for g in list(self._graphs):
+            g.close()
+        if self._ptr and _L is not None:
+            _L.jit_context_destroy(self._ptr)
+        self._ptr = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# --- Graph builder ---------------------------------------------------------------------
+
+
+class Value:
+    """A value of a Graph: an input or an op's result. Supports + - * / @ and unary -
+    with other Values or Python numbers (a number becomes a scalar of this dtype)."""
+
+    __slots__ = ("graph", "id", "dtype")
+
+    def __init__(self, graph, vid, dtype):
+        self.graph, self.id, self.dtype = graph, vid, dtype
+
+    def _other(self, x):
+        return x if isinstance(x, Value) else self.graph.scalar(x, self.dtype)
+
+    def __add__(self, o): return self.graph.add(self, self._other(o))
+    def __radd__(self, o): return self.graph.add(self._other(o), self)
+    def __sub__(self, o): return self.graph.sub(self, self._other(o))
+    def __rsub__(self, o): return self.graph.sub(self._other(o), self)
+    def __mul__(self, o): return self.graph.mul(self, self._other(o))
+    def __rmul__(self, o): return self.graph.mul(self._other(o), self)
+    def __truediv__(self, o): return self.graph.div(self, self._other(o))
+    def __rtruediv__(self, o): return self.graph.div(self._other(o), self)
+    def __matmul__(self, o): return self.graph.matmul(self, o)
+    def __neg__(self): return self.graph.neg(self)
+
+    def __repr__(self):
+        return "<jitml.Value %d %s>" % (self.id, self.dtype)
+
+
+def _binary(cname):
+    def op(self, a, b):
+        return self._value(getattr(_L, cname)(self._handle(), self._v(a), self._v(b)),
+                           a.dtype)
+    op.__name__ = cname[4:]
+    op.__doc__ = "%s(a, b): see %s in jitml.h." % (cname[4:], cname)
+    return op
+
+
+def _unary(cname):
+    def op(self, x):
+        return self._value(getattr(_L, cname)(self._handle(), self._v(x)), x.dtype)
+    op.__name__ = cname[4:]
+    op.__doc__ = "%s(x): see %s in jitml.h." % (cname[4:], cname)
+    return op
+
+
+def _reduce(cname):
+    def op(self, x, axis=-1, keepdims=False):
+        return self._value(getattr(_L, cname)(self._handle(), self._v(x), int(axis),
+                                              1 if keepdims else 0), x.dtype)
+    op.__name__ = cname[4:]
+    op.__doc__ = "%s(x, axis=-1, keepdims=False): see %s in jitml.h." % (cname[4:], cname)
+    return op
+
+
+class Graph:
+    """A libjitml graph. Build with input/ops/output, finalize(), then call it:
+
+        g = jitml.Graph(ctx, "dense")
+        x = g.input("x", "float32", ("N", 4))      # str dims are symbols
+        w = g.input("w", "float32", (4, 3))
+        g.output(g.relu(x @ w))
+        g.finalize()
+        y = g(x_array, w_array)                    # NumPy in -> NumPy out
+
+    Calls accept NumPy arrays and PyTorch tensors (CPU, float32/float16) and return the
+    same kind as the first input. See the package docstring for copies and errors.
+    """
+
+    def __init__(self, ctx, name=None, _ptr=None):
+        _init()
+        self._ptr = None
+        self.ctx = ctx
+        self.name = name or "graph"
+        if _ptr is None:
+            ptr = ctypes.c_void_p()
+            _check(_L.jit_graph_create(ctx._handle(), name.encode() if name else None,
+                                       ctypes.byref(ptr)))
+            _ptr = ptr
+        self._ptr = _ptr
+        self._input_names = []
+        self._input_dtypes = []
+        self._output_dtypes = []   # None where unknown (graphs from MLIR)
+        self._finalized = False
+        ctx._graphs.add(self)
+
+    # -- lifetime --
+    def _handle(self):
+        if not self._ptr:
+            raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s` is closed" % self.name)
+        return self._ptr
+
+    def close(self):
+        """Destroys the graph. Idempotent; the context closes its graphs too."""
+        if self._ptr and _L is not None:
+            _L.jit_graph_destroy(self._ptr)
+        self._ptr = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- building --
+    def _v(self, v):
+        if not isinstance(v, Value) or v.graph is not self:
+            raise JitError(StatusCode.INVALID_ARGUMENT,
+                           "graph `%s`: %r is not a value of this graph" % (self.name, v))
+        return _lib.jit_value(v.id)
+
+    def _value(self, cv, dtype):
+        if cv.id == 0:
+            # The builder recorded its first error in the graph; finalize returns it
+            # (and freezes nothing when there is an error).
+            _check(_L.jit_graph_finalize(self._handle()))
+            raise JitError(StatusCode.INTERNAL, "graph `%s`: builder call failed "
+                           "without an error" % self.name)
+        return Value(self, cv.id, dtype)
+
+    def symbol(self, name):
+        """The code of symbolic dim `name` (see jit_symbol); input() takes str dims."""
+        code = _L.jit_symbol(self._handle(), name.encode())
+        if code == 0:
+            _check(_L.jit_graph_finalize(self._handle()))
+        return code
+
+    def input(self, name, dtype, shape):
+        """A graph input. dtype 'float32'/'float16' (or a NumPy/torch dtype); shape a
+        sequence of ints and str symbol names, e.g. ("N", 784)."""
+        dt = _dl_dtype(dtype)
+        dims = [self.symbol(d) if isinstance(d, str) else int(d) for d in shape]
+        arr = (ctypes.c_int64 * max(1, len(dims)))(*dims)
+        v = self._value(_L.jit_input(self._handle(), name.encode(), dt, len(dims), arr),
+                        _dtype_name(dtype))
+        self._input_names.append(name)
+        self._input_dtypes.append(v.dtype)
+        return v
+
+    def scalar(self, value, dtype=float32):
+        """A rank-0 constant that broadcasts against any tensor."""
+        return self._value(_L.jit_scalar(self._handle(), float(value), _dl_dtype(dtype)),
+                           _dtype_name(dtype))
+
+    def output(self, *values):
+        """Marks values as the next outputs, in order."""
+        for v in values:
+            _L.jit_output(self._handle(), self._v(v))
+            self._output_dtypes.append(v.dtype)
+
+    matmul = _binary("jit_matmul")
+    add = _binary("jit_add")
+    sub = _binary("jit_sub")
+    mul = _binary("jit_mul")
+    div = _binary("jit_div")
+    maximum = _binary("jit_maximum")
+    minimum = _binary("jit_minimum")
+    neg = _unary("jit_neg")
+    exp = _unary("jit_exp")
+    log = _unary("jit_log")
+    tanh = _unary("jit_tanh")
+    sigmoid = _unary("jit_sigmoid")
+    relu = _unary("jit_relu")
+    gelu = _unary("jit_gelu")
+    sqrt = _unary("jit_sqrt")
+    rsqrt = _unary("jit_rsqrt")
+    reduce_sum = _reduce("jit_reduce_sum")
+    reduce_max = _reduce("jit_reduce_max")
+    reduce_mean = _reduce("jit_reduce_mean")
+
+    def softmax(self, x, axis=-1):
+        return self._value(_L.jit_softmax(self._handle(), self._v(x), int(axis)), x.dtype)
+
+    def transpose(self, x, perm):
+        p = (ctypes.c_int * max(1, len(perm)))(*[int(i) for i in perm])
+        return self._value(_L.jit_transpose(self._handle(), self._v(x), p), x.dtype)
+
+    def reshape(self, x, shape):
+        """New shape: ints, str symbols, and at most one -1."""
+        dims = [self.symbol(d) if isinstance(d, str) else int(d) for d in shape]
+        arr = (ctypes.c_int64 * max(1, len(dims)))(*dims)
+        return self._value(_L.jit_reshape(self._handle(), self._v(x), len(dims), arr),
+                           x.dtype)
+
+    def finalize(self):
+        """Checks and freezes the graph; raises the first builder error. Returns self."""
+        _check(_L.jit_graph_finalize(self._handle()))
+        self._finalized = True
+        return self
+
+    @classmethod
+    def from_mlir(cls, ctx, text, entry=None, name=None):
+        """A finalized graph from MLIR text (jit_graph_from_mlir): the function `entry`
+        (None: the only or first public func.func) of a module on ranked tensors."""
+        _init()
+        if getattr(_L, "jit_graph_from_mlir", None) is None:
+            raise JitError(StatusCode.UNAVAILABLE,
+                           "this libjitml (%s) has no jit_graph_from_mlir" % LIBRARY_PATH)
+        data = text.encode() if isinstance(text, str) else bytes(text)
+        ptr = ctypes.c_void_p()
+        _check(_L.jit_graph_from_mlir(ctx._handle(), data, len(data),
+                                      entry.encode() if entry else None,
+                                      ctypes.byref(ptr)))
+        g = cls(ctx, name or entry or "mlir", _ptr=ptr)
+        n_in = _L.jit_graph_num_inputs(ptr)
+        g._input_names = ["arg%d" % i for i in range(n_in)]
+        g._input_dtypes = [None] * n_in
+        g._output_dtypes = [None] * _L.jit_graph_num_outputs(ptr)
+        g._finalized = True
+        return g
+
+    def to_mlir(self):
+        """The finalized graph as MLIR text (jit_graph_to_mlir)."""
+        if getattr(_L, "jit_graph_to_mlir", None) is None:
+            raise JitError(StatusCode.UNAVAILABLE, "this libjitml has no jit_graph_to_mlir")
+        out = ctypes.c_void_p()
+        _check(_L.jit_graph_to_mlir(self._handle(), ctypes.byref(out)))
+        try:
+            return ctypes.string_at(out.value).decode()
+        finally:
+            _L.jit_string_free(out)
+
+    @property
+    def num_inputs(self):
+        return _L.jit_graph_num_inputs(self._handle())
+
+    @property
+    def num_outputs(self):
+        return _L.jit_graph_num_outputs(self._handle())
+
+    @property
+    def input_names(self):
+        return list(self._input_names)
+
+    # -- running --
+    def output_shapes(self, *arrays):
+        """The output shapes (tuples) for these inputs (arrays, tensors or
+        jitml.TensorSpec(shape, dtype)) by jit_output_shape; compiles nothing."""
+        with _Inputs(self, arrays) as ins:
+            return [self._shape(ins, j) for j in range(self.num_outputs)]
+
+    def _shape(self, ins, j):
+        rank = ctypes.c_int()
+        dims = (ctypes.c_int64 * _lib.JIT_MAX_RANK)()
+        _check(_L.jit_output_shape(self._handle(), ins.array, ins.n, j,
+                                   ctypes.byref(rank), dims))
+        return tuple(dims[i] for i in range(rank.value))
+
+    def __call__(self, *arrays):
+        """Runs the graph. Returns one array for one output, else a tuple."""
+        with _Inputs(self, arrays) as ins:
+            n_out = self.num_outputs
+            if any(d is None for d in self._output_dtypes):
+                outs = self._run_alloc(ins, n_out)
+            else:
+                shapes = [self._shape(ins, j) for j in range(n_out)]
+                outs = [ins.empty(s, d) for s, d in zip(shapes, self._output_dtypes)]
+                views = (_lib.DLTensor * max(1, n_out))()
+                keep = []
+                for j, (o, s) in enumerate(zip(outs, shapes)):
+                    views[j], k = _view_of_output(o, s, self._output_dtypes[j])
+                    keep.append(k)
+                _check(_L.jit_run(self._handle(), ins.array, ins.n, views, n_out))
+        return outs[0] if n_out == 1 else tuple(outs)
+
+    def _run_alloc(self, ins, n_out):
+        # Output dtypes unknown (a graph from MLIR; the C API has no dtype query): let
+        # jit_run_alloc allocate, copy once into arrays of our kind, and remember the
+        # dtypes so that later calls allocate directly (no copy).
+        import numpy
+        ptrs = (ctypes.POINTER(_lib.DLManagedTensor) * max(1, n_out))()
+        _check(_L.jit_run_alloc(self._handle(), ins.array, ins.n, ptrs, n_out))
+        outs = []
+        try:
+            for j in range(n_out):
+                t = ptrs[j].contents.dl_tensor
+                dtype = _FROM_DL[(t.dtype.code, t.dtype.bits)]
+                shape = tuple(t.shape[i] for i in range(t.ndim))
+                a = numpy.empty(shape, dtype=dtype)
+                ctypes.memmove(a.ctypes.data, t.data + t.byte_offset, a.nbytes)
+                self._output_dtypes[j] = dtype
+                outs.append(ins.wrap(a))
+        finally:
+            for j in range(n_out):
+                if ptrs[j]:
+                    ptrs[j].contents.deleter(ptrs[j])
+        return outs
+
+
+# --- Tensors in and out ----------------------------------------------------------------
+
+
+class TensorSpec:
+    """A shape and dtype standing in for an input of Graph.output_shapes (no data)."""
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = _dtype_name(dtype)
+
+
+def _is_torch(x):
+    mod = type(x).__module__
+    return mod.startswith("torch") and type(x).__name__ in ("Tensor", "Parameter")
+
+
+class _Inputs:
+    """DLTensor views of the call's inputs, built through DLPack without copying. Keeps
+    every capsule (and so every array) alive until the call has returned."""
+
+    def __init__(self, graph, arrays):
+        self.g = graph
+        self.arrays = arrays
+
+    def __enter__(self):
+        g, arrays = self.g, self.arrays
+        n = g.num_inputs
+        if len(arrays) != n:
+            raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s` takes %d inputs, got %d"
+                           % (g.name, n, len(arrays)))
+        self.n = n
+        self.kind = "torch" if arrays and _is_torch(arrays[0]) else "numpy"
+        self.array = (_lib.DLTensor * max(1, n))()
+        self.keep = []  # capsules, arrays and shape buffers alive during the call
+        for i, a in enumerate(arrays):
+            self.array[i] = self._view(i, a)
+        return self
+
+    def __exit__(self, *exc):
+        self.keep = None
+        self.array = None
+
+    def _name(self, i):
+        names = self.g._input_names
+        return "input %d `%s`" % (i, names[i]) if i < len(names) else "input %d" % i
+
+    def _view(self, i, a):
+        if isinstance(a, TensorSpec):
+            self._check_dtype(i, a.dtype, "float32")
+            return self._raw_view(None, a.shape, a.dtype, None)
+        if _is_torch(a):
+            return self._torch_view(i, a)
+        import numpy
+        if not isinstance(a, numpy.ndarray):
+            if numpy.isscalar(a) or isinstance(a, (list, tuple)):
+                raise JitError(StatusCode.INVALID_ARGUMENT,
+                               "graph `%s`: %s is a %s; pass a NumPy array or a torch "
+                               "tensor" % (self.g.name, self._name(i), type(a).__name__))
+            a = numpy.asarray(a)  # another __array__ provider
+        self._check_dtype(i, a.dtype.name, "x.astype(numpy.float32)")
+        if not a.flags.c_contiguous or any(s < 0 for s in a.strides):
+            warnings.warn("jitml: graph `%s`: %s is not dense row-major (strides %s); "
+                          "copying it" % (self.g.name, self._name(i), a.strides),
+                          CopyWarning, stacklevel=4)
+            a = numpy.ascontiguousarray(a)
+        if not a.dtype.isnative:
+            raise JitError(StatusCode.UNSUPPORTED, "graph `%s`: %s has non-native byte "
+                           "order" % (self.g.name, self._name(i)))
+        if a.flags.writeable:
+            return self._capsule_view(a.__dlpack__(), a)
+        # NumPy refuses to export read-only arrays through DLPack 0.6 (it cannot flag
+        # them read-only). libjitml never writes inputs, so describe the same memory
+        # directly through the array interface: still no copy.
+        return self._raw_view(a.ctypes.data, a.shape, a.dtype.name, a)
+
+    def _torch_view(self, i, t):
+        import torch.utils.dlpack
+        if t.device.type != "cpu":
+            raise JitError(StatusCode.UNSUPPORTED,
+                           "graph `%s`: %s is on device %s; libjitml runs CPU tensors "
+                           "only (use .cpu())" % (self.g.name, self._name(i), t.device))
+        self._check_dtype(i, _dtype_name(t.dtype), "x.float()")
+        t = t.detach()  # no copy; DLPack refuses tensors that require grad
+        if t.is_conj() or t.is_neg():
+            t = t.resolve_conj().resolve_neg()
+        if not t.is_contiguous():
+            warnings.warn("jitml: graph `%s`: %s is not contiguous (strides %s); copying "
+                          "it" % (self.g.name, self._name(i), tuple(t.stride())),
+                          CopyWarning, stacklevel=5)
+            t = t.contiguous()
+        return self._capsule_view(torch.utils.dlpack.to_dlpack(t), t)
+
+    def _check_dtype(self, i, name, fix):
+        want = self.g._input_dtypes[i] if i < len(self.g._input_dtypes) else None
+        if name not in _DL:
+            raise JitError(StatusCode.DTYPE_MISMATCH,
+                           "graph `%s`: %s has dtype %s; libjitml takes float32 or "
+                           "float16%s (convert it, e.g. %s)"
+                           % (self.g.name, self._name(i), name,
+                              "" if want is None else ", and this input is %s" % want,
+                              fix))
+        if want is not None and name != want:
+            raise JitError(StatusCode.DTYPE_MISMATCH, "graph `%s`: %s has dtype %s but "
+                           "the graph declares %s" % (self.g.name, self._name(i), name,
+                                                      want))
+
+    def _capsule_view(self, capsule, owner):
+        # Read the DLManagedTensor* without consuming the capsule: it stays named
+        # "dltensor", so its destructor (when `keep` drops it) calls the deleter.
+        mt = _lib.capsule_tensor(capsule)
+        self.keep.append((capsule, owner))
+        return mt.contents.dl_tensor  # a copy of the struct; its pointers stay valid
+
+    def _raw_view(self, data, shape, dtype, owner):
+        dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        self.keep.append((dims, owner))
+        code, bits = _DL[dtype]
+        return _lib.DLTensor(data, _lib.DLDevice(_lib.kDLCPU, 0), len(shape),
+                             _lib.DLDataType(code, bits, 1), dims, None, 0)
+
+    def empty(self, shape, dtype):
+        if self.kind == "torch":
+            import torch
+            return torch.empty(shape, dtype=getattr(torch, dtype))
+        import numpy
+        return numpy.empty(shape, dtype=dtype)
+
+    def wrap(self, a):
+        if self.kind == "torch":
+            import torch
+            return torch.from_numpy(a)
+        return a
+
+
+def _view_of_output(o, shape, dtype):
+    """A DLTensor over an output we allocated (dense, writable), and what to keep."""
+    dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+    ptr = o.data_ptr() if _is_torch(o) else o.ctypes.data
+    code, bits = _DL[dtype]
+    t = _lib.DLTensor(ptr, _lib.DLDevice(_lib.kDLCPU, 0), len(shape),
+                      _lib.DLDataType(code, bits, 1), dims, None, 0)
+    return t, dims
