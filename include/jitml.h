@@ -259,13 +259,42 @@ JIT_API jit_status jit_graph_finalize(jit_graph *graph);
 // JIT_UNSUPPORTED (dialect, op or element type).
 JIT_API jit_status jit_graph_from_mlir(jit_context *ctx, const char *text, size_t length,
                                        const char *entry_name, jit_graph **out_graph);
+// As jit_graph_from_mlir, reading the text from the file at `path`, whose name then
+// appears in messages ("model.mlir:12:5: error: ..."). Also returns
+// JIT_INVALID_ARGUMENT when the file cannot be read.
+JIT_API jit_status jit_graph_from_mlir_file(jit_context *ctx, const char *path,
+                                            const char *entry_name,
+                                            jit_graph **out_graph);
 // Writes `graph` (finalized) as MLIR text: a module with one func.func on tensors whose
 // `?` dims carry the symbol names in `jit.dims`. Free with jit_string_free.
 JIT_API jit_status jit_graph_to_mlir(jit_graph *graph, char **out_text);
 
+// The dtype of output `index` of `graph` (finalized). Returns JIT_INVALID_ARGUMENT
+// for a bad index.
+JIT_API jit_status jit_output_dtype(const jit_graph *graph, int index,
+                                    DLDataType *out_dtype);
+
+// The context `graph` belongs to (borrowed).
+JIT_API jit_context *jit_graph_context(const jit_graph *graph);
+
 // Number of inputs / outputs of a graph.
 JIT_API int jit_graph_num_inputs(const jit_graph *graph);
 JIT_API int jit_graph_num_outputs(const jit_graph *graph);
+
+// What a graph input expects. `name` is borrowed from the graph. dims[i] is a size, or
+// a symbol code (negative) whose name jit_symbol_name gives.
+typedef struct jit_input_info {
+  const char *name;
+  DLDataType dtype;
+  int rank;
+  int64_t dims[JIT_MAX_RANK];
+} jit_input_info;
+
+// Describes input `index` of `graph`. Returns JIT_INVALID_ARGUMENT for a bad index.
+JIT_API jit_status jit_graph_input_info(const jit_graph *graph, int index,
+                                        jit_input_info *out_info);
+// The name of symbol `code` in `graph` (borrowed), or NULL if it is not a symbol.
+JIT_API const char *jit_symbol_name(const jit_graph *graph, int64_t code);
 
 //===--- Running ---------------------------------------------------------===//
 
@@ -286,6 +315,12 @@ JIT_API jit_status jit_output_shape(jit_graph *graph, const DLTensor *inputs,
 JIT_API jit_status jit_run(jit_graph *graph, const DLTensor *inputs, int n_inputs,
                            const DLTensor *outputs, int n_outputs);
 
+// Makes the kernel for these input shapes ready without running it: loads it from the
+// disk cache or compiles (and stores) it. Only shapes and dtypes are read; data may be
+// NULL. Used to prewarm caches. Same errors as jit_run.
+JIT_API jit_status jit_graph_compile(jit_graph *graph, const DLTensor *inputs,
+                                     int n_inputs);
+
 // As jit_run, but allocates the outputs: on success out_outputs[i] (n_outputs entries,
 // which must equal the graph's output count) are DLManagedTensors the caller owns and
 // releases by calling their deleter. On failure nothing is allocated.
@@ -299,6 +334,37 @@ JIT_API jit_status jit_run_alloc(jit_graph *graph, const DLTensor *inputs, int n
 // `x` dim 0: 17 vs cached 16, 32". Compiles nothing. Free with jit_string_free.
 JIT_API jit_status jit_cache_explain(jit_graph *graph, const DLTensor *inputs,
                                      int n_inputs, char **out_text);
+
+// The disk cache directory in use (borrowed), or "" when the disk cache is off or
+// unusable; `out_reason` (may be NULL) receives why it is off (borrowed, or NULL).
+JIT_API const char *jit_cache_dir(jit_context *ctx, const char **out_reason);
+
+// One cache entry, as jit_cache_list reports it. Strings are borrowed for the call.
+typedef struct jit_cache_entry_info {
+  const char *key;          // 32 hex digits
+  const char *kind;         // "cpu-object", "ptx", ...
+  const char *components;   // the "name=value" lines the key was made from
+  uint64_t size;            // bytes on disk
+  int64_t last_used;        // seconds since the epoch
+} jit_cache_entry_info;
+
+typedef int (*jit_cache_visit_fn)(void *user_data, const jit_cache_entry_info *entry);
+
+// Calls `fn` for each valid entry of the context's disk cache; stops when it returns 0.
+JIT_API jit_status jit_cache_list(jit_context *ctx, jit_cache_visit_fn fn,
+                                  void *user_data);
+// Checks every entry (checksums included) and removes bad ones.
+JIT_API jit_status jit_cache_verify(jit_context *ctx, uint64_t *out_checked,
+                                    uint64_t *out_bad);
+// Applies the size and age limits now.
+JIT_API jit_status jit_cache_prune(jit_context *ctx, uint64_t *out_evicted);
+// Removes every entry.
+JIT_API jit_status jit_cache_clear(jit_context *ctx, uint64_t *out_removed);
+// Writes all entries into one bundle file / adds a bundle's verified entries.
+JIT_API jit_status jit_cache_export(jit_context *ctx, const char *path,
+                                    uint64_t *out_count);
+JIT_API jit_status jit_cache_import(jit_context *ctx, const char *path,
+                                    uint64_t *out_count);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -16,6 +16,17 @@ PACKAGES=(
   libcriterion-dev
   libdlpack-dev
   libxxhash-dev
+  # The Python package (python/) and its tests: ctypes is in the standard library;
+  # NumPy, PyTorch (1.13 in Debian 12) and pytest come from Debian.
+  python3
+  python3-numpy
+  python3-pytest
+  python3-torch
+  spirv-tools
+  # The Vulkan backend: headers at build time (libvulkan is dlopen'ed at run time);
+  # Mesa's lavapipe is the CPU Vulkan device the tests run on.
+  libvulkan-dev
+  mesa-vulkan-drivers
 )
 
 missing=()
