@@ -125,6 +125,11 @@ typedef struct jit_options {
   // If non-NULL (or $JITML_DUMP_IR is set), every compile writes the IR of each stage
   // there as numbered files named by kernel key.
   const char *dump_ir_dir;
+  // Where jit_run runs graphs whose inputs are host (kDLCPU) tensors: NULL or "cpu"
+  // for the CPU; "vulkan" or "vulkan:<index>", "cuda" or "cuda:<index>" to upload the
+  // inputs, run on that device and download the outputs. Tensors allocated on a device
+  // (jit_tensor_alloc) always run on their device.
+  const char *device;
 } jit_options;
 
 // Fills `options` with defaults. Always call it before setting fields.
@@ -326,6 +331,53 @@ JIT_API jit_status jit_graph_compile(jit_graph *graph, const DLTensor *inputs,
 // releases by calling their deleter. On failure nothing is allocated.
 JIT_API jit_status jit_run_alloc(jit_graph *graph, const DLTensor *inputs, int n_inputs,
                                  DLManagedTensor **out_outputs, int n_outputs);
+
+//===--- Devices ---------------------------------------------------------===//
+
+// A device a context can run on: the CPU, each Vulkan device, each CUDA device.
+// Borrowed from its context; valid until the context is destroyed.
+typedef struct jit_device jit_device;
+
+typedef enum jit_device_kind {
+  JIT_DEVICE_CPU = 0,
+  JIT_DEVICE_VULKAN = 1,
+  JIT_DEVICE_CUDA = 2,
+} jit_device_kind;
+
+typedef struct jit_device_info {
+  jit_device_kind kind;
+  int ordinal;           // index among devices of this kind
+  const char *name;      // e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"; borrowed
+  DLDevice dl_device;    // how tensors on it say where they are
+  int supports_f16;      // whether f16 graphs can run here
+} jit_device_info;
+
+// The number of devices of `ctx` (>= 1: the CPU is device 0). The first call looks for
+// GPU backends (loading their libraries if present); a backend that is absent is
+// simply not listed. Thread-safe.
+JIT_API int jit_context_device_count(jit_context *ctx);
+// Device `index` of `ctx` (borrowed). Returns JIT_INVALID_ARGUMENT for a bad index.
+JIT_API jit_status jit_context_get_device(jit_context *ctx, int index,
+                                          jit_device **out_device);
+// The first device of `kind` with `ordinal`, or JIT_UNAVAILABLE (saying why the
+// backend is absent: no library, no device, compiled out).
+JIT_API jit_status jit_context_find_device(jit_context *ctx, jit_device_kind kind,
+                                           int ordinal, jit_device **out_device);
+JIT_API jit_status jit_device_get_info(const jit_device *device, jit_device_info *out_info);
+
+// Allocates a dense tensor of `dtype` and `shape` on `device` into *out_tensor (its
+// shape array is owned by the library). For GPU devices `data` is an opaque handle,
+// usable only with this context's jit_run, jit_copy and jit_tensor_free. Returns
+// JIT_INVALID_ARGUMENT, JIT_UNSUPPORTED (dtype, size over the device's limits),
+// JIT_RESOURCE_EXHAUSTED.
+JIT_API jit_status jit_tensor_alloc(jit_context *ctx, jit_device *device, DLDataType dtype,
+                                    int rank, const int64_t *shape, DLTensor *out_tensor);
+// Frees a tensor from jit_tensor_alloc and clears *tensor. Returns JIT_INVALID_ARGUMENT
+// for a tensor this context did not allocate (or freed already).
+JIT_API jit_status jit_tensor_free(jit_context *ctx, DLTensor *tensor);
+// Copies `src` into `dst` (same dtype and shape): host to device, device to host,
+// device to device (same device) or host to host. Host tensors must be dense.
+JIT_API jit_status jit_copy(jit_context *ctx, const DLTensor *dst, const DLTensor *src);
 
 //===--- Kernel cache ----------------------------------------------------===//
 

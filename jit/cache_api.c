@@ -227,10 +227,13 @@ jit_status jit_cache_explain(jit_graph *g, const DLTensor *inputs, int n_inputs,
   if (!g || !out_text)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_cache_explain: %s is NULL",
                    g ? "out_text" : "graph");
+  jit_device *d = g->ctx->offload ? g->ctx->offload : g->ctx->devices[0];
+  if (n_inputs > 0 && inputs && inputs[0].device.device_type != kDLCPU)
+    JIT_PROPAGATE(jit__device_of(g->ctx, inputs[0].device, &d));
   uint8_t key[16];
-  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, key));
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, d, key));
   jit__explain *x = calloc(1, sizeof(*x));
-  char *want = jit__key_components(g, inputs);
+  char *want = jit__key_components(g, d, inputs);
   if (!x || !want) {
     free(x);
     free(want);

@@ -101,9 +101,9 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   }
   int n = snprintf(ctx->target_text, cap,
                    "backend=cpu\ntarget.triple=%s\ntarget.cpu=%s\ntarget.features=%s\n"
-                   "compiler=libjitml %s, LLVM %s\nbuild_id=%s\nopt_level=%d\n",
+                   "compiler=libjitml %s, LLVM %s\nbuild_id=%s\nopt_level=%d\nthreads=%d\n",
                    t->triple, t->cpu, t->features, jit_version(), JITML_LLVM_VERSION,
-                   jit__library_build_id(), o.opt_level);
+                   jit__library_build_id(), o.opt_level, jit__cpu_threads(o.num_threads));
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, XXH3_128bits(ctx->target_text, n > 0 ? (size_t)n : 0));
   memcpy(ctx->target_hash, c.digest, sizeof(ctx->target_hash));
@@ -115,7 +115,15 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   co.log = jit__cache_log;
   co.log_user = ctx;
   s = jit__cache_open(&co, &ctx->cache);
+  if (!s) s = jit__devices_init_cpu(ctx);
+  if (!s && o.device && o.device[0] && strcmp(o.device, "cpu") != 0) {
+    jit_device *d = NULL;
+    s = jit__device_from_option(ctx, o.device, &d);
+    if (!s) ctx->offload = d;
+  }
   if (s) {
+    if (ctx->devices) jit__devices_destroy(ctx);
+    jit__cache_close(ctx->cache);
     free(ctx->target_text);
     jit__cpu_device_destroy(ctx->cpu);
     free(ctx);
@@ -134,7 +142,8 @@ void jit__kernel_table_free(jit__kernel_table *table);
 
 void jit_context_destroy(jit_context *ctx) {
   if (!ctx) return;
-  jit__kernel_table_free(&ctx->table);
+  jit__kernel_table_free(&ctx->table);  // GPU kernels free their temporaries on devices
+  jit__devices_destroy(ctx);
   jit__cache_close(ctx->cache);
   free(ctx->target_text);
   jit__cpu_device_destroy(ctx->cpu);

@@ -87,8 +87,8 @@ static void jit__hex(const uint8_t *bytes, size_t n, char *out) {
 
 void jit__key_hex(const uint8_t key[16], char out[33]) { jit__hex(key, 16, out); }
 
-char *jit__key_components(const jit_graph *g, const DLTensor *inputs) {
-  size_t cap = 1024 + strlen(g->ctx->target_text) + g->n_inputs * 256;
+char *jit__key_components(const jit_graph *g, const jit_device *d, const DLTensor *inputs) {
+  size_t cap = 1024 + strlen(d->target_text) + g->n_inputs * 256;
   char *s = malloc(cap);
   if (!s) return NULL;
   char fp[33];
@@ -103,7 +103,7 @@ char *jit__key_components(const jit_graph *g, const DLTensor *inputs) {
       n += (size_t)snprintf(s + n, cap - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
     if (n < cap) n += (size_t)snprintf(s + n, cap - n, "]\n");
   }
-  if (n < cap) snprintf(s + n, cap - n, "%s", g->ctx->target_text);
+  if (n < cap) snprintf(s + n, cap - n, "%s", d->target_text);
   return s;
 }
 
@@ -175,7 +175,7 @@ void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs
   e.meta = jit__meta_encode(art->entry, art->n_args, g->n_outputs, shapes, &e.meta_size);
   e.payload = art->object;
   e.payload_size = art->object_size;
-  e.components = jit__key_components(g, inputs);
+  e.components = jit__key_components(g, ctx->devices[0], inputs);
   if (e.meta && e.components) {
     jit_status s = jit__cache_put(ctx->cache, &e);
     if (s) {

@@ -16,6 +16,26 @@
 //===--- Context ---------------------------------------------------------===//
 
 typedef struct jit__kernel jit__kernel;
+typedef struct jit__vk_instance jit__vk_instance;
+typedef struct jit__vk_device jit__vk_device;
+
+// A device of a context (device.c). The CPU is device 0.
+struct jit_device {
+  jit_context *ctx;
+  jit_device_kind kind;
+  int ordinal;
+  char name[256];
+  DLDevice dl;
+  bool f16;
+  char *target_text;          // key components of kernels for this device
+  uint8_t target_hash[16];
+  jit__vk_instance *vk_instance;  // Vulkan: borrowed from the context
+  uint32_t vk_index;
+  jit__vk_device *vk;         // created at first use
+  pthread_mutex_t mu;         // guards vk creation and the live list
+  void **live;                // allocations of jit_tensor_alloc and temporaries
+  size_t n_live, cap_live;
+};
 
 // The kernel table: key -> kernel, open addressing. Guarded by jit_context.mu.
 typedef struct jit__kernel_table {
@@ -36,6 +56,14 @@ struct jit_context {
   pthread_mutex_t mu;          // guards table and the kernel states
   pthread_cond_t cv;           // signalled when a compile finishes
   jit__kernel_table table;
+  // Devices (device.c): devices[0] is the CPU; GPUs are looked for on first need.
+  pthread_mutex_t devices_mu;
+  jit_device **devices;
+  int n_devices, cap_devices;
+  bool devices_scanned;
+  char absent[3][256];          // why a GPU backend has no devices
+  jit__vk_instance *vk_instance;
+  jit_device *offload;          // options.device when it names a GPU, else NULL
   atomic_uint_fast64_t runs, memory_hits, misses, compiles, disk_hits;
   double compile_ms, load_ms;  // guarded by mu
 };
@@ -91,6 +119,34 @@ typedef struct jit__oshape {
   jit__dtype dtype;
 } jit__oshape;
 
+//===--- Devices (jit/device.c) ------------------------------------------===//
+
+jit_status jit__devices_init_cpu(jit_context *ctx);
+void jit__devices_scan(jit_context *ctx);
+void jit__devices_destroy(jit_context *ctx);
+const char *jit__device_kind_name(jit_device_kind kind);
+jit_status jit__device_open(jit_device *d);
+jit_status jit__device_of(jit_context *ctx, DLDevice dl, jit_device **out);
+jit_status jit__device_from_option(jit_context *ctx, const char *spec, jit_device **out);
+bool jit__device_owns(jit_device *d, const void *buffer);
+jit_status jit__device_buffer_alloc(jit_device *d, uint64_t bytes, void **out);
+jit_status jit__device_buffer_free(jit_device *d, void *buffer);
+
+//===--- GPU kernels (jit/gpu_run.c) --------------------------------------===//
+
+typedef struct jit__gpu_exec jit__gpu_exec;
+// Loads the kernel for `key` on `d` from the disk cache (output shapes included).
+bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
+                        jit__oshape *shapes, jit__gpu_exec **out);
+// Compiles `lg` for `d`, stores it in the disk cache and loads it.
+jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgraph *lg,
+                                     const uint8_t key[16], const DLTensor *inputs,
+                                     const jit__oshape *shapes, jit__gpu_exec **out);
+// Runs on device buffers: inputs[i].data / outputs[j].data are the device's buffers.
+jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inputs,
+                        const DLTensor *outputs, uint32_t n_outputs);
+void jit__gpu_exec_destroy(jit__gpu_exec *e);
+
 //===--- Disk tier (jit/disk.c) -------------------------------------------===//
 
 // Loads the kernel for `key` from the disk cache: true with *out_fn and the output
@@ -101,11 +157,11 @@ bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out
 void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,
                      const jit__artifact *art, const jit__oshape *shapes);
 // The "name=value" lines a key for `inputs` is made from (malloc'ed).
-char *jit__key_components(const jit_graph *g, const DLTensor *inputs);
+char *jit__key_components(const jit_graph *g, const jit_device *d, const DLTensor *inputs);
 void jit__key_hex(const uint8_t key[16], char out[33]);
 // Computes the key of `inputs` after checking them (jit/run.c).
 jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_inputs,
-                           bool need_data, uint8_t key[16]);
+                           bool need_data, jit_device *d, uint8_t key[16]);
 
 //===--- Graphs from MLIR (jit/graph_mlir.c) ------------------------------===//
 

@@ -15,6 +15,7 @@
 
 #include <xxhash.h>
 
+#include "devices/vulkan/vulkan.h"
 #include "jit/internal.h"
 
 typedef enum jit__kstate {
@@ -25,6 +26,8 @@ typedef enum jit__kstate {
 
 struct jit__kernel {
   uint8_t key[16];
+  jit_device *device;           // where it runs
+  jit__gpu_exec *gpu;           // GPU devices: the loaded module and plan
   jit__kstate state;            // guarded by ctx->mu; READY and FAILED are final
   jit__cpu_kernel_fn fn;        // set before READY
   uint32_t n_outputs;
@@ -77,6 +80,7 @@ static bool jit__table_insert(jit__kernel_table *t, jit__kernel *k) {
 
 static void jit__kernel_free(jit__kernel *k) {
   if (!k) return;
+  jit__gpu_exec_destroy(k->gpu);
   free(k->outputs);
   free(k->fail_message);
   free(k);
@@ -100,15 +104,28 @@ static bool jit__dl_dtype(DLDataType t, jit__dtype *out) {
   return true;
 }
 
-// Checks what every tensor needs, whatever the graph: a CPU device, a supported
-// dtype, dense row-major strides, data. `what` is "input"/"output".
+// Checks what every tensor needs, whatever the graph: the device `d` (a GPU tensor must
+// be a live allocation of this context), dense row-major strides, data. `what` is
+// "input"/"output".
 static jit_status jit__check_tensor(const jit_graph *g, const char *what, int i,
-                                    const char *name, const DLTensor *t, bool need_data) {
-  if (t->device.device_type != kDLCPU)
-    return JIT_ERR(JIT_UNSUPPORTED,
-                   "graph `%s`: %s %d `%s`: device type %d is not supported; only CPU "
-                   "(kDLCPU) tensors can be run today",
-                   g->name, what, i, name, (int)t->device.device_type);
+                                    const char *name, const DLTensor *t, bool need_data,
+                                    jit_device *d) {
+  if (t->device.device_type != d->dl.device_type || t->device.device_id != d->dl.device_id)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "graph `%s`: %s %d `%s` is on device (type %d, id %d) but the run is on "
+                   "%s:%d; all tensors of a run must be on one device",
+                   g->name, what, i, name, (int)t->device.device_type,
+                   (int)t->device.device_id, jit__device_kind_name(d->kind), d->ordinal);
+  if (d->kind != JIT_DEVICE_CPU && need_data) {
+    if (!t->data || !jit__device_owns(d, t->data))
+      return JIT_ERR(JIT_INVALID_ARGUMENT,
+                     "graph `%s`: %s %d `%s`: not a live tensor of this context on %s:%d "
+                     "(allocate with jit_tensor_alloc; freed, or from another context?)",
+                     g->name, what, i, name, jit__device_kind_name(d->kind), d->ordinal);
+    if (t->byte_offset)
+      return JIT_ERR(JIT_UNSUPPORTED, "graph `%s`: %s %d `%s`: byte_offset on a GPU tensor",
+                     g->name, what, i, name);
+  }
   if (t->ndim < 0 || t->ndim > JIT_MAX_RANK || (t->ndim > 0 && !t->shape))
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: %s %d `%s`: bad ndim %d or NULL shape",
                    g->name, what, i, name, t->ndim);
@@ -134,9 +151,27 @@ static const char *jit__input_name(const jit_graph *g, int i) {
   return g->nodes[g->inputs[i]].name;
 }
 
-// Checks the cheap per-call invariants of the inputs and forms the key.
+// Picks the device of a run: the inputs' device, or for host inputs the context's
+// offload device when options.device names one (`offload` allowed).
+static jit_status jit__run_device(jit_graph *g, const DLTensor *inputs, int n_inputs,
+                                  bool offload, jit_device **out) {
+  jit_context *ctx = g->ctx;
+  DLDevice dl = n_inputs > 0 && inputs ? inputs[0].device : (DLDevice){kDLCPU, 0};
+  if (dl.device_type == kDLCPU) {
+    *out = offload && ctx->offload ? ctx->offload : ctx->devices[0];
+    return NULL;
+  }
+  jit_status s = jit__device_of(ctx, dl, out);
+  if (s) return jit__status_annotate(s, "graph `%s`: input 0 `%s`", g->name,
+                                     g->nodes[g->inputs[0]].name);
+  return NULL;
+}
+
+// Checks the cheap per-call invariants of the inputs and forms the key for device `d`
+// (which jit__run_device chose). Host inputs of an offloaded run are checked as host
+// tensors.
 jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_inputs,
-                                  bool need_data, uint8_t key[16]) {
+                           bool need_data, jit_device *d, uint8_t key[16]) {
   if (!g->finalized)
     return JIT_ERR(JIT_INVALID_ARGUMENT,
                    "graph `%s` is not finalized (call jit_graph_finalize)", g->name);
@@ -153,14 +188,16 @@ jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_inputs,
                                                                  : malloc(cap * sizeof(int64_t));
   if (!rec) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
   memcpy(rec, g->fingerprint, 16);
-  memcpy(rec + 2, g->ctx->target_hash, 16);
+  memcpy(rec + 2, d->target_hash, 16);
   size_t n = 4;
   jit_status status = NULL;
+  jit_device *td = n_inputs > 0 && inputs[0].device.device_type == kDLCPU
+                       ? g->ctx->devices[0] : d;
   for (int i = 0; i < n_inputs && !status; i++) {
     const DLTensor *t = &inputs[i];
     const jit__node *decl = &g->nodes[g->inputs[i]].n;
     jit__dtype dt;
-    status = jit__check_tensor(g, "input", i, jit__input_name(g, i), t, need_data);
+    status = jit__check_tensor(g, "input", i, jit__input_name(g, i), t, need_data, td);
     if (status) break;
     if (!jit__dl_dtype(t->dtype, &dt) || dt != decl->dtype)
       status = JIT_ERR(JIT_DTYPE_MISMATCH,
@@ -285,7 +322,8 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
   const char *dump = ctx->options.dump_ir_dir ? ctx->options.dump_ir_dir
                                                : getenv("JITML_DUMP_IR");
   jit__lower_options lo = {ctx->options.opt_level, dump && dump[0] ? dump : NULL,
-                           t->triple, t->cpu, t->features};
+                           t->triple, t->cpu, t->features,
+                           jit__cpu_threads(ctx->options.num_threads)};
   jit__artifact art;
   double t0 = jit__now_ms();
   jit_status s = g->mlir ? jit__mlir_graph_compile(g, inputs, func_name, &lo, &art)
@@ -316,7 +354,10 @@ enum { kCompileLockTimeoutMs = 30000 };
 // cache compile each key once. Fills k->fn and k->outputs.
 static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__kernel *k) {
   jit_context *ctx = g->ctx;
-  if (jit__disk_load(g, k->key, &k->fn, k->outputs)) return NULL;
+  bool gpu = k->device->kind != JIT_DEVICE_CPU;
+  if (gpu ? jit__gpu_disk_load(g, k->device, k->key, k->outputs, &k->gpu)
+          : jit__disk_load(g, k->key, &k->fn, k->outputs))
+    return NULL;
 
   jit_status status = NULL;
   int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
@@ -332,11 +373,19 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   bool locked = false;
   jit__cache_lock_key(ctx->cache, k->key, kCompileLockTimeoutMs, &lock, &locked);
   // Whoever held the lock may just have stored the kernel.
-  if (locked && jit__disk_load(g, k->key, &k->fn, k->outputs)) {
+  if (locked && (gpu ? jit__gpu_disk_load(g, k->device, k->key, k->outputs, &k->gpu)
+                     : jit__disk_load(g, k->key, &k->fn, k->outputs))) {
     jit__cache_unlock(&lock);
     goto done;
   }
-  status = jit__compile_and_load(g, inputs, shapes, k->outputs, k->key, &k->fn);
+  if (gpu) {
+    jit__lgraph lg = {g->name, shapes, g->n_nodes, g->inputs, g->n_inputs,
+                      g->outputs, g->n_outputs};
+    status = jit__gpu_compile_and_load(g, k->device, &lg, k->key, inputs, k->outputs,
+                                       &k->gpu);
+  } else {
+    status = jit__compile_and_load(g, inputs, shapes, k->outputs, k->key, &k->fn);
+  }
   if (locked) jit__cache_unlock(&lock);
 done:
   free(symvals);
@@ -354,7 +403,7 @@ static jit_status jit__wait_ready(jit_context *ctx, jit__kernel *k) {
 // The dispatch: returns the ready kernel for `key`, loading or compiling it if needed.
 // All of kernel selection goes through here (later: generic kernels, background
 // promotion of hot shapes).
-static jit_status jit__dispatch(jit_graph *g, const DLTensor *inputs,
+static jit_status jit__dispatch(jit_graph *g, jit_device *d, const DLTensor *inputs,
                                 const uint8_t key[16], jit__kernel **out) {
   jit_context *ctx = g->ctx;
   *out = NULL;
@@ -390,6 +439,7 @@ static jit_status jit__dispatch(jit_graph *g, const DLTensor *inputs,
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
   }
   memcpy(k->key, key, 16);
+  k->device = d;
   k->n_outputs = g->n_outputs;
   k->outputs = oshapes;
   k->state = JIT__K_COMPILING;
@@ -431,7 +481,7 @@ static jit_status jit__dispatch(jit_graph *g, const DLTensor *inputs,
 
 static jit_status jit__check_outputs(const jit_graph *g, const jit__kernel *k,
                                      const DLTensor *outputs, int n_outputs,
-                                     const DLTensor *inputs) {
+                                     const DLTensor *inputs, jit_device *d) {
   if (n_outputs != (int)g->n_outputs)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d", g->name,
                    g->n_outputs, n_outputs);
@@ -440,7 +490,7 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__kernel *k,
   for (int j = 0; j < n_outputs; j++) {
     const DLTensor *t = &outputs[j];
     const jit__oshape *o = &k->outputs[j];
-    JIT_PROPAGATE(jit__check_tensor(g, "output", j, "", t, true));
+    JIT_PROPAGATE(jit__check_tensor(g, "output", j, "", t, true, d));
     jit__dtype dt;
     if (!jit__dl_dtype(t->dtype, &dt) || dt != o->dtype)
       return JIT_ERR(JIT_DTYPE_MISMATCH,
@@ -467,6 +517,14 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__kernel *k,
                      "these inputs",
                      g->name, j, got, want);
     }
+    if (d->kind != JIT_DEVICE_CPU) {
+      for (uint32_t i = 0; i < g->n_inputs; i++)
+        if (inputs[i].data == t->data)
+          return JIT_ERR(JIT_INVALID_ARGUMENT,
+                         "graph `%s`: output %d is input %u `%s`; outputs must not alias "
+                         "inputs", g->name, j, i, jit__input_name(g, (int)i));
+      continue;
+    }
     // Kernels read inputs after writing outputs; overlapping buffers would be wrong.
     size_t esz = dt == JIT__F16 ? 2 : 4;
     const char *ob = (const char *)t->data + t->byte_offset;
@@ -486,10 +544,59 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__kernel *k,
   return NULL;
 }
 
-// Checks the outputs against kernel `k` and calls it.
+// Runs GPU kernel `k` on host tensors: uploads the inputs into temporary device
+// buffers, runs, downloads the outputs (options.device offloading).
+static jit_status jit__call_offloaded(jit_graph *g, jit__kernel *k, const DLTensor *inputs,
+                                      const DLTensor *outputs, int n_outputs) {
+  jit_device *d = k->device;
+  uint32_t n_in = g->n_inputs, n_out = g->n_outputs;
+  DLTensor *dev = calloc(n_in + n_out + 1, sizeof(DLTensor));
+  if (!dev) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run: out of memory");
+  jit_status s = NULL;
+  for (uint32_t i = 0; i < n_in + n_out && !s; i++) {
+    const DLTensor *h = i < n_in ? &inputs[i] : &outputs[i - n_in];
+    dev[i] = *h;
+    dev[i].device = d->dl;
+    dev[i].strides = NULL;
+    dev[i].byte_offset = 0;
+    uint64_t bytes = jit__numel(h->ndim, h->shape) * (h->dtype.bits / 8);
+    void *buf = NULL;
+    s = jit__device_buffer_alloc(d, bytes, &buf);
+    dev[i].data = buf;
+    if (!s && i < n_in)
+      s = jit__vk_buffer_upload(buf, 0, (const char *)h->data + h->byte_offset, bytes);
+  }
+  if (!s) s = jit__gpu_run(k->gpu, dev, n_in, dev + n_in, n_out);
+  for (uint32_t j = 0; j < n_out && !s; j++) {
+    const DLTensor *h = &outputs[j];
+    uint64_t bytes = jit__numel(h->ndim, h->shape) * (h->dtype.bits / 8);
+    s = jit__vk_buffer_download(dev[n_in + j].data, 0, (char *)h->data + h->byte_offset,
+                                bytes);
+  }
+  for (uint32_t i = 0; i < n_in + n_out; i++) {
+    if (!dev[i].data) continue;
+    jit_status f = jit__device_buffer_free(d, dev[i].data);
+    if (f) jit_status_free(f);
+  }
+  free(dev);
+  return s;
+}
+
+// Checks the outputs against kernel `k` and runs it.
 static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs,
                             const DLTensor *outputs, int n_outputs) {
-  JIT_PROPAGATE(jit__check_outputs(g, k, outputs, n_outputs, inputs));
+  jit_device *d = k->device;
+  bool host = g->n_inputs == 0 || inputs[0].device.device_type == kDLCPU;
+  jit_device *od = host ? g->ctx->devices[0] : d;
+  JIT_PROPAGATE(jit__check_outputs(g, k, outputs, n_outputs, inputs, od));
+  if (d->kind != JIT_DEVICE_CPU) {
+    jit_status s = host ? jit__call_offloaded(g, k, inputs, outputs, n_outputs)
+                        : jit__gpu_run(k->gpu, inputs, g->n_inputs, outputs, g->n_outputs);
+    if (s) return jit__status_annotate(s, "graph `%s` on %s:%d", g->name,
+                                       jit__device_kind_name(d->kind), d->ordinal);
+    atomic_fetch_add_explicit(&g->ctx->runs, 1, memory_order_relaxed);
+    return NULL;
+  }
   void *stack_args[32];
   size_t n_args = g->n_inputs + g->n_outputs;
   void **args = n_args <= 32 ? stack_args : malloc(n_args * sizeof(void *));
@@ -507,29 +614,35 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
 jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
                    const DLTensor *outputs, int n_outputs) {
   if (!g) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_run: graph is NULL");
+  jit_device *d = NULL;
+  JIT_PROPAGATE(jit__run_device(g, inputs, n_inputs, true, &d));
   uint8_t key[16];
-  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, true, key));
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, true, d, key));
   if (n_outputs != (int)g->n_outputs || !outputs)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d%s", g->name,
                    g->n_outputs, n_outputs, outputs ? "" : " (outputs is NULL)");
   jit__kernel *k = NULL;
-  JIT_PROPAGATE(jit__dispatch(g, inputs, key, &k));
+  JIT_PROPAGATE(jit__dispatch(g, d, inputs, key, &k));
   return jit__call(g, k, inputs, outputs, n_outputs);
 }
 
 jit_status jit_graph_compile(jit_graph *g, const DLTensor *inputs, int n_inputs) {
   if (!g) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_compile: graph is NULL");
+  jit_device *d = NULL;
+  JIT_PROPAGATE(jit__run_device(g, inputs, n_inputs, true, &d));
   uint8_t key[16];
-  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, key));
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, d, key));
   jit__kernel *k = NULL;
-  return jit__dispatch(g, inputs, key, &k);
+  return jit__dispatch(g, d, inputs, key, &k);
 }
 
 // Binds `inputs` and writes every output's shape and dtype (g->n_outputs entries).
 static jit_status jit__output_shapes(jit_graph *g, const DLTensor *inputs, int n_inputs,
                                      jit__oshape *oshapes) {
+  jit_device *d = NULL;
+  JIT_PROPAGATE(jit__run_device(g, inputs, n_inputs, true, &d));
   uint8_t key[16];
-  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, key));
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, d, key));
   // A loaded kernel knows its output shapes: no binding (and, for graphs from MLIR,
   // no MLIR context) needed.
   pthread_mutex_lock(&g->ctx->mu);
@@ -594,10 +707,15 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
                    g->n_outputs, n_outputs);
   // Dispatch first: the kernel (from memory, disk or a compile) carries the output
   // shapes, so a hit needs no shape inference.
+  jit_device *d = NULL;
+  JIT_PROPAGATE(jit__run_device(g, inputs, n_inputs, true, &d));
+  if (n_inputs > 0 && inputs && inputs[0].device.device_type != kDLCPU)
+    return JIT_ERR(JIT_UNSUPPORTED, "jit_run_alloc: allocates host outputs, so it takes "
+                   "host inputs; for device tensors use jit_tensor_alloc and jit_run");
   uint8_t key[16];
-  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, true, key));
+  JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, true, d, key));
   jit__kernel *k = NULL;
-  JIT_PROPAGATE(jit__dispatch(g, inputs, key, &k));
+  JIT_PROPAGATE(jit__dispatch(g, d, inputs, key, &k));
   const jit__oshape *oshapes = k->outputs;
   DLTensor *views = calloc((size_t)n_outputs + 1, sizeof(DLTensor));
   jit_status s = views ? NULL : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory");

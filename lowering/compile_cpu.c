@@ -36,6 +36,7 @@
 #include <mlir-c/Target/LLVMIR.h>
 
 #include "jit/status.h"
+#include "lowering/cpu_strategy.h"
 #include "lowering/import.h"
 #include "lowering/lower.h"
 
@@ -65,6 +66,21 @@ static const char kToLLVMPipeline[] =
     "lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,"
     "convert-arith-to-llvm,convert-cf-to-llvm,"
     "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},convert-ub-to-llvm,"
+    "reconcile-unrealized-casts)";
+
+// The same with the scf.forall loops the strategy made for threads turned into OpenMP
+// (scf.forall -> scf.parallel -> omp.parallel + omp.wsloop). finalize-memref-to-llvm
+// must run before convert-scf-to-cf here (recipes/omp.pipe), and convert-openmp-to-llvm
+// after convert-func-to-llvm, or it converts the signature with full memref descriptors
+// instead of bare pointers. %d = thread count.
+static const char kToLLVMPipelineOmp[] =
+    "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm,"
+    "convert-vector-to-scf{full-unroll=1},scf-forall-to-parallel,"
+    "convert-scf-to-openmp{num-threads=%d},expand-strided-metadata,lower-affine,"
+    "finalize-memref-to-llvm,convert-scf-to-cf,convert-vector-to-llvm,"
+    "convert-arith-to-llvm,convert-cf-to-llvm,"
+    "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},convert-openmp-to-llvm,"
+    "convert-ub-to-llvm,"
     "reconcile-unrealized-casts)";
 
 double jit__lower_ms(void) {
@@ -159,169 +175,6 @@ MlirContext jit__mlir_context_create(jit__diag *diag) {
   mlirRegisterAllLLVMTranslations(ctx);
   mlirContextAttachDiagnosticHandler(ctx, jit__diag_handler, diag, NULL);
   return ctx;
-}
-
-//===--- Matmul strategy -------------------------------------------------===//
-
-typedef struct jit__strbuf {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} jit__strbuf;
-
-static void jit__sb_printf(jit__strbuf *sb, const char *fmt, ...) JIT__PRINTF(2, 3);
-static void jit__sb_printf(jit__strbuf *sb, const char *fmt, ...) {
-  if (sb->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = sb->cap - sb->len;
-    int n = vsnprintf(sb->p ? sb->p + sb->len : NULL, sb->p ? room : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) { sb->oom = true; return; }
-    if (sb->p && (size_t)n < room) { sb->len += (size_t)n; return; }
-    size_t cap = sb->cap ? sb->cap * 2 : 4096;
-    while (cap < sb->len + (size_t)n + 1) cap *= 2;
-    char *p = realloc(sb->p, cap);
-    if (!p) { sb->oom = true; return; }
-    sb->p = p;
-    sb->cap = cap;
-  }
-}
-
-// Register tile of the vectorized matmul: a TM x TN f32 accumulator updated by outer
-// products along k. It must fit the vector register file with room for one row of B
-// and a broadcast of A: AVX-512 has 32 zmm (8x32 = 16 of them); AVX2 16 ymm (6x16 =
-// 12); SSE 16 xmm (4x8 = 8).
-typedef struct jit__mm_tile {
-  int m, n;
-} jit__mm_tile;
-
-static jit__mm_tile jit__pick_tile(const char *features) {
-  jit__mm_tile t = {4, 8};
-  if (features && strstr(features, "+avx512f")) t = (jit__mm_tile){8, 32};
-  else if (features && strstr(features, "+avx2") && strstr(features, "+fma"))
-    t = (jit__mm_tile){4, 16};  // measured: 4x16 beats 6x16 and 8x8 on Zen AVX2
-  return t;
-}
-
-// Tags every 2-D linalg.matmul with `jit_mm = i` and appends to `sb` the transform
-// steps that tile it for its own M, N, K. Returns the number of matmuls.
-typedef struct jit__mm_walk {
-  jit__strbuf *sb;
-  MlirContext ctx;
-  int count;
-  jit__mm_tile tile;
-} jit__mm_walk;
-
-static MlirWalkResult jit__tag_matmul(MlirOperation op, void *user) {
-  jit__mm_walk *w = user;
-  MlirIdentifier name = mlirOperationGetName(op);
-  MlirStringRef s = mlirIdentifierStr(name);
-  if (s.length != 13 || memcmp(s.data, "linalg.matmul", 13) != 0)
-    return MlirWalkResultAdvance;
-  MlirType ta = mlirValueGetType(mlirOperationGetOperand(op, 0));
-  MlirType tb = mlirValueGetType(mlirOperationGetOperand(op, 1));
-  if (!mlirTypeIsARankedTensor(ta) || !mlirShapedTypeHasStaticShape(ta) ||
-      !mlirShapedTypeHasStaticShape(tb))
-    return MlirWalkResultAdvance;
-  int64_t m = mlirShapedTypeGetDimSize(ta, 0), k = mlirShapedTypeGetDimSize(ta, 1);
-  int64_t n = mlirShapedTypeGetDimSize(tb, 1);
-  int i = w->count++;
-  mlirOperationSetDiscardableAttributeByName(
-      op, mlirStringRefCreateFromCString("jit_mm"),
-      mlirIntegerAttrGet(mlirIntegerTypeGet(w->ctx, 64), i));
-  jit__strbuf *sb = w->sb;
-  jit__sb_printf(sb,
-                 "  %%m%d = transform.structured.match ops{[\"linalg.matmul\"]} "
-                 "attributes {jit_mm = %d : i64} in %%root : (!transform.any_op) -> "
-                 "!transform.any_op\n",
-                 i, i);
-  // Cache-level tiles only where they divide the dims, so every register tile below
-  // stays static in size (remainder tiles are peeled off at the register level).
-  int64_t cm = (m > 64 && m % 64 == 0) ? 64 : 0;
-  int64_t cn = (n > 256 && n % 256 == 0) ? 256 : 0;
-  int64_t ck = (k > 128 && k % 128 == 0) ? 128 : 0;
-  const char *src = "m";
-  if (cm || cn || ck) {
-    int nl = (cm != 0) + (cn != 0) + (ck != 0);
-    jit__sb_printf(sb,
-                   "  %%c%d, %%cl%d:%d = transform.structured.tile_using_for %%m%d "
-                   "tile_sizes [%lld, %lld, %lld] : (!transform.any_op) -> "
-                   "(!transform.any_op",
-                   i, i, nl, i, (long long)cm, (long long)cn, (long long)ck);
-    for (int j = 0; j < nl; j++) jit__sb_printf(sb, ", !transform.any_op");
-    jit__sb_printf(sb, ")\n");
-    src = "c";
-  }
-  jit__sb_printf(sb,
-                 "  %%t%d, %%l%d:3 = transform.structured.tile_using_for %%%s%d "
-                 "tile_sizes [%d, %d, 1] : (!transform.any_op) -> (!transform.any_op, "
-                 "!transform.any_op, !transform.any_op, !transform.any_op)\n",
-                 i, i, src, i, w->tile.m, w->tile.n);
-  // Peel a loop only when it has a partial last tile: peeling a loop without one is
-  // an error in the transform dialect.
-  int64_t tile_m_extent = cm ? cm : m, tile_n_extent = cn ? cn : n;
-  if (tile_n_extent > w->tile.n && tile_n_extent % w->tile.n)
-    jit__sb_printf(sb,
-                   "  %%pn%d = transform.cast %%l%d#1 : !transform.any_op to "
-                   "!transform.op<\"scf.for\">\n"
-                   "  %%pnm%d, %%pnr%d = transform.loop.peel %%pn%d : "
-                   "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
-                   "!transform.op<\"scf.for\">)\n",
-                   i, i, i, i, i);
-  if (tile_m_extent > w->tile.m && tile_m_extent % w->tile.m)
-    jit__sb_printf(sb,
-                   "  %%pm%d = transform.cast %%l%d#0 : !transform.any_op to "
-                   "!transform.op<\"scf.for\">\n"
-                   "  %%pmm%d, %%pmr%d = transform.loop.peel %%pm%d : "
-                   "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
-                   "!transform.op<\"scf.for\">)\n",
-                   i, i, i, i, i);
-  return MlirWalkResultAdvance;
-}
-
-// The transform script: per-matmul tiling (above), then vectorize every (now
-// statically shaped) matmul tile, keep the accumulator in registers across k, and
-// lower the contraction to outer-product FMAs.
-static char *jit__matmul_script(MlirContext ctx, MlirOperation module,
-                                const char *features, int *out_count) {
-  jit__strbuf sb = {0};
-  jit__sb_printf(&sb,
-                 "module attributes {transform.with_named_sequence} {\n"
-                 "transform.named_sequence @__transform_main(%%root: !transform.any_op "
-                 "{transform.readonly}) {\n");
-  jit__mm_walk w = {&sb, ctx, 0, jit__pick_tile(features)};
-  mlirOperationWalk(module, jit__tag_matmul, &w, MlirWalkPreOrder);
-  const char *canon =
-      "  transform.apply_patterns to %f { transform.apply_patterns.canonicalization } "
-      ": !transform.any_op\n";
-  jit__sb_printf(&sb,
-                 "  %%f = transform.structured.match ops{[\"func.func\"]} in %%root : "
-                 "(!transform.any_op) -> !transform.any_op\n%s"
-                 "  %%mms = transform.structured.match ops{[\"linalg.matmul\"]} in %%f : "
-                 "(!transform.any_op) -> !transform.any_op\n"
-                 "  transform.structured.vectorize %%mms {create_named_contraction} : "
-                 "!transform.any_op\n%s"
-                 "  %%fors = transform.structured.match ops{[\"scf.for\"]} in %%f : "
-                 "(!transform.any_op) -> !transform.any_op\n"
-                 "  transform.apply_licm to %%fors : !transform.any_op\n"
-                 "  transform.loop.hoist_loop_invariant_subsets %%fors : "
-                 "!transform.any_op\n%s"
-                 "  transform.apply_patterns to %%f {\n"
-                 "    transform.apply_patterns.vector.lower_contraction "
-                 "lowering_strategy = \"outerproduct\"\n"
-                 "    transform.apply_patterns.vector.transfer_permutation_patterns\n"
-                 "    transform.apply_patterns.vector.lower_outerproduct\n"
-                 "  } : !transform.any_op\n"
-                 "  transform.yield\n}\n}\n",
-                 canon, canon, canon);
-  *out_count = w.count;
-  if (sb.oom) {
-    free(sb.p);
-    return NULL;
-  }
-  return sb.p;
 }
 
 //===--- Steps -----------------------------------------------------------===//
@@ -502,20 +355,22 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     return JIT_ERR(JIT_INTERNAL, "kernel name `%s` too long", func_name);
   MlirOperation mop = mlirModuleGetOperation(module);
   jit_status status = NULL;
-  char *script = NULL;
+  jit__cpu_plan plan = {NULL, 0, false, 1};
   LLVMContextRef llctx = NULL;
   LLVMModuleRef mod = NULL;
   if (options->opt_level > 0) {
     status = jit__mlir_run_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
     if (status) goto done;
     jit__dump_op(options, func_name, "02-fused.mlir", mop);
-    int n_mm = 0;
-    script = jit__matmul_script(ctx, mop, options->features, &n_mm);
-    if (!script) {
+    if (!jit__cpu_plan_make(ctx, mop, options, &plan)) {
       status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
       goto done;
     }
-    if (n_mm > 0 && (status = jit__apply_script(ctx, module, script, diag))) goto done;
+    if (options->dump_dir)
+      jit__dump_text(options, func_name, "03-transform-script.mlir", plan.script,
+                     strlen(plan.script));
+    if (plan.n_ops > 0 && (status = jit__apply_script(ctx, module, plan.script, diag)))
+      goto done;
     jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
   }
   status = jit__mlir_run_pipeline(ctx, module, kBufferizePipeline, diag, "bufferization");
@@ -523,7 +378,10 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   if (options->opt_level <= 0 && (status = jit__run_matmul_loops(ctx, module, diag)))
     goto done;
   jit__dump_op(options, func_name, "04-bufferized.mlir", mop);
-  status = jit__mlir_run_pipeline(ctx, module, kToLLVMPipeline, diag, "lowering to LLVM");
+  char omp_pipeline[sizeof(kToLLVMPipelineOmp) + 16];
+  snprintf(omp_pipeline, sizeof omp_pipeline, kToLLVMPipelineOmp, plan.threads);
+  status = jit__mlir_run_pipeline(ctx, module, plan.parallel ? omp_pipeline : kToLLVMPipeline,
+                                  diag, "lowering to LLVM");
   if (status) goto done;
   jit__dump_op(options, func_name, "05-llvm-dialect.mlir", mop);
 
@@ -535,6 +393,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     status = JIT_ERR(JIT_COMPILE_ERROR, "translation to LLVM IR failed: %s", diag->buf);
     goto done;
   }
+  if (options->opt_level > 0) jit__cpu_expand_exp(mod);
   snprintf(out->entry, sizeof(out->entry), "%s_entry", func_name);
   out->n_args = n_args;
   status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);
@@ -547,7 +406,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
 done:
   if (mod) LLVMDisposeModule(mod);
   if (llctx) LLVMContextDispose(llctx);
-  free(script);
+  jit__cpu_plan_free(&plan);
   if (status) jit__artifact_release(out);
   return status;
 }

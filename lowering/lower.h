@@ -87,6 +87,7 @@ typedef struct jit__lower_options {
   const char *triple;    // target triple, CPU name and features (from devices/cpu)
   const char *cpu;
   const char *features;
+  int num_threads;       // threads a kernel may use (jit__cpu_threads); 0 or 1: one
 } jit__lower_options;
 
 // What a compile produces: object code for the host CPU whose entry point is

@@ -1,10 +1,12 @@
 //===--- cpu.c - the CPU device over LLVM ORC LLJIT ------------------------===//
 #include "devices/cpu/cpu.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
@@ -42,6 +44,35 @@ void jit__llvm_init_once(void) { pthread_once(&jit__llvm_once, jit__llvm_init); 
 const jit__cpu_target *jit__cpu_host_target(void) {
   jit__llvm_init_once();
   return &jit__host;
+}
+
+//===--- OpenMP runtime ----------------------------------------------------===//
+
+// Multi-threaded kernels are OpenMP code (lowering/cpu_strategy.c says why): they call
+// __kmpc_* in LLVM's libomp, which is loaded on first use, RTLD_GLOBAL so that the
+// process symbol generator below resolves those calls. Candidates: Debian's
+// libomp-22-dev location, then the loader's search path.
+static const char *const jit__omp_paths[] = {"/usr/lib/llvm-22/lib/libomp.so.5",
+                                             "/usr/lib/llvm-22/lib/libomp.so",
+                                             "/usr/lib/x86_64-linux-gnu/libomp.so.5"};
+static pthread_once_t jit__omp_once = PTHREAD_ONCE_INIT;
+static void *jit__omp_lib;
+
+static void jit__omp_load(void) {
+  for (size_t i = 0; i < sizeof jit__omp_paths / sizeof *jit__omp_paths && !jit__omp_lib; i++)
+    jit__omp_lib = dlopen(jit__omp_paths[i], RTLD_NOW | RTLD_GLOBAL);
+  if (!jit__omp_lib) jit__omp_lib = dlopen("libomp.so.5", RTLD_NOW | RTLD_GLOBAL);
+}
+
+int jit__cpu_threads(int requested) {
+  long n = requested > 0 ? requested : sysconf(_SC_NPROCESSORS_ONLN);
+  if (n <= 1) return 1;
+  if (n > 256) n = 256;
+  // Whether a runtime is there, without loading it (a process that never runs a
+  // threaded kernel never maps it).
+  for (size_t i = 0; i < sizeof jit__omp_paths / sizeof *jit__omp_paths; i++)
+    if (access(jit__omp_paths[i], R_OK) == 0) return (int)n;
+  return 1;
 }
 
 // Converts an LLVMErrorRef (consuming it) into a status.
@@ -99,6 +130,13 @@ void jit__cpu_device_destroy(jit__cpu_device *device) {
 jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t size,
                          const char *entry, jit__cpu_kernel_fn *out_fn) {
   *out_fn = NULL;
+  static const char kFork[] = "__kmpc_fork_call";
+  if (memmem(object, size, kFork, sizeof kFork - 1)) {
+    pthread_once(&jit__omp_once, jit__omp_load);
+    if (!jit__omp_lib)
+      return JIT_ERR(JIT_UNAVAILABLE, "cpu: kernel `%s` is multi-threaded but no OpenMP "
+                     "runtime (libomp.so.5, Debian libomp-22-dev) could be loaded", entry);
+  }
   pthread_mutex_lock(&device->mu);
   char name[96];
   snprintf(name, sizeof(name), "%s.o", entry);

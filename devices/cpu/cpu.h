@@ -27,6 +27,12 @@ const jit__cpu_target *jit__cpu_host_target(void);
 // Initializes LLVM's native target once per process (pthread_once). Thread-safe.
 void jit__llvm_init_once(void);
 
+// Threads a kernel compiled for jit_options.num_threads = `requested` uses: `requested`,
+// or the online CPUs for 0; 1 when no OpenMP runtime (libomp.so.5) is installed, as
+// multi-threaded kernels call into it. Deterministic for a machine, so it can be part
+// of the kernel key. Thread-safe.
+int jit__cpu_threads(int requested);
+
 jit_status jit__cpu_device_create(jit__cpu_device **out_device);
 void jit__cpu_device_destroy(jit__cpu_device *device);
 

@@ -330,7 +330,7 @@ jit_status jit__vk_instance_create(const jit__vk_instance_options *options,
                               .pApplicationInfo = &app};
   if ((s = VK_CALL(&in->fn, vkCreateInstance, &ici, NULL, &in->vk))) {
     if (jit_status_get_code(s) == JIT_UNAVAILABLE)
-      s = jit__status_annotate(s, "Vulkan: no driver (ICD) could be loaded");
+      s = jit__status_annotate(s, "no Vulkan driver (ICD) could be loaded");
     goto fail;
   }
 #define X(n)                                                                  \

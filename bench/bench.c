@@ -1,0 +1,688 @@
+//===--- bench.c - libjitml against OpenBLAS, oneDNN and memory bandwidth --===//
+//
+// One process, one run: every case is timed for libjitml and for each peer present,
+// medians over repeats, then a table with the ratio to the best peer, a CSV and (with
+// gnuplot) a PNG chart. Not a test: nothing here asserts on numbers.
+//
+//   bench [--quick] [--cputime] [--only SUBSTR] [--csv FILE] [--png FILE] [--reps N]
+//
+// Peers are loaded with dlopen, so the bench builds and runs without them:
+// - OpenBLAS (libopenblas.so.0): cblas_sgemm at 1 and 2 threads. It reads
+//   OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when it is loaded, so they are unset before
+//   the dlopen, and the core it picked is printed.
+// - oneDNN (libdnnl.so.2, when built with its header): the matmul primitive, with bias
+//   and a gelu_tanh post-op for the fused cases, and an eltwise primitive to measure
+//   per-call overhead.
+// Threading runtimes spin for a while after a parallel region (libomp for libjitml,
+// pthreads for OpenBLAS, libgomp for oneDNN); on two cores they would steal each
+// other's core, so the bench pauses between implementations.
+//
+//===----------------------------------------------------------------------===//
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jitml.h"
+
+#if JITML_BENCH_HAVE_DNNL
+#include <dnnl.h>
+#endif
+
+//===--- Timing ----------------------------------------------------------===//
+
+// --cputime: process CPU time instead of wall time. On a machine shared with other
+// jobs it leaves out the time this process was descheduled; only meaningful for
+// single-threaded cases (threads add up, spinning included).
+static clockid_t g_clock = CLOCK_MONOTONIC;
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(g_clock, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+typedef void (*bench_fn)(void *user);
+
+static struct {
+  int quick;
+  int reps;
+  const char *only;
+  const char *csv;
+  const char *png;
+  FILE *csv_file;
+} g_opt = {0, 0, NULL, NULL, NULL, NULL};
+
+// Median time of one call in microseconds: `reps` samples, each a batch sized so a
+// sample lasts ~2 ms (~0.5 ms quick), after a warm-up call.
+static double time_median(bench_fn fn, void *user) {
+  fn(user);
+  double t0 = now_us();
+  fn(user);
+  double one = now_us() - t0;
+  double target = g_opt.quick ? 500 : 2000;
+  int batch = one > 0 ? (int)(target / one) : 1000;
+  if (batch < 1) batch = 1;
+  if (batch > 100000) batch = 100000;
+  int reps = g_opt.reps;
+  double samples[64];
+  if (reps > 64) reps = 64;
+  for (int r = 0; r < reps; r++) {
+    double s = now_us();
+    for (int i = 0; i < batch; i++) fn(user);
+    samples[r] = (now_us() - s) / batch;
+  }
+  qsort(samples, (size_t)reps, sizeof(double), cmp_double);
+  return samples[reps / 2];
+}
+
+// Lets the other runtime's spinning threads go to sleep before the next one runs.
+static void settle(void) { usleep(g_opt.quick ? 20000 : 200000); }
+
+//===--- Buffers ---------------------------------------------------------===//
+
+static float *alloc_f32(size_t n, unsigned seed) {
+  float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+  if (!p) {
+    fprintf(stderr, "bench: out of memory (%zu floats)\n", n);
+    exit(1);
+  }
+  uint32_t s = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; i++) {
+    s = s * 1664525u + 1013904223u;
+    p[i] = (float)((s >> 8) & 0xffff) / 65536.0f - 0.5f;
+  }
+  return p;
+}
+
+#define F32 ((DLDataType){kDLFloat, 32, 1})
+
+static DLTensor tensor(float *data, int rank, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = rank;
+  t.dtype = F32;
+  t.shape = shape;
+  return t;
+}
+
+static void check(jit_status s, const char *what) {
+  if (!s) return;
+  fprintf(stderr, "bench: %s: %s\n", what, jit_status_message(s));
+  jit_status_free(s);
+  exit(1);
+}
+
+//===--- Peers: OpenBLAS -------------------------------------------------===//
+
+static struct {
+  void *lib;
+  void (*sgemm)(int, int, int, int, int, int, float, const float *, int, const float *,
+                int, float, float *, int);
+  void (*set_threads)(int);
+  char *(*corename)(void);
+} g_blas;
+
+static void blas_load(void) {
+  // OpenBLAS reads these at load time; the bench wants its own choice of kernel.
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("OPENBLAS_L2_SIZE");
+  g_blas.lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (!g_blas.lib) return;
+  *(void **)&g_blas.sgemm = dlsym(g_blas.lib, "cblas_sgemm");
+  *(void **)&g_blas.set_threads = dlsym(g_blas.lib, "openblas_set_num_threads");
+  *(void **)&g_blas.corename = dlsym(g_blas.lib, "openblas_get_corename");
+  if (!g_blas.sgemm || !g_blas.set_threads) g_blas.lib = NULL;
+}
+
+//===--- Peers: oneDNN ---------------------------------------------------===//
+
+static void (*g_omp_set_threads)(int);
+
+#if JITML_BENCH_HAVE_DNNL
+static dnnl_engine_t g_eng;
+static dnnl_stream_t g_stream;
+
+typedef struct dnnl_case {
+  dnnl_primitive_t prim;
+  dnnl_memory_t mem[4];
+  int n_args;
+  dnnl_exec_arg_t args[4];
+} dnnl_case;
+
+static int dnnl_ok(dnnl_status_t s) { return s == dnnl_success; }
+
+// Matmul (M,K) x (K,N) [+ bias(N)] [-> gelu_tanh], f32, plain row-major layouts
+// (oneDNN 2.x C API: descriptors are structs initialized in place).
+static int dnnl_matmul_create(dnnl_case *c, int64_t M, int64_t K, int64_t N, float *a,
+                              float *b, float *bias, float *out, int gelu) {
+  memset(c, 0, sizeof *c);
+  dnnl_memory_desc_t ad, bd, cd, biasd;
+  dnnl_dims_t da = {M, K}, db = {K, N}, dc = {M, N}, dbias = {1, N};
+  dnnl_memory_desc_init_by_tag(&ad, 2, da, dnnl_f32, dnnl_ab);
+  dnnl_memory_desc_init_by_tag(&bd, 2, db, dnnl_f32, dnnl_ab);
+  dnnl_memory_desc_init_by_tag(&cd, 2, dc, dnnl_f32, dnnl_ab);
+  dnnl_memory_desc_init_by_tag(&biasd, 2, dbias, dnnl_f32, dnnl_ab);
+  dnnl_matmul_desc_t desc;
+  if (!dnnl_ok(dnnl_matmul_desc_init(&desc, &ad, &bd, bias ? &biasd : NULL, &cd)))
+    return 0;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_attr_create(&attr);
+  dnnl_post_ops_t po = NULL;
+  if (gelu) {
+    dnnl_post_ops_create(&po);
+    dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_gelu_tanh, 0.f, 0.f);
+    dnnl_primitive_attr_set_post_ops(attr, po);
+  }
+  dnnl_primitive_desc_t pd = NULL;
+  int ok = dnnl_ok(dnnl_primitive_desc_create(&pd, &desc, attr, g_eng, NULL));
+  if (ok) ok = dnnl_ok(dnnl_primitive_create(&c->prim, pd));
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  dnnl_primitive_attr_destroy(attr);
+  if (ok) {
+    dnnl_memory_create(&c->mem[0], &ad, g_eng, a);
+    dnnl_memory_create(&c->mem[1], &bd, g_eng, b);
+    dnnl_memory_create(&c->mem[2], &cd, g_eng, out);
+    c->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, c->mem[0]};
+    c->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, c->mem[1]};
+    c->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DST, c->mem[2]};
+    c->n_args = 3;
+    if (bias) {
+      dnnl_memory_create(&c->mem[3], &biasd, g_eng, bias);
+      c->args[3] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, c->mem[3]};
+      c->n_args = 4;
+    }
+  }
+  return ok;
+}
+
+// relu over n floats: the smallest primitive, for per-call overhead.
+static int dnnl_relu_create(dnnl_case *c, int64_t n, float *x, float *y) {
+  memset(c, 0, sizeof *c);
+  dnnl_memory_desc_t d;
+  dnnl_dims_t dims = {n};
+  dnnl_memory_desc_init_by_tag(&d, 1, dims, dnnl_f32, dnnl_a);
+  dnnl_eltwise_desc_t desc;
+  if (!dnnl_ok(dnnl_eltwise_forward_desc_init(&desc, dnnl_forward_inference,
+                                              dnnl_eltwise_relu, &d, 0.f, 0.f)))
+    return 0;
+  dnnl_primitive_desc_t pd = NULL;
+  int ok = dnnl_ok(dnnl_primitive_desc_create(&pd, &desc, NULL, g_eng, NULL));
+  if (ok) ok = dnnl_ok(dnnl_primitive_create(&c->prim, pd));
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (ok) {
+    dnnl_memory_create(&c->mem[0], &d, g_eng, x);
+    dnnl_memory_create(&c->mem[1], &d, g_eng, y);
+    c->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, c->mem[0]};
+    c->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DST, c->mem[1]};
+    c->n_args = 2;
+  }
+  return ok;
+}
+
+static void dnnl_case_destroy(dnnl_case *c) {
+  if (c->prim) dnnl_primitive_destroy(c->prim);
+  for (int i = 0; i < 4; i++)
+    if (c->mem[i]) dnnl_memory_destroy(c->mem[i]);
+}
+
+static void dnnl_run(void *user) {
+  dnnl_case *c = user;
+  dnnl_primitive_execute(c->prim, g_stream, c->n_args, c->args);
+  dnnl_stream_wait(g_stream);
+}
+
+static int dnnl_load(void) {
+  if (!dnnl_ok(dnnl_engine_create(&g_eng, dnnl_cpu, 0))) return 0;
+  if (!dnnl_ok(dnnl_stream_create(&g_stream, g_eng, dnnl_stream_default_flags))) return 0;
+  *(void **)&g_omp_set_threads = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+  return 1;
+}
+#else
+static int dnnl_load(void) { return 0; }
+#endif
+
+static int g_have_dnnl;
+
+//===--- libjitml graphs -------------------------------------------------===//
+
+typedef struct jit_case {
+  jit_graph *g;
+  DLTensor in[3], out[1];
+  int n_in;
+  double compile_ms;
+} jit_case;
+
+static jit_context *make_ctx(int threads) {
+  jit_options o;
+  jit_options_init(&o);
+  o.num_threads = threads;
+  o.cache_dir = "";  // always compile: the bench reports compile time
+  jit_context *ctx = NULL;
+  check(jit_context_create(&o, &ctx), "jit_context_create");
+  return ctx;
+}
+
+static void jit_case_compile(jit_case *c) {
+  double t0 = now_us();
+  check(jit_graph_compile(c->g, c->in, c->n_in), "jit_graph_compile");
+  c->compile_ms = (now_us() - t0) / 1e3;
+}
+
+static void jit_case_run(void *user) {
+  jit_case *c = user;
+  jit_status s = jit_run(c->g, c->in, c->n_in, c->out, 1);
+  if (s) check(s, "jit_run");
+}
+
+//===--- Results ---------------------------------------------------------===//
+
+typedef struct row {
+  char name[48];
+  int threads;
+  double jit_us, blas_us, dnnl_us, ref_us;  // 0: not measured
+  const char *unit;                         // "GFLOP/s" or "GB/s"
+  double work;                              // flops or bytes per call
+  double compile_ms;
+} row;
+
+static row g_rows[64];
+static int g_n_rows;
+
+static double rate(const row *r, double us) { return us > 0 ? r->work / us / 1e3 : 0; }
+
+static double best_peer(const row *r) {
+  double b = 0;
+  if (r->blas_us > 0) b = r->blas_us;
+  if (r->dnnl_us > 0 && (b == 0 || r->dnnl_us < b)) b = r->dnnl_us;
+  if (b == 0) b = r->ref_us;
+  return b;
+}
+
+static void print_row(const row *r) {
+  double bp = best_peer(r);
+  printf("%-26s %2d | %9.1f %8.1f | %9.1f %9.1f %9.1f | %6.2fx | %7.1f\n", r->name,
+         r->threads, r->jit_us, rate(r, r->jit_us), r->blas_us, r->dnnl_us, r->ref_us,
+         bp > 0 && r->jit_us > 0 ? bp / r->jit_us : 0, r->compile_ms);
+  fflush(stdout);
+  if (g_opt.csv_file)
+    fprintf(g_opt.csv_file, "%s,%d,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.2f\n", r->name,
+            r->threads, r->unit, r->jit_us, r->blas_us, r->dnnl_us, r->ref_us,
+            rate(r, r->jit_us), bp > 0 && r->jit_us > 0 ? bp / r->jit_us : 0,
+            r->compile_ms);
+}
+
+static row *new_row(const char *name, int threads, const char *unit, double work) {
+  row *r = &g_rows[g_n_rows++];
+  memset(r, 0, sizeof *r);
+  snprintf(r->name, sizeof r->name, "%s", name);
+  r->threads = threads;
+  r->unit = unit;
+  r->work = work;
+  return r;
+}
+
+static int wanted(const char *name) { return !g_opt.only || strstr(name, g_opt.only); }
+
+//===--- Cases: matmul ---------------------------------------------------===//
+
+typedef struct blas_mm {
+  int M, N, K;
+  const float *a, *b;
+  float *c;
+  const float *bias;  // non-NULL: add bias and gelu after the sgemm
+} blas_mm;
+
+static float gelu_ref(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+
+static void blas_run(void *user) {
+  blas_mm *m = user;
+  g_blas.sgemm(101 /*row major*/, 111 /*no trans*/, 111, m->M, m->N, m->K, 1.0f, m->a,
+               m->K, m->b, m->N, 0.0f, m->c, m->N);
+  if (m->bias)
+    for (int i = 0; i < m->M; i++) {
+      float *row = m->c + (size_t)i * m->N;
+      for (int j = 0; j < m->N; j++) row[j] = gelu_ref(row[j] + m->bias[j]);
+    }
+}
+
+static void set_peer_threads(int t) {
+  if (g_blas.lib) g_blas.set_threads(t);
+  if (g_omp_set_threads) g_omp_set_threads(t);
+}
+
+// matmul (gelu = 0) or gelu(x W + b) (gelu = 1).
+static void case_matmul(int M, int K, int N, int threads, int gelu) {
+  char name[48];
+  if (gelu)
+    snprintf(name, sizeof name, "gelu(xW+b) %dx%dx%d", M, K, N);
+  else
+    snprintf(name, sizeof name, "matmul %dx%dx%d", M, K, N);
+  if (!wanted(name)) return;
+  row *r = new_row(name, threads, "GFLOP/s", 2.0 * M * N * K);
+  float *a = alloc_f32((size_t)M * K, 1), *b = alloc_f32((size_t)K * N, 2);
+  float *bias = alloc_f32((size_t)N, 3), *c = alloc_f32((size_t)M * N, 4);
+
+  jit_context *ctx = make_ctx(threads);
+  jit_case jc = {0};
+  check(jit_graph_create(ctx, gelu ? "dense_gelu" : "matmul", &jc.g), "graph");
+  int64_t sa[2] = {M, K}, sb[2] = {K, N}, sbias[1] = {N}, sc[2] = {M, N};
+  jit_value x = jit_input(jc.g, "x", F32, 2, sa);
+  jit_value w = jit_input(jc.g, "w", F32, 2, sb);
+  jit_value y = jit_matmul(jc.g, x, w);
+  jc.in[0] = tensor(a, 2, sa);
+  jc.in[1] = tensor(b, 2, sb);
+  jc.n_in = 2;
+  if (gelu) {
+    jit_value bb = jit_input(jc.g, "b", F32, 1, sbias);
+    y = jit_gelu(jc.g, jit_add(jc.g, y, bb));
+    jc.in[2] = tensor(bias, 1, sbias);
+    jc.n_in = 3;
+  }
+  jit_output(jc.g, y);
+  check(jit_graph_finalize(jc.g), "finalize");
+  jc.out[0] = tensor(c, 2, sc);
+  jit_case_compile(&jc);
+  r->compile_ms = jc.compile_ms;
+  r->jit_us = time_median(jit_case_run, &jc);
+  jit_graph_destroy(jc.g);
+  jit_context_destroy(ctx);
+
+  set_peer_threads(threads);
+  if (g_blas.lib) {
+    settle();
+    blas_mm bm = {M, N, K, a, b, c, gelu ? bias : NULL};
+    r->blas_us = time_median(blas_run, &bm);
+  }
+#if JITML_BENCH_HAVE_DNNL
+  if (g_have_dnnl) {
+    settle();
+    dnnl_case dc;
+    if (dnnl_matmul_create(&dc, M, K, N, a, b, gelu ? bias : NULL, c, gelu))
+      r->dnnl_us = time_median(dnnl_run, &dc);
+    dnnl_case_destroy(&dc);
+  }
+#endif
+  settle();
+  print_row(r);
+  free(a);
+  free(b);
+  free(bias);
+  free(c);
+}
+
+//===--- Cases: bandwidth ------------------------------------------------===//
+
+typedef struct copy_args {
+  float *dst;
+  const float *src;
+  size_t n;
+} copy_args;
+
+static void memcpy_run(void *user) {
+  copy_args *c = user;
+  memcpy(c->dst, c->src, c->n * sizeof(float));
+}
+
+// relu(a * b + c) over n floats vs memcpy of the same bytes (3 reads + 1 write).
+static void case_elementwise(size_t n, int threads) {
+  const char *name = "relu(a*b+c)";
+  if (!wanted(name)) return;
+  row *r = new_row(name, threads, "GB/s", 4.0 * n * sizeof(float));
+  float *a = alloc_f32(n, 5), *b = alloc_f32(n, 6), *c = alloc_f32(n, 7),
+        *o = alloc_f32(n, 8);
+  jit_context *ctx = make_ctx(threads);
+  jit_case jc = {0};
+  check(jit_graph_create(ctx, "fma_relu", &jc.g), "graph");
+  int64_t s[1] = {(int64_t)n};
+  jit_value va = jit_input(jc.g, "a", F32, 1, s), vb = jit_input(jc.g, "b", F32, 1, s),
+            vc = jit_input(jc.g, "c", F32, 1, s);
+  jit_output(jc.g, jit_relu(jc.g, jit_add(jc.g, jit_mul(jc.g, va, vb), vc)));
+  check(jit_graph_finalize(jc.g), "finalize");
+  jc.in[0] = tensor(a, 1, s);
+  jc.in[1] = tensor(b, 1, s);
+  jc.in[2] = tensor(c, 1, s);
+  jc.n_in = 3;
+  jc.out[0] = tensor(o, 1, s);
+  jit_case_compile(&jc);
+  r->compile_ms = jc.compile_ms;
+  r->jit_us = time_median(jit_case_run, &jc);
+  jit_graph_destroy(jc.g);
+  jit_context_destroy(ctx);
+  settle();
+  // memcpy of the same bytes: 2n floats read and 2n written (a,b -> c,o).
+  free(c);
+  free(o);
+  float *src = alloc_f32(2 * n, 9), *dst = alloc_f32(2 * n, 10);
+  copy_args ca = {dst, src, 2 * n};
+  r->ref_us = time_median(memcpy_run, &ca);
+  print_row(r);
+  free(src);
+  free(dst);
+  free(a);
+  free(b);
+}
+
+typedef struct softmax_args {
+  const float *x;
+  float *y;
+  int rows, cols;
+} softmax_args;
+
+static void softmax_ref_run(void *user) {
+  softmax_args *s = user;
+  for (int i = 0; i < s->rows; i++) {
+    const float *x = s->x + (size_t)i * s->cols;
+    float *y = s->y + (size_t)i * s->cols;
+    float mx = -INFINITY, sum = 0;
+    for (int j = 0; j < s->cols; j++) mx = x[j] > mx ? x[j] : mx;
+    for (int j = 0; j < s->cols; j++) sum += (y[j] = expf(x[j] - mx));
+    float inv = 1.0f / sum;
+    for (int j = 0; j < s->cols; j++) y[j] *= inv;
+  }
+}
+
+// Row softmax: compared with plain C, and with the time memcpy needs for its bytes.
+static void case_softmax(int rows, int cols, double memcpy_gbs, int threads) {
+  char name[48];
+  snprintf(name, sizeof name, "softmax %dx%d", rows, cols);
+  if (!wanted(name)) return;
+  row *r = new_row(name, threads, "GB/s", 2.0 * rows * cols * sizeof(float));
+  float *x = alloc_f32((size_t)rows * cols, 11), *y = alloc_f32((size_t)rows * cols, 12);
+  jit_context *ctx = make_ctx(threads);
+  jit_case jc = {0};
+  check(jit_graph_create(ctx, "softmax", &jc.g), "graph");
+  int64_t s[2] = {rows, cols};
+  jit_output(jc.g, jit_softmax(jc.g, jit_input(jc.g, "x", F32, 2, s), 1));
+  check(jit_graph_finalize(jc.g), "finalize");
+  jc.in[0] = tensor(x, 2, s);
+  jc.n_in = 1;
+  jc.out[0] = tensor(y, 2, s);
+  jit_case_compile(&jc);
+  r->compile_ms = jc.compile_ms;
+  r->jit_us = time_median(jit_case_run, &jc);
+  jit_graph_destroy(jc.g);
+  jit_context_destroy(ctx);
+  softmax_args sa = {x, y, rows, cols};
+  r->ref_us = time_median(softmax_ref_run, &sa);
+  print_row(r);
+  if (memcpy_gbs > 0)
+    printf("  softmax: %.1f GB/s = %.2fx of memcpy bandwidth (%.1f GB/s)\n",
+           rate(r, r->jit_us), rate(r, r->jit_us) / memcpy_gbs, memcpy_gbs);
+  free(x);
+  free(y);
+}
+
+// Triad a = b + s c and memcpy, for the machine's bandwidth at this size.
+typedef struct triad_args {
+  float *a;
+  const float *b, *c;
+  size_t n;
+} triad_args;
+
+static void triad_run(void *user) {
+  triad_args *t = user;
+  for (size_t i = 0; i < t->n; i++) t->a[i] = t->b[i] + 3.0f * t->c[i];
+}
+
+static double case_bandwidth(size_t n) {
+  float *a = alloc_f32(n, 13), *b = alloc_f32(n, 14), *c = alloc_f32(n, 15);
+  triad_args t = {a, b, c, n};
+  double triad = time_median(triad_run, &t);
+  copy_args ca = {a, b, n};
+  double cp = time_median(memcpy_run, &ca);
+  double triad_gbs = 3.0 * n * 4 / triad / 1e3, cp_gbs = 2.0 * n * 4 / cp / 1e3;
+  printf("bandwidth (%zu MiB arrays, 1 thread): memcpy %.1f GB/s, triad %.1f GB/s\n",
+         n * 4 >> 20, cp_gbs, triad_gbs);
+  if (g_opt.csv_file)
+    fprintf(g_opt.csv_file, "memcpy,1,GB/s,%.3f,0,0,0,%.3f,0,0\ntriad,1,GB/s,%.3f,0,0,0,%.3f,0,0\n",
+            cp, cp_gbs, triad, triad_gbs);
+  free(a);
+  free(b);
+  free(c);
+  return cp_gbs;
+}
+
+//===--- Cases: per-call overhead ----------------------------------------===//
+
+static void case_overhead(void) {
+  const char *name = "jit_run overhead relu[8]";
+  if (!wanted(name)) return;
+  row *r = new_row(name, 1, "us", 0);
+  float *x = alloc_f32(8, 16), *y = alloc_f32(8, 17);
+  jit_context *ctx = make_ctx(1);
+  jit_case jc = {0};
+  check(jit_graph_create(ctx, "tiny", &jc.g), "graph");
+  int64_t s[1] = {8};
+  jit_output(jc.g, jit_relu(jc.g, jit_input(jc.g, "x", F32, 1, s)));
+  check(jit_graph_finalize(jc.g), "finalize");
+  jc.in[0] = tensor(x, 1, s);
+  jc.n_in = 1;
+  jc.out[0] = tensor(y, 1, s);
+  jit_case_compile(&jc);
+  r->compile_ms = jc.compile_ms;
+  r->jit_us = time_median(jit_case_run, &jc);
+  jit_graph_destroy(jc.g);
+  jit_context_destroy(ctx);
+#if JITML_BENCH_HAVE_DNNL
+  if (g_have_dnnl) {
+    set_peer_threads(1);
+    dnnl_case dc;
+    if (dnnl_relu_create(&dc, 8, x, y)) r->dnnl_us = time_median(dnnl_run, &dc);
+    dnnl_case_destroy(&dc);
+  }
+#endif
+  print_row(r);
+  free(x);
+  free(y);
+}
+
+//===--- Chart -----------------------------------------------------------===//
+
+static void write_chart(void) {
+  if (!g_opt.png || !g_opt.csv) return;
+  if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    printf("gnuplot not found: no chart\n");
+    return;
+  }
+  char dat[] = "/tmp/jitml-bench-XXXXXX";
+  int fd = mkstemp(dat);
+  if (fd < 0) return;
+  FILE *f = fdopen(fd, "w");
+  for (int i = 0; i < g_n_rows; i++) {
+    const row *r = &g_rows[i];
+    double bp = best_peer(r);
+    if (bp <= 0 || r->jit_us <= 0 || r->work == 0) continue;
+    fprintf(f, "\"%s (%dT)\" %.3f\n", r->name, r->threads, bp / r->jit_us);
+  }
+  fclose(f);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "gnuplot -e \"set terminal pngcairo size 1200,600 font ',9' noenhanced;"
+           "set output '%s';set style fill solid 0.8;set boxwidth 0.7;"
+           "set ylabel 'speed vs best peer (x, higher is better)';set grid ytics;"
+           "set xtics rotate by -40 noenhanced;set yrange [0:*];"
+           "set title 'libjitml / best of OpenBLAS, oneDNN (memcpy, plain C for "
+           "bandwidth cases)';"
+           "plot '%s' using 0:2:xtic(1) with boxes notitle lc rgb '#3b7dd8', 1 notitle "
+           "lc rgb 'black' dt 2\" 2>&1 || gnuplot -e \"set terminal png size 1200,600;"
+           "set output '%s';set style fill solid;set boxwidth 0.7;set xtics rotate by -40;"
+           "plot '%s' using 0:2:xtic(1) with boxes notitle, 1 notitle\"",
+           g_opt.png, dat, g_opt.png, dat);
+  if (system(cmd) == 0) printf("chart: %s\n", g_opt.png);
+  unlink(dat);
+}
+
+//===--- Main ------------------------------------------------------------===//
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) g_opt.quick = 1;
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_opt.only = argv[++i];
+    else if (!strcmp(argv[i], "--cputime")) g_clock = CLOCK_PROCESS_CPUTIME_ID;
+    else if (!strcmp(argv[i], "--csv") && i + 1 < argc) g_opt.csv = argv[++i];
+    else if (!strcmp(argv[i], "--png") && i + 1 < argc) g_opt.png = argv[++i];
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_opt.reps = atoi(argv[++i]);
+    else {
+      fprintf(stderr,
+              "usage: %s [--quick] [--cputime] [--only SUBSTR] [--csv FILE] [--png FILE] [--reps N]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  if (g_opt.reps <= 0) g_opt.reps = g_opt.quick ? 3 : 11;
+  blas_load();
+  g_have_dnnl = dnnl_load();
+  if (g_opt.csv) {
+    g_opt.csv_file = fopen(g_opt.csv, "w");
+    if (g_opt.csv_file)
+      fprintf(g_opt.csv_file,
+              "case,threads,unit,jitml_us,openblas_us,onednn_us,ref_us,jitml_rate,"
+              "ratio_vs_best_peer,compile_ms\n");
+  }
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("libjitml %s; %ld CPUs; OpenBLAS: %s (core %s); oneDNN: %s; medians of %d\n",
+         jit_version(), ncpu, g_blas.lib ? "yes" : "not found",
+         g_blas.lib && g_blas.corename ? g_blas.corename() : "-",
+         g_have_dnnl ? "yes" : "not found", g_opt.reps);
+  printf("%-26s %2s | %9s %8s | %9s %9s %9s | %7s | %7s\n", "case", "T", "jitml us",
+         "rate", "openblas", "onednn", "ref", "vs best", "comp ms");
+
+  static const int mm[][3] = {{512, 512, 512},  {1024, 1024, 1024}, {1, 768, 3072},
+                              {8, 768, 3072},   {64, 768, 3072},    {128, 3072, 768},
+                              {17, 1000, 31},   {256, 256, 256}};
+  int max_t = ncpu >= 2 && g_clock == CLOCK_MONOTONIC ? 2 : 1;
+  for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
+    if (g_opt.quick && mm[i][0] * (double)mm[i][1] * mm[i][2] > 3e8) continue;
+    for (int t = 1; t <= max_t; t++) case_matmul(mm[i][0], mm[i][1], mm[i][2], t, 0);
+  }
+  static const int gm[] = {1, 32, 256};
+  for (int i = 0; i < 3; i++) {
+    if (g_opt.quick && gm[i] > 32) continue;
+    for (int t = 1; t <= max_t; t++) case_matmul(gm[i], 768, 3072, t, 1);
+  }
+  size_t n = g_opt.quick ? (1u << 20) : (16u << 20);
+  double bw = wanted("relu") || wanted("softmax") ? case_bandwidth(n) : 0;
+  if (g_clock != CLOCK_MONOTONIC) max_t = 1;
+  for (int t = 1; t <= max_t; t++) case_elementwise(n, t);
+  for (int t = 1; t <= max_t; t++) case_softmax(g_opt.quick ? 512 : 4096, 1024, bw, t);
+  case_overhead();
+  if (g_opt.csv_file) fclose(g_opt.csv_file);
+  write_chart();
+  return 0;
+}

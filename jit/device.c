@@ -1,0 +1,452 @@
+//===--- device.c - devices of a context, device tensors, copies -----------===//
+//
+// Device 0 is always the CPU. GPU backends are looked for once, at the first call that
+// needs them (listing devices, allocating on one, or a context whose options.device
+// names one): loading libvulkan and creating an instance costs tens of milliseconds a
+// CPU-only user should not pay.
+//
+// Device tensors: `data` is the backend's buffer handle. Every live allocation is kept
+// in its device's list, so a tensor of another context, or one freed already, is
+// refused with a status instead of being dereferenced.
+//
+//===----------------------------------------------------------------------===//
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "devices/vulkan/vulkan.h"
+#include "jit/internal.h"
+
+static void jit__device_release(jit_device *d, void *p);
+
+static const char *const kKindNames[] = {"cpu", "vulkan", "cuda"};
+
+const char *jit__device_kind_name(jit_device_kind kind) {
+  return (unsigned)kind < 3 ? kKindNames[kind] : "unknown";
+}
+
+static void jit__device_hash_target(jit_device *d) {
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits(d->target_text, strlen(d->target_text)));
+  memcpy(d->target_hash, c.digest, sizeof(d->target_hash));
+}
+
+jit_status jit__devices_init_cpu(jit_context *ctx) {
+  jit_device *d = calloc(1, sizeof(*d));
+  jit_device **list = calloc(4, sizeof(*list));
+  if (!d || !list) {
+    free(d);
+    free(list);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  d->ctx = ctx;
+  d->kind = JIT_DEVICE_CPU;
+  d->dl = (DLDevice){kDLCPU, 0};
+  d->f16 = true;
+  snprintf(d->name, sizeof d->name, "%s (%s)", jit__cpu_host_target()->cpu,
+           jit__cpu_host_target()->triple);
+  d->target_text = ctx->target_text;  // shared with the context, not owned
+  memcpy(d->target_hash, ctx->target_hash, 16);
+  pthread_mutex_init(&d->mu, NULL);
+  list[0] = d;
+  ctx->devices = list;
+  ctx->n_devices = 1;
+  ctx->cap_devices = 4;
+  pthread_mutex_init(&ctx->devices_mu, NULL);
+  return NULL;
+}
+
+static bool jit__devices_push(jit_context *ctx, jit_device *d) {
+  if (ctx->n_devices == ctx->cap_devices) {
+    jit_device **list = realloc(ctx->devices, sizeof(*list) * ctx->cap_devices * 2);
+    if (!list) return false;
+    ctx->devices = list;
+    ctx->cap_devices *= 2;
+  }
+  ctx->devices[ctx->n_devices++] = d;
+  return true;
+}
+
+// Lists the Vulkan devices (no VkDevice is created until a device is used).
+static void jit__scan_vulkan(jit_context *ctx) {
+  jit__vk_instance *inst = NULL;
+  jit_status s = jit__vk_instance_create(NULL, &inst);
+  if (s) {
+    snprintf(ctx->absent[JIT_DEVICE_VULKAN], sizeof ctx->absent[0], "%s",
+             jit_status_message(s));
+    jit__log(ctx, JIT_LOG_INFO, "no Vulkan devices: %s", jit_status_message(s));
+    jit_status_free(s);
+    return;
+  }
+  uint32_t n = jit__vk_instance_device_count(inst);
+  for (uint32_t i = 0; i < n; i++) {
+    const jit__vk_device_info *vi = jit__vk_instance_device_info(inst, i);
+    jit_device *d = calloc(1, sizeof(*d));
+    if (!d) break;
+    d->ctx = ctx;
+    d->kind = JIT_DEVICE_VULKAN;
+    d->ordinal = (int)i;
+    d->dl = (DLDevice){kDLVulkan, (int32_t)i};
+    d->f16 = vi->shader_float16 && vi->storage_buffer_16bit_access;
+    snprintf(d->name, sizeof d->name, "%s", vi->name);
+    size_t cap = 1024;
+    d->target_text = malloc(cap);
+    if (!d->target_text) {
+      free(d);
+      break;
+    }
+    snprintf(d->target_text, cap,
+             "backend=vulkan\nvk.device=%s\nvk.vendor_id=%u\nvk.device_id=%u\n"
+             "vk.driver_version=%u\nvk.api_version=%u\nspirv=1.3%s\n"
+             "compiler=libjitml %s, LLVM %s\nbuild_id=%s\n",
+             vi->name, vi->vendor_id, vi->device_id, vi->driver_version,
+             vi->api_version, d->f16 ? " f16" : "", jit_version(), JITML_LLVM_VERSION,
+             jit__library_build_id());
+    jit__device_hash_target(d);
+    d->vk_instance = inst;
+    d->vk_index = i;
+    pthread_mutex_init(&d->mu, NULL);
+    if (!jit__devices_push(ctx, d)) {
+      free(d->target_text);
+      free(d);
+      break;
+    }
+  }
+  ctx->vk_instance = inst;  // released at context destroy, after the devices
+}
+
+void jit__devices_scan(jit_context *ctx) {
+  pthread_mutex_lock(&ctx->devices_mu);
+  if (!ctx->devices_scanned) {
+    jit__scan_vulkan(ctx);
+    snprintf(ctx->absent[JIT_DEVICE_CUDA], sizeof ctx->absent[0],
+             "the CUDA backend is not wired to jit_run yet");
+    ctx->devices_scanned = true;
+  }
+  pthread_mutex_unlock(&ctx->devices_mu);
+}
+
+// Creates the device's backend object at its first use.
+jit_status jit__device_open(jit_device *d) {
+  if (d->kind == JIT_DEVICE_CPU) return NULL;
+  pthread_mutex_lock(&d->mu);
+  jit_status s = NULL;
+  if (d->kind == JIT_DEVICE_VULKAN && !d->vk)
+    s = jit__vk_device_create(d->vk_instance, d->vk_index, NULL, &d->vk);
+  pthread_mutex_unlock(&d->mu);
+  if (s) return jit__status_annotate(s, "opening %s:%d (%s)",
+                                     jit__device_kind_name(d->kind), d->ordinal, d->name);
+  return NULL;
+}
+
+void jit__devices_destroy(jit_context *ctx) {
+  for (int i = 0; i < ctx->n_devices; i++) {
+    jit_device *d = ctx->devices[i];
+    for (size_t k = 0; k < d->n_live; k++) jit__device_release(d, d->live[k]);
+    free(d->live);
+    jit__vk_device_destroy(d->vk);
+    if (i > 0) free(d->target_text);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+  }
+  free(ctx->devices);
+  jit__vk_instance_release(ctx->vk_instance);
+  pthread_mutex_destroy(&ctx->devices_mu);
+}
+
+//===--- Lookup ----------------------------------------------------------===//
+
+int jit_context_device_count(jit_context *ctx) {
+  if (!ctx) return 0;
+  jit__devices_scan(ctx);
+  return ctx->n_devices;
+}
+
+jit_status jit_context_get_device(jit_context *ctx, int index, jit_device **out) {
+  if (out) *out = NULL;
+  if (!ctx || !out)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_get_device: %s is NULL",
+                   ctx ? "out_device" : "ctx");
+  jit__devices_scan(ctx);
+  if (index < 0 || index >= ctx->n_devices)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "device index %d not in [0, %d)", index,
+                   ctx->n_devices);
+  *out = ctx->devices[index];
+  return NULL;
+}
+
+jit_status jit_context_find_device(jit_context *ctx, jit_device_kind kind, int ordinal,
+                                   jit_device **out) {
+  if (out) *out = NULL;
+  if (!ctx || !out)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_find_device: %s is NULL",
+                   ctx ? "out_device" : "ctx");
+  if ((unsigned)kind > JIT_DEVICE_CUDA)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "unknown device kind %d", (int)kind);
+  if (kind != JIT_DEVICE_CPU) jit__devices_scan(ctx);
+  int seen = 0;
+  for (int i = 0; i < ctx->n_devices; i++) {
+    if (ctx->devices[i]->kind != kind) continue;
+    if (ctx->devices[i]->ordinal == ordinal) {
+      *out = ctx->devices[i];
+      return NULL;
+    }
+    seen++;
+  }
+  if (seen)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "%s:%d: there are only %d %s devices",
+                   jit__device_kind_name(kind), ordinal, seen, jit__device_kind_name(kind));
+  return JIT_ERR(JIT_UNAVAILABLE, "no %s device: %s", jit__device_kind_name(kind),
+                 ctx->absent[kind][0] ? ctx->absent[kind] : "none found");
+}
+
+jit_status jit_device_get_info(const jit_device *d, jit_device_info *out) {
+  if (!d || !out)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_device_get_info: %s is NULL",
+                   d ? "out_info" : "device");
+  out->kind = d->kind;
+  out->ordinal = d->ordinal;
+  out->name = d->name;
+  out->dl_device = d->dl;
+  out->supports_f16 = d->f16;
+  return NULL;
+}
+
+// Parses "cpu", "vulkan", "vulkan:1", "cuda:0" into a device of `ctx`.
+jit_status jit__device_from_option(jit_context *ctx, const char *spec, jit_device **out) {
+  *out = ctx->devices[0];
+  if (!spec || !spec[0] || !strcmp(spec, "cpu")) return NULL;
+  int ordinal = 0;
+  const char *colon = strchr(spec, ':');
+  size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+  if (colon) {
+    char *end;
+    long v = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || v < 0)
+      return JIT_ERR(JIT_INVALID_ARGUMENT, "options.device `%s`: bad device index", spec);
+    ordinal = (int)v;
+  }
+  jit_device_kind kind;
+  if (n == 6 && !strncmp(spec, "vulkan", 6)) kind = JIT_DEVICE_VULKAN;
+  else if (n == 4 && !strncmp(spec, "cuda", 4)) kind = JIT_DEVICE_CUDA;
+  else if (n == 3 && !strncmp(spec, "cpu", 3)) return NULL;
+  else
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "options.device `%s`: expected cpu, vulkan[:N] or cuda[:N]", spec);
+  return jit__status_annotate(jit_context_find_device(ctx, kind, ordinal, out),
+                              "options.device `%s`", spec);
+}
+
+// The device a tensor says it is on; JIT_INVALID_ARGUMENT/UNAVAILABLE if none.
+jit_status jit__device_of(jit_context *ctx, DLDevice dl, jit_device **out) {
+  *out = NULL;
+  if (dl.device_type == kDLCPU) {
+    *out = ctx->devices[0];
+    return NULL;
+  }
+  jit_device_kind kind;
+  if (dl.device_type == kDLVulkan) kind = JIT_DEVICE_VULKAN;
+  else if (dl.device_type == kDLCUDA) kind = JIT_DEVICE_CUDA;
+  else
+    return JIT_ERR(JIT_UNSUPPORTED,
+                   "device type %d is not supported (CPU, Vulkan and CUDA are)",
+                   (int)dl.device_type);
+  return jit_context_find_device(ctx, kind, dl.device_id, out);
+}
+
+//===--- Device tensors --------------------------------------------------===//
+
+static bool jit__live_find(jit_device *d, const void *buf, size_t *at) {
+  for (size_t i = 0; i < d->n_live; i++) {
+    if (d->live[i] == buf) {
+      if (at) *at = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool jit__device_owns(jit_device *d, const void *buffer) {
+  pthread_mutex_lock(&d->mu);
+  bool found = jit__live_find(d, buffer, NULL);
+  pthread_mutex_unlock(&d->mu);
+  return found;
+}
+
+static size_t jit__dtype_bytes(DLDataType t) { return (size_t)t.bits / 8; }
+
+static bool jit__live_add(jit_device *d, void *p) {
+  pthread_mutex_lock(&d->mu);
+  if (d->n_live == d->cap_live) {
+    size_t cap = d->cap_live ? d->cap_live * 2 : 16;
+    void **list = realloc(d->live, sizeof(*list) * cap);
+    if (!list) {
+      pthread_mutex_unlock(&d->mu);
+      return false;
+    }
+    d->live = list;
+    d->cap_live = cap;
+  }
+  d->live[d->n_live++] = p;
+  pthread_mutex_unlock(&d->mu);
+  return true;
+}
+
+static bool jit__live_remove(jit_device *d, void *p) {
+  pthread_mutex_lock(&d->mu);
+  size_t at = 0;
+  bool found = jit__live_find(d, p, &at);
+  if (found) d->live[at] = d->live[--d->n_live];
+  pthread_mutex_unlock(&d->mu);
+  return found;
+}
+
+// Frees an allocation of device `d` (host memory for the CPU, a buffer otherwise).
+static void jit__device_release(jit_device *d, void *p) {
+  if (d->kind == JIT_DEVICE_CPU) free(p);
+  else jit__vk_buffer_destroy(p);
+}
+
+// Allocates `bytes` on device `d` (64-byte aligned host memory for the CPU) and
+// registers it as live.
+jit_status jit__device_buffer_alloc(jit_device *d, uint64_t bytes, void **out) {
+  *out = NULL;
+  void *p = NULL;
+  if (d->kind == JIT_DEVICE_CPU) {
+    p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    if (!p) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory (%llu bytes)",
+                           (unsigned long long)bytes);
+  } else {
+    JIT_PROPAGATE(jit__device_open(d));
+    jit__vk_buffer *b = NULL;
+    JIT_PROPAGATE(jit__vk_buffer_create(d->vk, bytes, &b));
+    p = b;
+  }
+  if (!jit__live_add(d, p)) {
+    jit__device_release(d, p);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *out = p;
+  return NULL;
+}
+
+jit_status jit__device_buffer_free(jit_device *d, void *buffer) {
+  if (!jit__live_remove(d, buffer))
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "%s:%d: the tensor was not allocated by this context, or was freed",
+                   jit__device_kind_name(d->kind), d->ordinal);
+  jit__device_release(d, buffer);
+  return NULL;
+}
+
+typedef struct jit__tensor_box {
+  int64_t shape[JIT_MAX_RANK];
+} jit__tensor_box;
+
+jit_status jit_tensor_alloc(jit_context *ctx, jit_device *device, DLDataType dtype,
+                            int rank, const int64_t *shape, DLTensor *out) {
+  if (out) memset(out, 0, sizeof(*out));
+  if (!ctx || !device || !out || (rank > 0 && !shape))
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_tensor_alloc: a required pointer is NULL");
+  if (device->ctx != ctx)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_tensor_alloc: the device belongs to another "
+                   "context");
+  if (dtype.code != kDLFloat || (dtype.bits != 32 && dtype.bits != 16) || dtype.lanes != 1)
+    return JIT_ERR(JIT_UNSUPPORTED, "jit_tensor_alloc: only f32 and f16 tensors");
+  if (rank < 0 || rank > JIT_MAX_RANK)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_tensor_alloc: rank %d not in [0, %d]", rank,
+                   JIT_MAX_RANK);
+  uint64_t count = 1;
+  for (int i = 0; i < rank; i++) {
+    if (shape[i] < 0 || (shape[i] && count > UINT64_MAX / (uint64_t)shape[i] / 8))
+      return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_tensor_alloc: dim %d is %lld", i,
+                     (long long)shape[i]);
+    count *= (uint64_t)shape[i];
+  }
+  jit__tensor_box *box = malloc(sizeof(*box));
+  if (!box) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_tensor_alloc: out of memory");
+  memcpy(box->shape, shape, sizeof(int64_t) * (size_t)rank);
+  uint64_t bytes = count * jit__dtype_bytes(dtype);
+  void *data = NULL;
+  jit_status s = jit__device_buffer_alloc(device, bytes, &data);
+  if (s) {
+    free(box);
+    return jit__status_annotate(s, "jit_tensor_alloc");
+  }
+  out->data = data;
+  out->device = device->dl;
+  out->ndim = rank;
+  out->dtype = dtype;
+  out->shape = box->shape;  // shape is the box's first member: freed with it
+  return NULL;
+}
+
+static jit_status jit__annotate_free(jit_status s) {
+  return s ? jit__status_annotate(s, "jit_tensor_free") : NULL;
+}
+
+jit_status jit_tensor_free(jit_context *ctx, DLTensor *t) {
+  if (!ctx || !t) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_tensor_free: NULL argument");
+  if (!t->data && !t->shape) return NULL;  // already cleared
+  jit_device *d = NULL;
+  JIT_PROPAGATE(jit__device_of(ctx, t->device, &d));
+  JIT_PROPAGATE(jit__annotate_free(jit__device_buffer_free(d, t->data)));
+  free(t->shape);
+  memset(t, 0, sizeof(*t));
+  return NULL;
+}
+
+static bool jit__dense(const DLTensor *t) {
+  if (!t->strides) return true;
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->shape[d] != 1 && t->strides[d] != expect) return false;
+    expect *= t->shape[d];
+  }
+  return true;
+}
+
+jit_status jit_copy(jit_context *ctx, const DLTensor *dst, const DLTensor *src) {
+  if (!ctx || !dst || !src) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: NULL argument");
+  if (dst->dtype.code != src->dtype.code || dst->dtype.bits != src->dtype.bits ||
+      dst->dtype.lanes != src->dtype.lanes || dst->ndim != src->ndim)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: dtype or rank differ");
+  uint64_t count = 1;
+  for (int i = 0; i < src->ndim; i++) {
+    if (src->shape[i] != dst->shape[i])
+      return JIT_ERR(JIT_SHAPE_MISMATCH, "jit_copy: dim %d is %lld in src, %lld in dst", i,
+                     (long long)src->shape[i], (long long)dst->shape[i]);
+    count *= (uint64_t)src->shape[i];
+  }
+  if (!jit__dense(src) || !jit__dense(dst))
+    return JIT_ERR(JIT_UNSUPPORTED, "jit_copy: only dense tensors");
+  uint64_t bytes = count * jit__dtype_bytes(src->dtype);
+  jit_device *ds = NULL, *dd = NULL;
+  JIT_PROPAGATE(jit__device_of(ctx, src->device, &ds));
+  JIT_PROPAGATE(jit__device_of(ctx, dst->device, &dd));
+  const char *sp = (const char *)src->data + src->byte_offset;
+  char *dp = (char *)dst->data + dst->byte_offset;
+  if (ds->kind == JIT_DEVICE_CPU && dd->kind == JIT_DEVICE_CPU) {
+    if (bytes) memmove(dp, sp, bytes);
+    return NULL;
+  }
+  if (ds->kind != JIT_DEVICE_CPU && !jit__device_owns(ds, src->data))
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: src is not a live tensor of this context");
+  if (dd->kind != JIT_DEVICE_CPU && !jit__device_owns(dd, dst->data))
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: dst is not a live tensor of this context");
+  if (ds->kind == JIT_DEVICE_CPU)
+    return jit__vk_buffer_upload(dst->data, dst->byte_offset, sp, bytes);
+  if (dd->kind == JIT_DEVICE_CPU)
+    return jit__vk_buffer_download((jit__vk_buffer *)src->data, src->byte_offset, dp, bytes);
+  if (ds != dd)
+    return JIT_ERR(JIT_UNSUPPORTED, "jit_copy: between two GPU devices");
+  // Device to device on one device: through the host (rare; kernels never need it).
+  void *tmp = malloc(bytes ? bytes : 1);
+  if (!tmp) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_copy: out of memory");
+  jit_status s = jit__vk_buffer_download((jit__vk_buffer *)src->data, src->byte_offset, tmp, bytes);
+  if (!s) s = jit__vk_buffer_upload(dst->data, dst->byte_offset, tmp, bytes);
+  free(tmp);
+  return s;
+}

@@ -1,0 +1,268 @@
+//===--- gpu_run.c - GPU kernels: compile, cache, load, run ---------------===//
+//
+// A GPU kernel is the lowering's module (SPIR-V today) plus its launch plan: the
+// buffers (inputs, outputs, temporaries) and the kernels in launch order. jit/ owns the
+// temporaries: they are allocated once per loaded kernel and reused by every run, so a
+// run allocates nothing (runs of one kernel are serialized for that reason).
+//
+// Disk entries: payload = the module; metadata = a small header with the output
+// shapes, followed by the serialized plan.
+//
+//===----------------------------------------------------------------------===//
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "devices/vulkan/vulkan.h"
+#include "jit/internal.h"
+#include "lowering/gpu.h"
+
+struct jit__gpu_exec {
+  jit_device *device;
+  jit__gpu_plan plan;
+  jit__vk_executable *vk;
+  void **temps;            // per plan buffer: the temporary's buffer, else NULL
+  pthread_mutex_t run_mu;  // one run at a time (temporaries are shared)
+};
+
+void jit__gpu_exec_destroy(jit__gpu_exec *e) {
+  if (!e) return;
+  for (uint32_t i = 0; e->temps && i < e->plan.n_buffers; i++)
+    if (e->temps[i]) jit__device_buffer_free(e->device, e->temps[i]);
+  free(e->temps);
+  jit__vk_executable_destroy(e->vk);
+  jit__gpu_plan_release(&e->plan);
+  pthread_mutex_destroy(&e->run_mu);
+  free(e);
+}
+
+// Makes an executable from module bytes and a plan (taken over on success).
+static jit_status jit__gpu_load(jit_device *d, const void *module, size_t size,
+                                jit__gpu_plan *plan, jit__gpu_exec **out) {
+  *out = NULL;
+  JIT_PROPAGATE(jit__device_open(d));
+  jit__gpu_exec *e = calloc(1, sizeof(*e));
+  uint64_t *bytes = calloc(plan->n_buffers + 1, sizeof(uint64_t));
+  jit__vk_kernel_desc *kd = calloc(plan->n_kernels + 1, sizeof(*kd));
+  jit_status s = NULL;
+  if (!e || !bytes || !kd) {
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  e->device = d;
+  pthread_mutex_init(&e->run_mu, NULL);
+  for (uint32_t i = 0; i < plan->n_buffers; i++) bytes[i] = plan->buffers[i].bytes;
+  for (uint32_t k = 0; k < plan->n_kernels; k++) {
+    const jit__gpu_kernel *pk = &plan->kernels[k];
+    kd[k].entry = pk->entry;
+    memcpy(kd[k].grid, pk->grid, sizeof(kd[k].grid));
+    memcpy(kd[k].block, pk->block, sizeof(kd[k].block));
+    kd[k].n_args = pk->n_args;
+    kd[k].args = pk->args;
+  }
+  jit__vk_executable_desc desc = {module, size, plan->n_buffers, bytes, plan->n_kernels,
+                                  kd};
+  s = jit__vk_executable_create(d->vk, &desc, &e->vk);
+  if (s) goto fail;
+  e->temps = calloc(plan->n_buffers + 1, sizeof(void *));
+  if (!e->temps) {
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  e->plan = *plan;
+  memset(plan, 0, sizeof(*plan));
+  for (uint32_t i = 0; i < e->plan.n_buffers && !s; i++)
+    if (e->plan.buffers[i].kind == JIT__GPU_BUF_TEMP)
+      s = jit__device_buffer_alloc(d, e->plan.buffers[i].bytes, &e->temps[i]);
+  if (s) goto fail;
+  free(bytes);
+  free(kd);
+  *out = e;
+  return NULL;
+fail:
+  free(bytes);
+  free(kd);
+  jit__gpu_exec_destroy(e);
+  return s;
+}
+
+//===--- Disk entries ----------------------------------------------------===//
+
+#define JIT__GPU_META_MAGIC 0x4D555047u  // "GPUM"
+
+typedef struct jit__gpu_meta_head {
+  uint32_t magic, n_outputs;
+  uint64_t plan_size;
+} jit__gpu_meta_head;
+
+typedef struct jit__gpu_meta_out {
+  int32_t rank, dtype;
+  int64_t dims[JIT_MAX_RANK];
+} jit__gpu_meta_out;
+
+bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
+                        jit__oshape *shapes, jit__gpu_exec **out) {
+  jit_context *ctx = g->ctx;
+  *out = NULL;
+  if (!jit__cache_enabled(ctx->cache)) return false;
+  jit__cache_entry e;
+  bool found = false;
+  jit_status s = jit__cache_get(ctx->cache, key, &e, &found);
+  if (s) {
+    jit_status_free(s);
+    return false;
+  }
+  if (!found) return false;
+  bool ok = false;
+  jit__gpu_meta_head h;
+  size_t outs_size = g->n_outputs * sizeof(jit__gpu_meta_out);
+  if (e.kind == JIT__PAYLOAD_SPIRV && e.meta_size >= sizeof(h)) {
+    memcpy(&h, e.meta, sizeof(h));
+    if (h.magic == JIT__GPU_META_MAGIC && h.n_outputs == g->n_outputs &&
+        e.meta_size == sizeof(h) + outs_size + h.plan_size) {
+      const unsigned char *p = (const unsigned char *)e.meta + sizeof(h);
+      for (uint32_t j = 0; j < g->n_outputs; j++) {
+        jit__gpu_meta_out o;
+        memcpy(&o, p + j * sizeof(o), sizeof(o));
+        shapes[j].rank = o.rank;
+        shapes[j].dtype = (jit__dtype)o.dtype;
+        memcpy(shapes[j].dims, o.dims, sizeof(o.dims));
+      }
+      jit__gpu_plan plan;
+      s = jit__gpu_plan_deserialize(p + outs_size, h.plan_size, &plan);
+      if (!s) {
+        s = jit__gpu_load(d, e.payload, e.payload_size, &plan, out);
+        jit__gpu_plan_release(&plan);
+      }
+      if (s) {
+        jit__log(ctx, JIT_LOG_WARNING, "disk cache: a cached GPU kernel did not load (%s); "
+                 "recompiling", jit_status_message(s));
+        jit_status_free(s);
+      } else {
+        ok = true;
+        atomic_fetch_add_explicit(&ctx->disk_hits, 1, memory_order_relaxed);
+      }
+    }
+  }
+  jit__cache_entry_release(&e);
+  return ok;
+}
+
+static void jit__gpu_disk_store(jit_graph *g, jit_device *d, const uint8_t key[16],
+                                const DLTensor *inputs, const jit__gpu_artifact *art,
+                                const jit__oshape *shapes) {
+  jit_context *ctx = g->ctx;
+  if (!jit__cache_enabled(ctx->cache)) return;
+  uint8_t *plan = NULL;
+  size_t plan_size = 0;
+  jit_status s = jit__gpu_plan_serialize(&art->plan, &plan, &plan_size);
+  if (s) {
+    jit_status_free(s);
+    return;
+  }
+  jit__gpu_meta_head h = {JIT__GPU_META_MAGIC, g->n_outputs, plan_size};
+  size_t outs_size = g->n_outputs * sizeof(jit__gpu_meta_out);
+  size_t meta_size = sizeof(h) + outs_size + plan_size;
+  unsigned char *meta = calloc(1, meta_size);
+  char *components = jit__key_components(g, d, inputs);
+  if (meta && components) {
+    memcpy(meta, &h, sizeof(h));
+    for (uint32_t j = 0; j < g->n_outputs; j++) {
+      jit__gpu_meta_out o = {shapes[j].rank, shapes[j].dtype, {0}};
+      memcpy(o.dims, shapes[j].dims, sizeof(o.dims));
+      memcpy(meta + sizeof(h) + j * sizeof(o), &o, sizeof(o));
+    }
+    memcpy(meta + sizeof(h) + outs_size, plan, plan_size);
+    jit__cache_entry e;
+    memset(&e, 0, sizeof(e));
+    memcpy(e.key, key, 16);
+    e.kind = JIT__PAYLOAD_SPIRV;
+    e.meta = meta;
+    e.meta_size = meta_size;
+    e.payload = art->binary;
+    e.payload_size = art->binary_size;
+    e.components = components;
+    s = jit__cache_put(ctx->cache, &e);
+    if (s) jit_status_free(s);
+  }
+  free(meta);
+  free(components);
+  free(plan);
+}
+
+//===--- Compile ---------------------------------------------------------===//
+
+jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgraph *lg,
+                                     const uint8_t key[16], const DLTensor *inputs,
+                                     const jit__oshape *shapes, jit__gpu_exec **out) {
+  *out = NULL;
+  if (g->mlir)
+    return JIT_ERR(JIT_UNSUPPORTED,
+                   "graph `%s`: graphs imported from MLIR run on the CPU only (yet)", g->name);
+  if (d->kind != JIT_DEVICE_VULKAN)
+    return JIT_ERR(JIT_UNAVAILABLE, "graph `%s`: %s devices cannot run graphs yet", g->name,
+                   jit__device_kind_name(d->kind));
+  bool any_f16 = false;
+  for (uint32_t i = 0; i < lg->n_nodes; i++) any_f16 |= lg->nodes[i].dtype == JIT__F16;
+  if (any_f16 && !d->f16)
+    return JIT_ERR(JIT_UNSUPPORTED,
+                   "graph `%s`: f16 on %s needs shaderFloat16 and 16-bit storage buffers, "
+                   "which this device lacks",
+                   g->name, d->name);
+  char hex[33], func_name[48];
+  jit__key_hex(key, hex);
+  snprintf(func_name, sizeof(func_name), "jit_%.24s", hex);
+  jit__gpu_target t;
+  memset(&t, 0, sizeof(t));
+  t.format = JIT__GPU_SPIRV;
+  t.spirv_f16 = any_f16;
+  jit__gpu_artifact art;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  jit_status s = jit__compile_gpu(lg, func_name, &t, &art);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+  atomic_fetch_add_explicit(&g->ctx->compiles, 1, memory_order_relaxed);
+  pthread_mutex_lock(&g->ctx->mu);
+  g->ctx->compile_ms += ms;
+  pthread_mutex_unlock(&g->ctx->mu);
+  if (s) return jit__status_annotate(s, "compiling `%s` for %s:%d", g->name,
+                                     jit__device_kind_name(d->kind), d->ordinal);
+  jit__gpu_disk_store(g, d, key, inputs, &art, shapes);
+  jit__gpu_plan plan = art.plan;
+  memset(&art.plan, 0, sizeof(art.plan));
+  s = jit__gpu_load(d, art.binary, art.binary_size, &plan, out);
+  jit__gpu_plan_release(&plan);
+  jit__gpu_artifact_release(&art);
+  return s;
+}
+
+//===--- Run -------------------------------------------------------------===//
+
+jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inputs,
+                        const DLTensor *outputs, uint32_t n_outputs) {
+  uint32_t n = e->plan.n_buffers;
+  jit__vk_buffer *stack[32];
+  jit__vk_buffer **bufs = n <= 32 ? stack : malloc(sizeof(*bufs) * n);
+  if (!bufs) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  jit_status s = NULL;
+  for (uint32_t i = 0; i < n && !s; i++) {
+    const jit__gpu_buffer *b = &e->plan.buffers[i];
+    if (b->kind == JIT__GPU_BUF_INPUT && b->index < n_inputs)
+      bufs[i] = inputs[b->index].data;
+    else if (b->kind == JIT__GPU_BUF_OUTPUT && b->index < n_outputs)
+      bufs[i] = outputs[b->index].data;
+    else if (b->kind == JIT__GPU_BUF_TEMP)
+      bufs[i] = e->temps[i];
+    else
+      s = JIT_ERR(JIT_INTERNAL, "launch plan buffer %u refers to a missing tensor", i);
+  }
+  if (!s) {
+    pthread_mutex_lock(&e->run_mu);
+    s = jit__vk_run(e->vk, bufs, n);
+    pthread_mutex_unlock(&e->run_mu);
+  }
+  if (bufs != stack) free(bufs);
+  return s;
+}

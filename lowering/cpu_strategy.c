@@ -1,0 +1,578 @@
+//===--- cpu_strategy.c - how each linalg op of a kernel becomes fast code -===//
+//
+// One transform-dialect script per kernel, written for its concrete shapes. Every
+// linalg op the strategy handles is tagged (`jit_mm`, `jit_ep`, `jit_f`, `jit_ew`,
+// `jit_rd` = i) so the script can find it again after other ops were rewritten.
+//
+// Matmul (`linalg.matmul`, f32 or f16 inputs, f32 accumulator), with its elementwise
+// consumer G when it has exactly one (bias + activation, or the f16 truncation):
+//   1. threads: `tile_using_forall` on the root (G, else the matmul) over M, or over N
+//      when M is small, with the producers fused into the forall;
+//   2. cache blocks [mc, nc] (N outer, so a kc x nc block of B stays in L2 while the M
+//      blocks stream through), fusing the fill and matmul into each block;
+//   3. plain matmul: k blocks of kc, then the register tile [TM, TN, 1]; fused: the
+//      register tile [TM, TN] of G with the matmul tile fused in and its k loop inside,
+//      so bias + activation run on the accumulator while it is still in registers;
+//   4. vectorize, hoist the accumulator out of the k loop, outer-product FMAs.
+// Block sizes are divisors of the dims (a multiple of the register tile when there is
+// one), so every block is static; a register loop with a partial last tile is peeled,
+// and the static remainder vectorizes with narrower vectors rather than running scalar.
+// That is what keeps odd shapes such as 17x1000x31 exact and fast without masks.
+//
+// Elementwise generics (after linalg-fuse-elementwise-ops made chains into one) are
+// split across threads over dim 0, tiled [1, ..., 1, V] and vectorized. Reductions
+// over the last dim are split across threads over their parallel dims; their inner
+// loops are left to LLVM (vectorizing them in MLIR would change the summation order
+// and needs reassociation flags the generated IR does not carry).
+//
+// Threads: OpenMP through convert-scf-to-openmp rather than a pool in devices/cpu,
+// because the split is then decided per op inside the kernel (a pool would need one
+// entry per parallel loop, or a kernel ABI taking tile ranges), a kernel stays one
+// function with one C signature, and libomp's fork/join costs a few microseconds,
+// which only ops large enough to be split ever pay. Results do not depend on the
+// thread count: no split crosses a reduction dim, so every sum is formed in the same
+// order whatever the number of threads.
+//
+//===----------------------------------------------------------------------===//
+#include "lowering/cpu_strategy.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/BuiltinTypes.h>
+#include <mlir-c/AffineMap.h>
+
+#include "jit/status.h"
+
+//===--- Text ------------------------------------------------------------===//
+
+typedef struct sbuf {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} sbuf;
+
+static void sb_printf(sbuf *sb, const char *fmt, ...) JIT__PRINTF(2, 3);
+static void sb_printf(sbuf *sb, const char *fmt, ...) {
+  if (sb->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = sb->cap - sb->len;
+    int n = vsnprintf(sb->p ? sb->p + sb->len : NULL, sb->p ? room : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) { sb->oom = true; return; }
+    if (sb->p && (size_t)n < room) { sb->len += (size_t)n; return; }
+    size_t cap = sb->cap ? sb->cap * 2 : 8192;
+    while (cap < sb->len + (size_t)n + 1) cap *= 2;
+    char *p = realloc(sb->p, cap);
+    if (!p) { sb->oom = true; return; }
+    sb->p = p;
+    sb->cap = cap;
+  }
+}
+
+#define ANY "!transform.any_op"
+
+// "(!transform.any_op, ... n times)".
+static void sb_types(sbuf *sb, int n) {
+  sb_printf(sb, "(");
+  for (int i = 0; i < n; i++) sb_printf(sb, "%s" ANY, i ? ", " : "");
+  sb_printf(sb, ")");
+}
+
+//===--- Host and shapes -------------------------------------------------===//
+
+// The register file decides the register tile: a TM x TN accumulator plus one row of
+// B and a broadcast of A must fit. AVX-512: 32 zmm; AVX2: 16 ymm; SSE: 16 xmm.
+typedef struct host {
+  int lanes;    // f32 lanes per vector register
+  int acc;      // vector registers the accumulator may take
+  int tm, tn;   // default register tile
+} host;
+
+static host host_of(const char *features) {
+  if (features && strstr(features, "+avx512f")) return (host){16, 24, 8, 32};
+  if (features && strstr(features, "+avx2") && strstr(features, "+fma"))
+    return (host){8, 12, 4, 16};
+  return (host){4, 12, 4, 8};
+}
+
+// A block size for a loop of `n`: a divisor of n near `target`, preferably a multiple
+// of `reg`, so that every block has the same static size. 0 means "do not block"
+// (n is small, or has no divisor in [target/2, 2 target]).
+static int64_t pick_block(int64_t n, int64_t target, int64_t reg) {
+  if (n <= target + target / 2) return 0;
+  int64_t best = 0;
+  for (int pass = 0; pass < 2 && !best; pass++) {
+    for (int64_t d = 0; d <= target; d++) {
+      int64_t cand[2] = {target - d, target + d};
+      for (int c = 0; c < 2; c++) {
+        int64_t b = cand[c];
+        if (b < target / 2 || b > 2 * target || b <= 0 || n % b) continue;
+        if (pass == 0 && b % reg) continue;
+        best = b;
+        break;
+      }
+      if (best) break;
+    }
+  }
+  return best;
+}
+
+//===--- Op inspection ---------------------------------------------------===//
+
+static bool op_is(MlirOperation op, const char *name) {
+  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
+  return s.length == strlen(name) && memcmp(s.data, name, s.length) == 0;
+}
+
+static void set_tag(MlirContext ctx, MlirOperation op, const char *tag, int i) {
+  mlirOperationSetDiscardableAttributeByName(
+      op, mlirStringRefCreateFromCString(tag),
+      mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), i));
+}
+
+static bool static_shaped(MlirType t) {
+  return mlirTypeIsARankedTensor(t) && mlirShapedTypeHasStaticShape(t);
+}
+
+// The generic's indexing map of operand `i` is the identity.
+static bool map_is_identity(MlirOperation op, intptr_t i) {
+  MlirAttribute maps =
+      mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("indexing_maps"));
+  if (mlirAttributeIsNull(maps) || i >= mlirArrayAttrGetNumElements(maps)) return false;
+  MlirAffineMap m = mlirAffineMapAttrGetValue(mlirArrayAttrGetElement(maps, i));
+  return mlirAffineMapIsIdentity(m);
+}
+
+typedef struct collect {
+  char buf[64];
+  size_t len;
+} collect;
+
+static void collect_cb(MlirStringRef s, void *user) {
+  collect *c = user;
+  size_t n = s.length < sizeof c->buf - 1 - c->len ? s.length : sizeof c->buf - 1 - c->len;
+  memcpy(c->buf + c->len, s.data, n);
+  c->len += n;
+  c->buf[c->len] = 0;
+}
+
+// Iterator kinds of a linalg.generic as 'p'/'r' (read by printing each
+// #linalg.iterator_type attribute); returns the loop count or -1.
+static int read_iterators(MlirOperation op, char *out, int cap) {
+  MlirAttribute it =
+      mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("iterator_types"));
+  if (mlirAttributeIsNull(it) || !mlirAttributeIsAArray(it)) return -1;
+  intptr_t n = mlirArrayAttrGetNumElements(it);
+  if (n > cap) return -1;
+  for (intptr_t i = 0; i < n; i++) {
+    collect c = {{0}, 0};
+    mlirAttributePrint(mlirArrayAttrGetElement(it, i), collect_cb, &c);
+    out[i] = strstr(c.buf, "reduction") ? 'r' : 'p';
+  }
+  return (int)n;
+}
+
+//===--- Plan ------------------------------------------------------------===//
+
+typedef struct walk {
+  MlirContext ctx;
+  const jit__lower_options *o;
+  host h;
+  int threads;
+  sbuf sb;
+  int n_mm, n_ew, n_rd;
+  bool parallel;
+  MlirOperation fused[64];  // generics taken as matmul epilogues
+  int n_fused;
+} walk;
+
+// The single elementwise consumer of a matmul that can be computed on its tiles.
+static MlirOperation epilogue_of(MlirOperation mm) {
+  MlirOperation none = {NULL};
+  MlirValue r = mlirOperationGetResult(mm, 0);
+  MlirOpOperand use = mlirValueGetFirstUse(r);
+  if (mlirOpOperandIsNull(use)) return none;
+  if (!mlirOpOperandIsNull(mlirOpOperandGetNextUse(use))) return none;
+  MlirOperation g = mlirOpOperandGetOwner(use);
+  if (!op_is(g, "linalg.generic") || mlirOperationGetNumResults(g) != 1) return none;
+  char it[8];
+  if (read_iterators(g, it, 8) != 2 || it[0] != 'p' || it[1] != 'p') return none;
+  unsigned idx = mlirOpOperandGetOperandNumber(use);
+  intptr_t n_ops = mlirOperationGetNumOperands(g);
+  // Reads the matmul through the identity, writes through the identity.
+  if (!map_is_identity(g, idx) || !map_is_identity(g, n_ops - 1)) return none;
+  if (!static_shaped(mlirValueGetType(mlirOperationGetResult(g, 0)))) return none;
+  return g;
+}
+
+static void plan_matmul(walk *w, MlirOperation mm) {
+  MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
+  MlirType tb = mlirValueGetType(mlirOperationGetOperand(mm, 1));
+  if (!static_shaped(ta) || !static_shaped(tb) || mlirShapedTypeGetRank(ta) != 2) return;
+  int64_t M = mlirShapedTypeGetDimSize(ta, 0), K = mlirShapedTypeGetDimSize(ta, 1);
+  int64_t N = mlirShapedTypeGetDimSize(tb, 1);
+  int i = w->n_mm++;
+  sbuf *sb = &w->sb;
+  host h = w->h;
+  set_tag(w->ctx, mm, "jit_mm", i);
+  // Small M is GEMV-like: bound by streaming B once. B is then walked row by row in
+  // short k blocks (a few contiguous streams the prefetcher follows) with the C row
+  // in L1, rather than down columns of B per register tile. The epilogue then runs as
+  // its own vectorized elementwise op over C, which is in cache anyway.
+  bool small_m = M <= 16;
+  MlirOperation g = small_m ? (MlirOperation){NULL} : epilogue_of(mm);
+  bool fused = !mlirOperationIsNull(g) && w->n_fused < 64;
+  if (fused) {
+    set_tag(w->ctx, g, "jit_ep", i);
+    w->fused[w->n_fused++] = g;
+  }
+  MlirOperation fill = mlirOpResultGetOwner(mlirOperationGetOperand(mm, 2));
+  bool has_fill = mlirValueIsAOpResult(mlirOperationGetOperand(mm, 2)) &&
+                  op_is(fill, "linalg.fill");
+  if (has_fill) set_tag(w->ctx, fill, "jit_f", i);
+
+  // Register tile. Small M: all rows in one tile, as wide in N as the registers allow
+  // (M = 1 is a GEMV: TN = 8 vectors of B per k step).
+  int64_t tm = h.tm, tn = h.tn;
+  if (M < tm) {
+    tm = M;
+    int64_t vecs = h.acc / tm;
+    if (vecs > 8) vecs = 8;
+    tn = vecs * h.lanes;
+  }
+  if (tn > N) tn = N;
+  if (tm > M) tm = M;
+
+  // Threads: split M, or N when M is too small to give each thread whole tiles.
+  int T = w->threads;
+  int64_t tM = M, tN = N;  // extent of one thread's part
+  int split = -1;          // 0: M, 1: N
+  if (T > 1 && (double)M * N * K >= (double)(1 << 20)) {
+    if (M % T == 0 && M / T >= 4 * tm) split = 0;
+    else if (N % T == 0 && N / T >= tn) split = 1;
+    else if (M % T == 0 && M / T >= tm) split = 0;
+  }
+  if (split == 0) tM = M / T;
+  if (split == 1) tN = N / T;
+
+  int64_t MC = 64, NC = fused ? 128 : 256, KC = 256;
+  { const char *e = getenv("JITML_EXP_TILE"); /* EXPERIMENT ONLY */
+    if (e && M >= 64) { int a, b, c, d, f; if (sscanf(e, "%d,%d,%d,%d,%d", &a, &b, &c, &d, &f) == 5) { tm = a; tn = b; MC = c; NC = d; KC = f; } } }
+  int64_t mc = pick_block(tM, MC, tm), nc = pick_block(tN, NC, tn);
+  int64_t kc = fused ? 0 : pick_block(K, KC, 1);
+  if (small_m) {
+    mc = nc = 0;
+    kc = pick_block(K, getenv("JITML_EXP_KC") ? atoi(getenv("JITML_EXP_KC")) : 16, 1);
+  }
+  int64_t em = mc ? mc : tM, en = nc ? nc : tN;  // extents the register tiles walk
+
+  sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s, threads split %s, blocks [%lld, %lld, "
+                "%lld], register tile %lldx%lld\n",
+            i, (long long)M, (long long)K, (long long)N, fused ? " + epilogue" : "",
+            split == 0 ? "M" : split == 1 ? "N" : "none", (long long)mc, (long long)nc,
+            (long long)kc, (long long)tm, (long long)tn);
+  sb_printf(sb,
+            "  %%mm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+            i, i);
+  if (fused)
+    sb_printf(sb,
+              "  %%ep%d = transform.structured.match ops{[\"linalg.generic\"]} "
+              "attributes {jit_ep = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+              i, i);
+  if (has_fill)
+    sb_printf(sb,
+              "  %%fl%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
+              "{jit_f = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+              i, i);
+  char root[32];
+  snprintf(root, sizeof root, fused ? "%%ep%d" : "%%mm%d", i);
+  const char *zk = fused ? "" : ", 0";  // the matmul has a k loop to leave alone
+
+  if (split >= 0) {
+    w->parallel = true;
+    sb_printf(sb,
+              "  %%pt%d, %%pf%d = transform.structured.tile_using_forall %s tile_sizes "
+              "[%lld, %lld%s] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, root, (long long)tM, (long long)tN, zk);
+    if (fused)
+      sb_printf(sb,
+                "  %%pm%d, %%pf%d_1 = transform.structured.fuse_into_containing_op %%mm%d "
+                "into %%pf%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
+                i, i, i, i);
+    if (has_fill)
+      sb_printf(sb,
+                "  %%pl%d, %%pf%d_2 = transform.structured.fuse_into_containing_op %%fl%d "
+                "into %%pf%d%s : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
+                i, i, i, i, fused ? "_1" : "");
+    snprintf(root, sizeof root, "%%pt%d", i);
+  }
+  if (mc || nc) {
+    int nl = (mc != 0) + (nc != 0);
+    sb_printf(sb, "  %%cb%d, %%cbl%d:%d = transform.structured.fuse %s tile_sizes [%lld, "
+                  "%lld%s] interchange [1, 0%s] : (" ANY ") -> ",
+              i, i, nl, root, (long long)mc, (long long)nc, zk, fused ? "" : ", 2");
+    sb_types(sb, nl + 1);
+    sb_printf(sb, "\n");
+    snprintf(root, sizeof root, "%%cb%d", i);
+  }
+  int nreg = (tm < em ? 1 : 0) + (tn < en ? 1 : 0);
+  const char *lm = NULL, *ln = NULL;  // loop handles to peel
+  char lmb[32], lnb[32];
+  if (fused) {
+    // Register tile of G with the matmul (and fill) fused in.
+    if (nreg) {
+      sb_printf(sb, "  %%rg%d, %%rl%d:%d = transform.structured.fuse %s tile_sizes "
+                    "[%lld, %lld] : (" ANY ") -> ",
+                i, i, nreg, root, (long long)(tm < em ? tm : 0),
+                (long long)(tn < en ? tn : 0));
+      sb_types(sb, nreg + 1);
+      sb_printf(sb, "\n");
+      int li = 0;
+      if (tm < em) { snprintf(lmb, sizeof lmb, "%%rl%d#%d", i, li++); lm = lmb; }
+      if (tn < en) { snprintf(lnb, sizeof lnb, "%%rl%d#%d", i, li++); ln = lnb; }
+    }
+  } else {
+    const char *src = root;
+    char kb[32];
+    if (kc) {
+      sb_printf(sb,
+                "  %%kb%d, %%kbl%d = transform.structured.tile_using_for %s tile_sizes "
+                "[0, 0, %lld] : (" ANY ") -> (" ANY ", " ANY ")\n",
+                i, i, root, (long long)kc);
+      snprintf(kb, sizeof kb, "%%kb%d", i);
+      src = kb;
+    }
+    int nl = nreg + 1;
+    sb_printf(sb, "  %%rt%d, %%rl%d:%d = transform.structured.tile_using_for %s tile_sizes "
+                  "[%lld, %lld, 1] : (" ANY ") -> ",
+              i, i, nl, src, (long long)(tm < em ? tm : 0), (long long)(tn < en ? tn : 0));
+    sb_types(sb, nl + 1);
+    sb_printf(sb, "\n");
+    int li = 0;
+    if (tm < em) { snprintf(lmb, sizeof lmb, "%%rl%d#%d", i, li++); lm = lmb; }
+    if (tn < en) { snprintf(lnb, sizeof lnb, "%%rl%d#%d", i, li++); ln = lnb; }
+  }
+  // Peel a register loop only when it has a partial last tile (peeling one without is
+  // an error): n first, then m, as measured best.
+  if (ln && en % tn)
+    sb_printf(sb,
+              "  %%qn%d = transform.cast %s : " ANY " to !transform.op<\"scf.for\">\n"
+              "  %%qnm%d, %%qnr%d = transform.loop.peel %%qn%d : (!transform.op<\"scf.for\">) "
+              "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
+              i, ln, i, i, i);
+  if (lm && em % tm)
+    sb_printf(sb,
+              "  %%qm%d = transform.cast %s : " ANY " to !transform.op<\"scf.for\">\n"
+              "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : (!transform.op<\"scf.for\">) "
+              "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
+              i, lm, i, i, i);
+  if (fused) {
+    // The k loop inside each register tile (after peeling, so every copy gets one).
+    sb_printf(sb,
+              "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+              "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+              "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
+              "[0, 0, 1] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, i, i, i);
+  }
+}
+
+static void plan_generic(walk *w, MlirOperation g) {
+  for (int f = 0; f < w->n_fused; f++)
+    if (mlirOperationEqual(w->fused[f], g)) return;
+  if (mlirOperationGetNumResults(g) != 1) return;
+  MlirType rt = mlirValueGetType(mlirOperationGetResult(g, 0));
+  if (!static_shaped(rt)) return;
+  for (intptr_t k = 0; k < mlirOperationGetNumOperands(g); k++) {
+    MlirType t = mlirValueGetType(mlirOperationGetOperand(g, k));
+    if (mlirTypeIsARankedTensor(t) && !mlirShapedTypeHasStaticShape(t)) return;
+  }
+  char it[JIT_MAX_RANK + 2];
+  int nl = read_iterators(g, it, (int)sizeof it);
+  if (nl <= 0) return;
+  int n_red = 0;
+  for (int l = 0; l < nl; l++) n_red += it[l] == 'r';
+  // Loop extents: the result's dims for parallel generics; a reduction's loops are
+  // read off its first input, which the reductions emit_mlir writes index directly.
+  int64_t ext[JIT_MAX_RANK + 2];
+  if (n_red == 0) {
+    if (mlirShapedTypeGetRank(rt) != nl) return;
+    for (int l = 0; l < nl; l++) ext[l] = mlirShapedTypeGetDimSize(rt, l);
+  } else {
+    // Only reductions over the last loop, reading input 0 through the identity.
+    if (n_red != 1 || it[nl - 1] != 'r' || !map_is_identity(g, 0)) return;
+    MlirType t0 = mlirValueGetType(mlirOperationGetOperand(g, 0));
+    if (!static_shaped(t0) || mlirShapedTypeGetRank(t0) != nl) return;
+    for (int l = 0; l < nl; l++) ext[l] = mlirShapedTypeGetDimSize(t0, l);
+  }
+  int64_t numel = 1;
+  for (int l = 0; l < nl; l++) numel *= ext[l];
+  if (numel < 64 && n_red == 0) return;  // nothing to gain
+  sbuf *sb = &w->sb;
+  int T = w->threads;
+  bool par = T > 1 && nl >= (n_red ? 2 : 1) && ext[0] % T == 0 && ext[0] >= T &&
+             numel >= (n_red ? (1 << 15) : (1 << 16));
+  int64_t e0 = par ? ext[0] / T : ext[0];
+  if (n_red) {
+    if (!par) return;  // inner loops stay as they are: see the file comment
+    int i = w->n_rd++;
+    set_tag(w->ctx, g, "jit_rd", i);
+    w->parallel = true;
+    sb_printf(sb,
+              "  %%rd%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+              "{jit_rd = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+              "  %%rdt%d, %%rdf%d = transform.structured.tile_using_forall %%rd%d "
+              "tile_sizes [%lld",
+              i, i, i, i, i, (long long)e0);
+    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+    sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
+    return;
+  }
+  int i = w->n_ew++;
+  set_tag(w->ctx, g, "jit_ew", i);
+  sb_printf(sb,
+            "  %%ew%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+            "{jit_ew = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+            i, i);
+  const char *src = "%ew";
+  if (par) {
+    w->parallel = true;
+    sb_printf(sb, "  %%ewt%d, %%ewf%d = transform.structured.tile_using_forall %%ew%d "
+                  "tile_sizes [%lld",
+              i, i, i, (long long)e0);
+    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+    sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
+    src = "%ewt";
+  }
+  // Inner tile: V lanes of the last dim (4 vector registers), 1 elsewhere.
+  int64_t V = 4 * w->h.lanes;
+  int64_t last = nl == 1 ? e0 : ext[nl - 1];
+  int64_t vl = last > V ? V : 0;
+  int n_loops = 0;
+  int64_t sizes[JIT_MAX_RANK + 2];
+  for (int l = 0; l < nl; l++) {
+    int64_t e = l == 0 ? e0 : ext[l];
+    sizes[l] = l == nl - 1 ? vl : (e > 1 ? 1 : 0);
+    n_loops += sizes[l] != 0;
+  }
+  if (n_loops) {
+    sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
+                  "tile_sizes [",
+              i, i, n_loops, src, i);
+    for (int l = 0; l < nl; l++) sb_printf(sb, "%s%lld", l ? ", " : "", (long long)sizes[l]);
+    sb_printf(sb, "] : (" ANY ") -> ");
+    sb_types(sb, n_loops + 1);
+    sb_printf(sb, "\n");
+    if (vl && last % vl)
+      sb_printf(sb,
+                "  %%ewp%d = transform.cast %%ewl%d#%d : " ANY " to "
+                "!transform.op<\"scf.for\">\n"
+                "  %%ewpm%d, %%ewpr%d = transform.loop.peel %%ewp%d : "
+                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
+                "!transform.op<\"scf.for\">)\n",
+                i, i, n_loops - 1, i, i, i);
+  }
+}
+
+static MlirWalkResult plan_op(MlirOperation op, void *user) {
+  walk *w = user;
+  if (op_is(op, "linalg.matmul")) plan_matmul(w, op);
+  return MlirWalkResultAdvance;
+}
+
+static MlirWalkResult plan_generic_op(MlirOperation op, void *user) {
+  walk *w = user;
+  if (op_is(op, "linalg.generic")) plan_generic(w, op);
+  return MlirWalkResultAdvance;
+}
+
+bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_options *o,
+                        jit__cpu_plan *out) {
+  memset(out, 0, sizeof(*out));
+  walk w;
+  memset(&w, 0, sizeof w);
+  w.ctx = ctx;
+  w.o = o;
+  w.h = host_of(o->features);
+  w.threads = o->num_threads > 1 ? o->num_threads : 1;
+  sbuf *sb = &w.sb;
+  sb_printf(sb,
+            "module attributes {transform.with_named_sequence} {\n"
+            "transform.named_sequence @__transform_main(%%root: " ANY
+            " {transform.readonly}) {\n");
+  // Matmuls first: they claim their epilogues, which the generic pass then skips.
+  mlirOperationWalk(module, plan_op, &w, MlirWalkPreOrder);
+  mlirOperationWalk(module, plan_generic_op, &w, MlirWalkPreOrder);
+  const char *canon =
+      "  transform.apply_patterns to %f { transform.apply_patterns.canonicalization } "
+      ": " ANY "\n";
+  sb_printf(sb, "  %%f = transform.structured.match ops{[\"func.func\"]} in %%root : "
+                "(" ANY ") -> " ANY "\n%s",
+            canon);
+  // Vectorize what was tiled: register tiles of the matmuls (as named contractions,
+  // which lower to outer products), their epilogues and fills, and elementwise tiles.
+  for (int i = 0; i < w.n_mm; i++) {
+    sb_printf(sb,
+              "  %%vm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+              "{jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+              "  transform.structured.vectorize %%vm%d {create_named_contraction} : " ANY
+              "\n",
+              i, i, i);
+  }
+  for (int f = 0; f < w.n_fused; f++) {
+    // The epilogue's matmul index is its jit_ep tag; read it back from the op.
+    MlirAttribute a = mlirOperationGetDiscardableAttributeByName(
+        w.fused[f], mlirStringRefCreateFromCString("jit_ep"));
+    int i = (int)mlirIntegerAttrGetValueInt(a);
+    sb_printf(sb,
+              "  %%ve%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+              "{jit_ep = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+              "  transform.structured.vectorize %%ve%d : " ANY "\n"
+              "  %%vf%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
+              "{jit_f = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+              "  transform.structured.vectorize %%vf%d : " ANY "\n",
+              i, i, i, i, i, i);
+  }
+  for (int i = 0; i < w.n_ew; i++)
+    sb_printf(sb,
+              "  %%vw%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+              "{jit_ew = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+              "  transform.structured.vectorize %%vw%d : " ANY "\n",
+              i, i, i);
+  sb_printf(sb,
+            "%s"
+            "  %%fors = transform.structured.match ops{[\"scf.for\"]} in %%f : (" ANY
+            ") -> " ANY "\n"
+            "  transform.apply_licm to %%fors : " ANY "\n"
+            "  transform.loop.hoist_loop_invariant_subsets %%fors : " ANY "\n%s"
+            "  transform.apply_patterns to %%f {\n"
+            "    transform.apply_patterns.vector.lower_contraction lowering_strategy = "
+            "\"outerproduct\"\n"
+            "    transform.apply_patterns.vector.transfer_permutation_patterns\n"
+            "    transform.apply_patterns.vector.lower_outerproduct\n"
+            "  } : " ANY "\n"
+            "  transform.yield\n}\n}\n",
+            canon, canon);
+  out->n_ops = w.n_mm + w.n_ew + w.n_rd;
+  out->parallel = w.parallel;
+  out->threads = w.threads;
+  if (sb->oom) {
+    free(sb->p);
+    return false;
+  }
+  out->script = sb->p;
+  return true;
+}
+
+void jit__cpu_plan_free(jit__cpu_plan *plan) {
+  if (!plan) return;
+  free(plan->script);
+  plan->script = NULL;
+}

@@ -1,0 +1,38 @@
+//===--- cpu_strategy.h - per-op CPU code generation strategies ------------===//
+//
+// The transform script that tiles, fuses, parallelizes and vectorizes one specialized
+// module (cpu_strategy.c), and the LLVM-IR rewrite that makes exp vectorizable
+// (cpu_vmath.c). Used by compile_cpu.c only.
+//
+//===----------------------------------------------------------------------===//
+#ifndef JITML_LOWERING_CPU_STRATEGY_H_
+#define JITML_LOWERING_CPU_STRATEGY_H_
+
+#include <stdbool.h>
+
+#include <llvm-c/Core.h>
+#include <mlir-c/IR.h>
+
+#include "lowering/lower.h"
+
+typedef struct jit__cpu_plan {
+  char *script;      // malloc'ed transform module text; NULL when there is nothing to do
+  int n_ops;         // ops the script transforms
+  bool parallel;     // the script made scf.forall loops: lower them to OpenMP
+  int threads;       // threads those loops use
+} jit__cpu_plan;
+
+// Tags the module's linalg ops with `jit_s = i` and writes the script that transforms
+// them for the concrete shapes, the host's vector width (`o->features`) and
+// `o->num_threads`. Returns false when out of memory. Thread-safe.
+bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_options *o,
+                        jit__cpu_plan *out);
+void jit__cpu_plan_free(jit__cpu_plan *plan);
+
+// Replaces every call of llvm.exp on f32 scalars or vectors in `mod` by an inline
+// polynomial (Cephes expf, within 2 ulp; exact at 0, +-inf and NaN), so that the loop
+// and SLP vectorizers can widen it instead of calling libm's expf per lane. Returns
+// the number of calls replaced.
+int jit__cpu_expand_exp(LLVMModuleRef mod);
+
+#endif  // JITML_LOWERING_CPU_STRATEGY_H_

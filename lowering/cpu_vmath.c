@@ -1,0 +1,130 @@
+//===--- cpu_vmath.c - exp as inline arithmetic, so it vectorizes ----------===//
+//
+// math.exp (and math.tanh, which math-expand-ops rewrites into exp) reaches LLVM as
+// llvm.exp. Without a vector math library LLVM scalarizes a vector llvm.exp into one
+// expf call per lane and will not vectorize a loop that calls it, which made gelu,
+// sigmoid and softmax run at libm speed. Debian's MLIR 22 has no registered
+// polynomial-approximation pass, so the rewrite is done here, on the LLVM IR, before
+// O2: Cephes' expf (range reduction by ln 2 in two parts, degree-5 polynomial, 2^n
+// built in the exponent bits), within 2 ulp of expf on its normal range. +inf, -inf,
+// NaN and 0 are exact; results below ~1e-38 flush to 0.
+//
+//===----------------------------------------------------------------------===//
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/Core.h>
+
+#include "lowering/cpu_strategy.h"
+
+typedef struct vm {
+  LLVMModuleRef mod;
+  LLVMContextRef ctx;
+  LLVMBuilderRef b;
+  LLVMTypeRef ty, ity;  // float or <n x float>; i32 or <n x i32>
+  unsigned lanes;       // 0 for scalars
+} vm;
+
+static LLVMValueRef splat(vm *v, LLVMValueRef scalar) {
+  if (!v->lanes) return scalar;
+  LLVMValueRef *el = malloc(sizeof(LLVMValueRef) * v->lanes);
+  if (!el) return NULL;
+  for (unsigned i = 0; i < v->lanes; i++) el[i] = scalar;
+  LLVMValueRef r = LLVMConstVector(el, v->lanes);
+  free(el);
+  return r;
+}
+
+static LLVMValueRef cf(vm *v, double x) {
+  return splat(v, LLVMConstReal(LLVMFloatTypeInContext(v->ctx), x));
+}
+
+static LLVMValueRef ci(vm *v, long long x) {
+  return splat(v, LLVMConstInt(LLVMInt32TypeInContext(v->ctx), (unsigned long long)x, 1));
+}
+
+static LLVMValueRef intrinsic(vm *v, const char *name, LLVMValueRef *args, unsigned n) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  LLVMValueRef fn = LLVMGetIntrinsicDeclaration(v->mod, id, &v->ty, 1);
+  LLVMTypeRef fty = LLVMIntrinsicGetType(v->ctx, id, &v->ty, 1);
+  return LLVMBuildCall2(v->b, fty, fn, args, n, "");
+}
+
+static LLVMValueRef fmuladd(vm *v, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c) {
+  LLVMValueRef args[3] = {a, b, c};
+  return intrinsic(v, "llvm.fmuladd", args, 3);
+}
+
+static LLVMValueRef build_exp(vm *v, LLVMValueRef x) {
+  LLVMBuilderRef b = v->b;
+  // Clamp to where 2^n stays a normal float; the selects at the end restore inf.
+  LLVMValueRef hi = cf(v, 88.72283935546875), lo = cf(v, -87.33654022216797);
+  LLVMValueRef xc = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, x, hi, ""), hi, x, "");
+  xc = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, xc, lo, ""), lo, xc, "");
+  // n = round(x / ln 2); r = x - n ln 2 with ln 2 split so n * C1 is exact.
+  LLVMValueRef fx = fmuladd(v, xc, cf(v, 1.44269504088896341), cf(v, 0.5));
+  fx = intrinsic(v, "llvm.floor", &fx, 1);
+  LLVMValueRef r = fmuladd(v, fx, cf(v, -0.693359375), xc);
+  r = fmuladd(v, fx, cf(v, 2.12194440e-4), r);
+  LLVMValueRef z = LLVMBuildFMul(b, r, r, "");
+  LLVMValueRef p = cf(v, 1.9875691500E-4);
+  static const double c[] = {1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2,
+                             1.6666665459E-1, 5.0000001201E-1};
+  for (int i = 0; i < 5; i++) p = fmuladd(v, p, r, cf(v, c[i]));
+  LLVMValueRef y = fmuladd(v, p, z, r);
+  y = LLVMBuildFAdd(b, y, cf(v, 1.0), "");
+  // 2^n as 2^(n-1) * 2, so n = 128 (x near the top of the range) still fits.
+  LLVMValueRef n = LLVMBuildFPToSI(b, fx, v->ity, "");
+  LLVMValueRef e = LLVMBuildShl(b, LLVMBuildAdd(b, n, ci(v, 126), ""), ci(v, 23), "");
+  LLVMValueRef pow2 = LLVMBuildBitCast(b, e, v->ty, "");
+  y = LLVMBuildFMul(b, LLVMBuildFMul(b, y, pow2, ""), cf(v, 2.0), "");
+  LLVMValueRef inf = cf(v, __builtin_inf());
+  y = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, x, hi, ""), inf, y, "");
+  return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, x, x, ""), x, y, "");
+}
+
+static bool is_f32_exp(LLVMValueRef inst, unsigned *lanes) {
+  if (!LLVMIsACallInst(inst)) return false;
+  LLVMValueRef callee = LLVMGetCalledValue(inst);
+  if (!callee || !LLVMIsAFunction(callee)) return false;
+  size_t len = 0;
+  const char *name = LLVMGetValueName2(callee, &len);
+  if (len < 9 || strncmp(name, "llvm.exp.", 9) != 0) return false;
+  LLVMTypeRef t = LLVMTypeOf(inst);
+  *lanes = 0;
+  if (LLVMGetTypeKind(t) == LLVMVectorTypeKind) {
+    *lanes = LLVMGetVectorSize(t);
+    t = LLVMGetElementType(t);
+  }
+  return LLVMGetTypeKind(t) == LLVMFloatTypeKind;
+}
+
+int jit__cpu_expand_exp(LLVMModuleRef mod) {
+  vm v = {mod, LLVMGetModuleContext(mod), NULL, NULL, NULL, 0};
+  v.b = LLVMCreateBuilderInContext(v.ctx);
+  int count = 0;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb;
+         bb = LLVMGetNextBasicBlock(bb)) {
+      LLVMValueRef inst = LLVMGetFirstInstruction(bb);
+      while (inst) {
+        LLVMValueRef next = LLVMGetNextInstruction(inst);
+        unsigned lanes;
+        if (is_f32_exp(inst, &lanes)) {
+          v.lanes = lanes;
+          LLVMTypeRef f = LLVMFloatTypeInContext(v.ctx), i = LLVMInt32TypeInContext(v.ctx);
+          v.ty = lanes ? LLVMVectorType(f, lanes) : f;
+          v.ity = lanes ? LLVMVectorType(i, lanes) : i;
+          LLVMPositionBuilderBefore(v.b, inst);
+          LLVMValueRef r = build_exp(&v, LLVMGetOperand(inst, 0));
+          LLVMReplaceAllUsesWith(inst, r);
+          LLVMInstructionEraseFromParent(inst);
+          count++;
+        }
+        inst = next;
+      }
+    }
+  }
+  LLVMDisposeBuilder(v.b);
+  return count;
+}
