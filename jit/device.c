@@ -16,10 +16,11 @@
 
 #include <xxhash.h>
 
+#include "devices/cuda/cuda.h"
 #include "devices/vulkan/vulkan.h"
 #include "jit/internal.h"
 
-static void jit__device_release(jit_device *d, void *p);
+static void jit__device_release(jit_device *d, const jit__live *l);
 
 static const char *const kKindNames[] = {"cpu", "vulkan", "cuda"};
 
@@ -117,12 +118,59 @@ static void jit__scan_vulkan(jit_context *ctx) {
   ctx->vk_instance = inst;  // released at context destroy, after the devices
 }
 
+// Lists the CUDA devices (the primary context is retained at first use).
+static void jit__scan_cuda(jit_context *ctx) {
+  jit__cu_instance *inst = NULL;
+  jit_status s = jit__cu_instance_create(NULL, &inst);
+  if (s) {
+    snprintf(ctx->absent[JIT_DEVICE_CUDA], sizeof ctx->absent[0], "%s",
+             jit_status_message(s));
+    jit__log(ctx, JIT_LOG_INFO, "no CUDA devices: %s", jit_status_message(s));
+    jit_status_free(s);
+    return;
+  }
+  uint32_t n = jit__cu_instance_device_count(inst);
+  for (uint32_t i = 0; i < n; i++) {
+    const jit__cu_device_info *ci = jit__cu_instance_device_info(inst, i);
+    jit_device *d = calloc(1, sizeof(*d));
+    if (!d) break;
+    d->ctx = ctx;
+    d->kind = JIT_DEVICE_CUDA;
+    d->ordinal = (int)ci->index;
+    d->dl = (DLDevice){kDLCUDA, (int32_t)ci->index};
+    d->f16 = ci->cc_major * 10 + ci->cc_minor >= 53;
+    snprintf(d->name, sizeof d->name, "%s", ci->name);
+    snprintf(d->sm, sizeof d->sm, "%s", ci->sm);
+    d->ptx_max = ci->ptx_max;
+    size_t cap = 1024;
+    d->target_text = malloc(cap);
+    if (!d->target_text) {
+      free(d);
+      break;
+    }
+    snprintf(d->target_text, cap,
+             "backend=cuda\ncuda.device=%s\ncuda.sm=%s\ncuda.driver_version=%d\n"
+             "format=ptx\ncompiler=libjitml %s, LLVM %s\nbuild_id=%s\n",
+             ci->name, ci->sm, ci->driver_version, jit_version(), JITML_LLVM_VERSION,
+             jit__library_build_id());
+    jit__device_hash_target(d);
+    d->cu_instance = inst;
+    d->cu_index = i;
+    pthread_mutex_init(&d->mu, NULL);
+    if (!jit__devices_push(ctx, d)) {
+      free(d->target_text);
+      free(d);
+      break;
+    }
+  }
+  ctx->cu_instance = inst;
+}
+
 void jit__devices_scan(jit_context *ctx) {
   pthread_mutex_lock(&ctx->devices_mu);
   if (!ctx->devices_scanned) {
     jit__scan_vulkan(ctx);
-    snprintf(ctx->absent[JIT_DEVICE_CUDA], sizeof ctx->absent[0],
-             "the CUDA backend is not wired to jit_run yet");
+    jit__scan_cuda(ctx);
     ctx->devices_scanned = true;
   }
   pthread_mutex_unlock(&ctx->devices_mu);
@@ -135,6 +183,8 @@ jit_status jit__device_open(jit_device *d) {
   jit_status s = NULL;
   if (d->kind == JIT_DEVICE_VULKAN && !d->vk)
     s = jit__vk_device_create(d->vk_instance, d->vk_index, NULL, &d->vk);
+  if (d->kind == JIT_DEVICE_CUDA && !d->cu)
+    s = jit__cu_device_create(d->cu_instance, d->cu_index, NULL, &d->cu);
   pthread_mutex_unlock(&d->mu);
   if (s) return jit__status_annotate(s, "opening %s:%d (%s)",
                                      jit__device_kind_name(d->kind), d->ordinal, d->name);
@@ -144,15 +194,17 @@ jit_status jit__device_open(jit_device *d) {
 void jit__devices_destroy(jit_context *ctx) {
   for (int i = 0; i < ctx->n_devices; i++) {
     jit_device *d = ctx->devices[i];
-    for (size_t k = 0; k < d->n_live; k++) jit__device_release(d, d->live[k]);
+    for (size_t k = 0; k < d->n_live; k++) jit__device_release(d, &d->live[k]);
     free(d->live);
     jit__vk_device_destroy(d->vk);
+    jit__cu_device_destroy(d->cu);
     if (i > 0) free(d->target_text);
     pthread_mutex_destroy(&d->mu);
     free(d);
   }
   free(ctx->devices);
   jit__vk_instance_release(ctx->vk_instance);
+  jit__cu_instance_release(ctx->cu_instance);
   pthread_mutex_destroy(&ctx->devices_mu);
 }
 
@@ -258,9 +310,9 @@ jit_status jit__device_of(jit_context *ctx, DLDevice dl, jit_device **out) {
 
 //===--- Device tensors --------------------------------------------------===//
 
-static bool jit__live_find(jit_device *d, const void *buf, size_t *at) {
+static bool jit__live_find(jit_device *d, const void *data, size_t *at) {
   for (size_t i = 0; i < d->n_live; i++) {
-    if (d->live[i] == buf) {
+    if (d->live[i].data == data) {
       if (at) *at = i;
       return true;
     }
@@ -268,20 +320,25 @@ static bool jit__live_find(jit_device *d, const void *buf, size_t *at) {
   return false;
 }
 
-bool jit__device_owns(jit_device *d, const void *buffer) {
+bool jit__device_owns(jit_device *d, const void *data) {
+  return jit__device_handle(d, data) != NULL;
+}
+
+void *jit__device_handle(jit_device *d, const void *data) {
   pthread_mutex_lock(&d->mu);
-  bool found = jit__live_find(d, buffer, NULL);
+  size_t at = 0;
+  void *h = jit__live_find(d, data, &at) ? d->live[at].handle : NULL;
   pthread_mutex_unlock(&d->mu);
-  return found;
+  return h;
 }
 
 static size_t jit__dtype_bytes(DLDataType t) { return (size_t)t.bits / 8; }
 
-static bool jit__live_add(jit_device *d, void *p) {
+static bool jit__live_add(jit_device *d, jit__live l) {
   pthread_mutex_lock(&d->mu);
   if (d->n_live == d->cap_live) {
     size_t cap = d->cap_live ? d->cap_live * 2 : 16;
-    void **list = realloc(d->live, sizeof(*list) * cap);
+    jit__live *list = realloc(d->live, sizeof(*list) * cap);
     if (!list) {
       pthread_mutex_unlock(&d->mu);
       return false;
@@ -289,56 +346,100 @@ static bool jit__live_add(jit_device *d, void *p) {
     d->live = list;
     d->cap_live = cap;
   }
-  d->live[d->n_live++] = p;
+  d->live[d->n_live++] = l;
   pthread_mutex_unlock(&d->mu);
   return true;
 }
 
-static bool jit__live_remove(jit_device *d, void *p) {
+static bool jit__live_remove(jit_device *d, const void *data, jit__live *out) {
   pthread_mutex_lock(&d->mu);
   size_t at = 0;
-  bool found = jit__live_find(d, p, &at);
-  if (found) d->live[at] = d->live[--d->n_live];
+  bool found = jit__live_find(d, data, &at);
+  if (found) {
+    *out = d->live[at];
+    d->live[at] = d->live[--d->n_live];
+  }
   pthread_mutex_unlock(&d->mu);
   return found;
 }
 
-// Frees an allocation of device `d` (host memory for the CPU, a buffer otherwise).
-static void jit__device_release(jit_device *d, void *p) {
-  if (d->kind == JIT_DEVICE_CPU) free(p);
-  else jit__vk_buffer_destroy(p);
+// Frees an allocation of device `d`.
+static void jit__device_release(jit_device *d, const jit__live *l) {
+  if (d->kind == JIT_DEVICE_CPU) free(l->data);
+  else if (d->kind == JIT_DEVICE_VULKAN) jit__vk_buffer_destroy(l->handle);
+  else jit__cu_buffer_destroy(l->handle);
 }
 
 // Allocates `bytes` on device `d` (64-byte aligned host memory for the CPU) and
-// registers it as live.
+// registers it as live. *out is what a tensor's `data` holds.
 jit_status jit__device_buffer_alloc(jit_device *d, uint64_t bytes, void **out) {
   *out = NULL;
-  void *p = NULL;
+  jit__live l = {NULL, NULL};
   if (d->kind == JIT_DEVICE_CPU) {
-    p = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-    if (!p) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory (%llu bytes)",
-                           (unsigned long long)bytes);
-  } else {
+    l.data = l.handle = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    if (!l.data) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory (%llu bytes)",
+                                (unsigned long long)bytes);
+  } else if (d->kind == JIT_DEVICE_VULKAN) {
     JIT_PROPAGATE(jit__device_open(d));
     jit__vk_buffer *b = NULL;
     JIT_PROPAGATE(jit__vk_buffer_create(d->vk, bytes, &b));
-    p = b;
+    l.data = l.handle = b;
+  } else {
+    JIT_PROPAGATE(jit__device_open(d));
+    jit__cu_buffer *b = NULL;
+    // A zero-byte request still needs a distinct address to register.
+    JIT_PROPAGATE(jit__cu_buffer_create(d->cu, bytes ? bytes : 1, &b));
+    l.handle = b;
+    l.data = (void *)(uintptr_t)jit__cu_buffer_device_ptr(b);
   }
-  if (!jit__live_add(d, p)) {
-    jit__device_release(d, p);
+  if (!jit__live_add(d, l)) {
+    jit__device_release(d, &l);
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
   }
-  *out = p;
+  *out = l.data;
   return NULL;
 }
 
-jit_status jit__device_buffer_free(jit_device *d, void *buffer) {
-  if (!jit__live_remove(d, buffer))
+jit_status jit__device_buffer_free(jit_device *d, void *data) {
+  jit__live l;
+  if (!jit__live_remove(d, data, &l))
     return JIT_ERR(JIT_INVALID_ARGUMENT,
                    "%s:%d: the tensor was not allocated by this context, or was freed",
                    jit__device_kind_name(d->kind), d->ordinal);
-  jit__device_release(d, buffer);
+  jit__device_release(d, &l);
   return NULL;
+}
+
+// For CUDA, any device address (ours or a framework's) is wrapped for the transfer;
+// the wrap checks it is device memory of this GPU.
+jit_status jit__device_upload(jit_device *d, void *data, uint64_t offset, const void *src,
+                              uint64_t bytes) {
+  if (d->kind == JIT_DEVICE_VULKAN) {
+    void *h = jit__device_handle(d, data);
+    if (!h) return JIT_ERR(JIT_INVALID_ARGUMENT, "not a live Vulkan tensor of this context");
+    return jit__vk_buffer_upload(h, offset, src, bytes);
+  }
+  JIT_PROPAGATE(jit__device_open(d));
+  jit__cu_buffer *w = NULL;
+  JIT_PROPAGATE(jit__cu_buffer_wrap(d->cu, (uint64_t)(uintptr_t)data + offset, bytes, &w));
+  jit_status s = jit__cu_buffer_upload(w, 0, src, bytes);
+  jit__cu_buffer_destroy(w);
+  return s;
+}
+
+jit_status jit__device_download(jit_device *d, const void *data, uint64_t offset,
+                                void *dst, uint64_t bytes) {
+  if (d->kind == JIT_DEVICE_VULKAN) {
+    void *h = jit__device_handle(d, data);
+    if (!h) return JIT_ERR(JIT_INVALID_ARGUMENT, "not a live Vulkan tensor of this context");
+    return jit__vk_buffer_download(h, offset, dst, bytes);
+  }
+  JIT_PROPAGATE(jit__device_open(d));
+  jit__cu_buffer *w = NULL;
+  JIT_PROPAGATE(jit__cu_buffer_wrap(d->cu, (uint64_t)(uintptr_t)data + offset, bytes, &w));
+  jit_status s = jit__cu_buffer_download(w, 0, dst, bytes);
+  jit__cu_buffer_destroy(w);
+  return s;
 }
 
 typedef struct jit__tensor_box {
@@ -432,21 +533,21 @@ jit_status jit_copy(jit_context *ctx, const DLTensor *dst, const DLTensor *src) 
     if (bytes) memmove(dp, sp, bytes);
     return NULL;
   }
-  if (ds->kind != JIT_DEVICE_CPU && !jit__device_owns(ds, src->data))
+  if (ds->kind == JIT_DEVICE_VULKAN && !jit__device_owns(ds, src->data))
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: src is not a live tensor of this context");
-  if (dd->kind != JIT_DEVICE_CPU && !jit__device_owns(dd, dst->data))
+  if (dd->kind == JIT_DEVICE_VULKAN && !jit__device_owns(dd, dst->data))
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: dst is not a live tensor of this context");
   if (ds->kind == JIT_DEVICE_CPU)
-    return jit__vk_buffer_upload(dst->data, dst->byte_offset, sp, bytes);
+    return jit__device_upload(dd, dst->data, dst->byte_offset, sp, bytes);
   if (dd->kind == JIT_DEVICE_CPU)
-    return jit__vk_buffer_download((jit__vk_buffer *)src->data, src->byte_offset, dp, bytes);
+    return jit__device_download(ds, src->data, src->byte_offset, dp, bytes);
   if (ds != dd)
     return JIT_ERR(JIT_UNSUPPORTED, "jit_copy: between two GPU devices");
   // Device to device on one device: through the host (rare; kernels never need it).
   void *tmp = malloc(bytes ? bytes : 1);
   if (!tmp) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_copy: out of memory");
-  jit_status s = jit__vk_buffer_download((jit__vk_buffer *)src->data, src->byte_offset, tmp, bytes);
-  if (!s) s = jit__vk_buffer_upload(dst->data, dst->byte_offset, tmp, bytes);
+  jit_status s = jit__device_download(ds, src->data, src->byte_offset, tmp, bytes);
+  if (!s) s = jit__device_upload(dd, dst->data, dst->byte_offset, tmp, bytes);
   free(tmp);
   return s;
 }

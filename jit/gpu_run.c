@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "devices/cuda/cuda.h"
 #include "devices/vulkan/vulkan.h"
 #include "jit/internal.h"
 #include "lowering/gpu.h"
@@ -21,8 +22,9 @@
 struct jit__gpu_exec {
   jit_device *device;
   jit__gpu_plan plan;
-  jit__vk_executable *vk;
-  void **temps;            // per plan buffer: the temporary's buffer, else NULL
+  jit__vk_executable *vk;  // Vulkan
+  jit__cu_executable *cu;  // CUDA
+  void **temps;            // per plan buffer: the temporary's `data`, else NULL
   pthread_mutex_t run_mu;  // one run at a time (temporaries are shared)
 };
 
@@ -32,6 +34,7 @@ void jit__gpu_exec_destroy(jit__gpu_exec *e) {
     if (e->temps[i]) jit__device_buffer_free(e->device, e->temps[i]);
   free(e->temps);
   jit__vk_executable_destroy(e->vk);
+  jit__cu_executable_destroy(e->cu);
   jit__gpu_plan_release(&e->plan);
   pthread_mutex_destroy(&e->run_mu);
   free(e);
@@ -45,8 +48,9 @@ static jit_status jit__gpu_load(jit_device *d, const void *module, size_t size,
   jit__gpu_exec *e = calloc(1, sizeof(*e));
   uint64_t *bytes = calloc(plan->n_buffers + 1, sizeof(uint64_t));
   jit__vk_kernel_desc *kd = calloc(plan->n_kernels + 1, sizeof(*kd));
+  jit__cu_kernel_desc *cd = calloc(plan->n_kernels + 1, sizeof(*cd));
   jit_status s = NULL;
-  if (!e || !bytes || !kd) {
+  if (!e || !bytes || !kd || !cd) {
     s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
     goto fail;
   }
@@ -60,10 +64,19 @@ static jit_status jit__gpu_load(jit_device *d, const void *module, size_t size,
     memcpy(kd[k].block, pk->block, sizeof(kd[k].block));
     kd[k].n_args = pk->n_args;
     kd[k].args = pk->args;
+    cd[k] = (jit__cu_kernel_desc){pk->entry, {0}, {0}, pk->n_args, pk->args};
+    memcpy(cd[k].grid, pk->grid, sizeof(cd[k].grid));
+    memcpy(cd[k].block, pk->block, sizeof(cd[k].block));
   }
-  jit__vk_executable_desc desc = {module, size, plan->n_buffers, bytes, plan->n_kernels,
-                                  kd};
-  s = jit__vk_executable_create(d->vk, &desc, &e->vk);
+  if (d->kind == JIT_DEVICE_VULKAN) {
+    jit__vk_executable_desc desc = {module, size, plan->n_buffers, bytes, plan->n_kernels,
+                                    kd};
+    s = jit__vk_executable_create(d->vk, &desc, &e->vk);
+  } else {
+    jit__cu_executable_desc desc = {JIT__CU_PTX, module, size, plan->n_buffers, bytes,
+                                    plan->n_kernels, cd};
+    s = jit__cu_executable_create(d->cu, &desc, &e->cu);
+  }
   if (s) goto fail;
   e->temps = calloc(plan->n_buffers + 1, sizeof(void *));
   if (!e->temps) {
@@ -78,11 +91,13 @@ static jit_status jit__gpu_load(jit_device *d, const void *module, size_t size,
   if (s) goto fail;
   free(bytes);
   free(kd);
+  free(cd);
   *out = e;
   return NULL;
 fail:
   free(bytes);
   free(kd);
+  free(cd);
   jit__gpu_exec_destroy(e);
   return s;
 }
@@ -117,7 +132,8 @@ bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
   bool ok = false;
   jit__gpu_meta_head h;
   size_t outs_size = g->n_outputs * sizeof(jit__gpu_meta_out);
-  if (e.kind == JIT__PAYLOAD_SPIRV && e.meta_size >= sizeof(h)) {
+  jit__payload_kind want = d->kind == JIT_DEVICE_CUDA ? JIT__PAYLOAD_PTX : JIT__PAYLOAD_SPIRV;
+  if (e.kind == want && e.meta_size >= sizeof(h)) {
     memcpy(&h, e.meta, sizeof(h));
     if (h.magic == JIT__GPU_META_MAGIC && h.n_outputs == g->n_outputs &&
         e.meta_size == sizeof(h) + outs_size + h.plan_size) {
@@ -177,7 +193,7 @@ static void jit__gpu_disk_store(jit_graph *g, jit_device *d, const uint8_t key[1
     jit__cache_entry e;
     memset(&e, 0, sizeof(e));
     memcpy(e.key, key, 16);
-    e.kind = JIT__PAYLOAD_SPIRV;
+    e.kind = d->kind == JIT_DEVICE_CUDA ? JIT__PAYLOAD_PTX : JIT__PAYLOAD_SPIRV;
     e.meta = meta;
     e.meta_size = meta_size;
     e.payload = art->binary;
@@ -200,9 +216,14 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
   if (g->mlir)
     return JIT_ERR(JIT_UNSUPPORTED,
                    "graph `%s`: graphs imported from MLIR run on the CPU only (yet)", g->name);
-  if (d->kind != JIT_DEVICE_VULKAN)
-    return JIT_ERR(JIT_UNAVAILABLE, "graph `%s`: %s devices cannot run graphs yet", g->name,
-                   jit__device_kind_name(d->kind));
+  if (d->kind == JIT_DEVICE_CUDA && jit__gpu_ptx_min_version(d->sm) == 0)
+    return JIT_ERR(JIT_UNSUPPORTED, "graph `%s`: %s (%s) is a GPU architecture the PTX "
+                   "lowering does not know", g->name, d->name, d->sm);
+  if (d->kind == JIT_DEVICE_CUDA && jit__gpu_ptx_min_version(d->sm) > d->ptx_max)
+    return JIT_ERR(JIT_UNSUPPORTED, "graph `%s`: %s needs PTX %d.%d, newer than its "
+                   "driver accepts (%d.%d)", g->name, d->sm,
+                   jit__gpu_ptx_min_version(d->sm) / 10, jit__gpu_ptx_min_version(d->sm) % 10,
+                   d->ptx_max / 10, d->ptx_max % 10);
   bool any_f16 = false;
   for (uint32_t i = 0; i < lg->n_nodes; i++) any_f16 |= lg->nodes[i].dtype == JIT__F16;
   if (any_f16 && !d->f16)
@@ -215,8 +236,13 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
   snprintf(func_name, sizeof(func_name), "jit_%.24s", hex);
   jit__gpu_target t;
   memset(&t, 0, sizeof(t));
-  t.format = JIT__GPU_SPIRV;
-  t.spirv_f16 = any_f16;
+  if (d->kind == JIT_DEVICE_CUDA) {
+    t.format = JIT__GPU_PTX;
+    t.chip = d->sm;
+  } else {
+    t.format = JIT__GPU_SPIRV;
+    t.spirv_f16 = any_f16;
+  }
   jit__gpu_artifact art;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -240,8 +266,51 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
 
 //===--- Run -------------------------------------------------------------===//
 
+// CUDA: tensors hold device addresses (ours or a framework's); each is wrapped for the
+// run, which checks it is device memory of this GPU covering the tensor.
+static jit_status jit__gpu_run_cuda(jit__gpu_exec *e, const DLTensor *inputs,
+                                    uint32_t n_inputs, const DLTensor *outputs,
+                                    uint32_t n_outputs) {
+  uint32_t n = e->plan.n_buffers;
+  jit__cu_buffer **bufs = calloc(n + 1, sizeof(*bufs));
+  bool *wrapped = calloc(n + 1, sizeof(bool));
+  jit_status s = bufs && wrapped ? NULL : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < n && !s; i++) {
+    const jit__gpu_buffer *b = &e->plan.buffers[i];
+    const DLTensor *t = b->kind == JIT__GPU_BUF_INPUT && b->index < n_inputs     ? &inputs[b->index]
+                        : b->kind == JIT__GPU_BUF_OUTPUT && b->index < n_outputs ? &outputs[b->index]
+                                                                                 : NULL;
+    if (b->kind == JIT__GPU_BUF_TEMP) {
+      bufs[i] = jit__device_handle(e->device, e->temps[i]);
+      if (!bufs[i]) s = JIT_ERR(JIT_INTERNAL, "launch plan temporary %u is missing", i);
+    } else if (!t) {
+      s = JIT_ERR(JIT_INTERNAL, "launch plan buffer %u refers to a missing tensor", i);
+    } else {
+      s = jit__cu_buffer_wrap(e->device->cu, (uint64_t)(uintptr_t)t->data, b->bytes ? b->bytes : 1,
+                              &bufs[i]);
+      if (s)
+        s = jit__status_annotate(s, "%s %u", b->kind == JIT__GPU_BUF_INPUT ? "input" : "output",
+                                 b->index);
+      else
+        wrapped[i] = true;
+    }
+  }
+  if (!s) {
+    pthread_mutex_lock(&e->run_mu);
+    s = jit__cu_run(e->cu, bufs, n, NULL);
+    pthread_mutex_unlock(&e->run_mu);
+  }
+  for (uint32_t i = 0; bufs && wrapped && i < n; i++)
+    if (wrapped[i]) jit__cu_buffer_destroy(bufs[i]);
+  free(bufs);
+  free(wrapped);
+  return s;
+}
+
 jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inputs,
                         const DLTensor *outputs, uint32_t n_outputs) {
+  if (e->device->kind == JIT_DEVICE_CUDA)
+    return jit__gpu_run_cuda(e, inputs, n_inputs, outputs, n_outputs);
   uint32_t n = e->plan.n_buffers;
   jit__vk_buffer *stack[32];
   jit__vk_buffer **bufs = n <= 32 ? stack : malloc(sizeof(*bufs) * n);

@@ -18,6 +18,15 @@
 typedef struct jit__kernel jit__kernel;
 typedef struct jit__vk_instance jit__vk_instance;
 typedef struct jit__vk_device jit__vk_device;
+typedef struct jit__cu_instance jit__cu_instance;
+typedef struct jit__cu_device jit__cu_device;
+
+// A live allocation: what tensors hold in `data` (host pointer, Vulkan buffer handle,
+// CUDA device address) and the backend's object behind it.
+typedef struct jit__live {
+  void *data;
+  void *handle;
+} jit__live;
 
 // A device of a context (device.c). The CPU is device 0.
 struct jit_device {
@@ -32,8 +41,13 @@ struct jit_device {
   jit__vk_instance *vk_instance;  // Vulkan: borrowed from the context
   uint32_t vk_index;
   jit__vk_device *vk;         // created at first use
-  pthread_mutex_t mu;         // guards vk creation and the live list
-  void **live;                // allocations of jit_tensor_alloc and temporaries
+  jit__cu_instance *cu_instance;  // CUDA: borrowed from the context
+  uint32_t cu_index;
+  char sm[16];                // CUDA: "sm_90"
+  int ptx_max;                // CUDA: newest PTX the driver takes, times ten
+  jit__cu_device *cu;         // created at first use
+  pthread_mutex_t mu;         // guards backend creation and the live list
+  jit__live *live;            // allocations of jit_tensor_alloc and temporaries
   size_t n_live, cap_live;
 };
 
@@ -63,6 +77,7 @@ struct jit_context {
   bool devices_scanned;
   char absent[3][256];          // why a GPU backend has no devices
   jit__vk_instance *vk_instance;
+  jit__cu_instance *cu_instance;
   jit_device *offload;          // options.device when it names a GPU, else NULL
   atomic_uint_fast64_t runs, memory_hits, misses, compiles, disk_hits;
   double compile_ms, load_ms;  // guarded by mu
@@ -129,6 +144,13 @@ jit_status jit__device_open(jit_device *d);
 jit_status jit__device_of(jit_context *ctx, DLDevice dl, jit_device **out);
 jit_status jit__device_from_option(jit_context *ctx, const char *spec, jit_device **out);
 bool jit__device_owns(jit_device *d, const void *buffer);
+// The backend object behind `data` if it is a live allocation of `d`, else NULL.
+void *jit__device_handle(jit_device *d, const void *data);
+// Host <-> device transfers on any allocation of `d` (or, for CUDA, any device address).
+jit_status jit__device_upload(jit_device *d, void *data, uint64_t offset, const void *src,
+                              uint64_t bytes);
+jit_status jit__device_download(jit_device *d, const void *data, uint64_t offset,
+                                void *dst, uint64_t bytes);
 jit_status jit__device_buffer_alloc(jit_device *d, uint64_t bytes, void **out);
 jit_status jit__device_buffer_free(jit_device *d, void *buffer);
 

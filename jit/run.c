@@ -15,7 +15,6 @@
 
 #include <xxhash.h>
 
-#include "devices/vulkan/vulkan.h"
 #include "jit/internal.h"
 
 typedef enum jit__kstate {
@@ -116,8 +115,10 @@ static jit_status jit__check_tensor(const jit_graph *g, const char *what, int i,
                    "%s:%d; all tensors of a run must be on one device",
                    g->name, what, i, name, (int)t->device.device_type,
                    (int)t->device.device_id, jit__device_kind_name(d->kind), d->ordinal);
+  // Vulkan tensors are handles this context made; CUDA ones are device addresses,
+  // which the run checks when it wraps them.
   if (d->kind != JIT_DEVICE_CPU && need_data) {
-    if (!t->data || !jit__device_owns(d, t->data))
+    if (!t->data || (d->kind == JIT_DEVICE_VULKAN && !jit__device_owns(d, t->data)))
       return JIT_ERR(JIT_INVALID_ARGUMENT,
                      "graph `%s`: %s %d `%s`: not a live tensor of this context on %s:%d "
                      "(allocate with jit_tensor_alloc; freed, or from another context?)",
@@ -564,14 +565,14 @@ static jit_status jit__call_offloaded(jit_graph *g, jit__kernel *k, const DLTens
     s = jit__device_buffer_alloc(d, bytes, &buf);
     dev[i].data = buf;
     if (!s && i < n_in)
-      s = jit__vk_buffer_upload(buf, 0, (const char *)h->data + h->byte_offset, bytes);
+      s = jit__device_upload(d, buf, 0, (const char *)h->data + h->byte_offset, bytes);
   }
   if (!s) s = jit__gpu_run(k->gpu, dev, n_in, dev + n_in, n_out);
   for (uint32_t j = 0; j < n_out && !s; j++) {
     const DLTensor *h = &outputs[j];
     uint64_t bytes = jit__numel(h->ndim, h->shape) * (h->dtype.bits / 8);
-    s = jit__vk_buffer_download(dev[n_in + j].data, 0, (char *)h->data + h->byte_offset,
-                                bytes);
+    s = jit__device_download(d, dev[n_in + j].data, 0, (char *)h->data + h->byte_offset,
+                             bytes);
   }
   for (uint32_t i = 0; i < n_in + n_out; i++) {
     if (!dev[i].data) continue;

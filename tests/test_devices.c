@@ -221,3 +221,49 @@ Test(devices, vulkan_offload_matches_cpu_and_caches) {
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
+
+// CUDA: runs the dense graph offloaded where a GPU exists; elsewhere the backend must
+// say it is unavailable (and why), not fail or crash.
+Test(devices, cuda_runs_or_reports_unavailable) {
+  jit_context *ctx = tu_context();
+  jit_device *cu = NULL;
+  jit_status s = jit_context_find_device(ctx, JIT_DEVICE_CUDA, 0, &cu);
+  if (s) {
+    TU_EXPECT_CODE(s, JIT_UNAVAILABLE);
+    cr_expect(strlen(jit_status_message(s)) > 10, "no reason: %s", jit_status_message(s));
+    jit_status_free(s);
+    // A kDLCUDA tensor is refused cleanly too.
+    jit_graph *g = dense(ctx);
+    float x[13] = {0};
+    int64_t sx[] = {1, 13}, sw[] = {13, 7}, sb[] = {7}, sy[] = {1, 7};
+    DLTensor in[] = {tu_tensor(x, TU_F32, 2, sx), tu_tensor(x, TU_F32, 2, sw),
+                     tu_tensor(x, TU_F32, 1, sb)};
+    for (int i = 0; i < 3; i++) in[i].device = (DLDevice){kDLCUDA, 0};
+    DLTensor out = tu_tensor(x, TU_F32, 2, sy);
+    out.device = (DLDevice){kDLCUDA, 0};
+    s = jit_run(g, in, 3, &out, 1);
+    TU_EXPECT_CODE(s, JIT_UNAVAILABLE);
+    jit_status_free(s);
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+    fprintf(stderr, "skipped: no CUDA device (the unavailable path was checked)\n");
+    return;
+  }
+  jit_context_destroy(ctx);
+  ctx = ctx_opts("cuda");
+  jit_graph *g = dense(ctx);
+  enum { N = 33 };
+  float x[N * 13], w[13 * 7], b[7], y[N * 7], ref[N * 7];
+  fill(x, N * 13, 7);
+  fill(w, 13 * 7, 8);
+  fill(b, 7, 9);
+  dense_ref(x, w, b, N, ref);
+  int64_t sx[] = {N, 13}, sw[] = {13, 7}, sb[] = {7}, sy[] = {N, 7};
+  DLTensor in[] = {tu_tensor(x, TU_F32, 2, sx), tu_tensor(w, TU_F32, 2, sw),
+                   tu_tensor(b, TU_F32, 1, sb)};
+  DLTensor out = tu_tensor(y, TU_F32, 2, sy);
+  TU_OK(jit_run(g, in, 3, &out, 1));
+  tu_assert_close(y, ref, N * 7, 1e-4, 1e-5, 2, sy, "dense on cuda");
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
