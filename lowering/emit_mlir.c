@@ -604,6 +604,12 @@ static jit_status emit_softmax(emitter *e, const jit__node *n) {
   return NULL;
 }
 
+// Node e->cur is the same value as node `src` (an identity transpose or reshape).
+// Operands come before their users, so src < cur: the two names never overlap.
+static void alias_name(emitter *e, uint32_t src) {
+  memmove(e->names[e->cur], e->names[src], sizeof e->names[e->cur]);
+}
+
 static jit_status emit_transpose(emitter *e, const jit__node *n) {
   uint32_t src = n->operands[0];
   gen_operand x = node_operand(e, src);
@@ -619,7 +625,7 @@ static jit_status emit_transpose(emitter *e, const jit__node *n) {
     identity = identity && p == i;
   }
   if (identity) {
-    snprintf(e->names[e->cur], sizeof e->names[e->cur], "%s", e->names[src]);
+    alias_name(e, src);
     return NULL;
   }
   // A generic rather than linalg.transpose, so the elementwise fusion pass sees it.
@@ -646,7 +652,7 @@ static jit_status emit_reshape(emitter *e, const jit__node *n) {
   if (count != num_elements(n->rank, n->dims))
     return node_error(e, "reshape changes the element count");
   if (x->rank == n->rank && !memcmp(x->dims, n->dims, sizeof(int64_t) * (size_t)n->rank)) {
-    snprintf(e->names[e->cur], sizeof e->names[e->cur], "%s", e->names[src]);
+    alias_name(e, src);
     return NULL;
   }
   str src_ty = tensor_type(x->dtype, x->rank, x->dims);

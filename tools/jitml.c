@@ -287,6 +287,23 @@ static void free_inputs(inputs *in) {
   for (int i = 0; i < in->n; i++) free(in->t[i].data);
 }
 
+// What prewarm, run and explain share: the SPEC, a context and the model's graph.
+// On failure everything is freed (close_model on the NULLs is a no-op).
+static int open_model(const args *a, binding_set *b, jit_context **ctx, jit_graph **g) {
+  int rc = parse_spec(a->shapes, b);
+  if (rc == kExitOk) {
+    jit_status s = open_context(a, ctx);
+    rc = s ? fail(s, "context") : load_model(*ctx, a->model, g);
+  }
+  return rc;
+}
+
+static void close_model(binding_set *b, jit_context *ctx, jit_graph *g) {
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  free_bindings(b);
+}
+
 //===--- prewarm ---------------------------------------------------------===//
 
 typedef struct prewarm_job {
@@ -334,19 +351,9 @@ static void *prewarm_worker(void *arg) {
 
 static int cmd_prewarm(const args *a) {
   binding_set b;
-  int rc = parse_spec(a->shapes, &b);
-  if (rc) {
-    free_bindings(&b);
-    return rc;
-  }
   jit_context *ctx = NULL;
   jit_graph *g = NULL;
-  jit_status s = open_context(a, &ctx);
-  if (s) {
-    free_bindings(&b);
-    return fail(s, "context");
-  }
-  rc = load_model(ctx, a->model, &g);
+  int rc = open_model(a, &b, &ctx, &g);
   if (rc == kExitOk) {
     prewarm_job j;
     memset(&j, 0, sizeof j);
@@ -376,9 +383,7 @@ static int cmd_prewarm(const args *a) {
       rc = kExitFail;
     }
   }
-  jit_graph_destroy(g);
-  jit_context_destroy(ctx);
-  free_bindings(&b);
+  close_model(&b, ctx, g);
   return rc;
 }
 
@@ -386,19 +391,10 @@ static int cmd_prewarm(const args *a) {
 
 static int cmd_run(const args *a) {
   binding_set b;
-  int rc = parse_spec(a->shapes, &b);
-  if (rc) {
-    free_bindings(&b);
-    return rc;
-  }
   jit_context *ctx = NULL;
   jit_graph *g = NULL;
-  jit_status s = open_context(a, &ctx);
-  if (s) {
-    free_bindings(&b);
-    return fail(s, "context");
-  }
-  rc = load_model(ctx, a->model, &g);
+  int rc = open_model(a, &b, &ctx, &g);
+  jit_status s = NULL;
   size_t total = binding_count(&b);
   for (size_t i = 0; rc == kExitOk && i < total; i++) {
     inputs in;
@@ -434,9 +430,7 @@ static int cmd_run(const args *a) {
     }
     free_inputs(&in);
   }
-  jit_graph_destroy(g);
-  jit_context_destroy(ctx);
-  free_bindings(&b);
+  close_model(&b, ctx, g);
   return rc;
 }
 
@@ -444,19 +438,10 @@ static int cmd_run(const args *a) {
 
 static int cmd_explain(const args *a) {
   binding_set b;
-  int rc = parse_spec(a->shapes, &b);
-  if (rc) {
-    free_bindings(&b);
-    return rc;
-  }
   jit_context *ctx = NULL;
   jit_graph *g = NULL;
-  jit_status s = open_context(a, &ctx);
-  if (s) {
-    free_bindings(&b);
-    return fail(s, "context");
-  }
-  rc = load_model(ctx, a->model, &g);
+  int rc = open_model(a, &b, &ctx, &g);
+  jit_status s = NULL;
   size_t total = binding_count(&b);
   for (size_t i = 0; rc == kExitOk && i < total; i++) {
     inputs in;
@@ -472,9 +457,7 @@ static int cmd_explain(const args *a) {
     printf("%s:\n%s", desc, text);
     jit_string_free(text);
   }
-  jit_graph_destroy(g);
-  jit_context_destroy(ctx);
-  free_bindings(&b);
+  close_model(&b, ctx, g);
   return rc;
 }
 
