@@ -279,8 +279,18 @@ done:
 //===--- main ----------------------------------------------------------===//
 
 int main(int argc, char **argv) {
-  (void)argc;  // No flags yet; unknown arguments are ignored.
-  (void)argv;
+  // `--device vulkan` (or cuda, vulkan:1, ...) runs the graph there: the host tensors
+  // are uploaded, the kernels run on the device, the outputs come back.
+  jit_options options;
+  jit_options_init(&options);
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      options.device = argv[++i];
+    } else {
+      fprintf(stderr, "usage: %s [--device cpu|vulkan[:N]|cuda[:N]]\n", argv[0]);
+      return 2;
+    }
+  }
 
   int exit_code = 1;
   jit_context *ctx = NULL, *ctx2 = NULL;
@@ -300,13 +310,14 @@ int main(int argc, char **argv) {
     goto done;
   }
 
-  if (!ok(jit_context_create(NULL, &ctx), "jit_context_create")) goto done;
+  if (!ok(jit_context_create(&options, &ctx), "jit_context_create")) goto done;
   if (!ok(build_mlp(ctx, &graph), "building the graph")) goto done;
-  if (!ok(jit_context_create(NULL, &ctx2), "jit_context_create")) goto done;
+  if (!ok(jit_context_create(&options, &ctx2), "jit_context_create")) goto done;
   if (!ok(build_mlp(ctx2, &graph2), "building the graph")) goto done;
   const char *reason = NULL;
   const char *cache = jit_cache_dir(ctx, &reason);
-  printf("disk cache: %s\n", cache[0] ? cache : reason ? reason : "off");
+  printf("device: %s   disk cache: %s\n", options.device ? options.device : "cpu",
+         cache[0] ? cache : reason ? reason : "off");
 
   static const int64_t batch_sizes[] = {1, 7, 64};
   bool all_passed = true;
