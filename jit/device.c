@@ -176,13 +176,73 @@ void jit__devices_scan(jit_context *ctx) {
   pthread_mutex_unlock(&ctx->devices_mu);
 }
 
+//===--- Vulkan pipeline caches through the disk cache ---------------------===//
+
+// The disk-cache key of a Vulkan device's VkPipelineCache: its target identity.
+static void jit__pipeline_cache_key(const jit_device *d, uint8_t key[16]) {
+  XXH128_canonical_t c;
+  char text[64 + 16];
+  memcpy(text, "vk-pipeline-cache\n", 18);
+  memcpy(text + 18, d->target_hash, 16);
+  XXH128_canonicalFromHash(&c, XXH3_128bits(text, 18 + 16));
+  memcpy(key, c.digest, 16);
+}
+
+// Seeds a new device's pipeline cache from the disk cache. Bytes made for another
+// device or driver are refused by the header check (JIT_CACHE_ERROR): logged, ignored.
+static void jit__pipeline_cache_load(jit_device *d) {
+  jit__cache *cache = d->ctx->cache;
+  if (!jit__cache_enabled(cache)) return;
+  jit__cache_entry e;
+  bool found = false;
+  uint8_t key[16];
+  jit__pipeline_cache_key(d, key);
+  jit_status s = jit__cache_get(cache, key, &e, &found);
+  if (!s && found) {
+    if (e.kind == JIT__PAYLOAD_VK_PIPELINE_CACHE)
+      s = jit__vk_pipeline_cache_merge(d->vk, e.payload, e.payload_size);
+    jit__cache_entry_release(&e);
+  }
+  if (s) {
+    jit__log(d->ctx, JIT_LOG_INFO, "vulkan:%d: cached pipeline cache not used: %s",
+             d->ordinal, jit_status_message(s));
+    jit_status_free(s);
+  }
+}
+
+// Stores a device's pipeline cache (at context destroy), so the next process skips
+// the driver's shader compiles where the driver keeps them there.
+static void jit__pipeline_cache_store(jit_device *d) {
+  jit__cache *cache = d->ctx->cache;
+  if (!d->vk || !jit__cache_enabled(cache)) return;
+  uint8_t *bytes = NULL;
+  size_t size = 0;
+  jit_status s = jit__vk_pipeline_cache_get(d->vk, &bytes, &size);
+  if (!s && size) {
+    jit__cache_entry e;
+    memset(&e, 0, sizeof(e));
+    jit__pipeline_cache_key(d, e.key);
+    e.kind = JIT__PAYLOAD_VK_PIPELINE_CACHE;
+    e.payload = bytes;
+    e.payload_size = size;
+    char components[1200];
+    snprintf(components, sizeof components, "kind=vk-pipeline-cache\n%s", d->target_text);
+    e.components = components;
+    s = jit__cache_put(cache, &e);
+  }
+  if (s) jit_status_free(s);
+  free(bytes);
+}
+
 // Creates the device's backend object at its first use.
 jit_status jit__device_open(jit_device *d) {
   if (d->kind == JIT_DEVICE_CPU) return NULL;
   pthread_mutex_lock(&d->mu);
   jit_status s = NULL;
-  if (d->kind == JIT_DEVICE_VULKAN && !d->vk)
+  if (d->kind == JIT_DEVICE_VULKAN && !d->vk) {
     s = jit__vk_device_create(d->vk_instance, d->vk_index, NULL, &d->vk);
+    if (!s) jit__pipeline_cache_load(d);
+  }
   if (d->kind == JIT_DEVICE_CUDA && !d->cu)
     s = jit__cu_device_create(d->cu_instance, d->cu_index, NULL, &d->cu);
   pthread_mutex_unlock(&d->mu);
@@ -196,6 +256,7 @@ void jit__devices_destroy(jit_context *ctx) {
     jit_device *d = ctx->devices[i];
     for (size_t k = 0; k < d->n_live; k++) jit__device_release(d, &d->live[k]);
     free(d->live);
+    if (d->kind == JIT_DEVICE_VULKAN) jit__pipeline_cache_store(d);
     jit__vk_device_destroy(d->vk);
     jit__cu_device_destroy(d->cu);
     if (i > 0) free(d->target_text);

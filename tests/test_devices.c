@@ -171,6 +171,11 @@ Test(devices, vulkan_device_tensors) {
   jit_context_destroy(ctx);
 }
 
+static int count_pipeline_caches(void *user, const jit_cache_entry_info *e) {
+  if (!strcmp(e->kind, "vk-pipeline-cache")) ++*(int *)user;
+  return 1;
+}
+
 Test(devices, vulkan_offload_matches_cpu_and_caches) {
   jit_context *ctx = ctx_opts("vulkan");
   jit_graph *g = dense(ctx);
@@ -201,8 +206,12 @@ Test(devices, vulkan_offload_matches_cpu_and_caches) {
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 
-  // A new context loads the SPIR-V kernels from the disk cache.
+  // A new context loads the SPIR-V kernels from the disk cache, and the device's
+  // VkPipelineCache was stored there when the first context went away.
   ctx = ctx_opts("vulkan");
+  int pipeline_caches = 0;
+  TU_OK(jit_cache_list(ctx, count_pipeline_caches, &pipeline_caches));
+  cr_expect_eq(pipeline_caches, 1, "%d pipeline-cache entries", pipeline_caches);
   g = dense(ctx);
   float x[13], w[13 * 7], b[7], y[7], ref[7];
   fill(x, 13, 1);
