@@ -14,71 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lgraph_builder.h"
 #include "lowering/gpu.h"
-
-//===--- Graph building --------------------------------------------------===//
-
-#define MAXN 16
-
-typedef struct tg {
-  jit__node nodes[MAXN];
-  uint32_t inputs[4], outputs[2];
-  jit__lgraph g;
-  jit__dtype dt;
-} tg;
-
-static void tg_init(tg *t, const char *name, jit__dtype dt) {
-  memset(t, 0, sizeof *t);
-  t->g.name = name;
-  t->g.nodes = t->nodes;
-  t->g.inputs = t->inputs;
-  t->g.outputs = t->outputs;
-  t->dt = dt;
-}
-
-static uint32_t tg_node(tg *t, jit__op op, int n_ops, uint32_t a, uint32_t b, int rank,
-                        const int64_t *dims) {
-  uint32_t id = t->g.n_nodes++;
-  cr_assert(id < MAXN);
-  jit__node *n = &t->nodes[id];
-  n->op = op;
-  n->dtype = t->dt;
-  n->n_operands = n_ops;
-  n->operands[0] = a;
-  n->operands[1] = b;
-  n->rank = rank;
-  if (rank) memcpy(n->dims, dims, sizeof(int64_t) * (size_t)rank);
-  return id;
-}
-
-static uint32_t tg_input(tg *t, int rank, const int64_t *dims) {
-  uint32_t id = tg_node(t, JIT__OP_INPUT, 0, 0, 0, rank, dims);
-  t->inputs[t->g.n_inputs++] = id;
-  return id;
-}
-
-static void tg_output(tg *t, uint32_t id) { t->outputs[t->g.n_outputs++] = id; }
-
-static uint32_t tg_unary(tg *t, jit__op op, uint32_t x) {
-  return tg_node(t, op, 1, x, 0, t->nodes[x].rank, t->nodes[x].dims);
-}
-
-static uint32_t tg_reduce(tg *t, jit__op op, uint32_t x, int axis, bool keepdims) {
-  const jit__node *xn = &t->nodes[x];
-  int64_t dims[JIT_MAX_RANK];
-  int r = 0;
-  for (int d = 0; d < xn->rank; d++) {
-    if (d == axis) {
-      if (keepdims) dims[r++] = 1;
-    } else {
-      dims[r++] = xn->dims[d];
-    }
-  }
-  uint32_t id = tg_node(t, op, 1, x, 0, r, dims);
-  t->nodes[id].axis = axis;
-  t->nodes[id].keepdims = keepdims;
-  return id;
-}
 
 //===--- Tools -----------------------------------------------------------===//
 
@@ -140,12 +77,6 @@ static int run_tool(const char *tool, const char *args_fmt, const void *data, si
 
 //===--- Checks ----------------------------------------------------------===//
 
-static int64_t elems(const jit__node *n) {
-  int64_t e = 1;
-  for (int d = 0; d < n->rank; d++) e *= n->dims[d];
-  return e;
-}
-
 static void check_plan(const jit__lgraph *g, const jit__gpu_plan *p) {
   cr_assert_geq(p->n_kernels, 1);
   cr_assert_geq(p->n_buffers, g->n_inputs + g->n_outputs);
@@ -153,14 +84,14 @@ static void check_plan(const jit__lgraph *g, const jit__gpu_plan *p) {
     const jit__node *n = &g->nodes[g->inputs[i]];
     cr_assert_eq(p->buffers[i].kind, JIT__GPU_BUF_INPUT);
     cr_assert_eq(p->buffers[i].index, i);
-    cr_assert_eq(p->buffers[i].bytes, (uint64_t)elems(n) * (n->dtype == JIT__F16 ? 2 : 4));
+    cr_assert_eq(p->buffers[i].bytes, (uint64_t)node_numel(n) * (n->dtype == JIT__F16 ? 2 : 4));
   }
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *n = &g->nodes[g->outputs[j]];
     const jit__gpu_buffer *b = &p->buffers[g->n_inputs + j];
     cr_assert_eq(b->kind, JIT__GPU_BUF_OUTPUT);
     cr_assert_eq(b->index, j);
-    cr_assert_eq(b->bytes, (uint64_t)elems(n) * (n->dtype == JIT__F16 ? 2 : 4));
+    cr_assert_eq(b->bytes, (uint64_t)node_numel(n) * (n->dtype == JIT__F16 ? 2 : 4));
     // Some kernel writing the output has at least one thread per output element.
     uint64_t best = 0;
     for (uint32_t k = 0; k < p->n_kernels; k++) {
@@ -171,8 +102,8 @@ static void check_plan(const jit__lgraph *g, const jit__gpu_plan *p) {
       for (int d = 0; d < 3; d++) threads *= (uint64_t)kk->grid[d] * kk->block[d];
       if (uses && threads > best) best = threads;
     }
-    cr_assert_geq(best, (uint64_t)elems(n), "output %u: %llu threads for %lld elements", j,
-                  (unsigned long long)best, (long long)elems(n));
+    cr_assert_geq(best, (uint64_t)node_numel(n), "output %u: %llu threads for %lld elements", j,
+                  (unsigned long long)best, (long long)node_numel(n));
   }
   for (uint32_t i = g->n_inputs + g->n_outputs; i < p->n_buffers; i++) {
     cr_assert_eq(p->buffers[i].kind, JIT__GPU_BUF_TEMP);
