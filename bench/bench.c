@@ -614,7 +614,7 @@ static void write_chart(void) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "gnuplot -e \"set terminal pngcairo size 1200,600 font ',9' noenhanced;"
-           "set output '%s';set style fill solid 0.8;set boxwidth 0.7;"
+           "set output '%s';set style fill solid 0.8;set boxwidth 0.7;set bmargin 9;set rmargin 8;"
            "set ylabel 'speed vs best peer (x, higher is better)';set grid ytics;"
            "set xtics rotate by -40 noenhanced;set yrange [0:*];"
            "set title 'libjitml / best of OpenBLAS, oneDNN (memcpy, plain C for "

@@ -103,7 +103,10 @@ typedef struct jit_options {
   size_t struct_size;
   // 0 = debug pipeline (plain loops), 1-3 = optimized (default 2).
   int opt_level;
-  // Worker threads for kernels; 0 = all cores. (Kernels are single-threaded today.)
+  // Threads a CPU kernel may use; 0 = all online cores. Large matmuls, elementwise
+  // chains and row reductions are split across them with OpenMP (LLVM's libomp, loaded
+  // on first use; without it kernels run on one thread). Results do not depend on the
+  // thread count: no reduction is split. Part of the kernel key.
   int num_threads;
   // Log callback; NULL = silent, unless JITML_LOG=debug|info|warning|error is set in
   // the environment, which logs to stderr.

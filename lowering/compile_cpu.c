@@ -393,7 +393,10 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     status = JIT_ERR(JIT_COMPILE_ERROR, "translation to LLVM IR failed: %s", diag->buf);
     goto done;
   }
-  if (options->opt_level > 0) jit__cpu_expand_exp(mod);
+  if (options->opt_level > 0) {
+    jit__cpu_expand_exp(mod);
+    jit__cpu_mark_reductions(mod);
+  }
   snprintf(out->entry, sizeof(out->entry), "%s_entry", func_name);
   out->n_args = n_args;
   status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);

@@ -20,10 +20,12 @@
 // That is what keeps odd shapes such as 17x1000x31 exact and fast without masks.
 //
 // Elementwise generics (after linalg-fuse-elementwise-ops made chains into one) are
-// split across threads over dim 0, tiled [1, ..., 1, V] and vectorized. Reductions
-// over the last dim are split across threads over their parallel dims; their inner
-// loops are left to LLVM (vectorizing them in MLIR would change the summation order
-// and needs reassociation flags the generated IR does not carry).
+// split across threads over dim 0, tiled [1, ..., 1, V] and vectorized. An elementwise
+// op that reads a row reduction (softmax's division by the sum, normalizations) is the
+// root of a row loop into which its producers (max, exp, sum) are fused, so each row
+// is read from memory once. Other reductions over the last dim are split across
+// threads over their parallel dims. Reduction inner loops are left to LLVM, which
+// vectorizes them once cpu_vmath.c marks their adds reassociable.
 //
 // Threads: OpenMP through convert-scf-to-openmp rather than a pool in devices/cpu,
 // because the split is then decided per op inside the kernel (a pool would need one
@@ -96,8 +98,10 @@ typedef struct host {
 
 static host host_of(const char *features) {
   if (features && strstr(features, "+avx512f")) return (host){16, 24, 8, 32};
+  // AVX2: 6x16 (12 accumulators) measured 1.1-1.3x faster than 4x16 at 64x768x3072 and
+  // 512^3 on Zen 3 (more FMAs per load of B), 8x16 and 3x32 slower.
   if (features && strstr(features, "+avx2") && strstr(features, "+fma"))
-    return (host){8, 12, 4, 16};
+    return (host){8, 12, 6, 16};
   return (host){4, 12, 4, 8};
 }
 
@@ -190,6 +194,9 @@ typedef struct walk {
   bool parallel;
   MlirOperation fused[64];  // generics taken as matmul epilogues
   int n_fused;
+  MlirOperation claimed[64];  // generics fused into a row loop (below)
+  int n_claimed;
+  int n_row;
 } walk;
 
 // The single elementwise consumer of a matmul that can be computed on its tiles.
@@ -261,16 +268,38 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   if (split == 0) tM = M / T;
   if (split == 1) tN = N / T;
 
-  int64_t MC = 64, NC = fused ? 128 : 256, KC = 256;
-  { const char *e = getenv("JITML_EXP_TILE"); /* EXPERIMENT ONLY */
-    if (e && M >= 64) { int a, b, c, d, f; if (sscanf(e, "%d,%d,%d,%d,%d", &a, &b, &c, &d, &f) == 5) { tm = a; tn = b; MC = c; NC = d; KC = f; } } }
-  int64_t mc = pick_block(tM, MC, tm), nc = pick_block(tN, NC, tn);
-  int64_t kc = fused ? 0 : pick_block(K, KC, 1);
+  // Cache blocks: a kc x nc block of B (256 KiB) in L2; mc rows of A per pass.
+  int64_t mc = pick_block(tM, 64, tm), nc = pick_block(tN, fused ? 128 : 256, tn);
+  // No k blocks when all of B fits in L2 anyway (a narrow or small B).
+  int64_t kc = fused || K * N * 4 <= (256 << 10) ? 0 : pick_block(K, 256, 1);
   if (small_m) {
     mc = nc = 0;
-    kc = pick_block(K, getenv("JITML_EXP_KC") ? atoi(getenv("JITML_EXP_KC")) : 16, 1);
+    kc = pick_block(K, 16, 1);
   }
   int64_t em = mc ? mc : tM, en = nc ? nc : tN;  // extents the register tiles walk
+  // A remainder that is not a whole number of vectors (31 = 16 + 15) makes LLVM
+  // legalize odd-width vectors lane by lane, with spills. Pick the width that leaves
+  // the smallest remainder; the remainder columns then run one at a time (below).
+  bool narrow_rest = false;
+  if (!fused && tn % h.lanes == 0 && en > tn && en % tn) {
+    int64_t best_tn = tn, best_tm = tm;
+    // Whole vectors, a power of two of them: LLVM widens other counts (24 lanes -> 32)
+    // and the accumulator then spills.
+    for (int64_t v = 1; v <= h.acc; v *= 2) {
+      int64_t cand = v * h.lanes, rows = h.acc / v;
+      if (cand > en || rows < 1) break;
+      if (rows > tm) rows = tm;
+      if (en % cand < en % best_tn || (en % cand == en % best_tn && cand > best_tn)) {
+        if (rows * v <= h.acc && rows >= (tm < 3 ? tm : 3)) {
+          best_tn = cand;
+          best_tm = rows;
+        }
+      }
+    }
+    tn = best_tn;
+    tm = best_tm < M ? best_tm : M;
+    narrow_rest = en % tn != 0 && (en % tn) % h.lanes != 0;
+  }
 
   sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s, threads split %s, blocks [%lld, %lld, "
                 "%lld], register tile %lldx%lld\n",
@@ -349,12 +378,16 @@ static void plan_matmul(walk *w, MlirOperation mm) {
       snprintf(kb, sizeof kb, "%%kb%d", i);
       src = kb;
     }
-    int nl = nreg + 1;
-    sb_printf(sb, "  %%rt%d, %%rl%d:%d = transform.structured.tile_using_for %s tile_sizes "
-                  "[%lld, %lld, 1] : (" ANY ") -> ",
-              i, i, nl, src, (long long)(tm < em ? tm : 0), (long long)(tn < en ? tn : 0));
-    sb_types(sb, nl + 1);
-    sb_printf(sb, "\n");
+    // The register tile; its k loop comes last (below), after the peeling, so that k is
+    // innermost in every copy and the accumulator stays in registers across it.
+    if (nreg) {
+      sb_printf(sb, "  %%rt%d, %%rl%d:%d = transform.structured.tile_using_for %s "
+                    "tile_sizes [%lld, %lld, 0] : (" ANY ") -> ",
+                i, i, nreg, src, (long long)(tm < em ? tm : 0),
+                (long long)(tn < en ? tn : 0));
+      sb_types(sb, nreg + 1);
+      sb_printf(sb, "\n");
+    }
     int li = 0;
     if (tm < em) { snprintf(lmb, sizeof lmb, "%%rl%d#%d", i, li++); lm = lmb; }
     if (tn < en) { snprintf(lnb, sizeof lnb, "%%rl%d#%d", i, li++); ln = lnb; }
@@ -367,13 +400,20 @@ static void plan_matmul(walk *w, MlirOperation mm) {
               "  %%qnm%d, %%qnr%d = transform.loop.peel %%qn%d : (!transform.op<\"scf.for\">) "
               "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
               i, ln, i, i, i);
+  if (ln && en % tn && narrow_rest)
+    sb_printf(sb,
+              "  %%qnx%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%qnr%d : "
+              "(!transform.op<\"scf.for\">) -> " ANY "\n"
+              "  %%qnxt%d, %%qnxl%d = transform.structured.tile_using_for %%qnx%d "
+              "tile_sizes [0, 1, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, i, i, i);
   if (lm && em % tm)
     sb_printf(sb,
               "  %%qm%d = transform.cast %s : " ANY " to !transform.op<\"scf.for\">\n"
               "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : (!transform.op<\"scf.for\">) "
               "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
               i, lm, i, i, i);
-  if (fused) {
+  {
     // The k loop inside each register tile (after peeling, so every copy gets one).
     sb_printf(sb,
               "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
@@ -384,9 +424,113 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   }
 }
 
+//===--- Row fusion (softmax, normalizations) -------------------------===//
+
+// A reduction over the last loop only, reading input 0 through the identity.
+static bool is_row_reduction(MlirOperation g) {
+  if (!op_is(g, "linalg.generic") || mlirOperationGetNumResults(g) != 1) return false;
+  char it[JIT_MAX_RANK + 2];
+  int nl = read_iterators(g, it, (int)sizeof it);
+  if (nl < 2 || it[nl - 1] != 'r') return false;
+  for (int l = 0; l < nl - 1; l++)
+    if (it[l] != 'p') return false;
+  return map_is_identity(g, 0);
+}
+
+static MlirOperation producer(MlirValue v) {
+  if (!mlirValueIsAOpResult(v)) return (MlirOperation){NULL};
+  return mlirOpResultGetOwner(v);
+}
+
+// An elementwise generic of rank >= 2 that reads a row reduction (softmax's division
+// by the row sum, a normalization) is the root of a row loop: tiling it by rows fuses
+// its producers (the exps, the sum, the max) into the same loop, so a row is read from
+// memory once and the rest stays in L1, instead of one pass over the whole matrix per
+// op and a full-size intermediate in between.
+static bool is_row_root(MlirOperation g) {
+  if (!op_is(g, "linalg.generic") || mlirOperationGetNumResults(g) != 1) return false;
+  MlirType rt = mlirValueGetType(mlirOperationGetResult(g, 0));
+  if (!static_shaped(rt) || mlirShapedTypeGetRank(rt) < 2) return false;
+  char it[JIT_MAX_RANK + 2];
+  int nl = read_iterators(g, it, (int)sizeof it);
+  if (nl != mlirShapedTypeGetRank(rt)) return false;
+  for (int l = 0; l < nl; l++)
+    if (it[l] != 'p') return false;
+  bool reads_reduction = false;
+  for (intptr_t k = 0; k + 1 < mlirOperationGetNumOperands(g); k++) {
+    MlirType t = mlirValueGetType(mlirOperationGetOperand(g, k));
+    if (!mlirTypeIsARankedTensor(t) || !mlirShapedTypeHasStaticShape(t)) return false;
+    MlirOperation p = producer(mlirOperationGetOperand(g, k));
+    if (!mlirOperationIsNull(p) && is_row_reduction(p)) reads_reduction = true;
+  }
+  return reads_reduction;
+}
+
+static bool is_claimed(walk *w, MlirOperation g) {
+  for (int c = 0; c < w->n_claimed; c++)
+    if (mlirOperationEqual(w->claimed[c], g)) return true;
+  return false;
+}
+
+// Claims the generics (and fills) `g` reads, transitively: the row loop computes them.
+static void claim_producers(walk *w, MlirOperation g, int depth) {
+  if (depth > 16) return;
+  for (intptr_t k = 0; k < mlirOperationGetNumOperands(g); k++) {
+    MlirOperation p = producer(mlirOperationGetOperand(g, k));
+    if (mlirOperationIsNull(p) || !op_is(p, "linalg.generic") || is_claimed(w, p)) continue;
+    if (w->n_claimed >= 64) return;
+    w->claimed[w->n_claimed++] = p;
+    claim_producers(w, p, depth + 1);
+  }
+}
+
+static MlirWalkResult find_row_roots(MlirOperation op, void *user) {
+  walk *w = user;
+  if (is_row_root(op)) claim_producers(w, op, 0);
+  return MlirWalkResultAdvance;
+}
+
+static void plan_row(walk *w, MlirOperation g) {
+  MlirType rt = mlirValueGetType(mlirOperationGetResult(g, 0));
+  int nl = (int)mlirShapedTypeGetRank(rt);
+  int64_t d0 = mlirShapedTypeGetDimSize(rt, 0);
+  int64_t numel = 1;
+  for (int l = 0; l < nl; l++) numel *= mlirShapedTypeGetDimSize(rt, l);
+  int i = w->n_row++;
+  set_tag(w->ctx, g, "jit_row", i);
+  sbuf *sb = &w->sb;
+  int T = w->threads;
+  bool par = T > 1 && d0 % T == 0 && numel >= (1 << 15);
+  sb_printf(sb,
+            "  %%row%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+            "{jit_row = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+            i, i);
+  const char *src = "%row";
+  if (par) {
+    w->parallel = true;
+    sb_printf(sb, "  %%rowt%d, %%rowf%d = transform.structured.tile_using_forall %%row%d "
+                  "tile_sizes [%lld",
+              i, i, i, (long long)(d0 / T));
+    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+    sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
+    src = "%rowt";
+  }
+  sb_printf(sb, "  %%rowr%d, %%rowl%d:%d = transform.structured.fuse %s%d tile_sizes [", i,
+            i, nl - 1, src, i);
+  for (int l = 0; l < nl; l++) sb_printf(sb, "%s%d", l ? ", " : "", l < nl - 1 ? 1 : 0);
+  sb_printf(sb, "] : (" ANY ") -> ");
+  sb_types(sb, nl);
+  sb_printf(sb, "\n");
+}
+
 static void plan_generic(walk *w, MlirOperation g) {
   for (int f = 0; f < w->n_fused; f++)
     if (mlirOperationEqual(w->fused[f], g)) return;
+  if (is_claimed(w, g)) return;
+  if (is_row_root(g)) {
+    plan_row(w, g);
+    return;
+  }
   if (mlirOperationGetNumResults(g) != 1) return;
   MlirType rt = mlirValueGetType(mlirOperationGetResult(g, 0));
   if (!static_shaped(rt)) return;
@@ -509,6 +653,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
             " {transform.readonly}) {\n");
   // Matmuls first: they claim their epilogues, which the generic pass then skips.
   mlirOperationWalk(module, plan_op, &w, MlirWalkPreOrder);
+  mlirOperationWalk(module, find_row_roots, &w, MlirWalkPreOrder);
   mlirOperationWalk(module, plan_generic_op, &w, MlirWalkPreOrder);
   const char *canon =
       "  transform.apply_patterns to %f { transform.apply_patterns.canonicalization } "
@@ -516,6 +661,11 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   sb_printf(sb, "  %%f = transform.structured.match ops{[\"func.func\"]} in %%root : "
                 "(" ANY ") -> " ANY "\n%s",
             canon);
+  // Row loops: the intermediates fused into them (exp(x - max) of one row) become
+  // row-sized tensors, instead of slices of a full-size buffer that would go to memory.
+  if (w.n_row)
+    sb_printf(sb, "  transform.apply_patterns to %%f { "
+                  "transform.apply_patterns.tensor.fold_tensor_empty } : " ANY "\n");
   // Vectorize what was tiled: register tiles of the matmuls (as named contractions,
   // which lower to outer products), their epilogues and fills, and elementwise tiles.
   for (int i = 0; i < w.n_mm; i++) {
@@ -560,7 +710,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
             "  } : " ANY "\n"
             "  transform.yield\n}\n}\n",
             canon, canon);
-  out->n_ops = w.n_mm + w.n_ew + w.n_rd;
+  out->n_ops = w.n_mm + w.n_ew + w.n_rd + w.n_row;
   out->parallel = w.parallel;
   out->threads = w.threads;
   if (sb->oom) {

@@ -35,4 +35,9 @@ void jit__cpu_plan_free(jit__cpu_plan *plan);
 // the number of calls replaced.
 int jit__cpu_expand_exp(LLVMModuleRef mod);
 
+// Marks the fadd of every scalar accumulate-into-memory reduction step in `mod`
+// `reassoc`, so LLVM can vectorize the reduction loop (cpu_vmath.c says why that is
+// safe here). Returns the number marked.
+int jit__cpu_mark_reductions(LLVMModuleRef mod);
+
 #endif  // JITML_LOWERING_CPU_STRATEGY_H_

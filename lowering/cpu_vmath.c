@@ -99,6 +99,63 @@ static bool is_f32_exp(LLVMValueRef inst, unsigned *lanes) {
   return LLVMGetTypeKind(t) == LLVMFloatTypeKind;
 }
 
+// Scalar reductions (sum, mean, softmax's denominator, batch-matmul inner products)
+// reach LLVM as `acc = load p; acc' = fadd acc, x; store acc', p` inside a loop. LLVM
+// promotes acc to a register but will not vectorize the loop: that would reorder the
+// additions, which strict IEEE semantics forbid. Marking exactly those fadds
+// `reassoc` lets it keep several partial sums in vector lanes. The order then differs
+// from a left-to-right sum (within the tolerance of any f32 sum), but it is fixed by
+// the code, so results are the same on every call and for every thread count.
+// Same address: the same value, or GEPs / extractvalues of the same operands (before
+// O2 the load and the store each compute their own).
+static bool same_address(LLVMValueRef a, LLVMValueRef b, int depth) {
+  if (a == b) return true;
+  if (depth == 0) return false;
+  bool gep = LLVMIsAGetElementPtrInst(a) && LLVMIsAGetElementPtrInst(b);
+  bool ev = LLVMIsAExtractValueInst(a) && LLVMIsAExtractValueInst(b);
+  if (!gep && !ev) return false;
+  int n = LLVMGetNumOperands(a);
+  if (n != LLVMGetNumOperands(b)) return false;
+  if (ev) {
+    unsigned k = LLVMGetNumIndices(a);
+    if (k != LLVMGetNumIndices(b) || memcmp(LLVMGetIndices(a), LLVMGetIndices(b),
+                                            k * sizeof(unsigned)) != 0)
+      return false;
+  }
+  for (int i = 0; i < n; i++)
+    if (!same_address(LLVMGetOperand(a, (unsigned)i), LLVMGetOperand(b, (unsigned)i),
+                      depth - 1))
+      return false;
+  return true;
+}
+
+static bool is_accumulate(LLVMValueRef inst) {
+  if (LLVMGetInstructionOpcode(inst) != LLVMFAdd) return false;
+  if (LLVMGetTypeKind(LLVMTypeOf(inst)) != LLVMFloatTypeKind) return false;
+  LLVMValueRef next = LLVMGetNextInstruction(inst);
+  for (int hops = 0; next && hops < 8; hops++, next = LLVMGetNextInstruction(next)) {
+    if (!LLVMIsAStoreInst(next) || LLVMGetOperand(next, 0) != inst) continue;
+    LLVMValueRef ptr = LLVMGetOperand(next, 1);
+    for (int k = 0; k < 2; k++) {
+      LLVMValueRef op = LLVMGetOperand(inst, (unsigned)k);
+      if (LLVMIsALoadInst(op) && same_address(LLVMGetOperand(op, 0), ptr, 3)) return true;
+    }
+  }
+  return false;
+}
+
+int jit__cpu_mark_reductions(LLVMModuleRef mod) {
+  int count = 0;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn))
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+      for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = LLVMGetNextInstruction(i))
+        if (is_accumulate(i) && LLVMCanValueUseFastMathFlags(i)) {
+          LLVMSetFastMathFlags(i, LLVMGetFastMathFlags(i) | LLVMFastMathAllowReassoc);
+          count++;
+        }
+  return count;
+}
+
 int jit__cpu_expand_exp(LLVMModuleRef mod) {
   vm v = {mod, LLVMGetModuleContext(mod), NULL, NULL, NULL, 0};
   v.b = LLVMCreateBuilderInContext(v.ctx);

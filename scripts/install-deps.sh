@@ -27,6 +27,13 @@ PACKAGES=(
   # Mesa's lavapipe is the CPU Vulkan device the tests run on.
   libvulkan-dev
   mesa-vulkan-drivers
+  # Multi-threaded CPU kernels are OpenMP code: LLVM's libomp, loaded at run time.
+  libomp-22-dev
+  # bench/: the peers it compares against (OpenBLAS is dlopen'ed, oneDNN linked when
+  # present) and gnuplot for the chart in docs/.
+  libopenblas-dev
+  libdnnl-dev
+  gnuplot-nox
 )
 
 missing=()

@@ -211,7 +211,8 @@ Test(devices, vulkan_offload_matches_cpu_and_caches) {
   ctx = ctx_opts("vulkan");
   int pipeline_caches = 0;
   TU_OK(jit_cache_list(ctx, count_pipeline_caches, &pipeline_caches));
-  cr_expect_eq(pipeline_caches, 1, "%d pipeline-cache entries", pipeline_caches);
+  // At least this build's (a suite dir reused across rebuilds keeps older builds' too).
+  cr_expect_geq(pipeline_caches, 1, "%d pipeline-cache entries", pipeline_caches);
   g = dense(ctx);
   float x[13], w[13 * 7], b[7], y[7], ref[7];
   fill(x, 13, 1);

@@ -65,6 +65,13 @@ static void jit__omp_load(void) {
 }
 
 int jit__cpu_threads(int requested) {
+#if defined(__SANITIZE_ADDRESS__)
+  // libomp is not sanitizer-clean: LeakSanitizer's exit-time thread suspension crashes
+  // on its idle workers, and omp_pause_resource_all leaks its own allocations. In
+  // ASan builds kernels are single-threaded (the release test suite covers threads).
+  (void)requested;
+  return 1;
+#else
   long n = requested > 0 ? requested : sysconf(_SC_NPROCESSORS_ONLN);
   if (n <= 1) return 1;
   if (n > 256) n = 256;
@@ -73,6 +80,7 @@ int jit__cpu_threads(int requested) {
   for (size_t i = 0; i < sizeof jit__omp_paths / sizeof *jit__omp_paths; i++)
     if (access(jit__omp_paths[i], R_OK) == 0) return (int)n;
   return 1;
+#endif
 }
 
 // Converts an LLVMErrorRef (consuming it) into a status.
@@ -81,6 +89,69 @@ static jit_status jit__from_llvm_error(LLVMErrorRef err, const char *what) {
   jit_status s = JIT_ERR(JIT_DEVICE_ERROR, "cpu: %s: %s", what, msg);
   LLVMDisposeErrorMessage(msg);
   return s;
+}
+
+//===--- Runtime helpers kernels may call ----------------------------------===//
+
+// memref.copy between strided buffers lowers to a call of `memrefCopy` (MLIR's
+// CRunnerUtils, not a Debian library). Bufferization keeps such copies when it cannot
+// prove a hoisted tile may be updated in place (the tiled matmuls with peeled
+// remainders do this), so the device defines the symbol itself. Arguments are
+// unranked descriptors: {rank, ranked descriptor *}, the ranked one being
+// {allocated, aligned, offset, sizes[rank], strides[rank]}.
+typedef struct jit__unranked {
+  int64_t rank;
+  void *desc;
+} jit__unranked;
+
+static void jit__memref_copy(int64_t elem, const jit__unranked *src, const jit__unranked *dst) {
+  int64_t rank = src->rank;
+  const int64_t *s = src->desc, *d = dst->desc;
+  const char *sp = (const char *)(intptr_t)s[1] + s[2] * elem;
+  char *dp = (char *)(intptr_t)d[1] + d[2] * elem;
+  const int64_t *sizes = s + 3, *ss = s + 3 + rank, *ds = d + 3 + rank;
+  if (rank == 0) {
+    memcpy(dp, sp, (size_t)elem);
+    return;
+  }
+  for (int64_t r = 0; r < rank; r++)
+    if (sizes[r] == 0) return;
+  int64_t idx[16] = {0};
+  if (rank > 16) return;  // kernels never have more than JIT_MAX_RANK (8) dims
+  for (;;) {
+    int64_t so = 0, dof = 0;
+    for (int64_t r = 0; r < rank - 1; r++) {
+      so += idx[r] * ss[r];
+      dof += idx[r] * ds[r];
+    }
+    int64_t n = sizes[rank - 1];
+    if (ss[rank - 1] == 1 && ds[rank - 1] == 1) {
+      memcpy(dp + dof * elem, sp + so * elem, (size_t)(n * elem));
+    } else {
+      for (int64_t i = 0; i < n; i++)
+        memcpy(dp + (dof + i * ds[rank - 1]) * elem, sp + (so + i * ss[rank - 1]) * elem,
+               (size_t)elem);
+    }
+    int64_t r = rank - 2;
+    for (; r >= 0; r--) {
+      if (++idx[r] < sizes[r]) break;
+      idx[r] = 0;
+    }
+    if (r < 0) return;
+  }
+}
+
+static LLVMErrorRef jit__define_helpers(LLVMOrcLLJITRef jit) {
+  LLVMOrcCSymbolMapPair sym;
+  sym.Name = LLVMOrcLLJITMangleAndIntern(jit, "memrefCopy");
+  union { void (*f)(int64_t, const jit__unranked *, const jit__unranked *); LLVMOrcExecutorAddress a; } u;
+  u.a = 0;
+  u.f = jit__memref_copy;
+  sym.Sym.Address = u.a;
+  sym.Sym.Flags.GenericFlags = LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
+  sym.Sym.Flags.TargetFlags = 0;
+  LLVMOrcMaterializationUnitRef mu = LLVMOrcAbsoluteSymbols(&sym, 1);
+  return LLVMOrcJITDylibDefine(LLVMOrcLLJITGetMainJITDylib(jit), mu);  // takes mu
 }
 
 //===--- Device ----------------------------------------------------------===//
@@ -114,6 +185,12 @@ jit_status jit__cpu_device_create(jit__cpu_device **out_device) {
     return jit__from_llvm_error(err, "creating the process symbol generator");
   }
   LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(d->jit), gen);
+  err = jit__define_helpers(d->jit);
+  if (err) {
+    LLVMOrcDisposeLLJIT(d->jit);
+    free(d);
+    return jit__from_llvm_error(err, "defining runtime helpers");
+  }
   pthread_mutex_init(&d->mu, NULL);
   *out_device = d;
   return NULL;

@@ -1,0 +1,262 @@
+//===--- test_perf_paths.c - every specialized CPU code path against plain C ===//
+//
+// lowering/cpu_strategy.c picks a different loop structure by shape: GEMV-like small
+// M, register tiles with peeled remainders, cache blocks chosen as divisors, a fused
+// bias + activation epilogue, threads split over M or N, vectorized elementwise chains
+// with a peeled tail, inline exp. Each test here lands on one of those paths with
+// shapes that include 1, primes and non-multiples of every tile, at 1 and 2 threads,
+// f32 and f16, and compares with the double-accumulating references in ref.c.
+//
+//===----------------------------------------------------------------------===//
+#include "util.h"
+
+static jit_context *ctx_threads(int threads) {
+  jit_options o;
+  jit_options_init(&o);
+  o.num_threads = threads;
+  o.cache_dir = "";  // compile every kernel: this suite is about the compiler
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  return ctx;
+}
+
+static float gelu_ref(double x) {
+  return (float)(0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))));
+}
+
+// y = act(x W [+ b]) for act 0 = none, 1 = relu, 2 = gelu; checks against ref_matmul.
+static void check_dense(int M, int K, int N, int threads, DLDataType dt, int bias,
+                        int act) {
+  jit_context *ctx = ctx_threads(threads);
+  jit_graph *g = tu_graph(ctx, "dense");
+  int64_t sa[2] = {M, K}, sb[2] = {K, N}, sbias[1] = {N}, sc[2] = {M, N};
+  jit_value x = jit_input(g, "x", dt, 2, sa), w = jit_input(g, "w", dt, 2, sb);
+  jit_value y = jit_matmul(g, x, w);
+  jit_value bv = {0};
+  if (bias) {
+    bv = jit_input(g, "b", dt, 1, sbias);
+    y = jit_add(g, y, bv);
+  }
+  if (act == 1) y = jit_relu(g, y);
+  if (act == 2) y = jit_gelu(g, y);
+  jit_output(g, y);
+  TU_OK(jit_graph_finalize(g));
+
+  ref_rng rng;
+  ref_rng_seed(&rng, (uint64_t)(M * 1000003 + K * 1009 + N));
+  float *a = tu_malloc(sizeof(float) * (size_t)M * K);
+  float *b = tu_malloc(sizeof(float) * (size_t)K * N);
+  float *bb = tu_malloc(sizeof(float) * (size_t)N);
+  float *want = tu_malloc(sizeof(float) * (size_t)M * N);
+  ref_rng_fill_signed(&rng, a, (int64_t)M * K);
+  ref_rng_fill_signed(&rng, b, (int64_t)K * N);
+  ref_rng_fill_signed(&rng, bb, N);
+  void *da = tu_input_data(dt, a, (int64_t)M * K), *db = tu_input_data(dt, b, (int64_t)K * N);
+  void *dbias = tu_input_data(dt, bb, N);
+  int64_t dc[2];
+  ref_matmul(a, 2, sa, b, 2, sb, want, dc);
+  for (int64_t i = 0; i < (int64_t)M * N; i++) {
+    double v = want[i] + (bias ? bb[i % N] : 0.0);
+    want[i] = act == 1 ? (float)(v > 0 ? v : 0) : act == 2 ? gelu_ref(v) : (float)v;
+  }
+  DLTensor ins[3] = {tu_tensor(da, dt, 2, sa), tu_tensor(db, dt, 2, sb),
+                     tu_tensor(dbias, dt, 1, sbias)};
+  char what[128];
+  snprintf(what, sizeof what, "%s%s %dx%dx%d %s threads=%d", bias ? "bias+" : "",
+           act == 1 ? "relu" : act == 2 ? "gelu" : "matmul", M, K, N,
+           tu_is_f16(dt) ? "f16" : "f32", threads);
+  // Inputs in [-1, 1]: the sum of K products has magnitude ~sqrt(K); f32 summation in
+  // a different order than the double reference differs by ~K * 2^-24 relative.
+  double f16 = tu_is_f16(dt);
+  double atol = f16 ? 2e-2 * sqrt((double)K) : 2e-6 * K, rtol = f16 ? 1e-2 : 1e-5;
+  tu_run_check(g, ins, bias ? 3 : 2, dt, 2, sc, want, rtol, atol, NULL, what);
+  free(a);
+  free(b);
+  free(bb);
+  free(want);
+  free(da);
+  free(db);
+  free(dbias);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+static const int kShapes[][3] = {
+    {1, 1, 1},     {1, 7, 13},     {1, 768, 96},  {2, 33, 17},   {3, 64, 100},
+    {5, 33, 17},   {8, 96, 200},   {16, 64, 64},  {17, 1000, 31}, {17, 31, 1000},
+    {31, 17, 7},   {97, 61, 131},  {64, 128, 96}, {100, 100, 100}, {128, 300, 256},
+    {130, 257, 262},
+};
+
+Test(perf_paths, matmul_f32_one_thread) {
+  for (size_t i = 0; i < sizeof kShapes / sizeof *kShapes; i++)
+    check_dense(kShapes[i][0], kShapes[i][1], kShapes[i][2], 1, TU_F32, 0, 0);
+}
+
+Test(perf_paths, matmul_f32_two_threads) {
+  for (size_t i = 0; i < sizeof kShapes / sizeof *kShapes; i++)
+    check_dense(kShapes[i][0], kShapes[i][1], kShapes[i][2], 2, TU_F32, 0, 0);
+}
+
+Test(perf_paths, matmul_threads_split_n_and_m) {
+  check_dense(1, 256, 3072, 2, TU_F32, 0, 0);   // small M: split over N
+  check_dense(8, 128, 1024, 2, TU_F32, 0, 0);
+  check_dense(256, 64, 256, 2, TU_F32, 0, 0);   // split over M
+  check_dense(66, 64, 150, 2, TU_F32, 0, 0);    // halves of 33 rows
+}
+
+Test(perf_paths, fused_bias_activation) {
+  static const int s[][3] = {{1, 768, 384}, {4, 64, 96}, {17, 33, 31}, {32, 256, 384},
+                             {64, 64, 200}, {97, 61, 131}};
+  for (size_t i = 0; i < sizeof s / sizeof *s; i++) {
+    check_dense(s[i][0], s[i][1], s[i][2], 1, TU_F32, 1, 2);
+    check_dense(s[i][0], s[i][1], s[i][2], 2, TU_F32, 1, 1);
+  }
+}
+
+Test(perf_paths, matmul_f16) {
+  static const int s[][3] = {{1, 64, 96}, {17, 100, 31}, {64, 128, 96}, {33, 70, 200}};
+  for (size_t i = 0; i < sizeof s / sizeof *s; i++) {
+    check_dense(s[i][0], s[i][1], s[i][2], 1, TU_F16, 0, 0);
+    check_dense(s[i][0], s[i][1], s[i][2], 2, TU_F16, 1, 2);
+  }
+}
+
+// The same kernel at 1 and 2 threads gives bit-identical results: no split crosses a
+// reduction dim.
+Test(perf_paths, identical_across_thread_counts) {
+  const int M = 96, K = 300, N = 260;
+  float *out[2];
+  ref_rng rng;
+  ref_rng_seed(&rng, 7);
+  float *a = tu_malloc(sizeof(float) * M * K), *b = tu_malloc(sizeof(float) * K * N);
+  ref_rng_fill_signed(&rng, a, M * K);
+  ref_rng_fill_signed(&rng, b, K * N);
+  int64_t sa[2] = {M, K}, sb[2] = {K, N}, sc[2] = {M, N};
+  for (int t = 0; t < 2; t++) {
+    jit_context *ctx = ctx_threads(t + 1);
+    jit_graph *g = tu_graph(ctx, "mm");
+    jit_value va = jit_input(g, "a", TU_F32, 2, sa);
+    jit_value vb = jit_input(g, "b", TU_F32, 2, sb);
+    jit_output(g, jit_matmul(g, va, vb));
+    TU_OK(jit_graph_finalize(g));
+    out[t] = tu_malloc(sizeof(float) * M * N);
+    DLTensor ins[2] = {tu_tensor(a, TU_F32, 2, sa), tu_tensor(b, TU_F32, 2, sb)};
+    DLTensor o = tu_tensor(out[t], TU_F32, 2, sc);
+    TU_OK(jit_run(g, ins, 2, &o, 1));
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+  cr_expect(memcmp(out[0], out[1], sizeof(float) * M * N) == 0,
+            "1 and 2 threads differ");
+  free(out[0]);
+  free(out[1]);
+  free(a);
+  free(b);
+}
+
+// relu(a * b + c) as one vectorized loop, with a tail that is not a multiple of the
+// vector tile, and split over threads when large.
+static void check_chain(int64_t rows, int64_t cols, int threads) {
+  jit_context *ctx = ctx_threads(threads);
+  jit_graph *g = tu_graph(ctx, "chain");
+  int64_t s[2] = {rows, cols};
+  jit_value a = jit_input(g, "a", TU_F32, 2, s), b = jit_input(g, "b", TU_F32, 2, s),
+            c = jit_input(g, "c", TU_F32, 2, s);
+  jit_output(g, jit_relu(g, jit_add(g, jit_mul(g, a, b), c)));
+  TU_OK(jit_graph_finalize(g));
+  int64_t n = rows * cols;
+  float *x[3], *want = tu_malloc(sizeof(float) * (size_t)n);
+  ref_rng rng;
+  ref_rng_seed(&rng, (uint64_t)n);
+  for (int i = 0; i < 3; i++) {
+    x[i] = tu_malloc(sizeof(float) * (size_t)n);
+    ref_rng_fill_signed(&rng, x[i], n);
+  }
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[0][i] * x[1][i] + x[2][i];
+    want[i] = v > 0 ? v : 0;
+  }
+  DLTensor ins[3] = {tu_tensor(x[0], TU_F32, 2, s), tu_tensor(x[1], TU_F32, 2, s),
+                     tu_tensor(x[2], TU_F32, 2, s)};
+  char what[64];
+  snprintf(what, sizeof what, "relu(a*b+c) %lldx%lld threads=%d", (long long)rows,
+           (long long)cols, threads);
+  tu_run_check(g, ins, 3, TU_F32, 2, s, want, 1e-6, 1e-6, NULL, what);
+  for (int i = 0; i < 3; i++) free(x[i]);
+  free(want);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(perf_paths, elementwise_chain) {
+  check_chain(1, 1, 1);
+  check_chain(1, 37, 1);
+  check_chain(3, 1000, 1);
+  check_chain(256, 513, 2);
+  check_chain(1, 1 << 17, 2);
+  check_chain(2, 70001, 2);
+}
+
+// exp, tanh, sigmoid, gelu and softmax through the inline exp: accuracy over a wide
+// range, and the special values.
+Test(perf_paths, inline_exp_accuracy_and_specials) {
+  const int64_t n = 4099;
+  float *x = tu_malloc(sizeof(float) * n), *want = tu_malloc(sizeof(float) * n);
+  for (int64_t i = 0; i < n; i++) x[i] = -100.0f + 200.0f * (float)i / (float)(n - 1);
+  x[0] = -INFINITY;
+  x[1] = INFINITY;
+  x[2] = NAN;
+  x[3] = 0.0f;
+  x[4] = 88.7f;
+  x[5] = -87.0f;
+  int64_t s[1] = {n};
+  jit_value (*const ops[])(jit_graph *, jit_value) = {jit_exp, jit_tanh, jit_sigmoid,
+                                                      jit_gelu};
+  for (int op = 0; op < 4; op++) {
+    for (int64_t i = 0; i < n; i++) {
+      double v = x[i];
+      want[i] = op == 0 ? (float)exp(v) : op == 1 ? (float)tanh(v)
+                : op == 2 ? (float)(1.0 / (1.0 + exp(-v))) : gelu_ref(v);
+    }
+    if (op == 3) {
+      want[0] = NAN;  // -inf * (1 + tanh(-inf)) = -inf * 0
+      want[1] = INFINITY;
+    }
+    jit_context *ctx = ctx_threads(1);
+    jit_graph *g = tu_graph(ctx, "unary");
+    jit_output(g, ops[op](g, jit_input(g, "x", TU_F32, 1, s)));
+    TU_OK(jit_graph_finalize(g));
+    DLTensor in = tu_tensor(x, TU_F32, 1, s);
+    // Results below 1e-37 may flush to 0: the absolute tolerance covers them.
+    tu_run_check(g, &in, 1, TU_F32, 1, s, want, 4e-6, 1e-6, NULL, "unary via exp");
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+  free(x);
+  free(want);
+}
+
+Test(perf_paths, softmax_rows) {
+  static const int64_t shapes[][2] = {{1, 1}, {3, 37}, {64, 1024}, {130, 77}};
+  for (int t = 1; t <= 2; t++) {
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+      int64_t s[2] = {shapes[k][0], shapes[k][1]}, n = s[0] * s[1];
+      float *x = tu_malloc(sizeof(float) * (size_t)n), *want = tu_malloc(sizeof(float) * (size_t)n);
+      ref_rng rng;
+      ref_rng_seed(&rng, (uint64_t)n);
+      ref_rng_fill(&rng, x, n, -30.0f, 30.0f);
+      ref_softmax(x, 2, s, 1, want);
+      jit_context *ctx = ctx_threads(t);
+      jit_graph *g = tu_graph(ctx, "softmax");
+      jit_output(g, jit_softmax(g, jit_input(g, "x", TU_F32, 2, s), 1));
+      TU_OK(jit_graph_finalize(g));
+      DLTensor in = tu_tensor(x, TU_F32, 2, s);
+      tu_run_check(g, &in, 1, TU_F32, 2, s, want, 1e-5, 1e-7, NULL, "softmax");
+      jit_graph_destroy(g);
+      jit_context_destroy(ctx);
+      free(x);
+      free(want);
+    }
+  }
+}
