@@ -260,7 +260,10 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   int T = w->threads;
   int64_t tM = M, tN = N;  // extent of one thread's part
   int split = -1;          // 0: M, 1: N
-  if (T > 1 && (double)M * N * K >= (double)(1 << 20)) {
+  // Only ops worth a few hundred microseconds are split: a fork/join on a busy machine
+  // (the other core taken) can cost a scheduler tick, ~8 ms, which swamped kernels of
+  // 1-10 MFLOP (the MLP example at N = 7 and 64) when the bound was 2^20.
+  if (T > 1 && (double)M * N * K >= (double)(1 << 24)) {
     if (M % T == 0 && M / T >= 4 * tm) split = 0;
     else if (N % T == 0 && N / T >= tn) split = 1;
     else if (M % T == 0 && M / T >= tm) split = 0;
@@ -562,7 +565,7 @@ static void plan_generic(walk *w, MlirOperation g) {
   sbuf *sb = &w->sb;
   int T = w->threads;
   bool par = T > 1 && nl >= (n_red ? 2 : 1) && ext[0] % T == 0 && ext[0] >= T &&
-             numel >= (n_red ? (1 << 15) : (1 << 16));
+             numel >= (n_red ? (1 << 18) : (1 << 20));  // see the matmul bound
   int64_t e0 = par ? ext[0] / T : ext[0];
   if (n_red) {
     if (!par) return;  // inner loops stay as they are: see the file comment

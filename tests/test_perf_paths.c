@@ -99,10 +99,11 @@ Test(perf_paths, matmul_f32_two_threads) {
 }
 
 Test(perf_paths, matmul_threads_split_n_and_m) {
-  check_dense(1, 256, 3072, 2, TU_F32, 0, 0);   // small M: split over N
-  check_dense(8, 128, 1024, 2, TU_F32, 0, 0);
-  check_dense(256, 64, 256, 2, TU_F32, 0, 0);   // split over M
-  check_dense(66, 64, 150, 2, TU_F32, 0, 0);    // halves of 33 rows
+  // Sizes over the 2^24 multiply-adds below which kernels stay single-threaded.
+  check_dense(8, 512, 4096, 2, TU_F32, 0, 0);   // small M: split over N
+  check_dense(2, 2048, 4100, 2, TU_F32, 0, 0);
+  check_dense(256, 256, 256, 2, TU_F32, 0, 0);  // split over M
+  check_dense(66, 512, 500, 2, TU_F32, 0, 0);   // halves of 33 rows
 }
 
 Test(perf_paths, fused_bias_activation) {
@@ -125,7 +126,7 @@ Test(perf_paths, matmul_f16) {
 // The same kernel at 1 and 2 threads gives bit-identical results: no split crosses a
 // reduction dim.
 Test(perf_paths, identical_across_thread_counts) {
-  const int M = 96, K = 300, N = 260;
+  const int M = 96, K = 300, N = 600;  // over 2^24 multiply-adds: threaded
   float *out[2];
   ref_rng rng;
   ref_rng_seed(&rng, 7);
@@ -194,8 +195,8 @@ Test(perf_paths, elementwise_chain) {
   check_chain(1, 37, 1);
   check_chain(3, 1000, 1);
   check_chain(256, 513, 2);
-  check_chain(1, 1 << 17, 2);
-  check_chain(2, 70001, 2);
+  check_chain(2048, 513, 2);     // over 2^20 elements: split over threads
+  check_chain(2, 600001, 2);
 }
 
 // exp, tanh, sigmoid, gelu and softmax through the inline exp: accuracy over a wide
