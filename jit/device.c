@@ -70,50 +70,71 @@ static bool jit__devices_push(jit_context *ctx, jit_device *d) {
   return true;
 }
 
+// Records why a GPU backend has no devices (for jit_context_find_device's message).
+static void jit__backend_absent(jit_context *ctx, jit_device_kind kind, jit_status s) {
+  snprintf(ctx->absent[kind], sizeof ctx->absent[0], "%s", jit_status_message(s));
+  jit__log(ctx, JIT_LOG_INFO, "no %s devices: %s", jit__device_kind_name(kind),
+           jit_status_message(s));
+  jit_status_free(s);
+}
+
+// Adds a GPU device whose key components are `target` (copied), or returns NULL when
+// out of memory (the device is then simply not listed).
+static jit_device *jit__device_add(jit_context *ctx, jit_device_kind kind, int ordinal,
+                                   DLDevice dl, const char *name, bool f16,
+                                   const char *target) {
+  jit_device *d = calloc(1, sizeof(*d));
+  size_t n = strlen(target) + 1;
+  char *text = malloc(n);
+  if (!d || !text) {
+    free(d);
+    free(text);
+    return NULL;
+  }
+  memcpy(text, target, n);
+  d->ctx = ctx;
+  d->kind = kind;
+  d->ordinal = ordinal;
+  d->dl = dl;
+  d->f16 = f16;
+  snprintf(d->name, sizeof d->name, "%s", name);
+  d->target_text = text;
+  jit__device_hash_target(d);
+  pthread_mutex_init(&d->mu, NULL);
+  if (!jit__devices_push(ctx, d)) {
+    pthread_mutex_destroy(&d->mu);
+    free(text);
+    free(d);
+    return NULL;
+  }
+  return d;
+}
+
 // Lists the Vulkan devices (no VkDevice is created until a device is used).
 static void jit__scan_vulkan(jit_context *ctx) {
   jit__vk_instance *inst = NULL;
   jit_status s = jit__vk_instance_create(NULL, &inst);
   if (s) {
-    snprintf(ctx->absent[JIT_DEVICE_VULKAN], sizeof ctx->absent[0], "%s",
-             jit_status_message(s));
-    jit__log(ctx, JIT_LOG_INFO, "no Vulkan devices: %s", jit_status_message(s));
-    jit_status_free(s);
+    jit__backend_absent(ctx, JIT_DEVICE_VULKAN, s);
     return;
   }
   uint32_t n = jit__vk_instance_device_count(inst);
   for (uint32_t i = 0; i < n; i++) {
     const jit__vk_device_info *vi = jit__vk_instance_device_info(inst, i);
-    jit_device *d = calloc(1, sizeof(*d));
-    if (!d) break;
-    d->ctx = ctx;
-    d->kind = JIT_DEVICE_VULKAN;
-    d->ordinal = (int)i;
-    d->dl = (DLDevice){kDLVulkan, (int32_t)i};
-    d->f16 = vi->shader_float16 && vi->storage_buffer_16bit_access;
-    snprintf(d->name, sizeof d->name, "%s", vi->name);
-    size_t cap = 1024;
-    d->target_text = malloc(cap);
-    if (!d->target_text) {
-      free(d);
-      break;
-    }
-    snprintf(d->target_text, cap,
+    bool f16 = vi->shader_float16 && vi->storage_buffer_16bit_access;
+    char target[1024];
+    snprintf(target, sizeof target,
              "backend=vulkan\nvk.device=%s\nvk.vendor_id=%u\nvk.device_id=%u\n"
              "vk.driver_version=%u\nvk.api_version=%u\nspirv=1.3%s\n"
              "compiler=libjitml %s, LLVM %s\nbuild_id=%s\n",
              vi->name, vi->vendor_id, vi->device_id, vi->driver_version,
-             vi->api_version, d->f16 ? " f16" : "", jit_version(), JITML_LLVM_VERSION,
+             vi->api_version, f16 ? " f16" : "", jit_version(), JITML_LLVM_VERSION,
              jit__library_build_id());
-    jit__device_hash_target(d);
+    jit_device *d = jit__device_add(ctx, JIT_DEVICE_VULKAN, (int)i,
+                                    (DLDevice){kDLVulkan, (int32_t)i}, vi->name, f16, target);
+    if (!d) break;
     d->vk_instance = inst;
     d->vk_index = i;
-    pthread_mutex_init(&d->mu, NULL);
-    if (!jit__devices_push(ctx, d)) {
-      free(d->target_text);
-      free(d);
-      break;
-    }
   }
   ctx->vk_instance = inst;  // released at context destroy, after the devices
 }
@@ -123,45 +144,26 @@ static void jit__scan_cuda(jit_context *ctx) {
   jit__cu_instance *inst = NULL;
   jit_status s = jit__cu_instance_create(NULL, &inst);
   if (s) {
-    snprintf(ctx->absent[JIT_DEVICE_CUDA], sizeof ctx->absent[0], "%s",
-             jit_status_message(s));
-    jit__log(ctx, JIT_LOG_INFO, "no CUDA devices: %s", jit_status_message(s));
-    jit_status_free(s);
+    jit__backend_absent(ctx, JIT_DEVICE_CUDA, s);
     return;
   }
   uint32_t n = jit__cu_instance_device_count(inst);
   for (uint32_t i = 0; i < n; i++) {
     const jit__cu_device_info *ci = jit__cu_instance_device_info(inst, i);
-    jit_device *d = calloc(1, sizeof(*d));
-    if (!d) break;
-    d->ctx = ctx;
-    d->kind = JIT_DEVICE_CUDA;
-    d->ordinal = (int)ci->index;
-    d->dl = (DLDevice){kDLCUDA, (int32_t)ci->index};
-    d->f16 = ci->cc_major * 10 + ci->cc_minor >= 53;
-    snprintf(d->name, sizeof d->name, "%s", ci->name);
-    snprintf(d->sm, sizeof d->sm, "%s", ci->sm);
-    d->ptx_max = ci->ptx_max;
-    size_t cap = 1024;
-    d->target_text = malloc(cap);
-    if (!d->target_text) {
-      free(d);
-      break;
-    }
-    snprintf(d->target_text, cap,
+    char target[1024];
+    snprintf(target, sizeof target,
              "backend=cuda\ncuda.device=%s\ncuda.sm=%s\ncuda.driver_version=%d\n"
              "format=ptx\ncompiler=libjitml %s, LLVM %s\nbuild_id=%s\n",
              ci->name, ci->sm, ci->driver_version, jit_version(), JITML_LLVM_VERSION,
              jit__library_build_id());
-    jit__device_hash_target(d);
+    jit_device *d = jit__device_add(ctx, JIT_DEVICE_CUDA, (int)ci->index,
+                                    (DLDevice){kDLCUDA, (int32_t)ci->index}, ci->name,
+                                    ci->cc_major * 10 + ci->cc_minor >= 53, target);
+    if (!d) break;
+    snprintf(d->sm, sizeof d->sm, "%s", ci->sm);
+    d->ptx_max = ci->ptx_max;
     d->cu_instance = inst;
     d->cu_index = i;
-    pthread_mutex_init(&d->mu, NULL);
-    if (!jit__devices_push(ctx, d)) {
-      free(d->target_text);
-      free(d);
-      break;
-    }
   }
   ctx->cu_instance = inst;
 }
