@@ -84,11 +84,8 @@ JIT_API int jit_op_num_outputs(const jit_op *op);
 
 // The shape function: the shape and dtype of every output (n_outputs entries, which
 // must equal the op's output count) for `inputs` (n_inputs borrowed tensors; only
-// their shapes and dtypes are read, data may be NULL). Compiles nothing.
-// dtype: the graph's output dtype once any call of this op has run; before that, the
-// dtype of the inputs when they all share one (exact for graphs built with the
-// builder, which has no casts); else bits 0 (unknown) - call jit_op_call instead,
-// which allocates outputs of the right dtype.
+// their shapes and dtypes are read, data may be NULL). Compiles nothing. The dtypes
+// are the graph's output dtypes (jit_output_dtype).
 // Returns JIT_INVALID_ARGUMENT (NULL pointers, counts), JIT_SHAPE_MISMATCH,
 // JIT_DTYPE_MISMATCH (the same binding errors as jit_output_shape).
 JIT_API jit_status jit_op_output_shapes(jit_op *op, DLManagedTensor *const *inputs,

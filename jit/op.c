@@ -4,16 +4,12 @@
 // borrowed DLManagedTensors into DLTensor views and runs jit_run_alloc / jit_run. The
 // only internal header used is jit/status.h, to make statuses.
 //
-// The public API has no query for an output's dtype (jit_output_shape gives rank and
-// dims only), so the op learns it from the first jit_op_call (jit_run_alloc allocates
-// outputs of the graph's dtypes) and, before that, reports the inputs' common dtype,
-// which is exact for builder graphs (the builder has no casts). A wrong guess can
-// never write memory: jit_run checks output dtypes before running a kernel.
+// Output dtypes come from jit_output_dtype, output shapes from jit_output_shape: the
+// shape function compiles nothing.
 //
 //===----------------------------------------------------------------------===//
 #include "jitml_op.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,21 +19,7 @@ struct jit_op {
   jit_graph *graph;
   char *name;
   int n_inputs, n_outputs;
-  // Per output: 0 = not learned yet, else code | bits << 8 | lanes << 16 (the
-  // DLDataType packed). Written by any thread that ran a call; the values are a
-  // property of the graph, so every writer writes the same value.
-  _Atomic uint32_t *out_dtypes;
 };
-
-static uint32_t jit__op_pack(DLDataType t) {
-  return (uint32_t)t.code | (uint32_t)t.bits << 8 | (uint32_t)t.lanes << 16;
-}
-
-static DLDataType jit__op_unpack(uint32_t v) {
-  DLDataType t = {(uint8_t)(v & 0xff), (uint8_t)((v >> 8) & 0xff),
-                  (uint16_t)(v >> 16)};
-  return t;
-}
 
 static int jit__op_name_ok(const char *name) {
   if (!name[0]) return 0;
@@ -68,15 +50,11 @@ jit_status jit_op_create(jit_graph *graph, const char *name, jit_op **out_op) {
   op->n_outputs = jit_graph_num_outputs(graph);
   size_t len = strlen(name);
   op->name = malloc(len + 1);
-  op->out_dtypes = calloc((size_t)op->n_outputs + 1, sizeof(*op->out_dtypes));
-  if (!op->name || !op->out_dtypes) {
-    free(op->name);
-    free((void *)op->out_dtypes);
+  if (!op->name) {
     free(op);
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_op_create: out of memory");
   }
   memcpy(op->name, name, len + 1);
-  for (int j = 0; j < op->n_outputs; j++) atomic_init(&op->out_dtypes[j], 0u);
   *out_op = op;
   return NULL;
 }
@@ -85,7 +63,6 @@ void jit_op_destroy(jit_op *op) {
   if (!op) return;
   jit_graph_destroy(op->graph);
   free(op->name);
-  free((void *)op->out_dtypes);
   free(op);
 }
 
@@ -144,22 +121,11 @@ jit_status jit_op_output_shapes(jit_op *op, DLManagedTensor *const *inputs, int 
                    "got %d", op->name, op->n_outputs, n_outputs);
   DLTensor *views = NULL;
   JIT_PROPAGATE(jit__op_views(op, "jit_op_output_shapes", inputs, n_inputs, &views));
-  // The inputs' common dtype, the guess for outputs not learned yet.
-  uint32_t common = 0;
-  for (int i = 0; i < n_inputs; i++) {
-    uint32_t d = jit__op_pack(views[i].dtype);
-    if (i == 0)
-      common = d;
-    else if (d != common)
-      common = 0;
-  }
   jit_status s = NULL;
   for (int j = 0; j < n_outputs && !s; j++) {
     s = jit_output_shape(op->graph, views, n_inputs, j, &out_info[j].rank,
                          out_info[j].dims);
-    if (s) break;
-    uint32_t d = atomic_load_explicit(&op->out_dtypes[j], memory_order_relaxed);
-    out_info[j].dtype = jit__op_unpack(d ? d : common);
+    if (!s) s = jit_output_dtype(op->graph, j, &out_info[j].dtype);
   }
   free(views);
   if (s) {
@@ -180,9 +146,6 @@ jit_status jit_op_call(jit_op *op, DLManagedTensor *const *inputs, int n_inputs,
   jit_status s = jit_run_alloc(op->graph, views, n_inputs, out_outputs, n_outputs);
   free(views);
   if (s) return jit__status_annotate(s, "op `%s`", op->name);
-  for (int j = 0; j < n_outputs; j++)
-    atomic_store_explicit(&op->out_dtypes[j], jit__op_pack(out_outputs[j]->dl_tensor.dtype),
-                          memory_order_relaxed);
   return NULL;
 }
 
@@ -203,10 +166,6 @@ jit_status jit_op_call_into(jit_op *op, DLManagedTensor *const *inputs, int n_in
       oviews[j] = outputs[j]->dl_tensor;
   }
   if (!s) s = jit_run(op->graph, views, n_inputs, oviews, n_outputs);
-  if (!s)
-    for (int j = 0; j < n_outputs; j++)
-      atomic_store_explicit(&op->out_dtypes[j], jit__op_pack(oviews[j].dtype),
-                            memory_order_relaxed);
   free(views);
   free(oviews);
   if (s) return jit__status_annotate(s, "op `%s`", op->name);
