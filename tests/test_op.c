@@ -9,7 +9,6 @@
 #define _XOPEN_SOURCE 700  // mkdtemp, setenv, nftw
 
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,40 +16,10 @@
 #include "jitml.h"
 #include "jitml_op.h"
 #include "ref.h"
+#include "cache_fixture.h"
 #include "util.h"
 
-static char g_cache_dir[256];
-
-static int remove_entry(const char *path, const struct stat *sb, int flag,
-                        struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void setup(void) {
-  const char *tmp = getenv("TMPDIR");
-  snprintf(g_cache_dir, sizeof(g_cache_dir), "%s/jitml-test-op-XXXXXX",
-           tmp && *tmp ? tmp : "/tmp");
-  cr_assert(mkdtemp(g_cache_dir) != NULL, "mkdtemp failed");
-  setenv("JITML_CACHE_DIR", g_cache_dir, 1);
-  setenv("XDG_CACHE_HOME", g_cache_dir, 1);
-}
-
-static void teardown(void) {
-  if (g_cache_dir[0]) nftw(g_cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-TestSuite(op, .init = setup, .fini = teardown);
-
-static jit_stats get_stats(jit_context *ctx) {
-  jit_stats st;
-  memset(&st, 0, sizeof(st));
-  st.struct_size = sizeof(st);
-  TU_OK(jit_context_stats(ctx, &st));
-  return st;
-}
+TestSuite(op, .init = tu_cache_setup, .fini = tu_cache_teardown);
 
 //===--- y = relu(x W + b), x [N, 4], W [4, 3]; and s = sum(x, axis 1) ----------===//
 

@@ -11,7 +11,6 @@
 #define _XOPEN_SOURCE 700  // mkdtemp, setenv, nftw, pthread_barrier_t
 
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,42 +19,12 @@
 
 #include "jitml.h"
 #include "ref.h"
+#include "cache_fixture.h"
 #include "util.h"
 
 //===--- Fixture: a private cache directory ------------------------------------===//
 
-static char g_cache_dir[256];
-
-static int remove_entry(const char *path, const struct stat *sb, int flag,
-                        struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void setup(void) {
-  const char *tmp = getenv("TMPDIR");
-  snprintf(g_cache_dir, sizeof(g_cache_dir), "%s/jitml-test-run-XXXXXX",
-           tmp && *tmp ? tmp : "/tmp");
-  cr_assert(mkdtemp(g_cache_dir) != NULL, "mkdtemp failed");
-  setenv("JITML_CACHE_DIR", g_cache_dir, 1);
-  setenv("XDG_CACHE_HOME", g_cache_dir, 1);
-}
-
-static void teardown(void) {
-  if (g_cache_dir[0]) nftw(g_cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-TestSuite(run, .init = setup, .fini = teardown);
-
-static jit_stats get_stats(jit_context *ctx) {
-  jit_stats st;
-  memset(&st, 0, sizeof(st));
-  st.struct_size = sizeof(st);
-  TU_OK(jit_context_stats(ctx, &st));
-  return st;
-}
+TestSuite(run, .init = tu_cache_setup, .fini = tu_cache_teardown);
 
 //===--- A small dense layer: y = relu(x W + b), x [N, IN] ----------------------===//
 
