@@ -12,11 +12,13 @@
 // jit_graph_to_mlir: an imported graph gives back its canonical text (the entry under
 // its own name), so from_mlir(to_mlir(g)) has the same fingerprint and hits the same
 // kernels. A graph built in C is written as linalg on tensors with `?` dims
-// (mlir_export below): the same results, but another fingerprint, since a node graph's
-// key hashes its nodes.
+// (mlir_export below) with its node graph recorded in an attribute; from_mlir rebuilds
+// that node graph when the body is still exactly what was exported, so a C graph
+// round-trips to the same graph: same results, same specialization keys.
 //
 //===----------------------------------------------------------------------===//
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -204,6 +206,207 @@ static jit_status jit__graph_from_module(jit_context *ctx, jit__mlir_module *m,
   return NULL;
 }
 
+typedef struct jit__tb jit__tb;
+#define JIT__RECORD_MAGIC "jitml-graph-1"
+static void jit__graph_record(const jit_graph *g, jit__tb *b);
+jit_status jit__mlir_export(const jit_graph *g, char **out_text);
+
+//===--- Raising an export back to its node graph -------------------------===//
+// (the record's format is described above jit__graph_record, further down)
+
+typedef struct jit__rd {
+  const char *p;
+  bool bad;
+} jit__rd;
+
+static long long jit__rd_int(jit__rd *r) {
+  while (*r->p == ' ') r->p++;
+  char *end;
+  errno = 0;
+  long long v = strtoll(r->p, &end, 10);
+  if (end == r->p || errno) r->bad = true;
+  r->p = end;
+  return v;
+}
+
+static unsigned long long jit__rd_hex(jit__rd *r) {
+  while (*r->p == ' ') r->p++;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(r->p, &end, 16);
+  if (end == r->p || errno) r->bad = true;
+  r->p = end;
+  return v;
+}
+
+// A hex-encoded name ("-" for the empty one) into out[size].
+static void jit__rd_name(jit__rd *r, char *out, size_t size) {
+  while (*r->p == ' ') r->p++;
+  size_t n = 0;
+  if (*r->p == '-') {
+    r->p++;
+  } else {
+    while (isxdigit((unsigned char)r->p[0]) && isxdigit((unsigned char)r->p[1])) {
+      unsigned v;
+      if (sscanf(r->p, "%2x", &v) != 1 || v == 0 || n + 1 >= size) {
+        r->bad = true;
+        break;
+      }
+      out[n++] = (char)v;
+      r->p += 2;
+    }
+    if (!n) r->bad = true;
+  }
+  out[n] = 0;
+}
+
+static bool jit__rd_end(jit__rd *r) {
+  while (*r->p == ' ') r->p++;
+  if (*r->p == ';') {
+    r->p++;
+    return true;
+  }
+  return *r->p == 0;
+}
+
+static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
+  int op = (int)jit__rd_int(r), dt = (int)jit__rd_int(r), nops = (int)jit__rd_int(r);
+  long long o0 = jit__rd_int(r), o1 = jit__rd_int(r);
+  int rank = (int)jit__rd_int(r), axis = (int)jit__rd_int(r), keep = (int)jit__rd_int(r);
+  uint64_t bits = jit__rd_hex(r);
+  if (r->bad || rank < 0 || rank > JIT_MAX_RANK || nops < 0 || nops > 2 || o0 < 0 ||
+      o1 < 0 || (nops > 0 && o0 >= (long long)g->n_nodes) ||
+      (nops > 1 && o1 >= (long long)g->n_nodes) || (dt != JIT__F32 && dt != JIT__F16)) {
+    r->bad = true;
+    return (jit_value){0};
+  }
+  int64_t dims[JIT_MAX_RANK], req[JIT_MAX_RANK];
+  int perm[JIT_MAX_RANK];
+  for (int d = 0; d < rank; d++) dims[d] = jit__rd_int(r);
+  if (op == JIT__OP_RESHAPE)
+    for (int d = 0; d < rank; d++) req[d] = jit__rd_int(r);
+  if (op == JIT__OP_TRANSPOSE)
+    for (int d = 0; d < rank; d++) perm[d] = (int)jit__rd_int(r);
+  if (r->bad) return (jit_value){0};
+  DLDataType dl = {kDLFloat, dt == JIT__F16 ? 16 : 32, 1};
+  jit_value a = {(uint32_t)o0 + 1}, b = {(uint32_t)o1 + 1};
+  double scalar;
+  memcpy(&scalar, &bits, sizeof scalar);
+  switch ((jit__op)op) {
+    case JIT__OP_INPUT: {
+      char name[256];
+      jit__rd_name(r, name, sizeof name);
+      if (r->bad) return (jit_value){0};
+      return jit_input(g, name, dl, rank, dims);
+    }
+    case JIT__OP_SCALAR: return jit_scalar(g, scalar, dl);
+    case JIT__OP_MATMUL: return jit_matmul(g, a, b);
+    case JIT__OP_ADD: return jit_add(g, a, b);
+    case JIT__OP_SUB: return jit_sub(g, a, b);
+    case JIT__OP_MUL: return jit_mul(g, a, b);
+    case JIT__OP_DIV: return jit_div(g, a, b);
+    case JIT__OP_MAXIMUM: return jit_maximum(g, a, b);
+    case JIT__OP_MINIMUM: return jit_minimum(g, a, b);
+    case JIT__OP_NEG: return jit_neg(g, a);
+    case JIT__OP_EXP: return jit_exp(g, a);
+    case JIT__OP_LOG: return jit_log(g, a);
+    case JIT__OP_TANH: return jit_tanh(g, a);
+    case JIT__OP_SIGMOID: return jit_sigmoid(g, a);
+    case JIT__OP_RELU: return jit_relu(g, a);
+    case JIT__OP_GELU: return jit_gelu(g, a);
+    case JIT__OP_SQRT: return jit_sqrt(g, a);
+    case JIT__OP_RSQRT: return jit_rsqrt(g, a);
+    case JIT__OP_REDUCE_SUM: return jit_reduce_sum(g, a, axis, keep);
+    case JIT__OP_REDUCE_MAX: return jit_reduce_max(g, a, axis, keep);
+    case JIT__OP_REDUCE_MEAN: return jit_reduce_mean(g, a, axis, keep);
+    case JIT__OP_SOFTMAX: return jit_softmax(g, a, axis);
+    case JIT__OP_TRANSPOSE: return jit_transpose(g, a, perm);
+    case JIT__OP_RESHAPE: return jit_reshape(g, a, rank, req);
+    default: r->bad = true; return (jit_value){0};
+  }
+}
+
+// The node graph `m`'s record describes, rebuilt with the builder; NULL where the
+// record is malformed or the builder refuses it.
+static jit_graph *jit__replay(jit_context *ctx, const jit__mlir_module *m,
+                              uint8_t fingerprint[16]) {
+  jit__rd r = {m->graph_record, false};
+  size_t ml = strlen(JIT__RECORD_MAGIC);
+  if (strncmp(r.p, JIT__RECORD_MAGIC " ", ml + 1) != 0) return NULL;
+  r.p += ml + 1;
+  for (int i = 0; i < 16; i++) {
+    unsigned v;
+    if (!isxdigit((unsigned char)r.p[0]) || !isxdigit((unsigned char)r.p[1]) ||
+        sscanf(r.p, "%2x", &v) != 1)
+      return NULL;
+    fingerprint[i] = (uint8_t)v;
+    r.p += 2;
+  }
+  if (!jit__rd_end(&r)) return NULL;
+  jit_graph *g = NULL;
+  jit_status s = jit_graph_create(ctx, m->entry, &g);
+  if (s) {
+    jit_status_free(s);
+    return NULL;
+  }
+  while (*r.p && !r.bad && !g->error) {
+    char kind = *r.p++;
+    if (kind == 's') {
+      char name[256];
+      jit__rd_name(&r, name, sizeof name);
+      if (!r.bad && jit_symbol(g, name) != JIT__SYMBOL_CODE(g->n_symbols - 1)) r.bad = true;
+    } else if (kind == 'n') {
+      uint32_t before = g->n_nodes;
+      jit_value v = jit__replay_node(g, &r);
+      if (v.id != before + 1) r.bad = true;
+    } else if (kind == 'o') {
+      long long i = jit__rd_int(&r);
+      if (r.bad || i < 0 || i >= (long long)g->n_nodes) r.bad = true;
+      else jit_output(g, (jit_value){(uint32_t)i + 1});
+    } else {
+      r.bad = true;
+    }
+    if (!r.bad && !jit__rd_end(&r)) r.bad = true;
+  }
+  jit_status fs = r.bad ? NULL : jit_graph_finalize(g);
+  if (r.bad || fs) {
+    jit_status_free(fs);
+    jit_graph_destroy(g);
+    return NULL;
+  }
+  return g;
+}
+
+// If `m` is an export of a node graph whose body is unchanged, that graph (see above).
+static jit_graph *jit__raise(jit_context *ctx, const jit__mlir_module *m) {
+  uint8_t recorded[16];
+  jit_graph *g = jit__replay(ctx, m, recorded);
+  if (!g) {
+    jit__log(ctx, JIT_LOG_DEBUG, "`%s`: its jit.graph record does not rebuild a graph; "
+             "using the body as written", m->entry);
+    return NULL;
+  }
+  bool same = memcmp(recorded, g->fingerprint, 16) == 0;
+  char *text = NULL;
+  jit__mlir_module m2;
+  memset(&m2, 0, sizeof m2);
+  if (same) {
+    jit_status s = jit__mlir_export(g, &text);
+    if (!s) s = jit__mlir_import(text, strlen(text), m->entry, "<export>", &m2);
+    same = !s && strcmp(m2.canonical, m->canonical) == 0;
+    jit_status_free(s);
+  }
+  free(text);
+  jit__mlir_module_release(&m2);
+  if (!same) {
+    jit__log(ctx, JIT_LOG_DEBUG, "`%s`: the body differs from the graph its jit.graph "
+             "record describes; using the body as written", m->entry);
+    jit_graph_destroy(g);
+    return NULL;
+  }
+  return g;
+}
+
 static jit_status jit__from_mlir(jit_context *ctx, const char *text, size_t length,
                                  const char *entry_name, const char *source,
                                  jit_graph **out_graph) {
@@ -213,6 +416,14 @@ static jit_status jit__from_mlir(jit_context *ctx, const char *text, size_t leng
                    !ctx ? "ctx" : !text ? "text" : "out_graph");
   jit__mlir_module m;
   JIT_PROPAGATE(jit__mlir_import(text, length, entry_name, source, &m));
+  if (m.graph_record) {
+    jit_graph *g = jit__raise(ctx, &m);
+    if (g) {
+      jit__mlir_module_release(&m);
+      *out_graph = g;
+      return NULL;
+    }
+  }
   return jit__graph_from_module(ctx, &m, out_graph);
 }
 
@@ -724,12 +935,58 @@ static const char *jit__x_symbol_value(jit__exporter *e, int64_t code) {
   return NULL;
 }
 
+// A reshape from or to rank 0: one element, so every dim is 1 at run time. The value
+// goes through the all-1s static type (tensor.cast where its type has `?` dims), an
+// empty reassociation collapses or expands it, and a cast gives back `?` dims.
+static jit_status jit__x_reshape_rank0(jit__exporter *e, const jit__node *n) {
+  uint32_t src = n->operands[0];
+  const jit__node *x = jit__xn(e, src);
+  jit__xnode *xn = &e->x[e->cur];
+  int64_t ones[JIT_MAX_RANK];
+  for (int d = 0; d < JIT_MAX_RANK; d++) ones[d] = 1;
+  char v[40], tx[256], t1[256], t0[256];
+  snprintf(v, sizeof v, "%s", e->x[src].name);
+  jit__ttype(t0, sizeof t0, x->dtype, 0, ones);
+  if (x->rank > 0) {
+    jit__ttype(tx, sizeof tx, x->dtype, x->rank, x->dims);
+    jit__ttype(t1, sizeof t1, x->dtype, x->rank, ones);
+    if (strcmp(tx, t1)) {
+      char c[40];
+      jit__tmp(e, c);
+      jit__tbf(&e->b, "  %s = tensor.cast %s : %s to %s\n", c, v, tx, t1);
+      snprintf(v, sizeof v, "%s", c);
+    }
+    char c[40];
+    jit__tmp(e, c);
+    jit__tbf(&e->b, "  %s = tensor.collapse_shape %s [] : %s into %s\n", c, v, t1, t0);
+    snprintf(v, sizeof v, "%s", c);
+  }
+  if (n->rank == 0) {
+    snprintf(xn->name, sizeof xn->name, "%s", v);
+    return NULL;
+  }
+  char tn[256];
+  jit__ttype(t1, sizeof t1, n->dtype, n->rank, ones);
+  jit__ttype(tn, sizeof tn, n->dtype, n->rank, n->dims);
+  bool cast = strcmp(t1, tn) != 0;
+  char c[40];
+  if (cast) jit__tmp(e, c);
+  else snprintf(c, sizeof c, "%s", xn->name);
+  jit__tbf(&e->b, "  %s = tensor.expand_shape %s [] output_shape [", c, v);
+  for (int d = 0; d < n->rank; d++) jit__tbf(&e->b, "%s1", d ? ", " : "");
+  jit__tbf(&e->b, "] : %s into %s\n", t0, t1);
+  if (cast) jit__tbf(&e->b, "  %s = tensor.cast %s : %s to %s\n", xn->name, c, t1, tn);
+  for (int d = 0; d < n->rank; d++)
+    if (!jit__static(n->dims[d])) snprintf(xn->dv[d], 40, "%%c1");
+  return NULL;
+}
+
 static jit_status jit__x_reshape(jit__exporter *e, const jit__node *n) {
   uint32_t src = n->operands[0];
   const jit__node *x = jit__xn(e, src);
   const jit__gnode *gn = &e->g->nodes[e->cur];
   jit__xnode *xn = &e->x[e->cur];
-  if (x->rank == 0 || n->rank == 0) return jit__x_fail(e, "rank-0 reshapes are not written");
+  if (x->rank == 0 || n->rank == 0) return jit__x_reshape_rank0(e, n);
   // Element count of x, as a value when dynamic.
   bool x_static = true;
   int64_t count = 1;
@@ -894,6 +1151,54 @@ static void jit__x_ident(char *out, size_t size, const char *s) {
   if (!n) snprintf(out, size, "_");
 }
 
+//===--- The node graph behind an export ----------------------------------===//
+//
+// jit_graph_to_mlir writes, as the entry's `jit.graph` attribute, the node graph the
+// text was made from: "jitml-graph-1 <fingerprint>;" then one record per symbol,
+// node and output, every name hex-encoded so that the string needs no escapes:
+//   s <name>                                   a symbol, in creation order
+//   n <op> <dtype> <operand0> <operand1> <rank> <axis> <keepdims> <scalar bits>
+//     <dims...> [<reshape's asked dims...>] [<transpose's perm...>] [<input name>]
+//   o <node>                                   an output
+// jit_graph_from_mlir rebuilds that graph with the builder and uses it instead of the
+// text only if the rebuilt graph has the recorded fingerprint AND its export
+// canonicalizes to exactly the module it was handed. A body edited after export (or
+// a record that does not describe it) fails the second check and the text is used as
+// written; so the record can never make a graph compute something its body does not
+// say. A graph that round-trips is the same node graph: same results, same kernels,
+// same keys.
+
+static void jit__hexname(jit__tb *b, const char *s) {
+  if (!*s) jit__tbf(b, " -");
+  else jit__tbf(b, " ");
+  for (; *s; s++) jit__tbf(b, "%02x", (unsigned char)*s);
+}
+
+static void jit__graph_record(const jit_graph *g, jit__tb *b) {
+  jit__tbf(b, JIT__RECORD_MAGIC " ");
+  for (int i = 0; i < 16; i++) jit__tbf(b, "%02x", g->fingerprint[i]);
+  for (uint32_t i = 0; i < g->n_symbols; i++) {
+    jit__tbf(b, ";s");
+    jit__hexname(b, g->symbols[i]);
+  }
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    const jit__gnode *gn = &g->nodes[i];
+    const jit__node *n = &gn->n;
+    uint64_t bits;
+    memcpy(&bits, &n->scalar, sizeof bits);
+    jit__tbf(b, ";n %d %d %d %u %u %d %d %d %llx", (int)n->op, (int)n->dtype, n->n_operands,
+             n->operands[0], n->operands[1], n->rank, n->axis, (int)n->keepdims,
+             (unsigned long long)bits);
+    for (int d = 0; d < n->rank; d++) jit__tbf(b, " %lld", (long long)n->dims[d]);
+    if (n->op == JIT__OP_RESHAPE)
+      for (int d = 0; d < n->rank; d++) jit__tbf(b, " %lld", (long long)gn->req[d]);
+    if (n->op == JIT__OP_TRANSPOSE)
+      for (int d = 0; d < n->rank; d++) jit__tbf(b, " %d", n->perm[d]);
+    if (n->op == JIT__OP_INPUT) jit__hexname(b, gn->name ? gn->name : "");
+  }
+  for (uint32_t j = 0; j < g->n_outputs; j++) jit__tbf(b, ";o %u", g->outputs[j]);
+}
+
 jit_status jit__mlir_export(const jit_graph *g, char **out_text) {
   jit__exporter e = {{0}, g, calloc(g->n_nodes + 1, sizeof(jit__xnode)), 0, 0};
   if (!e.x) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
@@ -925,7 +1230,9 @@ jit_status jit__mlir_export(const jit_graph *g, char **out_text) {
     jit__ttype(ty, sizeof ty, n->dtype, n->rank, n->dims);
     jit__tbf(&e.b, "%s%s", j ? ", " : "", ty);
   }
-  jit__tbf(&e.b, ") {\n");
+  jit__tbf(&e.b, ") attributes {jit.graph = \"");
+  jit__graph_record(g, &e.b);
+  jit__tbf(&e.b, "\"} {\n");
   for (int d = 0; d < JIT_MAX_RANK; d++) jit__tbf(&e.b, "  %%c%d = arith.constant %d : index\n", d, d);
   for (uint32_t k = 0; k < g->n_inputs; k++) {
     uint32_t id = g->inputs[k];

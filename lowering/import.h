@@ -98,6 +98,8 @@ typedef struct jit__mlir_module {
   char *canonical;    // canonical text, no locations (hash this)
   char *located;      // canonical text with the user's locations
   char *exported;     // canonical text with the entry's own name (jit_graph_to_mlir)
+  char *graph_record; // the entry's `jit.graph` string attribute, if it has one: the
+                      // node graph jit_graph_to_mlir wrote it from (jit/graph_mlir.c)
   char entry[128];    // the entry's name in the user's text
   char source[256];   // the text's name in messages ("<input>" or a file name)
   uint32_t n_args, n_results;

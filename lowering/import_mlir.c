@@ -489,6 +489,7 @@ void jit__mlir_module_release(jit__mlir_module *m) {
   free(m->canonical);
   free(m->located);
   free(m->exported);
+  free(m->graph_record);
   free(m->args);
   free(m->result_dtypes);
   memset(m, 0, sizeof(*m));
@@ -546,6 +547,19 @@ jit_status jit__mlir_import(const char *text, size_t length, const char *entry_n
       snprintf(out->args[i].name, sizeof out->args[i].name, "arg%u", i);
   if ((status = jit__read_args(fn, &diag, out))) goto done;
   if ((status = jit__read_results(fn, out))) goto done;
+  {
+    MlirAttribute rec = mlirOperationGetAttributeByName(fn, jit__sr("jit.graph"));
+    if (!mlirAttributeIsNull(rec) && mlirAttributeIsAString(rec)) {
+      MlirStringRef r = mlirStringAttrGetValue(rec);
+      out->graph_record = malloc(r.length + 1);
+      if (!out->graph_record) {
+        status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+        goto done;
+      }
+      memcpy(out->graph_record, r.data, r.length);
+      out->graph_record[r.length] = 0;
+    }
+  }
 
   // Canonical form: the entry under a fixed name, the only public function.
   for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(module));

@@ -549,7 +549,7 @@ Test(mlir, round_trip_imported_graph) {
 }
 
 // Builds y = softmax(relu(x W + b)) summed... a graph with every kind of op.
-static jit_graph *build_c_graph(jit_context *ctx) {
+static jit_graph *build_c_graph_with(jit_context *ctx, double scale) {
   jit_graph *g = NULL;
   TU_OK(jit_graph_create(ctx, "cgraph", &g));
   int64_t N = jit_symbol(g, "N");
@@ -559,7 +559,7 @@ static jit_graph *build_c_graph(jit_context *ctx) {
   jit_value b = jit_input(g, "b", TU_F32, 1, db);
   jit_value h = jit_relu(g, jit_add(g, jit_matmul(g, x, w), b));
   jit_value s = jit_softmax(g, h, 1);
-  jit_value t = jit_tanh(g, jit_mul(g, s, jit_scalar(g, 2.5, TU_F32)));
+  jit_value t = jit_tanh(g, jit_mul(g, s, jit_scalar(g, scale, TU_F32)));
   int perm[2] = {1, 0};
   jit_value tr = jit_transpose(g, t, perm);
   int64_t rs[2] = {-1, N};
@@ -571,18 +571,10 @@ static jit_graph *build_c_graph(jit_context *ctx) {
   return g;
 }
 
-Test(mlir, round_trip_c_graph) {
-  jit_context *ctx = make_ctx(2, NULL);
-  jit_graph *g = build_c_graph(ctx);
-  char *text = NULL;
-  TU_OK(jit_graph_to_mlir(g, &text));
-  cr_expect(strstr(text, "jit.dims") != NULL);
-  cr_expect(strstr(text, "\"N\"") != NULL);
-  jit_graph *g2 = NULL;
-  jit_status s = jit_graph_from_mlir(ctx, text, strlen(text), NULL, &g2);
-  if (s) cr_log_error("%s\n%s", jit_status_message(s), text);
-  TU_OK(s);
-  jit_string_free(text);
+static jit_graph *build_c_graph(jit_context *ctx) { return build_c_graph_with(ctx, 2.5); }
+
+// Runs `g1` and `g2` on the same inputs (N = 2, then 9) and expects equal outputs.
+static void expect_same_outputs(jit_graph *g1, jit_graph *g2) {
   for (int64_t n = 2; n <= 9; n += 7) {
     float *x = malloc(sizeof(float) * n * 6), w[30], b[5];
     fill(x, n * 6, 20);
@@ -594,7 +586,7 @@ Test(mlir, round_trip_c_graph) {
     for (int j = 0; j < 3; j++) {
       int64_t s1[8], s2[8];
       int r1, r2;
-      float *o1 = run1(g, in, 3, 3, j, s1, &r1);
+      float *o1 = run1(g1, in, 3, 3, j, s1, &r1);
       float *o2 = run1(g2, in, 3, 3, j, s2, &r2);
       cr_expect(r1 == r2 && !memcmp(s1, s2, sizeof(int64_t) * (size_t)r1));
       expect_close(o2, o1, ref_numel(r1, s1), 1e-5f, "round trip");
@@ -602,8 +594,133 @@ Test(mlir, round_trip_c_graph) {
     }
     free(x);
   }
+}
+
+static jit_graph *from_text(jit_context *ctx, const char *text) {
+  jit_graph *g = NULL;
+  jit_status s = jit_graph_from_mlir(ctx, text, strlen(text), NULL, &g);
+  if (s) cr_log_error("%s\n%s", jit_status_message(s), text);
+  TU_OK(s);
+  return g;
+}
+
+Test(mlir, round_trip_c_graph) {
+  jit_context *ctx = make_ctx(2, NULL);
+  jit_graph *g = build_c_graph(ctx);
+  char *text = NULL;
+  TU_OK(jit_graph_to_mlir(g, &text));
+  cr_expect(strstr(text, "jit.dims") != NULL);
+  cr_expect(strstr(text, "\"N\"") != NULL);
+  jit_graph *g2 = from_text(ctx, text);
+  // The same graph again: its symbol keeps its name, and exporting it gives the text.
+  jit_input_info info;
+  TU_OK(jit_graph_input_info(g2, 0, &info));
+  cr_expect_str_eq(info.name, "x");
+  cr_expect_str_eq(jit_symbol_name(g2, info.dims[0]), "N");
+  char *text2 = NULL;
+  TU_OK(jit_graph_to_mlir(g2, &text2));
+  cr_expect_str_eq(text2, text);
+  jit_string_free(text2);
+  jit_string_free(text);
+  // Same results, and the same keys: g2 never compiles what g compiled (run1 runs g
+  // first for every shape and output).
+  uint64_t c0 = stats(ctx).compiles;
+  expect_same_outputs(g, g2);
+  cr_expect(stats(ctx).compiles - c0 == 2, "%llu compiles for two shapes of two graphs "
+            "that should share keys", (unsigned long long)(stats(ctx).compiles - c0));
   jit_graph_destroy(g);
   jit_graph_destroy(g2);
+  jit_context_destroy(ctx);
+}
+
+// Removes the jit.graph record from an export, so from_mlir must use the body.
+static void strip_record(char *text) {
+  char *a = strstr(text, " attributes {jit.graph = \"");
+  cr_assert(a, "no jit.graph record in:\n%s", text);
+  char *end = strstr(a, "\"}");
+  cr_assert(end);
+  memmove(a, end + 2, strlen(end + 2) + 1);
+}
+
+// The body of a C graph's export computes what the graph does (the record removed).
+Test(mlir, c_graph_export_body) {
+  jit_context *ctx = make_ctx(2, NULL);
+  jit_graph *g = build_c_graph(ctx);
+  char *text = NULL;
+  TU_OK(jit_graph_to_mlir(g, &text));
+  strip_record(text);
+  jit_graph *g2 = from_text(ctx, text);
+  jit_string_free(text);
+  expect_same_outputs(g, g2);
+  jit_graph_destroy(g);
+  jit_graph_destroy(g2);
+  jit_context_destroy(ctx);
+}
+
+// Reshapes from and to rank 0 are written too: x[1, N] -> scalar -> [N, 1]
+// (N must be 1), and sum(v) -> [1].
+Test(mlir, rank0_reshapes_export) {
+  jit_context *ctx = make_ctx(2, NULL);
+  jit_graph *g = NULL;
+  TU_OK(jit_graph_create(ctx, "r0", &g));
+  int64_t N = jit_symbol(g, "N"), V = jit_symbol(g, "V");
+  int64_t dx[2] = {1, N}, dv[1] = {V}, to_nx1[2] = {N, 1}, to_1[1] = {1};
+  jit_value x = jit_input(g, "x", TU_F32, 2, dx);
+  jit_value v = jit_input(g, "v", TU_F32, 1, dv);
+  jit_value s = jit_reshape(g, x, 0, NULL);
+  jit_value y = jit_reshape(g, jit_mul(g, s, jit_scalar(g, 3.0, TU_F32)), 2, to_nx1);
+  jit_output(g, y);
+  jit_output(g, jit_reshape(g, jit_reduce_sum(g, v, 0, 0), 1, to_1));
+  TU_OK(jit_graph_finalize(g));
+  char *text = NULL;
+  TU_OK(jit_graph_to_mlir(g, &text));
+  strip_record(text);
+  jit_graph *g2 = from_text(ctx, text);
+  jit_string_free(text);
+  float xv[1] = {1.5f}, vv[7] = {1, 2, 3, 4, 5, 6, 7.25f};
+  int64_t sx[2] = {1, 1}, sv[1] = {7};
+  DLTensor in[2] = {tu_tensor(xv, TU_F32, 2, sx), tu_tensor(vv, TU_F32, 1, sv)};
+  jit_graph *gs[2] = {g, g2};
+  for (int k = 0; k < 2; k++) {
+    int64_t sh[8];
+    int r;
+    float *o = run1(gs[k], in, 2, 2, 0, sh, &r);
+    cr_expect(r == 2 && sh[0] == 1 && sh[1] == 1, "graph %d: output 0 rank %d", k, r);
+    cr_expect(o[0] == 4.5f, "graph %d: %g", k, o[0]);
+    free(o);
+    o = run1(gs[k], in, 2, 2, 1, sh, &r);
+    cr_expect(r == 1 && sh[0] == 1, "graph %d: output 1 rank %d", k, r);
+    cr_expect(o[0] == 28.25f, "graph %d: %g", k, o[0]);
+    free(o);
+  }
+  jit_graph_destroy(g);
+  jit_graph_destroy(g2);
+  jit_context_destroy(ctx);
+}
+
+// A body edited after export is used as written, whatever its jit.graph record says.
+Test(mlir, round_trip_edited_body_is_not_trusted) {
+  jit_context *ctx = make_ctx(2, NULL);
+  jit_graph *g = build_c_graph(ctx);
+  char *text = NULL;
+  TU_OK(jit_graph_to_mlir(g, &text));
+  char *at = strstr(text, "dense<2.5>");
+  cr_assert(at, "the scalar 2.5 is not where the test expects it:\n%s", text);
+  memcpy(at, "dense<3.5>", 10);
+  jit_graph *edited = from_text(ctx, text);
+  jit_graph *want = build_c_graph_with(ctx, 3.5);
+  expect_same_outputs(want, edited);
+  // And a record that is not a graph at all.
+  char *rec = strstr(text, "jitml-graph-1 ");
+  cr_assert(rec);
+  rec[strlen("jitml-graph-1 ")] = 'z';
+  jit_graph *garbled = from_text(ctx, text);
+  expect_same_outputs(want, garbled);
+  jit_string_free(text);
+  jit_graph_destroy(g);
+  jit_graph_destroy(edited);
+  jit_graph_destroy(want);
+  jit_graph_destroy(garbled);
   jit_context_destroy(ctx);
 }
 
