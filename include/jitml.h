@@ -133,6 +133,12 @@ typedef struct jit_options {
   // inputs, run on that device and download the outputs. Tensors allocated on a device
   // (jit_tensor_alloc) always run on their device.
   const char *device;
+  // CUDA toolkit directory whose bin/ptxas assembles each CUDA kernel's PTX into a
+  // cubin for the device's SM, cached next to the PTX (loaded first; the PTX, which the
+  // driver JIT-compiles, is the fallback). NULL: $CUDA_HOME, else $CUDA_PATH, else
+  // /usr/local/cuda, else ptxas on $PATH. "" : no toolkit (PTX only). Without a ptxas,
+  // or when it fails, kernels ship as PTX alone and the reason is logged. Copied.
+  const char *cuda_toolkit;
 } jit_options;
 
 // Fills `options` with defaults. Always call it before setting fields.
@@ -160,6 +166,9 @@ typedef struct jit_stats {
   uint64_t bytes_read;      // bytes read from the disk cache
   uint64_t evictions;       // entries removed by the size or age limit
   uint64_t bad_entries;     // corrupt or foreign entries found, removed and recompiled
+  uint64_t cuda_cubin_loads;  // CUDA kernels loaded from a cubin (no driver JIT)
+  uint64_t cuda_ptx_loads;    // CUDA kernels loaded from PTX (JIT-compiled by the
+                              // driver: no cubin, or the driver refused it; logged)
 } jit_stats;
 
 // Copies the context's counters into `out_stats` (whose struct_size the caller sets,

@@ -50,6 +50,13 @@ static void jit__cache_log(void *user, jit_log_level level, const char *message)
   jit__log(user, level, "%s", message);
 }
 
+// Frees the context record and what it owns from its first moments on.
+static void jit__context_free(jit_context *ctx) {
+  free((char *)ctx->options.cuda_toolkit);
+  pthread_mutex_destroy(&ctx->toolkit_mu);
+  free(ctx);
+}
+
 jit_status jit_context_create(const jit_options *options, jit_context **out_ctx) {
   if (!out_ctx) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_create: out_ctx is NULL");
   *out_ctx = NULL;
@@ -84,11 +91,18 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   }
 
   jit_context *ctx = calloc(1, sizeof(*ctx));
-  if (!ctx) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_context_create: out of memory");
+  char *toolkit = o.cuda_toolkit ? strdup(o.cuda_toolkit) : NULL;
+  if (!ctx || (o.cuda_toolkit && !toolkit)) {
+    free(ctx);
+    free(toolkit);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_context_create: out of memory");
+  }
+  o.cuda_toolkit = toolkit;
   ctx->options = o;
+  pthread_mutex_init(&ctx->toolkit_mu, NULL);
   jit_status s = jit__cpu_device_create(&ctx->cpu);
   if (s) {
-    free(ctx);
+    jit__context_free(ctx);
     return jit__status_annotate(s, "jit_context_create");
   }
   const jit__cpu_target *t = jit__cpu_host_target();
@@ -96,7 +110,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   ctx->target_text = malloc(cap);
   if (!ctx->target_text) {
     jit__cpu_device_destroy(ctx->cpu);
-    free(ctx);
+    jit__context_free(ctx);
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_context_create: out of memory");
   }
   int n = snprintf(ctx->target_text, cap,
@@ -126,7 +140,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
     jit__cache_close(ctx->cache);
     free(ctx->target_text);
     jit__cpu_device_destroy(ctx->cpu);
-    free(ctx);
+    jit__context_free(ctx);
     return jit__status_annotate(s, "jit_context_create");
   }
   pthread_mutex_init(&ctx->mu, NULL);
@@ -149,7 +163,7 @@ void jit_context_destroy(jit_context *ctx) {
   jit__cpu_device_destroy(ctx->cpu);
   pthread_cond_destroy(&ctx->cv);
   pthread_mutex_destroy(&ctx->mu);
-  free(ctx);
+  jit__context_free(ctx);
 }
 
 jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
@@ -178,6 +192,8 @@ jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
   s.bytes_read = cs.bytes_read;
   s.evictions = cs.evictions;
   s.bad_entries = cs.bad_entries;
+  s.cuda_cubin_loads = atomic_load(&ctx->cuda_cubin_loads);
+  s.cuda_ptx_loads = atomic_load(&ctx->cuda_ptx_loads);
   memcpy(out, &s, size);
   return NULL;
 }

@@ -6,7 +6,20 @@
 // run allocates nothing (runs of one kernel are serialized for that reason).
 //
 // Disk entries: payload = the module; metadata = a small header with the output
-// shapes, followed by the serialized plan.
+// shapes, followed by the serialized plan. CUDA entries hold the PTX and, when a
+// toolkit's ptxas made one, a cubin for the device's SM (payload = PTX then cubin,
+// entry kind "cubin" when there is one, else "ptx"), described by a record after the
+// plan.
+//
+// CUDA cubins: after the lowering's PTX, ptxas (lowering/ptxas.h) assembles it for the
+// device's SM. Loading tries the cubin first (no driver JIT) and falls back to the PTX
+// when the driver refuses the cubin; which one was used is counted in the stats
+// (cuda_cubin_loads / cuda_ptx_loads) and a PTX load is logged with its reason. A
+// missing or failing ptxas only costs the cubin: the kernel ships as PTX, and the
+// entry keeps the reason. The key is not changed by the toolkit (it has the SM and
+// the driver version already): the cubin is made from the keyed PTX for the keyed SM,
+// so any ptxas makes an equivalent one, and a prewarmed cache made where a toolkit
+// exists serves machines that have only the driver.
 //
 //===----------------------------------------------------------------------===//
 #include <stdio.h>
@@ -40,8 +53,55 @@ void jit__gpu_exec_destroy(jit__gpu_exec *e) {
   free(e);
 }
 
+// What a kernel is loaded from.
+typedef struct jit__gpu_image {
+  const void *module;  // PTX (CUDA) or SPIR-V (Vulkan)
+  size_t module_size;
+  const void *cubin;   // CUDA: a cubin for the device's SM, or NULL
+  size_t cubin_size;
+  const char *no_cubin;  // CUDA without a cubin: why (for the log); may be NULL
+} jit__gpu_image;
+
+// CUDA: the cubin first, then the PTX when there is none or the driver refuses it
+// (another SM, an image it cannot read, a cubin from a newer toolkit than it knows).
+static jit_status jit__gpu_load_cuda(jit_device *d, const jit__gpu_image *img,
+                                     jit__cu_executable_desc desc, jit__cu_executable **out) {
+  jit_context *ctx = d->ctx;
+  char refused[1024] = "";
+  if (img->cubin && img->cubin_size) {
+    desc.format = JIT__CU_CUBIN;
+    desc.module = img->cubin;
+    desc.module_size = img->cubin_size;
+    jit_status s = jit__cu_executable_create(d->cu, &desc, out);
+    if (!s) {
+      atomic_fetch_add_explicit(&ctx->cuda_cubin_loads, 1, memory_order_relaxed);
+      jit__log(ctx, JIT_LOG_DEBUG, "cuda:%d (%s): kernel loaded from its %s cubin "
+               "(%zu bytes)", d->ordinal, d->name, d->sm, img->cubin_size);
+      return NULL;
+    }
+    snprintf(refused, sizeof refused, "the driver refused the cubin: %s",
+             jit_status_message(s));
+    jit_status_free(s);
+  }
+  desc.format = JIT__CU_PTX;
+  desc.module = img->module;
+  desc.module_size = img->module_size;
+  jit_status s = jit__cu_executable_create(d->cu, &desc, out);
+  if (s) {
+    if (refused[0]) s = jit__status_annotate(s, "PTX fallback (%s)", refused);
+    return s;
+  }
+  atomic_fetch_add_explicit(&ctx->cuda_ptx_loads, 1, memory_order_relaxed);
+  jit__log(ctx, JIT_LOG_INFO, "cuda:%d (%s): kernel loaded from PTX, JIT-compiled by the "
+           "driver in %.1f ms: %s", d->ordinal, d->name,
+           jit__cu_executable_create_ms(*out),
+           refused[0] ? refused : img->no_cubin && img->no_cubin[0] ? img->no_cubin
+                                                                    : "no cubin");
+  return NULL;
+}
+
 // Makes an executable from module bytes and a plan (taken over on success).
-static jit_status jit__gpu_load(jit_device *d, const void *module, size_t size,
+static jit_status jit__gpu_load(jit_device *d, const jit__gpu_image *img,
                                 jit__gpu_plan *plan, jit__gpu_exec **out) {
   *out = NULL;
   JIT_PROPAGATE(jit__device_open(d));
@@ -69,13 +129,13 @@ static jit_status jit__gpu_load(jit_device *d, const void *module, size_t size,
     memcpy(cd[k].block, pk->block, sizeof(cd[k].block));
   }
   if (d->kind == JIT_DEVICE_VULKAN) {
-    jit__vk_executable_desc desc = {module, size, plan->n_buffers, bytes, plan->n_kernels,
-                                    kd};
+    jit__vk_executable_desc desc = {img->module, img->module_size, plan->n_buffers, bytes,
+                                    plan->n_kernels, kd};
     s = jit__vk_executable_create(d->vk, &desc, &e->vk);
   } else {
-    jit__cu_executable_desc desc = {JIT__CU_PTX, module, size, plan->n_buffers, bytes,
-                                    plan->n_kernels, cd};
-    s = jit__cu_executable_create(d->cu, &desc, &e->cu);
+    jit__cu_executable_desc desc = {JIT__CU_PTX, img->module, img->module_size,
+                                    plan->n_buffers, bytes, plan->n_kernels, cd};
+    s = jit__gpu_load_cuda(d, img, desc, &e->cu);
   }
   if (s) goto fail;
   e->temps = calloc(plan->n_buffers + 1, sizeof(void *));
@@ -116,6 +176,17 @@ typedef struct jit__gpu_meta_out {
   int64_t dims[JIT_MAX_RANK];
 } jit__gpu_meta_out;
 
+#define JIT__GPU_CUDA_MAGIC 0x4D445543u  // "CUDM"
+
+// CUDA entries: after the plan. The payload is the PTX followed by the cubin.
+typedef struct jit__gpu_meta_cuda {
+  uint32_t magic, reserved;
+  uint64_t ptx_size, cubin_size;
+  char sm[16];          // the cubin's SM; "" without a cubin
+  char ptxas[64];       // version of the ptxas that made it
+  char no_cubin[512];   // without a cubin: why
+} jit__gpu_meta_cuda;
+
 bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
                         jit__oshape *shapes, jit__gpu_exec **out) {
   jit_context *ctx = g->ctx;
@@ -132,11 +203,34 @@ bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
   bool ok = false;
   jit__gpu_meta_head h;
   size_t outs_size = g->n_outputs * sizeof(jit__gpu_meta_out);
-  jit__payload_kind want = d->kind == JIT_DEVICE_CUDA ? JIT__PAYLOAD_PTX : JIT__PAYLOAD_SPIRV;
-  if (e.kind == want && e.meta_size >= sizeof(h)) {
+  bool cuda = d->kind == JIT_DEVICE_CUDA;
+  size_t cuda_size = cuda ? sizeof(jit__gpu_meta_cuda) : 0;
+  bool kind_ok = cuda ? e.kind == JIT__PAYLOAD_PTX || e.kind == JIT__PAYLOAD_CUBIN
+                      : e.kind == JIT__PAYLOAD_SPIRV;
+  jit__gpu_meta_cuda cm;
+  memset(&cm, 0, sizeof(cm));
+  jit__gpu_image img = {e.payload, e.payload_size, NULL, 0, NULL};
+  if (kind_ok && e.meta_size >= sizeof(h)) {
     memcpy(&h, e.meta, sizeof(h));
-    if (h.magic == JIT__GPU_META_MAGIC && h.n_outputs == g->n_outputs &&
-        e.meta_size == sizeof(h) + outs_size + h.plan_size) {
+    bool sizes_ok = h.magic == JIT__GPU_META_MAGIC && h.n_outputs == g->n_outputs &&
+                    h.plan_size < e.meta_size &&
+                    e.meta_size == sizeof(h) + outs_size + h.plan_size + cuda_size;
+    if (sizes_ok && cuda) {
+      memcpy(&cm, (const unsigned char *)e.meta + e.meta_size - cuda_size, sizeof(cm));
+      cm.sm[sizeof cm.sm - 1] = cm.ptxas[sizeof cm.ptxas - 1] = 0;
+      cm.no_cubin[sizeof cm.no_cubin - 1] = 0;
+      sizes_ok = cm.magic == JIT__GPU_CUDA_MAGIC && cm.ptx_size > 0 &&
+                 cm.ptx_size <= e.payload_size && cm.cubin_size == e.payload_size - cm.ptx_size &&
+                 (e.kind == JIT__PAYLOAD_CUBIN) == (cm.cubin_size > 0);
+      img.module_size = cm.ptx_size;
+      // The key has the SM; a cubin for another one would only be refused by the driver.
+      if (sizes_ok && cm.cubin_size && strcmp(cm.sm, d->sm) == 0) {
+        img.cubin = (const unsigned char *)e.payload + cm.ptx_size;
+        img.cubin_size = cm.cubin_size;
+      }
+      img.no_cubin = cm.cubin_size ? "the cached cubin is for another SM" : cm.no_cubin;
+    }
+    if (sizes_ok) {
       const unsigned char *p = (const unsigned char *)e.meta + sizeof(h);
       for (uint32_t j = 0; j < g->n_outputs; j++) {
         jit__gpu_meta_out o;
@@ -148,7 +242,7 @@ bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
       jit__gpu_plan plan;
       s = jit__gpu_plan_deserialize(p + outs_size, h.plan_size, &plan);
       if (!s) {
-        s = jit__gpu_load(d, e.payload, e.payload_size, &plan, out);
+        s = jit__gpu_load(d, &img, &plan, out);
         jit__gpu_plan_release(&plan);
       }
       if (s) {
@@ -165,8 +259,10 @@ bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
   return ok;
 }
 
+// `cm` (CUDA only, else NULL) describes the cubin in `img` or why there is none.
 static void jit__gpu_disk_store(jit_graph *g, jit_device *d, const uint8_t key[16],
                                 const DLTensor *inputs, const jit__gpu_artifact *art,
+                                const jit__gpu_image *img, const jit__gpu_meta_cuda *cm,
                                 const jit__oshape *shapes) {
   jit_context *ctx = g->ctx;
   if (!jit__cache_enabled(ctx->cache)) return;
@@ -179,10 +275,18 @@ static void jit__gpu_disk_store(jit_graph *g, jit_device *d, const uint8_t key[1
   }
   jit__gpu_meta_head h = {JIT__GPU_META_MAGIC, g->n_outputs, plan_size};
   size_t outs_size = g->n_outputs * sizeof(jit__gpu_meta_out);
-  size_t meta_size = sizeof(h) + outs_size + plan_size;
+  size_t cuda_size = cm ? sizeof(*cm) : 0;
+  size_t meta_size = sizeof(h) + outs_size + plan_size + cuda_size;
   unsigned char *meta = calloc(1, meta_size);
   char *components = jit__key_components(g, d, inputs);
-  if (meta && components) {
+  // CUDA payload: the PTX, then the cubin (if any).
+  size_t payload_size = img->module_size + (cm ? img->cubin_size : 0);
+  unsigned char *payload = cm && img->cubin_size ? malloc(payload_size) : NULL;
+  if (payload) {
+    memcpy(payload, img->module, img->module_size);
+    memcpy(payload + img->module_size, img->cubin, img->cubin_size);
+  }
+  if (meta && components && (payload || !(cm && img->cubin_size))) {
     memcpy(meta, &h, sizeof(h));
     for (uint32_t j = 0; j < g->n_outputs; j++) {
       jit__gpu_meta_out o = {shapes[j].rank, shapes[j].dtype, {0}};
@@ -190,14 +294,15 @@ static void jit__gpu_disk_store(jit_graph *g, jit_device *d, const uint8_t key[1
       memcpy(meta + sizeof(h) + j * sizeof(o), &o, sizeof(o));
     }
     memcpy(meta + sizeof(h) + outs_size, plan, plan_size);
+    if (cm) memcpy(meta + sizeof(h) + outs_size + plan_size, cm, sizeof(*cm));
     jit__cache_entry e;
     memset(&e, 0, sizeof(e));
     memcpy(e.key, key, 16);
-    e.kind = d->kind == JIT_DEVICE_CUDA ? JIT__PAYLOAD_PTX : JIT__PAYLOAD_SPIRV;
+    e.kind = !cm ? JIT__PAYLOAD_SPIRV : img->cubin_size ? JIT__PAYLOAD_CUBIN : JIT__PAYLOAD_PTX;
     e.meta = meta;
     e.meta_size = meta_size;
-    e.payload = art->binary;
-    e.payload_size = art->binary_size;
+    e.payload = payload ? payload : art->binary;
+    e.payload_size = payload ? payload_size : art->binary_size;
     e.components = components;
     s = jit__cache_put(ctx->cache, &e);
     if (s) jit_status_free(s);
@@ -205,9 +310,53 @@ static void jit__gpu_disk_store(jit_graph *g, jit_device *d, const uint8_t key[1
   free(meta);
   free(components);
   free(plan);
+  free(payload);
 }
 
 //===--- Compile ---------------------------------------------------------===//
+
+// ptxas may take a while on a large kernel; it is killed after this.
+#define JIT__PTXAS_TIMEOUT_MS 120000
+
+// Assembles the artifact's PTX for the device's SM into `*cubin`, or leaves it NULL
+// with the reason in `cm->no_cubin`: no ptxas, or ptxas failing, is never an error.
+static void jit__gpu_make_cubin(jit_device *d, const jit__gpu_artifact *art,
+                                uint8_t **cubin, size_t *cubin_size, jit__gpu_meta_cuda *cm) {
+  jit_context *ctx = d->ctx;
+  *cubin = NULL;
+  *cubin_size = 0;
+  jit__ptxas tool;
+  pthread_mutex_lock(&ctx->toolkit_mu);
+  if (!ctx->ptxas_probed) {
+    jit_status s = jit__ptxas_find(ctx->options.cuda_toolkit, &ctx->ptxas);
+    if (s) {
+      snprintf(ctx->ptxas_absent, sizeof ctx->ptxas_absent, "%s", jit_status_message(s));
+      jit__log(ctx, JIT_LOG_INFO, "CUDA kernels ship as PTX only (no cubins): %s",
+               jit_status_message(s));
+      jit_status_free(s);
+    } else {
+      jit__log(ctx, JIT_LOG_DEBUG, "CUDA cubins by %s (%s)", ctx->ptxas.path,
+               ctx->ptxas.version[0] ? ctx->ptxas.version : "version unknown");
+    }
+    ctx->ptxas_probed = true;
+  }
+  tool = ctx->ptxas;
+  snprintf(cm->no_cubin, sizeof cm->no_cubin, "%s", ctx->ptxas_absent);
+  pthread_mutex_unlock(&ctx->toolkit_mu);
+  if (!tool.path[0]) return;
+  jit_status s = jit__ptxas_assemble(&tool, art->binary, art->binary_size, d->sm,
+                                     JIT__PTXAS_TIMEOUT_MS, cubin, cubin_size);
+  if (s) {
+    snprintf(cm->no_cubin, sizeof cm->no_cubin, "%s", jit_status_message(s));
+    jit__log(ctx, JIT_LOG_WARNING, "cuda:%d (%s): no cubin for %s, the kernel ships as PTX "
+             "only: %s", d->ordinal, d->name, d->sm, jit_status_message(s));
+    jit_status_free(s);
+    return;
+  }
+  cm->no_cubin[0] = 0;
+  snprintf(cm->sm, sizeof cm->sm, "%s", d->sm);
+  snprintf(cm->ptxas, sizeof cm->ptxas, "%s", tool.version);
+}
 
 jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgraph *lg,
                                      const uint8_t key[16], const DLTensor *inputs,
@@ -239,6 +388,9 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
   if (d->kind == JIT_DEVICE_CUDA) {
     t.format = JIT__GPU_PTX;
     t.chip = d->sm;
+    // libdevice from the same toolkit as ptxas, when one is named.
+    const char *tk = g->ctx->options.cuda_toolkit;
+    t.cuda_toolkit = tk && tk[0] ? tk : NULL;
   } else {
     t.format = JIT__GPU_SPIRV;
     t.spirv_f16 = any_f16;
@@ -247,6 +399,16 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   jit_status s = jit__compile_gpu(lg, func_name, &t, &art);
+  jit__gpu_meta_cuda cm;
+  memset(&cm, 0, sizeof(cm));
+  cm.magic = JIT__GPU_CUDA_MAGIC;
+  uint8_t *cubin = NULL;
+  size_t cubin_size = 0;
+  if (!s && d->kind == JIT_DEVICE_CUDA) {
+    jit__gpu_make_cubin(d, &art, &cubin, &cubin_size, &cm);
+    cm.ptx_size = art.binary_size;
+    cm.cubin_size = cubin_size;
+  }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
   atomic_fetch_add_explicit(&g->ctx->compiles, 1, memory_order_relaxed);
@@ -255,12 +417,15 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
   pthread_mutex_unlock(&g->ctx->mu);
   if (s) return jit__status_annotate(s, "compiling `%s` for %s:%d", g->name,
                                      jit__device_kind_name(d->kind), d->ordinal);
-  jit__gpu_disk_store(g, d, key, inputs, &art, shapes);
+  jit__gpu_image img = {art.binary, art.binary_size, cubin, cubin_size, cm.no_cubin};
+  jit__gpu_disk_store(g, d, key, inputs, &art, &img,
+                      d->kind == JIT_DEVICE_CUDA ? &cm : NULL, shapes);
   jit__gpu_plan plan = art.plan;
   memset(&art.plan, 0, sizeof(art.plan));
-  s = jit__gpu_load(d, art.binary, art.binary_size, &plan, out);
+  s = jit__gpu_load(d, &img, &plan, out);
   jit__gpu_plan_release(&plan);
   jit__gpu_artifact_release(&art);
+  free(cubin);
   return s;
 }
 

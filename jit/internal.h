@@ -12,6 +12,7 @@
 #include "jit/status.h"
 #include "jitml.h"
 #include "lowering/lower.h"
+#include "lowering/ptxas.h"
 
 //===--- Context ---------------------------------------------------------===//
 
@@ -81,6 +82,13 @@ struct jit_context {
   jit_device *offload;          // options.device when it names a GPU, else NULL
   atomic_uint_fast64_t runs, memory_hits, misses, compiles, disk_hits;
   double compile_ms, load_ms;  // guarded by mu
+  // CUDA cubins (jit/gpu_run.c): options.cuda_toolkit points at the context's own copy;
+  // ptxas is looked for once, at the first CUDA compile, under toolkit_mu.
+  pthread_mutex_t toolkit_mu;
+  bool ptxas_probed;
+  jit__ptxas ptxas;              // path "" when there is none; then ptxas_absent says why
+  char ptxas_absent[512];
+  atomic_uint_fast64_t cuda_cubin_loads, cuda_ptx_loads;
 };
 
 // Logs through the context's callback (or JITML_LOG on stderr).

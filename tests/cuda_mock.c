@@ -11,9 +11,16 @@
 //   mock_slow(...)     the stream stays busy for 300 ms (CUDA_ERROR_NOT_READY)
 // Any other entry launches as a no-op. Every launch is logged for the test to inspect
 // (jit_mock_cuda_launch). PTX containing `mock_invalid_ptx` fails to load with a JIT
-// log; an image that starts with "\x7f" "ELF" is refused as a cubin for another GPU.
+// log; PTX whose `.version` is newer than the mock driver's PTX ISA (12.x: 8.x) fails
+// with CUDA_ERROR_UNSUPPORTED_PTX_VERSION. An ELF image loads only if it is a cubin for
+// the mock's sm_90 (e_machine EM_CUDA, the SM in e_flags): its kernels are the
+// `.text.<name>` sections, their parameter counts from `.nv.info.<name>`
+// (EIATTR_KPARAM_INFO records); any other ELF is refused as a cubin for another GPU
+// (CUDA_ERROR_NO_BINARY_FOR_GPU). Every module load is logged (jit_mock_cuda_loads).
 // Environment: JITML_MOCK_CUDA_DEVICES (default 2), JITML_MOCK_CUDA_INIT (a CUresult
-// for cuInit to return). Built with -DMOCK_OMIT_LAUNCH it lacks cuLaunchKernel.
+// for cuInit to return), JITML_MOCK_CUDA_DRIVER (cuDriverGetVersion, default 12040),
+// JITML_MOCK_CUDA_CUBIN=reject (refuse every cubin, as a driver that cannot load it).
+// Built with -DMOCK_OMIT_LAUNCH it lacks cuLaunchKernel.
 // Not a model of the driver beyond what the backend relies on.
 //
 //===----------------------------------------------------------------------===//
@@ -61,6 +68,7 @@ typedef struct launch {
 static launch launches[64];
 static int n_launches;
 static CUresult pending;  // sticky error the stream reports
+static char loads[512];   // "ptx:ok cubin:refused ..." one word per cuModuleLoadDataEx
 static double busy_until;
 
 static double now(void) {
@@ -93,6 +101,10 @@ EXPORT CUresult cuGetErrorName(CUresult e, const char **s) {
     case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; return CUDA_SUCCESS;
     case CUDA_ERROR_NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; return CUDA_SUCCESS;
     case CUDA_ERROR_NO_BINARY_FOR_GPU: *s = "CUDA_ERROR_NO_BINARY_FOR_GPU"; return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; return CUDA_SUCCESS;
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+      *s = "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
+      return CUDA_SUCCESS;
     default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -111,8 +123,12 @@ EXPORT CUresult cuInit(unsigned flags) {
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
+static int driver_version(void) {
+  const char *e = getenv("JITML_MOCK_CUDA_DRIVER");
+  return e && atoi(e) ? atoi(e) : 12040;
+}
 EXPORT CUresult cuDriverGetVersion(int *v) {
-  *v = 12040;
+  *v = driver_version();
   return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDeviceGetCount(int *c) {
@@ -251,18 +267,100 @@ EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUde
   }
   return CUDA_SUCCESS;
 }
+static void log_load(const char *what, CUresult r) {
+  pthread_mutex_lock(&mu);
+  size_t n = strlen(loads);
+  snprintf(loads + n, sizeof loads - n, "%s%s:%s", n ? " " : "", what,
+           r == CUDA_SUCCESS ? "ok" : "refused");
+  pthread_mutex_unlock(&mu);
+}
+
+// A cubin for sm_90: ELF64, EM_CUDA (190), the SM in e_flags (bits 8-15 from ELF ABI
+// version 8 on, as ptxas 13 writes; bits 0-7 before). Kernels from the section names.
+static module *load_cubin(const unsigned char *b) {
+  // The driver gets no size either: the class byte decides whether a 64-byte ELF64
+  // header follows (the backend's tests pass short "\x7f" "ELF...." images).
+  if (b[4] != 2) return NULL;
+  uint16_t machine, shentsize, shnum, shstrndx;
+  uint32_t flags;
+  uint64_t shoff;
+  memcpy(&machine, b + 18, 2);
+  memcpy(&flags, b + 48, 4);
+  memcpy(&shoff, b + 40, 8);
+  memcpy(&shentsize, b + 58, 2);
+  memcpy(&shnum, b + 60, 2);
+  memcpy(&shstrndx, b + 62, 2);
+  int sm = b[8] >= 8 ? (int)(flags >> 8 & 0xff) : (int)(flags & 0xff);
+  if (machine != 190 || sm != 90 || shentsize != 64 || shstrndx >= shnum)
+    return NULL;
+  const unsigned char *sh = b + shoff;
+  uint64_t str_off;
+  memcpy(&str_off, sh + shstrndx * 64 + 24, 8);
+  module *mod = calloc(1, sizeof *mod);
+  for (int pass = 0; pass < 2; pass++) {
+    for (unsigned i = 0; i < shnum; i++) {
+      uint32_t name;
+      uint64_t off, size;
+      memcpy(&name, sh + i * 64, 4);
+      memcpy(&off, sh + i * 64 + 24, 8);
+      memcpy(&size, sh + i * 64 + 32, 8);
+      const char *n = (const char *)b + str_off + name;
+      if (pass == 0 && !strncmp(n, ".text.", 6) && mod->n < 16) {
+        snprintf(mod->fns[mod->n++].name, sizeof mod->fns[0].name, "%s", n + 6);
+      } else if (pass == 1 && !strncmp(n, ".nv.info.", 9)) {
+        for (int k = 0; k < mod->n; k++) {
+          if (strcmp(mod->fns[k].name, n + 9)) continue;
+          // Records: format (4 = 16-bit size + payload, else 2 bytes of value), attribute.
+          for (uint64_t p = off; p + 4 <= off + size;) {
+            uint16_t len = 0;
+            if (b[p] == 4) memcpy(&len, b + p + 2, 2);
+            if (b[p] == 4 && b[p + 1] == 0x17) mod->fns[k].n_params++;
+            p += 4 + (b[p] == 4 ? len : 0);
+          }
+        }
+      }
+    }
+  }
+  return mod;
+}
+
+static int ptx_version(const char *text) {
+  const char *v = strstr(text, ".version ");
+  int major = 0, minor = 0;
+  if (v && sscanf(v, ".version %d.%d", &major, &minor) == 2) return major * 10 + minor;
+  return 0;
+}
+
 EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n_opts,
                                    CUjit_option *opts, void **vals) {
   NEED_CTX;
   const char *text = image;
-  if (!memcmp(text, "\x7f" "ELF", 4)) return CUDA_ERROR_NO_BINARY_FOR_GPU;
+  if (!memcmp(text, "\x7f" "ELF", 4)) {
+    const char *e = getenv("JITML_MOCK_CUDA_CUBIN");
+    module *mod = NULL;
+    if (!(e && !strcmp(e, "reject"))) mod = load_cubin(image);
+    log_load("cubin", mod ? CUDA_SUCCESS : CUDA_ERROR_NO_BINARY_FOR_GPU);
+    if (!mod) return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    *m = (CUmodule)mod;
+    return CUDA_SUCCESS;
+  }
   char *log = NULL;
   size_t log_size = 0;
   for (unsigned i = 0; i < n_opts; i++) {
     if (opts[i] == CU_JIT_ERROR_LOG_BUFFER) log = vals[i];
     if (opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) log_size = (uintptr_t)vals[i];
   }
+  int drv = driver_version(), ptx_max = drv >= 12000 ? 80 + drv % 1000 / 10 : 78;
+  if (ptx_version(text) > ptx_max) {
+    if (log && log_size) snprintf(log, log_size, "ptxas application ptx input, line 1; "
+                                  "fatal   : Unsupported .version %d.%d; current version "
+                                  "is '%d.%d'", ptx_version(text) / 10,
+                                  ptx_version(text) % 10, ptx_max / 10, ptx_max % 10);
+    log_load("ptx", CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+    return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+  }
   if (strstr(text, "mock_invalid_ptx")) {
+    log_load("ptx", CUDA_ERROR_INVALID_PTX);
     if (log && log_size) snprintf(log, log_size, "ptxas application ptx input, line 3; error "
                                   ": mock syntax error near `mock_invalid_ptx`");
     return CUDA_ERROR_INVALID_PTX;
@@ -279,6 +377,7 @@ EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n_op
     for (const char *q = strstr(p, ".param"); q && close && q < close; q = strstr(q + 1, ".param"))
       f->n_params++;
   }
+  log_load("ptx", CUDA_SUCCESS);
   *m = (CUmodule)mod;
   return CUDA_SUCCESS;
 }
@@ -337,6 +436,12 @@ EXPORT CUresult cuStreamQuery(CUstream s) {
 //===--- For the test ------------------------------------------------------===//
 
 EXPORT int jit_mock_cuda_launch_count(void) { return n_launches; }
+// The module loads so far, oldest first: "cubin:ok", "cubin:refused ptx:ok", ...
+EXPORT void jit_mock_cuda_loads(char *out, size_t size) {
+  pthread_mutex_lock(&mu);
+  snprintf(out, size, "%s", loads);
+  pthread_mutex_unlock(&mu);
+}
 EXPORT int jit_mock_cuda_ctx_refs(int dev) { return ctx_refs[dev]; }
 EXPORT int jit_mock_cuda_live_allocs(void) {
   int n = 0;

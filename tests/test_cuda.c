@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #define LGRAPH_LOG_TAG "cuda"
 #include "lgraph_builder.h"
 #include "lowering/gpu.h"
+#include "lowering/ptxas.h"
 #include "ref.h"
 
 //===--- Helpers ---------------------------------------------------------===//
@@ -1283,4 +1285,288 @@ Test(cuda_mock, missing_symbol_and_init_errors) {
   setenv("JITML_MOCK_CUDA_DEVICES", "0", 1);
   expect_code(jit__cu_instance_create(&o, &in), JIT_UNAVAILABLE, "no devices", "0 devices");
   cr_assert_null(in);
+}
+
+//===--- ptxas: PTX -> cubin (every machine with a toolkit) -----------------===//
+
+// A private directory for one test (removed by rm_tree).
+static void make_dir(char *out, size_t size, const char *tag) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(out, size, "%s/jitml-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", tag);
+  cr_assert_not_null(mkdtemp(out));
+}
+
+static void rm_tree(const char *dir) {
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+static bool dir_is_empty(const char *dir) {
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", dir);
+  return system(cmd) == 0;
+}
+
+// A fake toolkit: <dir>/bin/ptxas is `script` (a shell script body).
+static void fake_toolkit(char *dir, size_t size, const char *script) {
+  make_dir(dir, size, "faketk");
+  char path[1200];
+  snprintf(path, sizeof path, "%s/bin", dir);
+  cr_assert_eq(mkdir(path, 0700), 0);
+  snprintf(path, sizeof path, "%s/bin/ptxas", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fprintf(f, "#!/bin/sh\n%s\n", script);
+  fclose(f);
+  cr_assert_eq(chmod(path, 0700), 0);
+}
+
+// The toolkit's ptxas, or false after a visible skip line.
+static bool real_ptxas(jit__ptxas *p) {
+  jit_status s = jit__ptxas_find(NULL, p);
+  if (s) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", jit_status_message(s));
+    jit_status_free(s);
+    SKIP("skipped: no ptxas (%s)", msg);
+  }
+  return true;
+}
+
+// The SM an ELF cubin is for (from e_flags: bits 8-15 from ELF ABI version 8 on).
+static int cubin_sm(const uint8_t *b, size_t n) {
+  cr_assert_geq(n, 64);
+  uint32_t flags;
+  memcpy(&flags, b + 48, 4);
+  return b[8] >= 8 ? (int)(flags >> 8 & 0xff) : (int)(flags & 0xff);
+}
+
+Test(cuda_ptxas, finds_the_toolkit_and_its_version) {
+  jit__ptxas p;
+  if (!real_ptxas(&p)) return;
+  cr_assert(p.path[0]);
+  cr_assert_gt(p.major, 0, "no version parsed for %s", p.path);
+  cr_assert(p.version[0]);
+  NOTE("ptxas: %s, release %d.%d (%s)", p.path, p.major, p.minor, p.version);
+}
+
+// The lowering's PTX for sm_90, assembled: an ELF cubin for EM_CUDA / sm_90 that the
+// mock driver loads (it reads the kernels and their parameter counts from the ELF),
+// and the plan launches from it exactly as from the PTX.
+Test(cuda_mock, lowering_plan_launches_from_cubin) {
+  jit__ptxas p;
+  if (!real_ptxas(&p)) return;
+  cu_env e;
+  mock m;
+  if (!mock_open(&e, &m, NULL)) return;
+  tg t;
+  tg_init(&t, "mlp", JIT__F32);
+  int64_t dx[2] = {8, 64}, dw[2] = {64, 96}, dbias[1] = {96}, dc[2] = {8, 96};
+  uint32_t x = tg_input(&t, 2, dx), wt = tg_input(&t, 2, dw), bias = tg_input(&t, 1, dbias);
+  uint32_t mm = tg_node(&t, JIT__OP_MATMUL, 2, x, wt, 2, dc);
+  uint32_t h = tg_node(&t, JIT__OP_ADD, 2, mm, bias, 2, dc);
+  uint32_t sm = tg_unary(&t, JIT__OP_SOFTMAX, h);
+  t.nodes[sm].axis = 1;
+  tg_output(&t, h);
+  tg_output(&t, sm);
+  jit__gpu_artifact a;
+  compile_ptx(&t.g, e.info, &a);
+  uint8_t *cubin = NULL;
+  size_t size = 0;
+  OK(jit__ptxas_assemble(&p, a.binary, a.binary_size, e.info->sm, 0, &cubin, &size));
+  cr_assert(size > 64 && !memcmp(cubin, "\x7f" "ELF", 4), "not an ELF image");
+  uint16_t machine;
+  memcpy(&machine, cubin + 18, 2);
+  cr_assert_eq(machine, 190, "e_machine %u is not EM_CUDA", machine);
+  cr_assert_eq(cubin_sm(cubin, size), 90);
+  cu_desc d;
+  plan_to_desc(&a, &d);
+  d.desc.format = JIT__CU_CUBIN;
+  d.desc.module = cubin;
+  d.desc.module_size = size;
+  jit__cu_executable *exe;
+  OK(jit__cu_executable_create(e.dev, &d.desc, &exe));
+  uint32_t nb = a.plan.n_buffers;
+  jit__cu_buffer **bufs = calloc(nb, sizeof *bufs);
+  for (uint32_t b = 0; b < nb; b++) OK(jit__cu_buffer_create(e.dev, a.plan.buffers[b].bytes, &bufs[b]));
+  OK(jit__cu_run(exe, bufs, nb, NULL));
+  cr_assert_eq((uint32_t)m.launch_count(), a.plan.n_kernels);
+  for (uint32_t k = 0; k < a.plan.n_kernels; k++) {
+    const jit__gpu_kernel *pk = &a.plan.kernels[k];
+    char name[64];
+    unsigned grid[3], block[3];
+    void *st;
+    unsigned long long args[8];
+    int n = m.launch((int)k, name, sizeof name, grid, block, &st, args);
+    cr_assert_str_eq(name, pk->entry);
+    cr_assert_eq((uint32_t)n, pk->n_args, "kernel %u `%s`: cubin has %d params, plan %u", k,
+                 pk->entry, n, pk->n_args);
+    for (uint32_t i = 0; i < pk->n_args && i < 8; i++)
+      cr_assert_eq(args[i], jit__cu_buffer_device_ptr(bufs[pk->args[i]]));
+  }
+  void (*loads)(char *, size_t) = (void (*)(char *, size_t))dlsym(m.lib, "jit_mock_cuda_loads");
+  cr_assert_not_null(loads);
+  char seen[512];
+  loads(seen, sizeof seen);
+  cr_assert_str_eq(seen, "cubin:ok");
+  NOTE("cuda_mock: %zu-byte PTX -> %zu-byte sm_90 cubin by ptxas %s; %u kernels launched",
+       a.binary_size, size, p.version, a.plan.n_kernels);
+  for (uint32_t b = 0; b < nb; b++) jit__cu_buffer_destroy(bufs[b]);
+  free(bufs);
+  jit__cu_executable_destroy(exe);
+  free(cubin);
+  desc_free(&d);
+  jit__gpu_artifact_release(&a);
+  mock_close(&e, &m);
+}
+
+// What goes wrong with ptxas is a status with what it printed, and leaves no files.
+Test(cuda_ptxas, failures_are_statuses_and_leave_nothing) {
+  jit__ptxas p;
+  if (!real_ptxas(&p)) return;
+  char tmp[1024];
+  make_dir(tmp, sizeof tmp, "ptxas-tmp");
+  setenv("TMPDIR", tmp, 1);
+  uint8_t *cubin = (uint8_t *)1;
+  size_t size = 1;
+  const char *bad = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                    ".visible .entry k() { bogus_instruction; }\n";
+  expect_code(jit__ptxas_assemble(&p, bad, strlen(bad), "sm_90", 0, &cubin, &size),
+              JIT_COMPILE_ERROR, "bogus_instruction", "PTX ptxas rejects");
+  cr_assert_null(cubin);
+  cr_assert_eq(size, 0);
+  // CUDA 13's ptxas dropped the SMs before 7.5; older toolkits take sm_60.
+  const char *ok = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                   ".visible .entry k() { ret; }\n";
+  if (p.major >= 13)
+    expect_code(jit__ptxas_assemble(&p, ok, strlen(ok), "sm_60", 0, &cubin, &size),
+                JIT_COMPILE_ERROR, "sm_60", "an SM the toolkit dropped");
+  expect_code(jit__ptxas_assemble(&p, ok, strlen(ok), "sm_90 -o /etc/x", 0, &cubin, &size),
+              JIT_INVALID_ARGUMENT, "not an SM architecture", "an arch that is an option");
+  expect_code(jit__ptxas_assemble(&p, ok, strlen(ok), "-v", 0, &cubin, &size),
+              JIT_INVALID_ARGUMENT, NULL, "an option as arch");
+  expect_code(jit__ptxas_assemble(&p, ok, 0, "sm_90", 0, &cubin, &size), JIT_INVALID_ARGUMENT,
+              NULL, "empty PTX");
+  expect_code(jit__ptxas_assemble(NULL, ok, strlen(ok), "sm_90", 0, &cubin, &size),
+              JIT_INVALID_ARGUMENT, NULL, "NULL tool");
+  expect_code(jit__ptxas_assemble(&p, ok, strlen(ok), "sm_90", 0, NULL, &size),
+              JIT_INVALID_ARGUMENT, NULL, "NULL out");
+  OK(jit__ptxas_assemble(&p, ok, strlen(ok), "sm_90a", 0, &cubin, &size));
+  free(cubin);
+  cr_assert(dir_is_empty(tmp), "ptxas left files in %s", tmp);
+  unsetenv("TMPDIR");
+  rm_tree(tmp);
+}
+
+Test(cuda_ptxas, missing_toolkit_is_unavailable) {
+  char empty[1024];
+  make_dir(empty, sizeof empty, "emptytk");
+  jit__ptxas p;
+  jit_status s = jit__ptxas_find(empty, &p);
+  cr_assert_eq(p.path[0], 0);
+  expect_code(s, JIT_UNAVAILABLE, empty, "an empty toolkit directory");
+  expect_code(jit__ptxas_find("", &p), JIT_UNAVAILABLE, "no CUDA toolkit", "\"\"");
+  uint8_t *cubin = NULL;
+  size_t size = 0;
+  expect_code(jit__ptxas_assemble(&p, "x", 1, "sm_90", 0, &cubin, &size), JIT_UNAVAILABLE,
+              NULL, "assembling without ptxas");
+  expect_code(jit__ptxas_find(NULL, NULL), JIT_INVALID_ARGUMENT, NULL, "NULL out");
+  // The environment is searched when no toolkit is named: $CUDA_HOME first.
+  char *path = strdup(getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+  setenv("CUDA_HOME", empty, 1);
+  setenv("PATH", "/nonexistent", 1);
+  setenv("CUDA_PATH", "", 1);
+  s = jit__ptxas_find(NULL, &p);
+  setenv("PATH", path, 1);
+  free(path);
+  if (s) expect_code(s, JIT_UNAVAILABLE, "$CUDA_HOME", "CUDA_HOME without ptxas");
+  else cr_assert_str_neq(p.path, "", "found one in /usr/local/cuda");
+  rm_tree(empty);
+}
+
+// A ptxas that hangs is killed at the deadline; one that fails has its output in the
+// status; one that reports no version still counts (version unknown).
+Test(cuda_ptxas, hanging_and_failing_ptxas) {
+  char tk[1024], tmp[1024];
+  make_dir(tmp, sizeof tmp, "ptxas-tmp");
+  setenv("TMPDIR", tmp, 1);
+  fake_toolkit(tk, sizeof tk, "case \"$1\" in --version) echo 'Cuda compilation tools, "
+                              "release 99.1, V99.1.2';; *) exec sleep 30;; esac");
+  jit__ptxas p;
+  OK(jit__ptxas_find(tk, &p));
+  cr_assert_eq(p.major, 99);
+  cr_assert_eq(p.minor, 1);
+  cr_assert_str_eq(p.version, "99.1.2");
+  const char *ok = ".version 8.0\n.target sm_90\n";
+  uint8_t *cubin = NULL;
+  size_t size = 0;
+  double t0 = now_ms();
+  expect_code(jit__ptxas_assemble(&p, ok, strlen(ok), "sm_90", 300, &cubin, &size),
+              JIT_COMPILE_ERROR, "timed out after 300 ms", "hanging ptxas");
+  double ms = now_ms() - t0;
+  cr_assert_lt(ms, 5000, "the wait took %.0f ms", ms);
+  rm_tree(tk);
+  fake_toolkit(tk, sizeof tk, "case \"$1\" in --version) exit 0;; *) echo 'fake ptxas: "
+                              "something broke' >&2; exit 3;; esac");
+  OK(jit__ptxas_find(tk, &p));
+  cr_assert_eq(p.major, 0);
+  expect_code(jit__ptxas_assemble(&p, ok, strlen(ok), "sm_90", 0, &cubin, &size),
+              JIT_COMPILE_ERROR, "exit status 3: fake ptxas: something broke", "failing ptxas");
+  rm_tree(tk);
+  // Exits 0 but writes garbage.
+  fake_toolkit(tk, sizeof tk, "case \"$1\" in --version) exit 0;; *) echo junk > \"$5\";; "
+                              "esac");
+  OK(jit__ptxas_find(tk, &p));
+  expect_code(jit__ptxas_assemble(&p, ok, strlen(ok), "sm_90", 0, &cubin, &size),
+              JIT_COMPILE_ERROR, "not an ELF cubin", "garbage output");
+  rm_tree(tk);
+  // `--version` failing means no usable ptxas.
+  fake_toolkit(tk, sizeof tk, "echo 'cannot execute' >&2; exit 1");
+  expect_code(jit__ptxas_find(tk, &p), JIT_UNAVAILABLE, "cannot execute", "broken ptxas");
+  cr_assert_eq(p.path[0], 0);
+  rm_tree(tk);
+  cr_assert(dir_is_empty(tmp), "files left in %s", tmp);
+  unsetenv("TMPDIR");
+  rm_tree(tmp);
+}
+
+//===--- PTX ISA versions: driver too old ----------------------------------===//
+
+Test(cuda, ptx_isa_version) {
+  const char *a = "//\n// Generated\n.version 8.4\n.target sm_90\n";
+  cr_assert_eq(jit__cu_ptx_isa_version(a, strlen(a)), 84);
+  cr_assert_eq(jit__cu_ptx_isa_version(".version 9.0", 12), 90);
+  cr_assert_eq(jit__cu_ptx_isa_version(".version 9.0", 11), 0, "cut before the minor");
+  cr_assert_eq(jit__cu_ptx_isa_version(".target sm_90\n", 14), 0);
+  cr_assert_eq(jit__cu_ptx_isa_version(".version x.y\n", 13), 0);
+  cr_assert_eq(jit__cu_ptx_isa_version(NULL, 0), 0);
+}
+
+// A driver older than the module's PTX ISA: the status names both versions instead of
+// the bare CUDA_ERROR_UNSUPPORTED_PTX_VERSION, and the context stays usable.
+Test(cuda_mock, ptx_newer_than_the_driver) {
+  setenv("JITML_MOCK_CUDA_DRIVER", "12020", 1);  // CUDA 12.2: PTX ISA up to 8.2
+  cu_env e;
+  mock m;
+  if (!mock_open(&e, &m, NULL)) return;
+  cr_assert_eq(e.info->ptx_max, 82);
+  mock_exe x;
+  mock_desc(&x, "mock_add", 3, 4);  // kMockPtx is .version 8.4
+  jit__cu_executable *exe = NULL;
+  jit_status s = jit__cu_executable_create(e.dev, &x.d, &exe);
+  cr_assert_null(exe);
+  cr_assert_not_null(s);
+  char msg[4096];
+  snprintf(msg, sizeof msg, "%s", jit_status_message(s));
+  expect_code(s, JIT_UNSUPPORTED, "PTX ISA 8.4, newer than the driver", "PTX 8.4 on 12.2");
+  cr_assert(strstr(msg, "driver version 12020 (CUDA 12.2)") && strstr(msg, "up to 8.2"),
+            "%s", msg);
+  // The same module with an older .version loads.
+  memcpy(strstr(x.ptx, "8.4"), "8.0", 3);
+  OK(jit__cu_executable_create(e.dev, &x.d, &exe));
+  jit__cu_executable_destroy(exe);
+  free(x.ptx);
+  unsetenv("JITML_MOCK_CUDA_DRIVER");
+  mock_close(&e, &m);
 }

@@ -28,6 +28,24 @@ int jit__cu_ptx_max_for_driver(int v) {
   return ptx;
 }
 
+int jit__cu_ptx_isa_version(const void *ptx, size_t size) {
+  // The first `.version X.Y` directive (PTX puts it before anything but comments).
+  const char *p = ptx, *end = p ? p + size : NULL;
+  static const char kDir[] = ".version";
+  for (; p && p + sizeof kDir < end; p++) {
+    if (*p != '.' || memcmp(p, kDir, sizeof kDir - 1) != 0) continue;
+    p += sizeof kDir - 1;
+    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    int major = 0, minor = 0, digits = 0;
+    while (p < end && *p >= '0' && *p <= '9' && digits++ < 3) major = major * 10 + (*p++ - '0');
+    if (!digits || p >= end || *p++ != '.') return 0;
+    digits = 0;
+    while (p < end && *p >= '0' && *p <= '9' && digits++ < 3) minor = minor * 10 + (*p++ - '0');
+    return digits == 1 ? major * 10 + minor : 0;
+  }
+  return 0;
+}
+
 #if !defined(JITML_HAVE_CUDA_H) || !JITML_HAVE_CUDA_H
 
 //===--- Compiled out -----------------------------------------------------===//
@@ -356,7 +374,9 @@ jit_status jit__cu_instance_create(const jit__cu_instance_options *options,
                                    jit__cu_instance **out_instance) {
   if (!out_instance) return JIT_ERR(JIT_INVALID_ARGUMENT, "CUDA: out_instance is NULL");
   *out_instance = NULL;
-  const char *lib_name = options && options->library ? options->library : "libcuda.so.1";
+  const char *lib_name = options && options->library ? options->library : NULL;
+  if (!lib_name) lib_name = getenv("JITML_CUDA_LIBRARY");
+  if (!lib_name || !lib_name[0]) lib_name = "libcuda.so.1";
   jit__cu_instance *in = calloc(1, sizeof *in);
   if (!in) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "CUDA: out of memory");
   atomic_init(&in->refs, 1);
@@ -900,7 +920,24 @@ jit_status jit__cu_executable_create(jit__cu_device *device,
       snprintf(extra, sizeof extra, "%s module of %zu bytes for %s; JIT log: %s",
                desc->format == JIT__CU_PTX ? "PTX" : "cubin", desc->module_size,
                device->info.sm, *error_log ? error_log : "(empty)");
-      s = cu_result(device->inst, device, r, "cuModuleLoadDataEx", extra, __FILE__, __LINE__);
+      int isa = desc->format == JIT__CU_PTX ? jit__cu_ptx_isa_version(ptx, desc->module_size)
+                                              : 0;
+      if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION && isa) {
+        // Say which two versions disagree instead of the bare CUresult.
+        const jit__cu_device_info *di = &device->info;
+        s = JIT_ERR(JIT_UNSUPPORTED,
+                    "CUDA: the module is PTX ISA %d.%d, newer than the driver of %s accepts: "
+                    "driver version %d (CUDA %d.%d) takes PTX ISA up to %d.%d; update the "
+                    "driver, or compile for PTX ISA %d.%d or older (cuModuleLoadDataEx: "
+                    "CUDA_ERROR_UNSUPPORTED_PTX_VERSION; JIT log: %s)",
+                    isa / 10, isa % 10, di->name, di->driver_version,
+                    di->driver_version / 1000, di->driver_version % 1000 / 10,
+                    di->ptx_max / 10, di->ptx_max % 10, di->ptx_max / 10, di->ptx_max % 10,
+                    *error_log ? error_log : "(empty)");
+      } else {
+        s = cu_result(device->inst, device, r, "cuModuleLoadDataEx", extra, __FILE__,
+                      __LINE__);
+      }
       e->module = NULL;
     }
     for (uint32_t k = 0; k < e->n_kernels && !s; k++) {

@@ -26,6 +26,9 @@
 //      than the driver knows fails with CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
 //   A cubin the driver refuses (CUDA_ERROR_NO_BINARY_FOR_GPU / INVALID_IMAGE: another
 //   SM, a damaged entry) is JIT_UNSUPPORTED / JIT_INVALID_ARGUMENT: fall back to PTX.
+//   PTX newer than the driver takes (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) is
+//   JIT_UNSUPPORTED with a message naming the module's PTX ISA, the driver version and
+//   the newest PTX ISA it takes.
 //
 // Objects:
 //   jit__cu_instance    the loaded library after cuInit, the devices it lists
@@ -96,8 +99,9 @@ typedef struct jit__cu_device_info {
 } jit__cu_device_info;
 
 typedef struct jit__cu_instance_options {
-  // The library to dlopen; NULL means "libcuda.so.1". (Tests point it at a library that
-  // does not exist, or at the toolkit's stub, to check the "unavailable" paths.)
+  // The library to dlopen; NULL means $JITML_CUDA_LIBRARY when set and not empty, else
+  // "libcuda.so.1". (Tests point it at a library that does not exist, at the toolkit's
+  // stub, or at a mock driver, to check the "unavailable" and host-side paths.)
   const char *library;
 } jit__cu_instance_options;
 
@@ -105,8 +109,14 @@ typedef struct jit__cu_instance_options {
 bool jit__cu_compiled_in(void);
 
 // The newest PTX ISA version (times ten) that a driver of `driver_version`
-// (cuDriverGetVersion's encoding) accepts; 0 for drivers older than CUDA 11.0.
+// (cuDriverGetVersion's encoding) accepts; 0 for drivers older than CUDA 11.0. A
+// driver newer than the table gets the newest version the table knows.
 int jit__cu_ptx_max_for_driver(int driver_version);
+
+// The PTX ISA version (times ten: 80 for `.version 8.0`) that PTX text declares, from
+// its first `.version` directive; 0 when there is none or it does not parse. `ptx`
+// need not be NUL-terminated.
+int jit__cu_ptx_isa_version(const void *ptx, size_t size);
 
 // Loads libcuda, calls cuInit(0) and lists the devices. `options` may be NULL. Sets
 // *out = NULL first. Returns JIT_UNAVAILABLE when the library or an entry point is
