@@ -45,11 +45,13 @@ static const char kImportPipeline[] =
 // Shape refinement for one binding.
 static const char kRefinePipeline[] =
     "builtin.module(func.func(tosa-infer-shapes),canonicalize,cse)";
-// TOSA to linalg/arith/tensor, as upstream's tosa-to-linalg pipeline orders it.
+// TOSA to linalg/arith/tensor, as upstream's tosa-to-linalg pipeline orders it; then
+// arith/math ops on whole tensors (`arith.addf %a, %b : tensor<5x4xf32>`) to
+// linalg.generic, which bufferization and the CPU strategy understand.
 static const char kTosaPipeline[] =
     "builtin.module(func.func(tosa-optional-decompositions,tosa-infer-shapes,"
     "tosa-make-broadcastable,tosa-to-linalg-named,tosa-to-linalg,tosa-to-arith,"
-    "tosa-to-tensor),canonicalize,cse)";
+    "tosa-to-tensor,convert-elementwise-to-linalg),canonicalize,cse)";
 
 //===--- Small helpers ---------------------------------------------------===//
 
@@ -844,6 +846,12 @@ static jit_status jit__specialize(MlirContext ctx, jit__diag *diag, const jit__m
   }
   mlirOperationRemoveAttributeByName(fn, jit__sr("arg_attrs"));
   mlirOperationRemoveAttributeByName(fn, jit__sr("res_attrs"));
+  // tensor.cast ops are created below. Their dialect must be loaded first: an op made
+  // while its dialect is not yet loaded gets an unregistered name, and once a pass loads
+  // the dialect, MLIR 22 can resolve that name to another tensor op (a function of
+  // only arith/math ops on tensors came out with tensor.collapse_shape in the casts'
+  // place).
+  mlirContextGetOrLoadDialect(ctx, jit__sr("tensor"));
   MlirType ft = jit__func_type(fn);
   MlirBlock body = jit__func_body(fn);
   uint32_t n_res = (uint32_t)mlirFunctionTypeGetNumResults(ft);

@@ -293,6 +293,31 @@ Test(mlir, tosa_two_shapes) {
   jit_context_destroy(ctx);
 }
 
+// arith/math ops on whole tensors become linalg before bufferization.
+Test(mlir, elementwise_on_whole_tensors) {
+  jit_context *ctx = make_ctx(2, NULL);
+  jit_graph *g = load(ctx, "elementwise_tensors.mlir", NULL);
+  int64_t rows[3] = {1, 13, 64};
+  for (int r = 0; r < 3; r++) {
+    int64_t n = rows[r] * 7, sh[2] = {rows[r], 7};
+    float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+    float *want = malloc(sizeof(float) * (size_t)n);
+    fill(a, n, 30 + r);
+    fill(b, n, 40 + r);
+    for (int64_t i = 0; i < n; i++)
+      want[i] = expf(a[i] + b[i]) * tanhf(a[i]) - b[i];
+    DLTensor in[2] = {tu_tensor(a, TU_F32, 2, sh), tu_tensor(b, TU_F32, 2, sh)};
+    int64_t os[8];
+    int rank;
+    float *got = run1(g, in, 2, 1, 0, os, &rank);
+    cr_expect(rank == 2 && os[0] == rows[r] && os[1] == 7);
+    expect_close(got, want, n, 1e-5f, "elementwise on tensors");
+    free(a), free(b), free(want), free(got);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 //===--- Shapes: reshape, concat, outer ----------------------------------===//
 
 Test(mlir, expand_collapse_shape) {
