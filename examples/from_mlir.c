@@ -5,8 +5,8 @@
 // Loads FILE (a module whose entry takes and returns tensors with `?` dims, in
 // linalg/tosa/tensor/arith/math), binds every symbolic dim to SIZE1 (default 1), runs it
 // twice on random inputs, then does the same with SIZE2 (default 7). It prints each
-// output's shape and checksum, and the time of the first call (which compiles the
-// kernel for those shapes) and of the second (which runs the compiled kernel).
+// output's shape and checksum, and the time of each call with where its kernel came
+// from: compiled (first call for those shapes), the disk cache, or memory.
 // Set JITML_DUMP_IR=<dir> to see every stage of each compile.
 //
 //===----------------------------------------------------------------------===//
@@ -71,11 +71,17 @@ static int run_size(jit_graph *g, int64_t size) {
   }
   printf("all `?` dims = %lld:\n", (long long)size);
   for (int call = 0; call < 2 && !rc; call++) {
+    jit_stats before = {sizeof(jit_stats)}, after = {sizeof(jit_stats)};
+    jit_context_stats(jit_graph_context(g), &before);
     double t0 = now_ms();
     rc = check(jit_run_alloc(g, in, n_in, out, n_out), "jit_run_alloc");
     double ms = now_ms() - t0;
     if (rc) break;
-    printf("  call %d: %8.2f ms%s\n", call + 1, ms, call ? "" : " (compiles)");
+    jit_context_stats(jit_graph_context(g), &after);
+    const char *how = after.compiles > before.compiles     ? " (compiled)"
+                      : after.disk_hits > before.disk_hits ? " (loaded from the disk cache)"
+                                                           : " (kernel in memory)";
+    printf("  call %d: %8.2f ms%s\n", call + 1, ms, how);
     for (int j = 0; j < n_out; j++) {
       DLTensor *t = &out[j]->dl_tensor;
       size_t n = 1;

@@ -202,9 +202,10 @@ jit__dtype jit__mlir_graph_result_dtype(const jit_graph *g, uint32_t index);
 // checked already. Refines the function's shapes through its body; compiles nothing.
 jit_status jit__mlir_graph_bind(const jit_graph *g, const DLTensor *inputs,
                                 jit__oshape *out_shapes);
-// Compiles `g` (an MLIR graph) specialized for the shapes of `inputs`.
+// Compiles `g` (an MLIR graph) specialized for the shapes of `inputs`, and gives the
+// output shapes of that binding (also remembered for jit__mlir_graph_bind).
 jit_status jit__mlir_graph_compile(const jit_graph *g, const DLTensor *inputs,
                                    const char *func_name, const jit__lower_options *lo,
-                                   jit__artifact *out);
+                                   jit__artifact *out, jit__oshape *out_shapes);
 
 #endif  // JITML_JIT_INTERNAL_H_

@@ -311,7 +311,7 @@ static double jit__now_ms(void) {
 
 // Compiles the kernel for one binding, stores it in the disk cache, and loads it.
 static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
-                                        const jit__node *shapes, const jit__oshape *oshapes,
+                                        const jit__node *shapes, jit__oshape *oshapes,
                                         const uint8_t key[16], jit__cpu_kernel_fn *fn) {
   jit_context *ctx = g->ctx;
   char hex[33], func_name[48];
@@ -327,7 +327,7 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
                            jit__cpu_threads(ctx->options.num_threads)};
   jit__artifact art;
   double t0 = jit__now_ms();
-  jit_status s = g->mlir ? jit__mlir_graph_compile(g, inputs, func_name, &lo, &art)
+  jit_status s = g->mlir ? jit__mlir_graph_compile(g, inputs, func_name, &lo, &art, oshapes)
                          : jit__compile_cpu(&lg, func_name, &lo, &art);
   double ms = jit__now_ms() - t0;
   atomic_fetch_add_explicit(&ctx->compiles, 1, memory_order_relaxed);
@@ -367,7 +367,12 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
     status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
     goto done;
   }
-  status = jit__bind(g, inputs, symvals, shapes, k->outputs);
+  // An MLIR graph compiled for the CPU learns its output shapes from the compile's own
+  // specialization: refining the shapes for jit__bind first would do it twice.
+  if (g->mlir && !gpu)
+    status = jit__bind_symbols(g, inputs, symvals);
+  else
+    status = jit__bind(g, inputs, symvals, shapes, k->outputs);
   if (status) goto done;
 
   jit__cache_lock lock;

@@ -122,9 +122,11 @@ void jit__mlir_module_release(jit__mlir_module *m);
 jit_status jit__mlir_result_shapes(const jit__mlir_module *m, const jit__node *args,
                                    jit__node *out_results);
 
-// Compiles `m` specialized for `args` into `out`, entry point after `func_name`.
+// Compiles `m` specialized for `args` into `out`, entry point after `func_name`, and
+// writes the result shapes as jit__mlir_result_shapes does (one specialization serves
+// both, so a first call does not refine the shapes twice).
 jit_status jit__mlir_compile_cpu(const jit__mlir_module *m, const jit__node *args,
                                  const char *func_name, const jit__lower_options *lo,
-                                 jit__artifact *out);
+                                 jit__artifact *out, jit__node *out_results);
 
 #endif  // JITML_LOWERING_IMPORT_H_

@@ -913,6 +913,20 @@ fail:
   return status;
 }
 
+// The result shapes of a specialized entry.
+static void jit__read_result_shapes(const jit__mlir_module *m, MlirOperation fn,
+                                    jit__node *out) {
+  MlirType ft = jit__func_type(fn);
+  for (uint32_t j = 0; j < m->n_results; j++) {
+    MlirType t = mlirFunctionTypeGetResult(ft, j);
+    memset(&out[j], 0, sizeof(out[j]));
+    out[j].op = JIT__OP_INPUT;
+    out[j].dtype = m->result_dtypes[j];
+    out[j].rank = (int)mlirShapedTypeGetRank(t);
+    for (int d = 0; d < out[j].rank; d++) out[j].dims[d] = mlirShapedTypeGetDimSize(t, d);
+  }
+}
+
 jit_status jit__mlir_result_shapes(const jit__mlir_module *m, const jit__node *args,
                                    jit__node *out) {
   jit__diag diag = {{0}, 0, m->source};
@@ -921,15 +935,7 @@ jit_status jit__mlir_result_shapes(const jit__mlir_module *m, const jit__node *a
   MlirOperation fn;
   jit_status s = jit__specialize(ctx, &diag, m, args, &module, &fn);
   if (!s) {
-    MlirType ft = jit__func_type(fn);
-    for (uint32_t j = 0; j < m->n_results; j++) {
-      MlirType t = mlirFunctionTypeGetResult(ft, j);
-      memset(&out[j], 0, sizeof(out[j]));
-      out[j].op = JIT__OP_INPUT;
-      out[j].dtype = m->result_dtypes[j];
-      out[j].rank = (int)mlirShapedTypeGetRank(t);
-      for (int d = 0; d < out[j].rank; d++) out[j].dims[d] = mlirShapedTypeGetDimSize(t, d);
-    }
+    jit__read_result_shapes(m, fn, out);
     mlirModuleDestroy(module);
   }
   mlirContextDestroy(ctx);
@@ -981,7 +987,7 @@ static jit_status jit__to_destination_passing(MlirContext ctx, MlirOperation fn)
 
 jit_status jit__mlir_compile_cpu(const jit__mlir_module *m, const jit__node *args,
                                  const char *func_name, const jit__lower_options *lo,
-                                 jit__artifact *out) {
+                                 jit__artifact *out, jit__node *out_results) {
   memset(out, 0, sizeof(*out));
   double t0 = jit__lower_ms();
   jit__dump_text(lo, func_name, "00-graph.mlir", m->canonical, strlen(m->canonical));
@@ -991,6 +997,7 @@ jit_status jit__mlir_compile_cpu(const jit__mlir_module *m, const jit__node *arg
   MlirOperation fn;
   jit_status s = jit__specialize(ctx, &diag, m, args, &module, &fn);
   if (s) goto done;
+  jit__read_result_shapes(m, fn, out_results);
   diag.len = 0;
   diag.buf[0] = 0;
   if ((s = jit__mlir_run_pipeline(ctx, module, kTosaPipeline, &diag, "lowering TOSA to linalg")))
