@@ -48,13 +48,16 @@ static const char kPrePipeline[] =
 
 // After it: tensors -> buffers (destination-passing: results are written into the
 // output memrefs; intermediates are malloc'ed and freed inside the kernel).
+// In two parts: between them, packed-B buffers move to the stack
+// (jit__cpu_stack_pack_buffers), before deallocations are placed.
 static const char kBufferizePipeline[] =
     "builtin.module(canonicalize,cse,eliminate-empty-tensors,"
     "empty-tensor-to-alloc-tensor,"
     "one-shot-bufferize{bufferize-function-boundaries=1 "
     "function-boundary-type-conversion=identity-layout-map},"
-    "canonicalize,cse,canonicalize,"
-    "ownership-based-buffer-deallocation,canonicalize,"
+    "canonicalize,cse,canonicalize)";
+static const char kDeallocPipeline[] =
+    "builtin.module(ownership-based-buffer-deallocation,canonicalize,"
     "buffer-deallocation-simplification,bufferization-lower-deallocations,"
     "canonicalize,cse)";
 
@@ -355,7 +358,9 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     return JIT_ERR(JIT_INTERNAL, "kernel name `%s` too long", func_name);
   MlirOperation mop = mlirModuleGetOperation(module);
   jit_status status = NULL;
-  jit__cpu_plan plan = {NULL, 0, false, 1};
+  jit__cpu_plan plan;
+  memset(&plan, 0, sizeof plan);
+  plan.threads = 1;
   LLVMContextRef llctx = NULL;
   LLVMModuleRef mod = NULL;
   if (options->opt_level > 0) {
@@ -374,6 +379,9 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
   }
   status = jit__mlir_run_pipeline(ctx, module, kBufferizePipeline, diag, "bufferization");
+  if (status) goto done;
+  if (plan.n_pack > 0) jit__cpu_stack_pack_buffers(ctx, mop, &plan);
+  status = jit__mlir_run_pipeline(ctx, module, kDeallocPipeline, diag, "buffer deallocation");
   if (status) goto done;
   if (options->opt_level <= 0 && (status = jit__run_matmul_loops(ctx, module, diag)))
     goto done;

@@ -197,6 +197,8 @@ typedef struct walk {
   MlirOperation claimed[64];  // generics fused into a row loop (below)
   int n_claimed;
   int n_row;
+  int64_t pack[JIT__CPU_MAX_PACK][3];  // packed B buffers made: panels, kc, tn
+  int n_pack;
 } walk;
 
 // The single elementwise consumer of a matmul that can be computed on its tiles.
@@ -216,6 +218,113 @@ static MlirOperation epilogue_of(MlirOperation mm) {
   if (!map_is_identity(g, idx) || !map_is_identity(g, n_ops - 1)) return none;
   if (!static_shaped(mlirValueGetType(mlirOperationGetResult(g, 0)))) return none;
   return g;
+}
+
+
+//===--- Packed B (large matmuls) ----------------------------------------===//
+
+// Bytes of one packed B block. The block lives in the kernel's stack frame (one per
+// thread), not in a heap buffer or a workspace argument: a stack is already mapped and
+// touched after the first call on a thread, so every later call reuses the same pages
+// without malloc, without first-touch faults (~12 us per 4 KiB page here) and without
+// a change to the kernel ABI; each OpenMP thread gets its own copy for free; and the
+// size is fixed at compile time. 256 KiB (half of this L2, the usual GotoBLAS share)
+// is well inside glibc's 8 MiB thread stacks and libomp's 4 MiB worker stacks.
+// compile_cpu.c turns the buffer's heap allocation into that stack allocation.
+#define JIT__PACK_BYTES (256 << 10)
+
+// Cache blocks for the packed path, or false when the shape does not take it: nc a
+// divisor of tN that is a multiple of the register width tn (so no panel is partial),
+// at most 256; kc = K when a K x nc block fits JIT__PACK_BYTES, else the largest
+// multiple of 8 dividing K that does.
+static bool pack_blocks(int64_t tN, int64_t K, int64_t tn, int64_t *out_nc,
+                        int64_t *out_kc) {
+  int64_t nc = 0;
+  for (int64_t d = tN < 256 ? tN : 256; d >= 2 * tn && !nc; d--)
+    if (d % tn == 0 && tN % d == 0) nc = d;
+  if (!nc) return false;
+  int64_t budget = JIT__PACK_BYTES / 4 / nc, kc = 0;
+  if (K <= budget) {
+    kc = K;
+  } else {
+    for (int64_t d = budget - budget % 8; d >= 32 && !kc; d -= 8)
+      if (K % d == 0) kc = d;
+  }
+  if (!kc) return false;
+  *out_nc = nc;
+  *out_kc = kc;
+  return true;
+}
+
+// GotoBLAS-style loops for a plain f32 matmul whose B does not fit in L2:
+//   for n block (nc, the fill fused here)   for k block (kc)
+//     pack B[k block, n block] into panels [nc/tn][kc][tn]   (contiguous, 8 x tn copies)
+//     for m register tile   for n register tile   for k: tm x tn outer-product FMAs
+// The register tiles stream their B panel from L1/L2 in address order instead of
+// walking down B's columns N floats apart (at N = 1024 or 3072 every row of a tile
+// maps to the same few cache sets, which is what held 1024^3 to ~40 GFLOP/s). The
+// packing is the register tile's B operand padded (nofold, so the copy is kept) and
+// hoisted above the two register loops by hoist_pad, which turns it into the loop
+// filling the panels; each panel is then copied 8 rows at a time with vectors.
+static void plan_packed(walk *w, int i, const char *root, int64_t tM,
+                        int64_t tN, int64_t K, int64_t tm, int64_t tn, int64_t nc,
+                        int64_t kc) {
+  sbuf *sb = &w->sb;
+  char cur[32];
+  snprintf(cur, sizeof cur, "%s", root);
+  int rows = kc % 8 == 0 ? 8 : kc % 4 == 0 ? 4 : kc % 2 == 0 ? 2 : 1;  // per panel copy
+  if (nc < tN) {
+    // n blocks with the fill fused in: each block's C columns are zeroed right before
+    // they accumulate (never across k blocks: fusing the fill into a k loop would
+    // zero C at every k block).
+    sb_printf(sb, "  %%cb%d, %%cbl%d = transform.structured.fuse %s tile_sizes [0, %lld] "
+                  ": (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, cur, (long long)nc);
+    snprintf(cur, sizeof cur, "%%cb%d", i);
+  }
+  if (kc < K) {
+    sb_printf(sb, "  %%kb%d, %%kbl%d = transform.structured.tile_using_for %s tile_sizes "
+                  "[0, 0, %lld] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, cur, (long long)kc);
+    snprintf(cur, sizeof cur, "%%kb%d", i);
+  }
+  sb_printf(sb,
+            "  %%rt%d, %%rl%d:2 = transform.structured.tile_using_for %s tile_sizes "
+            "[%lld, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
+            "  %%pd%d, %%pp%d, %%pc%d = transform.structured.pad %%rt%d {padding_values = "
+            "[0.0 : f32, 0.0 : f32, 0.0 : f32], padding_dimensions = [1], nofold_flags = "
+            "[0, 1, 0], copy_back_op = \"none\"} : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
+            "  %%pb%d = transform.get_producer_of_operand %%pd%d[1] : (" ANY ") -> " ANY "\n"
+            "  %%hp%d = transform.structured.hoist_pad %%pb%d by 2 loops : (" ANY ") -> " ANY
+            "\n"
+            "  %%hl%d = transform.get_parent_op %%hp%d {op_name = \"scf.for\"} : (" ANY
+            ") -> " ANY "\n"
+            "  %%ht%d, %%htl%d = transform.structured.tile_using_for %%hp%d tile_sizes "
+            "[%d, 0] : (" ANY ") -> (" ANY ", " ANY ")\n"
+            "  transform.structured.vectorize %%ht%d vector_sizes [%d, %lld] : " ANY "\n"
+            "  transform.apply_patterns to %%hl%d { "
+            "transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers } "
+            ": " ANY "\n",
+            i, i, cur, (long long)tm, (long long)tn, i, i, i, i, i, i, i, i, i, i, i, i, i,
+            rows, i, rows, (long long)tn, i);
+  if (tM % tm)
+    sb_printf(sb,
+              "  %%qm%d = transform.cast %%rl%d#0 : " ANY " to !transform.op<\"scf.for\">\n"
+              "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : (!transform.op<\"scf.for\">) "
+              "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
+              i, i, i, i, i);
+  sb_printf(sb,
+            "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+            "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
+            "[0, 0, 1] : (" ANY ") -> (" ANY ", " ANY ")\n",
+            i, i, i, i, i);
+  if (w->n_pack < JIT__CPU_MAX_PACK) {
+    w->pack[w->n_pack][0] = nc / tn;
+    w->pack[w->n_pack][1] = kc;
+    w->pack[w->n_pack][2] = tn;
+    w->n_pack++;
+  }
 }
 
 static void plan_matmul(walk *w, MlirOperation mm) {
@@ -263,13 +372,30 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // Only ops worth a few hundred microseconds are split: a fork/join on a busy machine
   // (the other core taken) can cost a scheduler tick, ~8 ms, which swamped kernels of
   // 1-10 MFLOP (the MLP example at N = 7 and 64) when the bound was 2^20.
-  if (T > 1 && (double)M * N * K >= (double)(1 << 24)) {
+  // Packed B (plan_packed) for plain f32 matmuls with the default register tile.
+  bool can_pack = !fused && !small_m && tm == h.tm && tn == h.tn &&
+                  mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
+                  mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
+  int64_t pnc = 0, pkc = 0;
+  if (can_pack && T > 1 && (double)M * N * K >= (double)(1 << 24)) {
+    // Packed: splitting N gives each thread its own half of B to pack and read once;
+    // splitting M has both threads pack all of B. So N, unless A (M x K) is the
+    // larger operand or N does not split into whole blocks.
+    bool n_ok = N % T == 0 && pack_blocks(N / T, K, tn, &pnc, &pkc);
+    bool m_ok = M % T == 0 && M / T >= 3 * tm;
+    if (n_ok && (M <= N || !m_ok)) split = 1;
+    else if (m_ok) split = 0;
+  }
+  if (split < 0 && T > 1 && (double)M * N * K >= (double)(1 << 24)) {
     if (M % T == 0 && M / T >= 4 * tm) split = 0;
     else if (N % T == 0 && N / T >= tn) split = 1;
     else if (M % T == 0 && M / T >= tm) split = 0;
   }
   if (split == 0) tM = M / T;
   if (split == 1) tN = N / T;
+  // Pack when a thread's part of B does not fit in L2 and enough row tiles reuse it.
+  bool packed = can_pack && K * tN * 4 > (256 << 10) && tM >= 3 * tm &&
+                pack_blocks(tN, K, tn, &pnc, &pkc);
 
   // Cache blocks: a kc x nc block of B (256 KiB) in L2; mc rows of A per pass.
   int64_t mc = pick_block(tM, 64, tm), nc = pick_block(tN, fused ? 128 : 256, tn);
@@ -304,9 +430,15 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     narrow_rest = en % tn != 0 && (en % tn) % h.lanes != 0;
   }
 
-  sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s, threads split %s, blocks [%lld, %lld, "
+  if (packed) {
+    mc = 0;
+    nc = pnc;
+    kc = pkc;
+  }
+  sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s%s, threads split %s, blocks [%lld, %lld, "
                 "%lld], register tile %lldx%lld\n",
             i, (long long)M, (long long)K, (long long)N, fused ? " + epilogue" : "",
+            packed ? ", B packed" : "",
             split == 0 ? "M" : split == 1 ? "N" : "none", (long long)mc, (long long)nc,
             (long long)kc, (long long)tm, (long long)tn);
   sb_printf(sb,
@@ -344,6 +476,10 @@ static void plan_matmul(walk *w, MlirOperation mm) {
                 "into %%pf%d%s : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
                 i, i, i, i, fused ? "_1" : "");
     snprintf(root, sizeof root, "%%pt%d", i);
+  }
+  if (packed) {
+    plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc);
+    return;
   }
   if (mc || nc) {
     int nl = (mc != 0) + (nc != 0);
@@ -714,6 +850,8 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
             "  transform.yield\n}\n}\n",
             canon, canon);
   out->n_ops = w.n_mm + w.n_ew + w.n_rd + w.n_row;
+  out->n_pack = w.n_pack;
+  memcpy(out->pack, w.pack, sizeof w.pack);
   out->parallel = w.parallel;
   out->threads = w.threads;
   if (sb->oom) {
@@ -722,6 +860,75 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   }
   out->script = sb->p;
   return true;
+}
+
+//===--- Packed-B buffers on the stack ------------------------------------===//
+
+typedef struct stack_walk {
+  const jit__cpu_plan *plan;
+  MlirOperation found[64];
+  int n;
+} stack_walk;
+
+static bool is_pack_type(const jit__cpu_plan *plan, MlirType t) {
+  if (!mlirTypeIsAMemRef(t) || !mlirShapedTypeHasStaticShape(t) ||
+      mlirShapedTypeGetRank(t) != 3 || !mlirTypeIsAF32(mlirShapedTypeGetElementType(t)))
+    return false;
+  for (int p = 0; p < plan->n_pack; p++) {
+    bool same = true;
+    for (int d = 0; d < 3; d++) same = same && mlirShapedTypeGetDimSize(t, d) == plan->pack[p][d];
+    if (same) return true;
+  }
+  return false;
+}
+
+static MlirWalkResult find_pack_allocs(MlirOperation op, void *user) {
+  stack_walk *sw = user;
+  if (!op_is(op, "memref.alloc") || mlirOperationGetNumOperands(op) != 0 ||
+      mlirOperationGetNumResults(op) != 1 || sw->n >= 64)
+    return MlirWalkResultAdvance;
+  if (!is_pack_type(sw->plan, mlirValueGetType(mlirOperationGetResult(op, 0))))
+    return MlirWalkResultAdvance;
+  // Only allocations made once per call (function body) or once per thread (forall
+  // body): one inside a loop would grow the stack at every iteration.
+  MlirOperation parent = mlirBlockGetParentOperation(mlirOperationGetBlock(op));
+  if (mlirOperationIsNull(parent) ||
+      !(op_is(parent, "func.func") || op_is(parent, "scf.forall")))
+    return MlirWalkResultAdvance;
+  sw->found[sw->n++] = op;
+  return MlirWalkResultAdvance;
+}
+
+int jit__cpu_stack_pack_buffers(MlirContext ctx, MlirOperation module,
+                                const jit__cpu_plan *plan) {
+  if (plan->n_pack == 0) return 0;
+  stack_walk sw;
+  sw.plan = plan;
+  sw.n = 0;
+  mlirOperationWalk(module, find_pack_allocs, &sw, MlirWalkPreOrder);
+  for (int k = 0; k < sw.n; k++) {
+    MlirOperation old = sw.found[k];
+    MlirValue res = mlirOperationGetResult(old, 0);
+    MlirType t = mlirValueGetType(res);
+    MlirOperationState st = mlirOperationStateGet(
+        mlirStringRefCreateFromCString("memref.alloca"), mlirOperationGetLocation(old));
+    mlirOperationStateAddResults(&st, 1, &t);
+    int32_t seg[2] = {0, 0};
+    MlirNamedAttribute attrs[2] = {
+        mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString(
+                                                         "operandSegmentSizes")),
+                              mlirDenseI32ArrayGet(ctx, 2, seg)),
+        mlirNamedAttributeGet(
+            mlirIdentifierGet(ctx, mlirStringRefCreateFromCString("alignment")),
+            mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), 64)),
+    };
+    mlirOperationStateAddAttributes(&st, 2, attrs);
+    MlirOperation na = mlirOperationCreate(&st);
+    mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(old), old, na);
+    mlirValueReplaceAllUsesOfWith(res, mlirOperationGetResult(na, 0));
+    mlirOperationDestroy(old);
+  }
+  return sw.n;
 }
 
 void jit__cpu_plan_free(jit__cpu_plan *plan) {

@@ -15,11 +15,18 @@
 
 #include "lowering/lower.h"
 
+#define JIT__CPU_MAX_PACK 16
+
 typedef struct jit__cpu_plan {
   char *script;      // malloc'ed transform module text; NULL when there is nothing to do
   int n_ops;         // ops the script transforms
   bool parallel;     // the script made scf.forall loops: lower them to OpenMP
   int threads;       // threads those loops use
+  // Packed-B buffers the script made, as memref<panels x kc x tn x f32>: after
+  // bufferization, their allocations become stack allocations (cpu_strategy.c says
+  // why; jit__cpu_stack_pack_buffers).
+  int64_t pack[JIT__CPU_MAX_PACK][3];
+  int n_pack;
 } jit__cpu_plan;
 
 // Tags the module's linalg ops with `jit_s = i` and writes the script that transforms
@@ -28,6 +35,12 @@ typedef struct jit__cpu_plan {
 bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_options *o,
                         jit__cpu_plan *out);
 void jit__cpu_plan_free(jit__cpu_plan *plan);
+
+// After one-shot bufferization (before deallocations are placed): replaces the heap
+// allocation of each packed-B buffer of `plan` that is made once per call or once per
+// thread by a stack allocation of the same type. Returns the number replaced.
+int jit__cpu_stack_pack_buffers(MlirContext ctx, MlirOperation module,
+                                const jit__cpu_plan *plan);
 
 // Replaces every call of llvm.exp on f32 scalars or vectors in `mod` by an inline
 // polynomial (Cephes expf, within 2 ulp; exact at 0, +-inf and NaN), so that the loop

@@ -8,13 +8,24 @@
 // f32 and f16, and compares with the double-accumulating references in ref.c.
 //
 //===----------------------------------------------------------------------===//
+#define _XOPEN_SOURCE 700
+#include <dirent.h>
+#include <ftw.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+
 #include "util.h"
+
+// When set, contexts dump every stage's IR here, so a test can check which path the
+// strategy took (expect_path).
+static char g_dump_dir[256];
 
 static jit_context *ctx_threads(int threads) {
   jit_options o;
   jit_options_init(&o);
   o.num_threads = threads;
   o.cache_dir = "";  // compile every kernel: this suite is about the compiler
+  if (g_dump_dir[0]) o.dump_ir_dir = g_dump_dir;
   jit_context *ctx = NULL;
   TU_OK(jit_context_create(&o, &ctx));
   return ctx;
@@ -81,6 +92,46 @@ static void check_dense(int M, int K, int N, int threads, DLDataType dt, int bia
   jit_context_destroy(ctx);
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+// Whether the transform script of the kernel compiled while g_dump_dir was set holds
+// `needle` (the strategy writes a comment naming its choices at the top of each op).
+static bool script_has(const char *needle) {
+  DIR *d = opendir(g_dump_dir);
+  cr_assert(d, "cannot open %s", g_dump_dir);
+  bool found = false;
+  static const char kSuffix[] = "-03-transform-script.mlir";
+  for (struct dirent *e; (e = readdir(d)) && !found;) {
+    size_t n = strlen(e->d_name), m = sizeof kSuffix - 1;
+    if (n < m || strcmp(e->d_name + n - m, kSuffix)) continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", g_dump_dir, e->d_name);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    char buf[4096];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    buf[len] = 0;
+    fclose(f);
+    found = strstr(buf, needle) != NULL;
+  }
+  closedir(d);
+  return found;
+}
+
+// check_dense, and that the kernel took the path whose script comment has `needle`.
+static void check_dense_path(int M, int K, int N, int threads, const char *needle) {
+  snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-perf-XXXXXX");
+  cr_assert(mkdtemp(g_dump_dir));
+  check_dense(M, K, N, threads, TU_F32, 0, 0);
+  cr_expect(script_has(needle), "%dx%dx%d threads=%d: script lacks `%s`", M, K, N,
+            threads, needle);
+  nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  g_dump_dir[0] = 0;
+}
+
 static const int kShapes[][3] = {
     {1, 1, 1},     {1, 7, 13},     {1, 768, 96},  {2, 33, 17},   {3, 64, 100},
     {5, 33, 17},   {8, 96, 200},   {16, 64, 64},  {17, 1000, 31}, {17, 31, 1000},
@@ -104,6 +155,20 @@ Test(perf_paths, matmul_threads_split_n_and_m) {
   check_dense(2, 2048, 4100, 2, TU_F32, 0, 0);
   check_dense(256, 256, 256, 2, TU_F32, 0, 0);  // split over M
   check_dense(66, 512, 500, 2, TU_F32, 0, 0);   // halves of 33 rows
+}
+
+// B packed into panels (plan_packed): B too large for L2, enough rows to reuse it.
+// Prime and odd M (a peeled row tile), K with and without k blocks (and a k block not
+// a multiple of 8 rows), n blocks that are not powers of two, splits over N and M.
+Test(perf_paths, matmul_packed_b) {
+  check_dense_path(37, 300, 288, 1, "B packed");   // nc 144, kc = K = 300
+  check_dense_path(50, 1000, 256, 1, "B packed");  // kc 200
+  check_dense_path(97, 520, 512, 1, "B packed");   // kc 104, two n blocks
+  check_dense_path(19, 3280, 32, 1, "B packed");   // one 2-panel block, kc 1640
+  check_dense_path(64, 256, 1536, 2, "split N");   // packed, halves of N
+  check_dense_path(64, 256, 1536, 2, "B packed");
+  check_dense_path(210, 600, 160, 2, "split M");   // packed, 105 rows each
+  check_dense_path(210, 600, 160, 2, "B packed");
 }
 
 Test(perf_paths, fused_bias_activation) {
