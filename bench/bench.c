@@ -628,6 +628,151 @@ static void write_chart(void) {
   unlink(dat);
 }
 
+//===--- Cases: Vulkan (lavapipe in CI) vs the CPU backend ------------------===//
+//
+// Informative only. Each graph runs on the CPU backend (host tensors) and on the first
+// Vulkan device with its tensors resident there (jit_tensor_alloc, inputs copied once),
+// so the Vulkan time is dispatch + kernels + wait, without transfers. On lavapipe the
+// "GPU" is the same two cores, so the ratio measures the SPIR-V kernels, not a GPU.
+// CSV rows: case "vulkan <name>", jitml_us = Vulkan time, ref_us = CPU backend time,
+// ratio = CPU / Vulkan (> 1: Vulkan faster); they are not in the chart.
+
+enum { kGpuMlp, kGpuMatmul, kGpuSoftmax };
+
+typedef struct gpu_bench {
+  jit_graph *g;
+  DLTensor in[5], out[1];
+  int n_in;
+} gpu_bench;
+
+static void gpu_bench_run(void *user) {
+  gpu_bench *b = user;
+  check(jit_run(b->g, b->in, b->n_in, b->out, 1), "jit_run");
+}
+
+// Builds case `kind` in `ctx`; shapes into shp[i] (inputs, then the output at
+// shp[4]), ranks into rk.
+static jit_graph *gpu_graph(jit_context *ctx, int kind, int64_t n, int64_t shp[5][2],
+                            int *rk, int *n_in) {
+  jit_graph *g = NULL;
+  check(jit_graph_create(ctx, "gpu_bench", &g), "graph");
+  if (kind == kGpuMlp) {
+    // softmax(gelu(x W1 + b1) W2 + b2), 784-256-10.
+    int64_t d[5][2] = {{n, 784}, {784, 256}, {256, 0}, {256, 10}, {10, 0}};
+    int r[5] = {2, 2, 1, 2, 1};
+    jit_value v[5];
+    static const char *const names[5] = {"x", "w1", "b1", "w2", "b2"};
+    for (int i = 0; i < 5; i++) {
+      memcpy(shp[i], d[i], sizeof d[i]);
+      rk[i] = r[i];
+      v[i] = jit_input(g, names[i], F32, r[i], shp[i]);
+    }
+    jit_value h = jit_gelu(g, jit_add(g, jit_matmul(g, v[0], v[1]), v[2]));
+    jit_output(g, jit_softmax(g, jit_add(g, jit_matmul(g, h, v[3]), v[4]), 1));
+    *n_in = 5;
+  } else if (kind == kGpuMatmul) {
+    for (int i = 0; i < 2; i++) shp[i][0] = shp[i][1] = n, rk[i] = 2;
+    jit_output(g, jit_matmul(g, jit_input(g, "a", F32, 2, shp[0]),
+                             jit_input(g, "b", F32, 2, shp[1])));
+    *n_in = 2;
+  } else {
+    shp[0][0] = n, shp[0][1] = 1024, rk[0] = 2;
+    jit_output(g, jit_softmax(g, jit_input(g, "x", F32, 2, shp[0]), 1));
+    *n_in = 1;
+  }
+  check(jit_graph_finalize(g), "finalize");
+  return g;
+}
+
+static void case_vulkan_one(jit_context *ctx, jit_device *dev, const char *name, int kind,
+                            int64_t n, double flops) {
+  char full[64];
+  snprintf(full, sizeof full, "vulkan %s", name);
+  if (!wanted(full)) return;
+  int64_t shp[5][2] = {{0}}, oshp[2];
+  int rk[5] = {0}, n_in = 0;
+  jit_graph *g = gpu_graph(ctx, kind, n, shp, rk, &n_in);
+  // The output: [n, 10], [n, n] or [n, 1024].
+  oshp[0] = n;
+  oshp[1] = kind == kGpuMlp ? 10 : kind == kGpuMatmul ? n : 1024;
+  float *host_in[5], *host_out = alloc_f32((size_t)(oshp[0] * oshp[1]), 90);
+  float *dev_res = alloc_f32((size_t)(oshp[0] * oshp[1]), 91);
+  gpu_bench cpu = {g, {{0}}, {{0}}, n_in}, gpu = {g, {{0}}, {{0}}, n_in};
+  for (int i = 0; i < n_in; i++) {
+    int64_t cnt = rk[i] == 2 ? shp[i][0] * shp[i][1] : shp[i][0];
+    host_in[i] = alloc_f32((size_t)cnt, 80 + (unsigned)i);
+    cpu.in[i] = tensor(host_in[i], rk[i], shp[i]);
+    check(jit_tensor_alloc(ctx, dev, F32, rk[i], shp[i], &gpu.in[i]), "jit_tensor_alloc");
+    check(jit_copy(ctx, &gpu.in[i], &cpu.in[i]), "jit_copy");
+  }
+  cpu.out[0] = tensor(host_out, 2, oshp);
+  check(jit_tensor_alloc(ctx, dev, F32, 2, oshp, &gpu.out[0]), "jit_tensor_alloc");
+
+  double t0 = now_us();
+  gpu_bench_run(&cpu);
+  double cpu_first_ms = (now_us() - t0) / 1e3;
+  double cpu_us = time_median(gpu_bench_run, &cpu);
+  settle();
+  t0 = now_us();
+  gpu_bench_run(&gpu);
+  double gpu_first_ms = (now_us() - t0) / 1e3;
+  double gpu_us = time_median(gpu_bench_run, &gpu);
+  DLTensor res = tensor(dev_res, 2, oshp);
+  check(jit_copy(ctx, &res, &gpu.out[0]), "jit_copy");
+  double diff = 0;
+  for (int64_t i = 0; i < oshp[0] * oshp[1]; i++)
+    if (fabs((double)dev_res[i] - host_out[i]) > diff) diff = fabs((double)dev_res[i] - host_out[i]);
+
+  printf("%-26s | %9.1f %9.1f | %7.2fx | %8.2f %8.2f | %9.2g | %7.1f %7.1f\n", name, cpu_us,
+         gpu_us, gpu_us > 0 ? cpu_us / gpu_us : 0, flops / cpu_us / 1e3, flops / gpu_us / 1e3,
+         diff, cpu_first_ms, gpu_first_ms);
+  fflush(stdout);
+  if (g_opt.csv_file)
+    fprintf(g_opt.csv_file, "%s,0,GFLOP/s,%.3f,0,0,%.3f,%.4f,%.4f,%.2f\n", full, gpu_us,
+            cpu_us, flops / gpu_us / 1e3, gpu_us > 0 ? cpu_us / gpu_us : 0, gpu_first_ms);
+  for (int i = 0; i < n_in; i++) {
+    check(jit_tensor_free(ctx, &gpu.in[i]), "jit_tensor_free");
+    free(host_in[i]);
+  }
+  check(jit_tensor_free(ctx, &gpu.out[0]), "jit_tensor_free");
+  free(host_out);
+  free(dev_res);
+  jit_graph_destroy(g);
+}
+
+static void case_vulkan(void) {
+  if (!wanted("vulkan mlp 784-256-10 N=1") && !wanted("vulkan mlp 784-256-10 N=64") &&
+      !wanted("vulkan matmul 256^3") && !wanted("vulkan softmax 512x1024"))
+    return;
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";  // always compile: the first-run column includes the compile
+  jit_context *ctx = NULL;
+  check(jit_context_create(&o, &ctx), "jit_context_create");
+  jit_device *dev = NULL;
+  jit_status s = jit_context_find_device(ctx, JIT_DEVICE_VULKAN, 0, &dev);
+  if (s) {
+    printf("vulkan: skipped: no Vulkan device (%s)\n", jit_status_message(s));
+    jit_status_free(s);
+    jit_context_destroy(ctx);
+    return;
+  }
+  jit_device_info info;
+  check(jit_device_get_info(dev, &info), "jit_device_get_info");
+  printf("\nVulkan device `%s` vs the CPU backend (all cores); device-resident tensors\n",
+         info.name);
+  printf("%-26s | %9s %9s | %8s | %8s %8s | %9s | %7s %7s\n", "case", "cpu us", "vulkan us",
+         "cpu/vk", "cpu GF/s", "vk GF/s", "max|diff|", "cpu 1st", "vk 1st");
+  // Work per call (multiply-adds x 2; softmax: ~5 flops per element).
+  case_vulkan_one(ctx, dev, "mlp 784-256-10 N=1", kGpuMlp, 1,
+                  2.0 * (784 * 256 + 256 * 10));
+  case_vulkan_one(ctx, dev, "mlp 784-256-10 N=64", kGpuMlp, 64,
+                  2.0 * 64 * (784 * 256 + 256 * 10));
+  case_vulkan_one(ctx, dev, "matmul 256^3", kGpuMatmul, 256, 2.0 * 256 * 256 * 256);
+  case_vulkan_one(ctx, dev, "softmax 512x1024", kGpuSoftmax, 512, 5.0 * 512 * 1024);
+  jit_context_destroy(ctx);
+}
+
 //===--- Main ------------------------------------------------------------===//
 
 int main(int argc, char **argv) {
@@ -682,6 +827,7 @@ int main(int argc, char **argv) {
   for (int t = 1; t <= max_t; t++) case_elementwise(n, t);
   for (int t = 1; t <= max_t; t++) case_softmax(g_opt.quick ? 512 : 4096, 1024, bw, t);
   case_overhead();
+  case_vulkan();
   if (g_opt.csv_file) fclose(g_opt.csv_file);
   write_chart();
   return 0;

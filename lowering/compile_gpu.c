@@ -11,6 +11,9 @@
 //   - the function is split into one function per top-level parallel loop, so that
 //     each loop gets its own tile sizes: scf-parallel-loop-tiling takes one list per
 //     pass run, and func.func is the smallest unit a pass manager can run on;
+//   - matmuls and innermost-axis reductions (softmax's too) get kernels that use
+//     workgroup memory (gpu_tiled.c: 2-D A/B tiles; one workgroup per row with a tree
+//     reduction); with jit__gpu_target.plain_kernels, or for any other loop:
 //   - tile, map loops onto blocks/threads ourselves (last dim -> x, for coalescing),
 //     convert to gpu.launch, sink constants, outline kernels;
 //   - read the launch plan from the gpu.launch_func ops and merge all kernels into one
@@ -41,6 +44,7 @@
 
 #include "jit/status.h"
 #include "lowering/gpu.h"
+#include "lowering/gpu_tiled.h"
 
 //===--- Pipelines -------------------------------------------------------===//
 
@@ -359,8 +363,9 @@ static jit_status jit__copy_to_loop(MlirContext ctx, MlirBlock block, MlirOperat
 // - memref.copy (bufferization copies e.g. an input reshaped straight into an output)
 //   becomes a parallel loop of loads and stores;
 // - rank-0 fills and reductions to a scalar come out of convert-linalg-to-parallel-loops
-//   as bare stores and scf.for nests: each maximal run of such ops is moved into a
-//   one-iteration scf.parallel (one thread does the work; correct, not fast).
+//   as bare stores and scf.for nests: each scf.for nest, and each maximal run of other
+//   such ops, is moved into a one-iteration scf.parallel (one thread does the work,
+//   unless the nest is a reduction jit__gpu_try_tiled gives a workgroup).
 static jit_status jit__device_only(MlirContext ctx, MlirOperation func) {
   MlirBlock entry = jit__entry_block(func);
   for (MlirOperation op = mlirBlockGetFirstOperation(entry), next; !mlirOperationIsNull(op);
@@ -376,10 +381,13 @@ static jit_status jit__device_only(MlirContext ctx, MlirOperation func) {
       continue;
     }
     if (jit__is_host_op(op)) continue;
-    // The run [op, last] of consecutive device ops.
+    // The run [op, last] of consecutive device ops. A loop nest (a reduction to a
+    // scalar, or of a single row) is a run of its own, so that it is a kernel of the
+    // shape jit__gpu_try_tiled recognises (a workgroup per row instead of one thread).
     MlirOperation last = op;
-    while (!mlirOperationIsNull(next) && !jit__is_host_op(next) &&
-           !jit__op_is(next, "memref.copy")) {
+    while (!jit__op_is(op, "scf.for") && !mlirOperationIsNull(next) &&
+           !jit__is_host_op(next) && !jit__op_is(next, "memref.copy") &&
+           !jit__op_is(next, "scf.for")) {
       last = next;
       next = mlirOperationGetNextInBlock(next);
     }
@@ -782,6 +790,43 @@ static jit_status jit__merge_modules(MlirModule module) {
   return NULL;
 }
 
+typedef struct jit__pbuf {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} jit__pbuf;
+
+static void jit__pbuf_cb(MlirStringRef s, void *user) {
+  jit__pbuf *b = user;
+  if (b->oom) return;
+  if (b->len + s.length + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 4096;
+    while (cap < b->len + s.length + 1) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = true;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, s.data, s.length);
+  b->len += s.length;
+  b->p[b->len] = 0;
+}
+
+// `op` as MLIR text into *out (malloc'ed).
+static jit_status jit__print_op(MlirOperation op, char **out) {
+  jit__pbuf b = {NULL, 0, 0, false};
+  mlirOperationPrint(op, jit__pbuf_cb, &b);
+  if (b.oom || !b.p) {
+    free(b.p);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory printing the device module");
+  }
+  *out = b.p;
+  return NULL;
+}
+
 //===--- Back halves -----------------------------------------------------===//
 
 static bool jit__file_exists(const char *p) { return access(p, R_OK) == 0; }
@@ -868,6 +913,7 @@ static jit_status jit__back_spirv(MlirContext ctx, MlirModule module,
     if (mlirAttributeIsNull(a)) return JIT_ERR(JIT_INTERNAL, "bad entry_point_abi: %s", diag->buf);
     mlirOperationSetAttributeByName(f, jit__sr("spirv.entry_point_abi"), a);
   }
+  jit__gpu_attributions_to_allocs(ctx, gm);
   char pipe[1024];
   snprintf(pipe, sizeof pipe,
            "builtin.module(gpu.module(fold-memref-alias-ops,lower-affine),"
@@ -954,7 +1000,15 @@ static jit_status jit__compile_gpu_in(MlirContext ctx, const jit__lgraph *g,
   }
   if (s) goto done;
   if ((s = jit__split(ctx, module, func, func_name, &kfuncs, &n_k))) goto done;
-  for (uint32_t k = 0; k < n_k && !s; k++) s = jit__tile_and_map(ctx, kfuncs[k], diag);
+  for (uint32_t k = 0; k < n_k && !s; k++) {
+    jit__tiled_kind kind = JIT__TILED_NONE;
+    if (!t->plain_kernels) s = jit__gpu_try_tiled(ctx, kfuncs[k], diag->buf, &kind);
+    if (!s && kind != JIT__TILED_NONE)
+      out->n_tiled++;
+    else if (!s)
+      s = jit__tile_and_map(ctx, kfuncs[k], diag);
+    if (s) s = jit__status_annotate(s, "kernel %u", k);
+  }
   if (s) goto done;
   if ((s = jit__run_pipeline(ctx, module, kOutlinePipeline, diag, "kernel outlining")))
     goto done;
@@ -979,6 +1033,9 @@ static jit_status jit__compile_gpu_in(MlirContext ctx, const jit__lgraph *g,
     goto done;
   }
   if ((s = jit__merge_modules(module))) goto done;
+  if (t->keep_ir && (s = jit__print_op(jit__first_in_block(mlirModuleGetBody(module), "gpu.module"),
+                                       &out->ir)))
+    goto done;
   double t1 = jit__gpu_ms();
   out->ms_front = t1 - t0;
   s = t->format == JIT__GPU_PTX ? jit__back_ptx(ctx, module, t, ptx, diag)
@@ -1048,6 +1105,8 @@ void jit__gpu_artifact_release(jit__gpu_artifact *a) {
   if (!a) return;
   free(a->binary);
   a->binary = NULL;
+  free(a->ir);
+  a->ir = NULL;
   a->binary_size = 0;
   jit__gpu_plan_release(&a->plan);
 }

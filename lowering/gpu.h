@@ -52,6 +52,13 @@ typedef struct jit__gpu_target {
   // SPIR-V: allow f16 storage and arithmetic (adds Float16 and StorageBuffer16BitAccess
   // capabilities and SPV_KHR_16bit_storage). Without it an f16 graph is JIT_UNSUPPORTED.
   bool spirv_f16;
+  // Both: use only the plain kernels (one thread per output element, serial loops),
+  // never the tiled workgroup-memory kernels for matmuls and row reductions. For
+  // comparisons and as a way around a device that mishandles workgroup memory.
+  bool plain_kernels;
+  // Both: keep the text of the device module (gpu.module with its gpu.funcs, before
+  // the NVVM/SPIR-V conversion) in jit__gpu_artifact.ir, for tests and dumps.
+  bool keep_ir;
 } jit__gpu_target;
 
 typedef enum jit__gpu_buffer_kind {
@@ -66,6 +73,10 @@ typedef struct jit__gpu_buffer {
   uint64_t bytes;   // size in bytes (0 for an empty tensor)
 } jit__gpu_buffer;
 
+// Kernel entry names are `<func>_k<i>_kernel` for plain kernels, `<func>_k<i>_mm_kernel`
+// for tiled matmuls (2-D tiles of A and B staged in workgroup memory) and
+// `<func>_k<i>_row_kernel` for row reductions (one workgroup per row, tree reduction
+// in workgroup memory).
 typedef struct jit__gpu_kernel {
   char entry[64];     // kernel symbol in the module (PTX .entry / SPIR-V entry point)
   uint32_t grid[3];   // workgroups in x, y, z
@@ -89,6 +100,9 @@ typedef struct jit__gpu_artifact {
   jit__gpu_plan plan;
   double ms_front;  // parse, bufferization, mapping, outlining
   double ms_back;   // conversion to NVVM/SPIR-V and serialization
+  char *ir;         // with jit__gpu_target.keep_ir: the device module as MLIR text
+                    // (malloc'ed, NUL-terminated); else NULL
+  uint32_t n_tiled; // kernels that use workgroup memory (tiled matmul / row kernels)
 } jit__gpu_artifact;
 
 // Compiles `graph` for `target` into `out` (kernel names start with `func_name`).

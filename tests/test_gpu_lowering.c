@@ -351,7 +351,8 @@ GRAPH_TESTS(reduce_to_scalar, g_sum_all)
 Test(gpu_lowering, matmul_plan_shape) {
   tg t;
   g_matmul(&t, JIT__F32);
-  jit__gpu_target tgt = {.format = JIT__GPU_PTX, .chip = "sm_90"};
+  // The plain mapping: one thread per output element.
+  jit__gpu_target tgt = {.format = JIT__GPU_PTX, .chip = "sm_90", .plain_kernels = true};
   jit__gpu_artifact a;
   compile_ok(&t.g, &tgt, &a);
   // The matmul kernel is the one with a 16x16 block, reading both inputs.
@@ -365,7 +366,177 @@ Test(gpu_lowering, matmul_plan_shape) {
     }
   }
   cr_assert(found, "no 16x16 matmul kernel in the plan");
+  cr_assert_eq(a.n_tiled, 0);
   jit__gpu_artifact_release(&a);
+}
+
+//===--- Tiled kernels (workgroup memory) ----------------------------------===//
+
+// Counts SPIR-V instructions: OpVariable in the Workgroup storage class, and
+// OpControlBarrier.
+static void spirv_count(const jit__gpu_artifact *a, int *wg_vars, int *barriers) {
+  const uint32_t *w = (const uint32_t *)a->binary;
+  size_t n = a->binary_size / 4;
+  *wg_vars = *barriers = 0;
+  for (size_t i = 5; i < n;) {
+    uint32_t op = w[i] & 0xffff, len = w[i] >> 16;
+    cr_assert(len >= 1 && i + len <= n, "malformed SPIR-V at word %zu", i);
+    if (op == 59 && len >= 4 && w[i + 3] == 4) ++*wg_vars;  // OpVariable, Workgroup
+    if (op == 224) ++*barriers;                              // OpControlBarrier
+    i += len;
+  }
+}
+
+// Kernels named `*<suffix>`; NULL counts both tiled kinds.
+static int count_entries(const jit__gpu_plan *p, const char *suffix) {
+  if (!suffix) return count_entries(p, "_mm_kernel") + count_entries(p, "_row_kernel");
+  int n = 0;
+  size_t ls = strlen(suffix);
+  for (uint32_t k = 0; k < p->n_kernels; k++) {
+    size_t le = strlen(p->kernels[k].entry);
+    n += le >= ls && !strcmp(p->kernels[k].entry + le - ls, suffix);
+  }
+  return n;
+}
+
+static const jit__gpu_kernel *find_entry(const jit__gpu_plan *p, const char *suffix) {
+  size_t ls = strlen(suffix);
+  for (uint32_t k = 0; k < p->n_kernels; k++) {
+    size_t le = strlen(p->kernels[k].entry);
+    if (le >= ls && !strcmp(p->kernels[k].entry + le - ls, suffix)) return &p->kernels[k];
+  }
+  return NULL;
+}
+
+// Compiles `g` both ways with the IR kept and checks that `n_tiled` kernels named
+// `*<suffix>` use workgroup memory and barriers in the IR, the PTX and the SPIR-V;
+// with plain_kernels none does.
+static void check_tiled(const jit__lgraph *g, jit__dtype dt, uint32_t n_tiled,
+                        const char *suffix) {
+  jit__gpu_target ptx = {.format = JIT__GPU_PTX, .chip = "sm_90", .keep_ir = true};
+  jit__gpu_artifact a;
+  compile_ok(g, &ptx, &a);
+  cr_assert_eq(a.n_tiled, n_tiled, "`%s`: %u tiled kernels, want %u", g->name, a.n_tiled,
+               n_tiled);
+  cr_assert_eq(count_entries(&a.plan, suffix), (int)n_tiled);
+  cr_assert_not_null(a.ir);
+  if (n_tiled) {
+    cr_assert_not_null(strstr(a.ir, "workgroup("), "no workgroup attribution:\n%s", a.ir);
+    cr_assert_not_null(strstr(a.ir, "gpu.barrier"), "no barrier:\n%s", a.ir);
+    char *text = malloc(a.binary_size + 1);
+    memcpy(text, a.binary, a.binary_size);
+    text[a.binary_size] = 0;
+    cr_assert_not_null(strstr(text, ".shared"), "no .shared in the PTX");
+    cr_assert_not_null(strstr(text, "bar.sync"), "no bar.sync in the PTX");
+    free(text);
+  }
+  jit__gpu_artifact_release(&a);
+
+  jit__gpu_target spv = {.format = JIT__GPU_SPIRV, .spirv_f16 = dt == JIT__F16};
+  compile_ok(g, &spv, &a);
+  cr_assert_eq(a.n_tiled, n_tiled);
+  cr_assert_null(a.ir);
+  int vars, bars;
+  spirv_count(&a, &vars, &bars);
+  if (n_tiled) {
+    cr_assert_geq(vars, (int)n_tiled, "`%s`: %d Workgroup variables", g->name, vars);
+    cr_assert_geq(bars, (int)n_tiled, "`%s`: %d barriers", g->name, bars);
+  }
+  jit__gpu_artifact_release(&a);
+
+  jit__gpu_target plain = {.format = JIT__GPU_SPIRV, .spirv_f16 = dt == JIT__F16,
+                           .plain_kernels = true};
+  compile_ok(g, &plain, &a);
+  cr_assert_eq(a.n_tiled, 0);
+  spirv_count(&a, &vars, &bars);
+  cr_assert_eq(vars + bars, 0, "plain kernels use workgroup memory");
+  cr_assert_eq(count_entries(&a.plan, suffix), 0);
+  jit__gpu_artifact_release(&a);
+}
+
+Test(gpu_lowering, tiled_matmul_is_used) {
+  for (int f16 = 0; f16 < 2; f16++) {
+    jit__dtype dt = f16 ? JIT__F16 : JIT__F32;
+    tg t;
+    g_matmul(&t, dt);
+    check_tiled(&t.g, dt, 1, "_mm_kernel");
+    g_batched_matmul(&t, dt);
+    check_tiled(&t.g, dt, 1, "_mm_kernel");
+    g_mlp(&t, dt);
+    check_tiled(&t.g, dt, 3, NULL);  // matmul + softmax's max and sum
+  }
+  // 17 x 45 outputs: 16 x 16 threads, 1 x 2 outputs each -> a 2 x 2 grid.
+  tg t;
+  g_matmul(&t, JIT__F32);
+  jit__gpu_target tgt = {.format = JIT__GPU_SPIRV};
+  jit__gpu_artifact a;
+  compile_ok(&t.g, &tgt, &a);
+  const jit__gpu_kernel *k = find_entry(&a.plan, "_mm_kernel");
+  cr_assert_not_null(k);
+  cr_assert_eq(k->block[0], 16);
+  cr_assert_eq(k->block[1], 16);
+  cr_assert_eq(k->grid[0], 2);
+  cr_assert_eq(k->grid[1], 2);
+  cr_assert_eq(k->n_args, 3);
+  jit__gpu_artifact_release(&a);
+}
+
+Test(gpu_lowering, tiled_rows_are_used) {
+  for (int f16 = 0; f16 < 2; f16++) {
+    jit__dtype dt = f16 ? JIT__F16 : JIT__F32;
+    tg t;
+    g_softmax(&t, dt);
+    check_tiled(&t.g, dt, 2, "_row_kernel");
+    g_reduce(&t, dt, JIT__OP_REDUCE_MAX, 2, false);  // 5 x 19 rows of 33
+    check_tiled(&t.g, dt, 1, "_row_kernel");
+    g_sum_all(&t, dt);  // one row of 1000
+    check_tiled(&t.g, dt, 1, "_row_kernel");
+    // A reduction over a middle axis is strided: it stays plain.
+    g_reduce(&t, dt, JIT__OP_REDUCE_SUM, 1, false);
+    check_tiled(&t.g, dt, 0, "_row_kernel");
+  }
+  // Softmax over 300: 256 threads per row, one workgroup per row.
+  tg t;
+  g_softmax(&t, JIT__F32);
+  jit__gpu_target tgt = {.format = JIT__GPU_PTX, .chip = "sm_90"};
+  jit__gpu_artifact a;
+  compile_ok(&t.g, &tgt, &a);
+  const jit__gpu_kernel *k = find_entry(&a.plan, "_row_kernel");
+  cr_assert_not_null(k);
+  cr_assert_eq(k->block[0], 256);
+  cr_assert_eq(k->grid[0], 7);
+  jit__gpu_artifact_release(&a);
+}
+
+// Odd shapes through both back halves (ptxas and spirv-val check each).
+Test(gpu_lowering, tiled_odd_shapes_validate) {
+  static const int64_t mm[][4] = {{0, 2, 3, 5},   {0, 17, 16, 64}, {0, 67, 33, 29},
+                                  {3, 19, 23, 70}, {0, 130, 48, 37}};
+  for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++)
+    for (int f16 = 0; f16 < 2; f16++) {
+      jit__dtype dt = f16 ? JIT__F16 : JIT__F32;
+      tg t;
+      tg_init(&t, "matmul_odd", dt);
+      int64_t B = mm[i][0], M = mm[i][1], K = mm[i][2], N = mm[i][3];
+      int64_t a3[3] = {B, M, K}, a2[2] = {M, K}, b[2] = {K, N}, c3[3] = {B, M, N},
+              c2[2] = {M, N};
+      uint32_t x = B ? tg_input(&t, 3, a3) : tg_input(&t, 2, a2), y = tg_input(&t, 2, b);
+      tg_output(&t, B ? tg_node(&t, JIT__OP_MATMUL, 2, x, y, 3, c3)
+                      : tg_node(&t, JIT__OP_MATMUL, 2, x, y, 2, c2));
+      check_all(&t.g, dt);
+      check_tiled(&t.g, dt, 1, "_mm_kernel");
+    }
+  static const int64_t rows[][2] = {{1, 32}, {3, 33}, {2, 257}, {1, 4099}, {130, 97}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    tg t;
+    tg_init(&t, "softmax_odd", JIT__F32);
+    int64_t d[2] = {rows[i][0], rows[i][1]};
+    uint32_t s = tg_unary(&t, JIT__OP_SOFTMAX, tg_input(&t, 2, d));
+    t.nodes[s].axis = 1;
+    tg_output(&t, s);
+    check_all(&t.g, JIT__F32);
+    check_tiled(&t.g, JIT__F32, 2, "_row_kernel");
+  }
 }
 
 Test(gpu_lowering, softmax_has_temps) {
