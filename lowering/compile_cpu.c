@@ -259,8 +259,10 @@ static jit_status jit__add_entry(LLVMContextRef llctx, LLVMModuleRef mod,
   return NULL;
 }
 
+// `fmas`: after O2, turn vector fmul + fadd pairs into FMAs (jit__cpu_contract_fmas);
+// only after O2 has SLP-combined MLIR's one-lane vectors into whole registers.
 static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_options *o,
-                                      jit__artifact *out) {
+                                      bool fmas, jit__artifact *out) {
   char *err = NULL;
   LLVMTargetRef target;
   if (LLVMGetTargetFromTriple(o->triple, &target, &err)) {
@@ -290,6 +292,7 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
   LLVMErrorRef lerr = LLVMRunPasses(mod, o->opt_level > 0 ? "default<O2>" : "default<O0>",
                                     tm, po);
   LLVMDisposePassBuilderOptions(po);
+  if (!lerr && fmas) jit__cpu_contract_fmas(mod);
   double t_opt = jit__lower_ms();
   if (lerr) {
     char *m = LLVMGetErrorMessage(lerr);
@@ -410,7 +413,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);
   if (status) goto done;
   jit__dump_llvm(options, func_name, "06-llvm.ll", mod);
-  status = jit__llvm_to_object(mod, options, out);
+  status = jit__llvm_to_object(mod, options, plan.n_masked > 0, out);
   jit__dump_llvm(options, func_name, "07-llvm-optimized.ll", mod);
   out->ms_llvm_opt = jit__lower_ms() - t1 - out->ms_codegen;
 

@@ -199,6 +199,8 @@ typedef struct walk {
   int n_row;
   int64_t pack[JIT__CPU_MAX_PACK][3];  // packed B buffers made: panels, kc, tn
   int n_pack;
+  int64_t masked[64][3];  // per matmul: vector width V (0: not masked), rows, rest rows
+  int n_masked;
 } walk;
 
 // The single elementwise consumer of a matmul that can be computed on its tiles.
@@ -327,6 +329,52 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
   }
 }
 
+
+//===--- Masked narrow N -------------------------------------------------===//
+
+// N below four vectors and not a multiple of one (17x1000x31): the whole row of C is
+// one register tile of V = N rounded up to whole vectors, rows = as many as the
+// accumulator registers hold (3 at V = 32 on AVX2), vectorized with masks. The last
+// vector of each B row is a masked load and C is read and written once per tile with
+// masks (hoisted out of the k loop like any accumulator). Peeling N instead left 15
+// of 31 columns to narrower vectors and one-column loops, at ~20 GFLOP/s. The masked
+// vectorization yields multiply + add (not a contraction): compile_cpu.c has LLVM
+// contract them into FMAs (jit__cpu_contract_fmas).
+static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t rows,
+                        int64_t V) {
+  sbuf *sb = &w->sb;
+  int64_t rest = tM % rows;
+  if (rows < tM) {
+    sb_printf(sb,
+              "  %%rt%d, %%rl%d = transform.structured.tile_using_for %s tile_sizes "
+              "[%lld, 0, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, root, (long long)rows);
+    if (rest)
+      sb_printf(sb,
+                "  %%qm%d = transform.cast %%rl%d : " ANY " to !transform.op<\"scf.for\">\n"
+                "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : "
+                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
+                "!transform.op<\"scf.for\">)\n"
+                "  %%mr%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%qmr%d : "
+                "(!transform.op<\"scf.for\">) -> " ANY "\n"
+                "  transform.annotate %%mr%d \"jit_mrest\" : " ANY "\n",
+                i, i, i, i, i, i, i, i);
+  } else {
+    rows = tM;
+    rest = 0;
+  }
+  sb_printf(sb,
+            "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+            "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
+            "[0, 0, 1] : (" ANY ") -> (" ANY ", " ANY ")\n",
+            i, i, i, i, i);
+  w->masked[i][0] = V;
+  w->masked[i][1] = rows;
+  w->masked[i][2] = rest;
+  w->n_masked++;
+}
+
 static void plan_matmul(walk *w, MlirOperation mm) {
   MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
   MlirType tb = mlirValueGetType(mlirOperationGetOperand(mm, 1));
@@ -430,6 +478,26 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     narrow_rest = en % tn != 0 && (en % tn) % h.lanes != 0;
   }
 
+  // Narrow N that is not a whole number of vectors (17x1000x31): plan_masked.
+  // N above one vector only: below it most lanes would be masked off, and the plain
+  // path's narrow vectors do better (100x100x3: 11 vs 5.5 GFLOP/s).
+  bool masked = !packed && !fused && !small_m && split != 1 && N % h.lanes != 0 &&
+                N > h.lanes && N <= 4 * h.lanes && i < 64 &&
+                mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
+                mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
+  int64_t mv = 0, mtm = 0;
+  if (masked) {
+    // A power of two of vectors: LLVM widens 3 to 4 and the accumulator spills
+    // (130x257x20 at 24 lanes: 2.5 GFLOP/s).
+    int64_t nv = (N + h.lanes - 1) / h.lanes;
+    if (nv == 3) nv = 4;
+    mv = nv * h.lanes;
+    mtm = h.acc / nv < 8 ? h.acc / nv : 8;
+    if (mtm > tM) mtm = tM;
+    mc = nc = kc = 0;
+    tm = mtm;
+    tn = mv;
+  }
   if (packed) {
     mc = 0;
     nc = pnc;
@@ -438,7 +506,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s%s, threads split %s, blocks [%lld, %lld, "
                 "%lld], register tile %lldx%lld\n",
             i, (long long)M, (long long)K, (long long)N, fused ? " + epilogue" : "",
-            packed ? ", B packed" : "",
+            packed ? ", B packed" : masked ? ", masked N" : "",
             split == 0 ? "M" : split == 1 ? "N" : "none", (long long)mc, (long long)nc,
             (long long)kc, (long long)tm, (long long)tn);
   sb_printf(sb,
@@ -479,6 +547,10 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   }
   if (packed) {
     plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc);
+    return;
+  }
+  if (masked) {
+    plan_masked(w, i, root, tM, mtm, mv);
     return;
   }
   if (mc || nc) {
@@ -808,6 +880,24 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   // Vectorize what was tiled: register tiles of the matmuls (as named contractions,
   // which lower to outer products), their epilogues and fills, and elementwise tiles.
   for (int i = 0; i < w.n_mm; i++) {
+    if (i < 64 && w.masked[i][0]) {
+      // The peeled rest rows first: the full-tile match below would take them too.
+      if (w.masked[i][2])
+        sb_printf(sb,
+                  "  %%vr%d = transform.structured.match ops{[\"linalg.matmul\"]} "
+                  "attributes {jit_mm = %d : i64, jit_mrest} in %%f : (" ANY ") -> " ANY
+                  "\n"
+                  "  transform.structured.vectorize %%vr%d vector_sizes [%lld, %lld, 1] : " ANY
+                  "\n",
+                  i, i, i, (long long)w.masked[i][2], (long long)w.masked[i][0]);
+      sb_printf(sb,
+                "  %%vm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+                "{jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+                "  transform.structured.vectorize %%vm%d vector_sizes [%lld, %lld, 1] : " ANY
+                "\n",
+                i, i, i, (long long)w.masked[i][1], (long long)w.masked[i][0]);
+      continue;
+    }
     sb_printf(sb,
               "  %%vm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
               "{jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
@@ -835,8 +925,13 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
               "{jit_ew = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
               "  transform.structured.vectorize %%vw%d : " ANY "\n",
               i, i, i);
+  sb_printf(sb, "%s", canon);
+  // Masked transfers as transfers with a mask operand, which the accumulator hoisting
+  // below recognizes (inside vector.mask it does not).
+  if (w.n_masked)
+    sb_printf(sb, "  transform.apply_patterns to %%f { "
+                  "transform.apply_patterns.vector.lower_masked_transfers } : " ANY "\n");
   sb_printf(sb,
-            "%s"
             "  %%fors = transform.structured.match ops{[\"scf.for\"]} in %%f : (" ANY
             ") -> " ANY "\n"
             "  transform.apply_licm to %%fors : " ANY "\n"
@@ -848,9 +943,10 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
             "    transform.apply_patterns.vector.lower_outerproduct\n"
             "  } : " ANY "\n"
             "  transform.yield\n}\n}\n",
-            canon, canon);
+            canon);
   out->n_ops = w.n_mm + w.n_ew + w.n_rd + w.n_row;
   out->n_pack = w.n_pack;
+  out->n_masked = w.n_masked;
   memcpy(out->pack, w.pack, sizeof w.pack);
   out->parallel = w.parallel;
   out->threads = w.threads;

@@ -27,6 +27,7 @@ typedef struct jit__cpu_plan {
   // why; jit__cpu_stack_pack_buffers).
   int64_t pack[JIT__CPU_MAX_PACK][3];
   int n_pack;
+  int n_masked;      // matmuls vectorized with masks: contract their fmul + fadd
 } jit__cpu_plan;
 
 // Tags the module's linalg ops with `jit_s = i` and writes the script that transforms
@@ -52,5 +53,9 @@ int jit__cpu_expand_exp(LLVMModuleRef mod);
 // `reassoc`, so LLVM can vectorize the reduction loop (cpu_vmath.c says why that is
 // safe here). Returns the number marked.
 int jit__cpu_mark_reductions(LLVMModuleRef mod);
+
+// Replaces each f32 vector fadd of an fmul by llvm.fmuladd, so the pair becomes one
+// FMA (cpu_vmath.c says where such pairs come from). Returns the number replaced.
+int jit__cpu_contract_fmas(LLVMModuleRef mod);
 
 #endif  // JITML_LOWERING_CPU_STRATEGY_H_

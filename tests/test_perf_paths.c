@@ -171,6 +171,17 @@ Test(perf_paths, matmul_packed_b) {
   check_dense_path(210, 600, 160, 2, "B packed");
 }
 
+// N between one and four vectors, not a multiple of one (plan_masked): the whole row of
+// C as one masked register tile, a peeled rest of rows, at 1 and 2 threads.
+Test(perf_paths, matmul_masked_narrow_n) {
+  check_dense_path(17, 1000, 31, 1, "masked N");  // 3 rows x 32 lanes, 2 rest rows
+  check_dense_path(130, 257, 20, 1, "masked N");  // 3 vectors rounded up to 4
+  check_dense_path(97, 61, 13, 1, "masked N");    // 6 rows x 16 lanes, 1 rest row
+  check_dense_path(19, 5, 9, 1, "masked N");      // 1 valid lane in the last vector
+  check_dense_path(1000, 600, 30, 2, "split M");  // 500 rows a thread
+  check_dense_path(1000, 600, 30, 2, "masked N");
+}
+
 Test(perf_paths, fused_bias_activation) {
   static const int s[][3] = {{1, 768, 384}, {4, 64, 96}, {17, 33, 31}, {32, 256, 384},
                              {64, 64, 200}, {97, 61, 131}};
