@@ -48,8 +48,8 @@ static const char kPrePipeline[] =
 
 // After it: tensors -> buffers (destination-passing: results are written into the
 // output memrefs; intermediates are malloc'ed and freed inside the kernel).
-// In two parts: between them, packed-B buffers move to the stack
-// (jit__cpu_stack_pack_buffers), before deallocations are placed.
+// In two parts: between them, packed-B and scratch buffers move to the stack
+// (jit__cpu_stack_buffers), before deallocations are placed.
 static const char kBufferizePipeline[] =
     "builtin.module(canonicalize,cse,eliminate-empty-tensors,"
     "empty-tensor-to-alloc-tensor,"
@@ -293,6 +293,7 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
                                     tm, po);
   LLVMDisposePassBuilderOptions(po);
   if (!lerr && fmas) jit__cpu_contract_fmas(mod);
+  if (!lerr && o->opt_level > 0) jit__cpu_hoist_reciprocals(mod);
   double t_opt = jit__lower_ms();
   if (lerr) {
     char *m = LLVMGetErrorMessage(lerr);
@@ -383,7 +384,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   }
   status = jit__mlir_run_pipeline(ctx, module, kBufferizePipeline, diag, "bufferization");
   if (status) goto done;
-  if (plan.n_pack > 0) jit__cpu_stack_pack_buffers(ctx, mop, &plan);
+  if (options->opt_level > 0) jit__cpu_stack_buffers(ctx, mop, &plan);
   status = jit__mlir_run_pipeline(ctx, module, kDeallocPipeline, diag, "buffer deallocation");
   if (status) goto done;
   if (options->opt_level <= 0 && (status = jit__run_matmul_loops(ctx, module, diag)))

@@ -958,17 +958,32 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   return true;
 }
 
-//===--- Packed-B buffers on the stack ------------------------------------===//
+//===--- Scratch buffers on the stack ------------------------------------===//
+//
+// After one-shot bufferization, before deallocations are placed, two kinds of heap
+// allocations become stack allocations at the top of the function (or of a thread's
+// scf.forall body, never above it: each thread needs its own):
+// - packed-B buffers (plan_packed), made once per call or per thread;
+// - small scratch buffers (up to 16 KiB), such as softmax's per-row max and sum (two
+//   malloc/free pairs per row before) and row buffer. One made inside a loop is per
+//   iteration: nothing carries it into the next one (the checks below), so one buffer
+//   serves them all.
+// The stack is reused by every later call on the thread, with no malloc and no
+// first-touch of fresh pages.
+
+#define JIT__SCRATCH_BYTES (16 << 10)   // largest in-loop buffer moved
+#define JIT__STACK_BYTES (320 << 10)    // all stack buffers of one function
 
 typedef struct stack_walk {
   const jit__cpu_plan *plan;
   MlirOperation found[64];
+  MlirBlock dest[64];  // the block the buffer moves to the top of
   int n;
+  int64_t bytes;
 } stack_walk;
 
 static bool is_pack_type(const jit__cpu_plan *plan, MlirType t) {
-  if (!mlirTypeIsAMemRef(t) || !mlirShapedTypeHasStaticShape(t) ||
-      mlirShapedTypeGetRank(t) != 3 || !mlirTypeIsAF32(mlirShapedTypeGetElementType(t)))
+  if (mlirShapedTypeGetRank(t) != 3 || !mlirTypeIsAF32(mlirShapedTypeGetElementType(t)))
     return false;
   for (int p = 0; p < plan->n_pack; p++) {
     bool same = true;
@@ -978,30 +993,63 @@ static bool is_pack_type(const jit__cpu_plan *plan, MlirType t) {
   return false;
 }
 
-static MlirWalkResult find_pack_allocs(MlirOperation op, void *user) {
+static int64_t memref_bytes(MlirType t) {
+  MlirType e = mlirShapedTypeGetElementType(t);
+  int64_t bits = mlirTypeIsAFloat(e) ? (int64_t)mlirFloatTypeGetWidth(e)
+                 : mlirTypeIsAInteger(e) ? (int64_t)mlirIntegerTypeGetWidth(e) : 0;
+  if (bits <= 0) return -1;
+  int64_t n = 1;
+  for (intptr_t d = 0; d < mlirShapedTypeGetRank(t); d++) n *= mlirShapedTypeGetDimSize(t, d);
+  return n * ((bits + 7) / 8);
+}
+
+// The buffer never leaves its iteration: no use yields, returns or passes it on.
+static bool stays_local(MlirValue v) {
+  for (MlirOpOperand u = mlirValueGetFirstUse(v); !mlirOpOperandIsNull(u);
+       u = mlirOpOperandGetNextUse(u)) {
+    MlirOperation o = mlirOpOperandGetOwner(u);
+    if (op_is(o, "scf.yield") || op_is(o, "func.return") || op_is(o, "func.call") ||
+        op_is(o, "memref.store") || op_is(o, "scf.forall.in_parallel"))
+      return false;
+  }
+  return true;
+}
+
+static MlirWalkResult find_stack_allocs(MlirOperation op, void *user) {
   stack_walk *sw = user;
   if (!op_is(op, "memref.alloc") || mlirOperationGetNumOperands(op) != 0 ||
       mlirOperationGetNumResults(op) != 1 || sw->n >= 64)
     return MlirWalkResultAdvance;
-  if (!is_pack_type(sw->plan, mlirValueGetType(mlirOperationGetResult(op, 0))))
-    return MlirWalkResultAdvance;
-  // Only allocations made once per call (function body) or once per thread (forall
-  // body): one inside a loop would grow the stack at every iteration.
-  MlirOperation parent = mlirBlockGetParentOperation(mlirOperationGetBlock(op));
-  if (mlirOperationIsNull(parent) ||
-      !(op_is(parent, "func.func") || op_is(parent, "scf.forall")))
-    return MlirWalkResultAdvance;
-  sw->found[sw->n++] = op;
+  MlirValue res = mlirOperationGetResult(op, 0);
+  MlirType t = mlirValueGetType(res);
+  if (!mlirTypeIsAMemRef(t) || !mlirShapedTypeHasStaticShape(t)) return MlirWalkResultAdvance;
+  int64_t bytes = memref_bytes(t);
+  if (bytes < 0 || sw->bytes + bytes > JIT__STACK_BYTES) return MlirWalkResultAdvance;
+  // Up through scf.for and scf.if to the function or the thread's body.
+  MlirBlock b = mlirOperationGetBlock(op);
+  int loops = 0;
+  for (;;) {
+    MlirOperation p = mlirBlockGetParentOperation(b);
+    if (mlirOperationIsNull(p)) return MlirWalkResultAdvance;
+    if (op_is(p, "func.func") || op_is(p, "scf.forall")) break;
+    if (!op_is(p, "scf.for") && !op_is(p, "scf.if")) return MlirWalkResultAdvance;
+    loops++;
+    b = mlirOperationGetBlock(p);
+  }
+  bool pack = loops == 0 && is_pack_type(sw->plan, t);
+  bool scratch = bytes <= JIT__SCRATCH_BYTES && stays_local(res);
+  if (!pack && !scratch) return MlirWalkResultAdvance;
+  sw->found[sw->n] = op;
+  sw->dest[sw->n++] = b;
+  sw->bytes += bytes;
   return MlirWalkResultAdvance;
 }
 
-int jit__cpu_stack_pack_buffers(MlirContext ctx, MlirOperation module,
-                                const jit__cpu_plan *plan) {
-  if (plan->n_pack == 0) return 0;
+int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu_plan *plan) {
   stack_walk sw;
+  memset(&sw, 0, sizeof sw);
   sw.plan = plan;
-  sw.n = 0;
-  mlirOperationWalk(module, find_pack_allocs, &sw, MlirWalkPreOrder);
+  mlirOperationWalk(module, find_stack_allocs, &sw, MlirWalkPreOrder);
   for (int k = 0; k < sw.n; k++) {
     MlirOperation old = sw.found[k];
     MlirValue res = mlirOperationGetResult(old, 0);
@@ -1020,7 +1068,8 @@ int jit__cpu_stack_pack_buffers(MlirContext ctx, MlirOperation module,
     };
     mlirOperationStateAddAttributes(&st, 2, attrs);
     MlirOperation na = mlirOperationCreate(&st);
-    mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(old), old, na);
+    // At the top of the block: an alloca in a loop would take new stack every time.
+    mlirBlockInsertOwnedOperation(sw.dest[k], 0, na);
     mlirValueReplaceAllUsesOfWith(res, mlirOperationGetResult(na, 0));
     mlirOperationDestroy(old);
   }

@@ -24,7 +24,7 @@ typedef struct jit__cpu_plan {
   int threads;       // threads those loops use
   // Packed-B buffers the script made, as memref<panels x kc x tn x f32>: after
   // bufferization, their allocations become stack allocations (cpu_strategy.c says
-  // why; jit__cpu_stack_pack_buffers).
+  // why; jit__cpu_stack_buffers).
   int64_t pack[JIT__CPU_MAX_PACK][3];
   int n_pack;
   int n_masked;      // matmuls vectorized with masks: contract their fmul + fadd
@@ -38,10 +38,11 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
 void jit__cpu_plan_free(jit__cpu_plan *plan);
 
 // After one-shot bufferization (before deallocations are placed): replaces the heap
-// allocation of each packed-B buffer of `plan` that is made once per call or once per
-// thread by a stack allocation of the same type. Returns the number replaced.
-int jit__cpu_stack_pack_buffers(MlirContext ctx, MlirOperation module,
-                                const jit__cpu_plan *plan);
+// allocation of each packed-B buffer of `plan` made once per call or per thread, and
+// of each small scratch buffer made inside loops, by a stack allocation at the top of
+// the function or thread body (cpu_strategy.c says which and why). Returns the number
+// replaced.
+int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu_plan *plan);
 
 // Replaces every call of llvm.exp on f32 scalars or vectors in `mod` by an inline
 // polynomial (Cephes expf, within 2 ulp; exact at 0, +-inf and NaN), so that the loop
@@ -57,5 +58,10 @@ int jit__cpu_mark_reductions(LLVMModuleRef mod);
 // Replaces each f32 vector fadd of an fmul by llvm.fmuladd, so the pair becomes one
 // FMA (cpu_vmath.c says where such pairs come from). Returns the number replaced.
 int jit__cpu_contract_fmas(LLVMModuleRef mod);
+
+// Replaces each f32 vector division by a value computed outside the division's block
+// with a multiplication by its reciprocal, computed once (cpu_vmath.c). Run after O2,
+// which has vectorized and hoisted the divisor. Returns the number replaced.
+int jit__cpu_hoist_reciprocals(LLVMModuleRef mod);
 
 #endif  // JITML_LOWERING_CPU_STRATEGY_H_

@@ -315,7 +315,9 @@ Test(perf_paths, inline_exp_accuracy_and_specials) {
 }
 
 Test(perf_paths, softmax_rows) {
-  static const int64_t shapes[][2] = {{1, 1}, {3, 37}, {64, 1024}, {130, 77}};
+  // Row buffers on the stack up to 16 KiB (4000 floats), on the heap above (4099).
+  static const int64_t shapes[][2] = {{1, 1},    {3, 37},   {64, 1024},
+                                      {130, 77}, {2, 4000}, {3, 4099}};
   for (int t = 1; t <= 2; t++) {
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
       int64_t s[2] = {shapes[k][0], shapes[k][1]}, n = s[0] * s[1];
