@@ -1003,10 +1003,12 @@ static jit_status jit__compile_gpu_in(MlirContext ctx, const jit__lgraph *g,
   for (uint32_t k = 0; k < n_k && !s; k++) {
     jit__tiled_kind kind = JIT__TILED_NONE;
     if (!t->plain_kernels) s = jit__gpu_try_tiled(ctx, kfuncs[k], diag->buf, &kind);
-    if (!s && kind != JIT__TILED_NONE)
+    if (!s && kind != JIT__TILED_NONE) {
       out->n_tiled++;
-    else if (!s)
+    } else if (!s) {
+      if (!t->plain_kernels) jit__gpu_acc_in_register(ctx, kfuncs[k]);
       s = jit__tile_and_map(ctx, kfuncs[k], diag);
+    }
     if (s) s = jit__status_annotate(s, "kernel %u", k);
   }
   if (s) goto done;

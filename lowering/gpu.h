@@ -52,9 +52,11 @@ typedef struct jit__gpu_target {
   // SPIR-V: allow f16 storage and arithmetic (adds Float16 and StorageBuffer16BitAccess
   // capabilities and SPV_KHR_16bit_storage). Without it an f16 graph is JIT_UNSUPPORTED.
   bool spirv_f16;
-  // Both: use only the plain kernels (one thread per output element, serial loops),
-  // never the tiled workgroup-memory kernels for matmuls and row reductions. For
-  // comparisons and as a way around a device that mishandles workgroup memory.
+  // Both: use only the plain kernels (one thread per output element, serial loops
+  // that read and write the accumulator in memory each step), never the tiled
+  // workgroup-memory kernels for matmuls and row reductions nor register
+  // accumulators. For before/after comparisons and as a way around a device that
+  // mishandles workgroup memory.
   bool plain_kernels;
   // Both: keep the text of the device module (gpu.module with its gpu.funcs, before
   // the NVVM/SPIR-V conversion) in jit__gpu_artifact.ir, for tests and dumps.

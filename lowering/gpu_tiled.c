@@ -1118,3 +1118,52 @@ void jit__gpu_attributions_to_allocs(MlirContext ctx, MlirOperation gpu_module) 
         mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), 0));
   }
 }
+
+//===--- Accumulators in registers for the plain mapping -----------------===//
+
+bool jit__gpu_acc_in_register(MlirContext ctx, MlirOperation kf) {
+  tl_nest n;
+  if (!tl_match(kf, &n)) return false;
+  MlirLocation loc = mlirOperationGetLocation(n.fr);
+  MlirBlock pb = mlirOperationGetBlock(n.fr);
+  // The initial value, read once before the loop.
+  MlirOperation init = mlirOperationClone(n.acc_load);
+  mlirBlockInsertOwnedOperationBefore(pb, n.fr, init);
+  MlirType tc = mlirValueGetType(mlirOperationGetResult(n.acc_load, 0));
+  MlirType idx = mlirIndexTypeGet(ctx);
+  MlirType bt[2] = {idx, tc};
+  MlirLocation bl[2] = {loc, loc};
+  MlirBlock body = mlirBlockCreate(2, bt, bl);
+  MlirRegion region = mlirRegionCreate();
+  mlirRegionAppendOwnedBlock(region, body);
+  MlirValue opnds[4] = {mlirOperationGetOperand(n.fr, 0), mlirOperationGetOperand(n.fr, 1),
+                        mlirOperationGetOperand(n.fr, 2), mlirOperationGetResult(init, 0)};
+  MlirOperationState st = mlirOperationStateGet(tl_sr("scf.for"), loc);
+  mlirOperationStateAddOperands(&st, 4, opnds);
+  mlirOperationStateAddResults(&st, 1, &tc);
+  mlirOperationStateAddOwnedRegions(&st, 1, &region);
+  MlirOperation nf = mlirOperationCreate(&st);
+  mlirBlockInsertOwnedOperationBefore(pb, n.fr, nf);
+  // The body moves over; the accumulator is the loop-carried value.
+  mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(n.acc_load, 0),
+                                mlirBlockGetArgument(body, 1));
+  mlirValueReplaceAllUsesOfWith(n.r, mlirBlockGetArgument(body, 0));
+  MlirBlock fb = mlirRegionGetFirstBlock(mlirOperationGetRegion(n.fr, 0));
+  for (MlirOperation op = mlirBlockGetFirstOperation(fb), next; !mlirOperationEqual(op, n.store);
+       op = next) {
+    next = mlirOperationGetNextInBlock(op);
+    if (mlirOperationEqual(op, n.acc_load)) continue;
+    mlirOperationRemoveFromParent(op);
+    mlirBlockAppendOwnedOperation(body, op);
+  }
+  MlirValue y = mlirOperationGetResult(n.comb, 0);
+  MlirOperationState ys = mlirOperationStateGet(tl_sr("scf.yield"), loc);
+  mlirOperationStateAddOperands(&ys, 1, &y);
+  mlirBlockAppendOwnedOperation(body, mlirOperationCreate(&ys));
+  // One store after the loop.
+  MlirOperation store = mlirOperationClone(n.store);
+  mlirOperationSetOperand(store, 0, mlirOperationGetResult(nf, 0));
+  mlirBlockInsertOwnedOperationBefore(pb, n.fr, store);
+  mlirOperationDestroy(n.fr);
+  return true;
+}

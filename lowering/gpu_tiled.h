@@ -18,6 +18,8 @@
 #ifndef JITML_LOWERING_GPU_TILED_H_
 #define JITML_LOWERING_GPU_TILED_H_
 
+#include <stdbool.h>
+
 #include <mlir-c/IR.h>
 
 #include "jit/status.h"
@@ -37,6 +39,13 @@ typedef enum jit__tiled_kind {
 // does not parse (a bug).
 jit_status jit__gpu_try_tiled(MlirContext ctx, MlirOperation kf, const char *diag,
                               jit__tiled_kind *out_kind);
+
+// For loops jit__gpu_try_tiled leaves to the plain mapping: if `kf` holds the nest
+// shape of gpu_tiled.c (a reduction loop that loads, combines and stores one
+// accumulator element per iteration), keeps the accumulator in a register instead:
+// one load before the loop, one store after it (the same operations in the same
+// order, so the same results). Returns whether it did.
+bool jit__gpu_acc_in_register(MlirContext ctx, MlirOperation kf);
 
 // For SPIR-V: MLIR's SPIR-V conversion takes workgroup memory as memref.alloc in
 // memory space 3, not as gpu.func workgroup attributions (which the NVVM conversion
