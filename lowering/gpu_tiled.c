@@ -902,8 +902,12 @@ static bool tl_row_plan(const tl_nest *n, tl_row *p) {
   p->len = n->red;
   p->rows = 1;
   for (int d = 0; d < n->rank; d++) p->rows *= n->ub[d];
+  // Up to 256 threads for a few long rows; 64 when there are many rows: the rows
+  // alone fill the device, and each halving of the workgroup saves a barrier round
+  // (on lavapipe, 512 rows of 1024: 64 threads ~1.05x the plain kernel, 256 ~0.8x).
+  uint32_t cap = p->rows >= 128 ? 64 : 256;
   p->threads = 32;
-  while (p->threads < 256 && (int64_t)p->threads * 2 <= p->len) p->threads *= 2;
+  while (p->threads < cap && (int64_t)p->threads * 2 <= p->len) p->threads *= 2;
   int64_t gx = p->rows < 65535 ? p->rows : 65535, gy = (p->rows + gx - 1) / gx;
   if (gy > 65535) return false;
   p->grid[0] = (uint32_t)gx;
