@@ -17,7 +17,10 @@
 // Block sizes are divisors of the dims (a multiple of the register tile when there is
 // one), so every block is static; a register loop with a partial last tile is peeled,
 // and the static remainder vectorizes with narrower vectors rather than running scalar.
-// That is what keeps odd shapes such as 17x1000x31 exact and fast without masks.
+// Two variants of that (plain f32 matmuls): when a thread's part of B does not fit in
+// L2, B is packed per [kc, nc] block into contiguous panels in a stack buffer
+// (plan_packed); when N is between one and four vectors and not a whole number of them
+// (17x1000x31), each row block of C is one masked register tile (plan_masked).
 //
 // Elementwise generics (after linalg-fuse-elementwise-ops made chains into one) are
 // split across threads over dim 0, tiled [1, ..., 1, V] and vectorized. An elementwise
@@ -222,7 +225,6 @@ static MlirOperation epilogue_of(MlirOperation mm) {
   return g;
 }
 
-
 //===--- Packed B (large matmuls) ----------------------------------------===//
 
 // Bytes of one packed B block. The block lives in the kernel's stack frame (one per
@@ -328,7 +330,6 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
     w->n_pack++;
   }
 }
-
 
 //===--- Masked narrow N -------------------------------------------------===//
 
