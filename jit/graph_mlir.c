@@ -28,6 +28,7 @@
 #include <xxhash.h>
 
 #include "jit/internal.h"
+#include "jit/text.h"
 #include "lowering/import.h"
 
 // Bindings whose output shapes are remembered (oldest replaced first).
@@ -232,9 +233,8 @@ static jit_status jit__graph_from_module(jit_context *ctx, jit__mlir_module *m,
   return NULL;
 }
 
-typedef struct jit__tb jit__tb;
 #define JIT__RECORD_MAGIC "jitml-graph-1"
-static void jit__graph_record(const jit_graph *g, jit__tb *b);
+static void jit__graph_record(const jit_graph *g, jit__text *b);
 jit_status jit__mlir_export(const jit_graph *g, char **out_text);
 
 //===--- Raising an export back to its node graph -------------------------===//
@@ -503,31 +503,6 @@ jit_status jit_graph_from_mlir_file(jit_context *ctx, const char *path,
 // through a 1-D tensor (collapse_shape, then expand_shape with computed sizes). f16 is
 // computed in f32 and rounded once, as the CPU emitter does, so results match.
 
-typedef struct jit__tb {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} jit__tb;
-
-static void jit__tbf(jit__tb *b, const char *fmt, ...) JIT__PRINTF(2, 3);
-static void jit__tbf(jit__tb *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = b->cap - b->len;
-    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) { b->oom = true; return; }
-    if (b->p && (size_t)n < room) { b->len += (size_t)n; return; }
-    size_t cap = b->cap ? b->cap * 2 : 4096;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *q = realloc(b->p, cap);
-    if (!q) { b->oom = true; return; }
-    b->p = q;
-    b->cap = cap;
-  }
-}
 
 typedef struct jit__xnode {
   char name[40];                       // SSA value
@@ -535,7 +510,7 @@ typedef struct jit__xnode {
 } jit__xnode;
 
 typedef struct jit__exporter {
-  jit__tb b;
+  jit__text b;
   const jit_graph *g;
   jit__xnode *x;
   uint32_t cur;
@@ -566,14 +541,14 @@ static void jit__x_empty(jit__exporter *e, const char *res, jit__dtype dt, int r
                          const int64_t *dims, char (*dv)[40]) {
   char ty[256];
   jit__ttype(ty, sizeof ty, dt, rank, dims);
-  jit__tbf(&e->b, "  %s = tensor.empty(", res);
+  jit__text_printf(&e->b, "  %s = tensor.empty(", res);
   bool first = true;
   for (int d = 0; d < rank; d++)
     if (!jit__static(dims[d])) {
-      jit__tbf(&e->b, "%s%s", first ? "" : ", ", dv[d]);
+      jit__text_printf(&e->b, "%s%s", first ? "" : ", ", dv[d]);
       first = false;
     }
-  jit__tbf(&e->b, ") : %s\n", ty);
+  jit__text_printf(&e->b, ") : %s\n", ty);
 }
 
 // An f32 accumulator of `dims` filled with `init`.
@@ -585,8 +560,8 @@ static void jit__x_acc(jit__exporter *e, char *res, const char *init, int rank,
   jit__tmp(e, res);
   jit__ttype(ty, sizeof ty, JIT__F32, rank, dims);
   jit__x_empty(e, empty, JIT__F32, rank, dims, dv);
-  jit__tbf(&e->b, "  %s = arith.constant %s : f32\n", c, init);
-  jit__tbf(&e->b, "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n", res, c, empty,
+  jit__text_printf(&e->b, "  %s = arith.constant %s : f32\n", c, init);
+  jit__text_printf(&e->b, "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n", res, c, empty,
            ty, ty);
 }
 
@@ -601,31 +576,31 @@ typedef struct jit__xop {
 // The f32 body of a generic: `kind` is an op code or one of the extra codes below.
 enum { kBodyCopy = 1000, kBodyAccSum, kBodyAccMax, kBodyMac, kBodyExpSub, kBodyDivBy };
 
-static const char *jit__x_body(jit__tb *b, int kind, const char *x, const char *y,
+static const char *jit__x_body(jit__text *b, int kind, const char *x, const char *y,
                                const char *by) {
   switch (kind) {
-    case JIT__OP_ADD: jit__tbf(b, "    %%r = arith.addf %s, %s : f32\n", x, y); break;
-    case JIT__OP_SUB: jit__tbf(b, "    %%r = arith.subf %s, %s : f32\n", x, y); break;
-    case JIT__OP_MUL: jit__tbf(b, "    %%r = arith.mulf %s, %s : f32\n", x, y); break;
-    case JIT__OP_DIV: jit__tbf(b, "    %%r = arith.divf %s, %s : f32\n", x, y); break;
-    case JIT__OP_MAXIMUM: jit__tbf(b, "    %%r = arith.maximumf %s, %s : f32\n", x, y); break;
-    case JIT__OP_MINIMUM: jit__tbf(b, "    %%r = arith.minimumf %s, %s : f32\n", x, y); break;
-    case JIT__OP_NEG: jit__tbf(b, "    %%r = arith.negf %s : f32\n", x); break;
-    case JIT__OP_EXP: jit__tbf(b, "    %%r = math.exp %s : f32\n", x); break;
-    case JIT__OP_LOG: jit__tbf(b, "    %%r = math.log %s : f32\n", x); break;
-    case JIT__OP_TANH: jit__tbf(b, "    %%r = math.tanh %s : f32\n", x); break;
-    case JIT__OP_SQRT: jit__tbf(b, "    %%r = math.sqrt %s : f32\n", x); break;
-    case JIT__OP_RSQRT: jit__tbf(b, "    %%r = math.rsqrt %s : f32\n", x); break;
+    case JIT__OP_ADD: jit__text_printf(b, "    %%r = arith.addf %s, %s : f32\n", x, y); break;
+    case JIT__OP_SUB: jit__text_printf(b, "    %%r = arith.subf %s, %s : f32\n", x, y); break;
+    case JIT__OP_MUL: jit__text_printf(b, "    %%r = arith.mulf %s, %s : f32\n", x, y); break;
+    case JIT__OP_DIV: jit__text_printf(b, "    %%r = arith.divf %s, %s : f32\n", x, y); break;
+    case JIT__OP_MAXIMUM: jit__text_printf(b, "    %%r = arith.maximumf %s, %s : f32\n", x, y); break;
+    case JIT__OP_MINIMUM: jit__text_printf(b, "    %%r = arith.minimumf %s, %s : f32\n", x, y); break;
+    case JIT__OP_NEG: jit__text_printf(b, "    %%r = arith.negf %s : f32\n", x); break;
+    case JIT__OP_EXP: jit__text_printf(b, "    %%r = math.exp %s : f32\n", x); break;
+    case JIT__OP_LOG: jit__text_printf(b, "    %%r = math.log %s : f32\n", x); break;
+    case JIT__OP_TANH: jit__text_printf(b, "    %%r = math.tanh %s : f32\n", x); break;
+    case JIT__OP_SQRT: jit__text_printf(b, "    %%r = math.sqrt %s : f32\n", x); break;
+    case JIT__OP_RSQRT: jit__text_printf(b, "    %%r = math.rsqrt %s : f32\n", x); break;
     case JIT__OP_SIGMOID:
-      jit__tbf(b, "    %%one = arith.constant 1.0 : f32\n    %%n = arith.negf %s : f32\n"
+      jit__text_printf(b, "    %%one = arith.constant 1.0 : f32\n    %%n = arith.negf %s : f32\n"
                "    %%e = math.exp %%n : f32\n    %%d = arith.addf %%one, %%e : f32\n"
                "    %%r = arith.divf %%one, %%d : f32\n", x);
       break;
     case JIT__OP_RELU:
-      jit__tbf(b, "    %%z = arith.constant 0.0 : f32\n    %%r = arith.maximumf %s, %%z : f32\n", x);
+      jit__text_printf(b, "    %%z = arith.constant 0.0 : f32\n    %%r = arith.maximumf %s, %%z : f32\n", x);
       break;
     case JIT__OP_GELU:
-      jit__tbf(b,
+      jit__text_printf(b,
                "    %%h = arith.constant 0.5 : f32\n    %%one = arith.constant 1.0 : f32\n"
                "    %%k = arith.constant 0.044715 : f32\n"
                "    %%s = arith.constant 0.7978845608028654 : f32\n"
@@ -636,56 +611,56 @@ static const char *jit__x_body(jit__tb *b, int kind, const char *x, const char *
                "    %%r = arith.mulf %%t5, %%t4 : f32\n", x, x, x, x, x);
       break;
     case kBodyCopy: return x;
-    case kBodyAccSum: jit__tbf(b, "    %%r = arith.addf %%out, %s : f32\n", x); break;
-    case kBodyAccMax: jit__tbf(b, "    %%r = arith.maximumf %%out, %s : f32\n", x); break;
+    case kBodyAccSum: jit__text_printf(b, "    %%r = arith.addf %%out, %s : f32\n", x); break;
+    case kBodyAccMax: jit__text_printf(b, "    %%r = arith.maximumf %%out, %s : f32\n", x); break;
     case kBodyMac:
-      jit__tbf(b, "    %%p = arith.mulf %s, %s : f32\n    %%r = arith.addf %%out, %%p : f32\n", x, y);
+      jit__text_printf(b, "    %%p = arith.mulf %s, %s : f32\n    %%r = arith.addf %%out, %%p : f32\n", x, y);
       break;
     case kBodyExpSub:
-      jit__tbf(b, "    %%d = arith.subf %s, %s : f32\n    %%r = math.exp %%d : f32\n", x, y);
+      jit__text_printf(b, "    %%d = arith.subf %s, %s : f32\n    %%r = math.exp %%d : f32\n", x, y);
       break;
-    case kBodyDivBy: jit__tbf(b, "    %%r = arith.divf %s, %s : f32\n", x, by); break;
+    case kBodyDivBy: jit__text_printf(b, "    %%r = arith.divf %s, %s : f32\n", x, by); break;
     default: return x;
   }
   return "%r";
 }
 
-static void jit__x_map(jit__tb *b, int loops, const jit__xop *o) {
-  jit__tbf(b, "affine_map<(");
-  for (int l = 0; l < loops; l++) jit__tbf(b, "%sd%d", l ? ", " : "", l);
-  jit__tbf(b, ") -> (");
+static void jit__x_map(jit__text *b, int loops, const jit__xop *o) {
+  jit__text_printf(b, "affine_map<(");
+  for (int l = 0; l < loops; l++) jit__text_printf(b, "%sd%d", l ? ", " : "", l);
+  jit__text_printf(b, ") -> (");
   for (int d = 0; d < o->rank; d++) {
-    if (o->map[d] < 0) jit__tbf(b, "%s0", d ? ", " : "");
-    else jit__tbf(b, "%sd%d", d ? ", " : "", o->map[d]);
+    if (o->map[d] < 0) jit__text_printf(b, "%s0", d ? ", " : "");
+    else jit__text_printf(b, "%sd%d", d ? ", " : "", o->map[d]);
   }
-  jit__tbf(b, ")>");
+  jit__text_printf(b, ")>");
 }
 
 static void jit__x_generic(jit__exporter *e, const char *res, int loops, const char *iters,
                            const jit__xop *ins, int n_in, const jit__xop *out, int kind,
                            const char *by) {
-  jit__tb *b = &e->b;
+  jit__text *b = &e->b;
   char ty[256];
-  jit__tbf(b, "  %s = linalg.generic {indexing_maps = [", res);
+  jit__text_printf(b, "  %s = linalg.generic {indexing_maps = [", res);
   for (int i = 0; i < n_in; i++) {
     jit__x_map(b, loops, &ins[i]);
-    jit__tbf(b, ", ");
+    jit__text_printf(b, ", ");
   }
   jit__x_map(b, loops, out);
-  jit__tbf(b, "], iterator_types = [");
+  jit__text_printf(b, "], iterator_types = [");
   for (int l = 0; l < loops; l++)
-    jit__tbf(b, "%s\"%s\"", l ? ", " : "", iters[l] == 'r' ? "reduction" : "parallel");
-  jit__tbf(b, "]} ins(");
-  for (int i = 0; i < n_in; i++) jit__tbf(b, "%s%s", i ? ", " : "", ins[i].name);
-  jit__tbf(b, " : ");
+    jit__text_printf(b, "%s\"%s\"", l ? ", " : "", iters[l] == 'r' ? "reduction" : "parallel");
+  jit__text_printf(b, "]} ins(");
+  for (int i = 0; i < n_in; i++) jit__text_printf(b, "%s%s", i ? ", " : "", ins[i].name);
+  jit__text_printf(b, " : ");
   for (int i = 0; i < n_in; i++) {
     jit__ttype(ty, sizeof ty, ins[i].dt, ins[i].rank, ins[i].dims);
-    jit__tbf(b, "%s%s", i ? ", " : "", ty);
+    jit__text_printf(b, "%s%s", i ? ", " : "", ty);
   }
   jit__ttype(ty, sizeof ty, out->dt, out->rank, out->dims);
-  jit__tbf(b, ") outs(%s : %s) {\n  ^bb0(", out->name, ty);
-  for (int i = 0; i < n_in; i++) jit__tbf(b, "%%in%d: %s, ", i, jit__elt(ins[i].dt));
-  jit__tbf(b, "%%out: %s):\n", jit__elt(out->dt));
+  jit__text_printf(b, ") outs(%s : %s) {\n  ^bb0(", out->name, ty);
+  for (int i = 0; i < n_in; i++) jit__text_printf(b, "%%in%d: %s, ", i, jit__elt(ins[i].dt));
+  jit__text_printf(b, "%%out: %s):\n", jit__elt(out->dt));
   const char *r;
   if (kind == kBodyCopy && n_in == 1 && ins[0].dt == out->dt) {
     r = "%in0";
@@ -693,7 +668,7 @@ static void jit__x_generic(jit__exporter *e, const char *res, int loops, const c
     char xs[2][8] = {"", ""};
     for (int i = 0; i < n_in && i < 2; i++) {
       if (ins[i].dt == JIT__F16) {
-        jit__tbf(b, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
+        jit__text_printf(b, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
         snprintf(xs[i], sizeof xs[i], "%%x%d", i);
       } else {
         snprintf(xs[i], sizeof xs[i], "%%in%d", i);
@@ -701,11 +676,11 @@ static void jit__x_generic(jit__exporter *e, const char *res, int loops, const c
     }
     r = jit__x_body(b, kind, xs[0], xs[1], by);
     if (out->dt == JIT__F16) {
-      jit__tbf(b, "    %%y = arith.truncf %s : f32 to f16\n", r);
+      jit__text_printf(b, "    %%y = arith.truncf %s : f32 to f16\n", r);
       r = "%y";
     }
   }
-  jit__tbf(b, "    linalg.yield %s : %s\n  } -> %s\n", r, jit__elt(out->dt), ty);
+  jit__text_printf(b, "    linalg.yield %s : %s\n  } -> %s\n", r, jit__elt(out->dt), ty);
 }
 
 static jit__xop jit__x_operand(jit__exporter *e, uint32_t id) {
@@ -797,7 +772,7 @@ static jit_status jit__x_matmul(jit__exporter *e, const jit__node *n) {
   if (r == 2 && a.rank == 2 && b.rank == 2) {
     jit__ttype(ta, sizeof ta, a.dt, 2, a.dims);
     jit__ttype(tb, sizeof tb, b.dt, 2, b.dims);
-    jit__tbf(&e->b, "  %s = linalg.matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n", mm,
+    jit__text_printf(&e->b, "  %s = linalg.matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n", mm,
              a.name, b.name, ta, tb, acc, ty, ty);
   } else {
     jit__xop out = {acc, JIT__F32, r, n->dims, {0}};
@@ -834,12 +809,12 @@ static void jit__x_reduce_f32(jit__exporter *e, char *res, const jit__xop *x,
 }
 
 static void jit__x_shape_list(jit__exporter *e, int rank, const int64_t *dims, char (*dv)[40]) {
-  jit__tbf(&e->b, "[");
+  jit__text_printf(&e->b, "[");
   for (int d = 0; d < rank; d++) {
-    if (jit__static(dims[d])) jit__tbf(&e->b, "%s%lld", d ? ", " : "", (long long)dims[d]);
-    else jit__tbf(&e->b, "%s%s", d ? ", " : "", dv[d]);
+    if (jit__static(dims[d])) jit__text_printf(&e->b, "%s%lld", d ? ", " : "", (long long)dims[d]);
+    else jit__text_printf(&e->b, "%s%s", d ? ", " : "", dv[d]);
   }
-  jit__tbf(&e->b, "]");
+  jit__text_printf(&e->b, "]");
 }
 
 static jit_status jit__x_reduce(jit__exporter *e, const jit__node *n) {
@@ -857,12 +832,12 @@ static jit_status jit__x_reduce(jit__exporter *e, const jit__node *n) {
   if (mean) {
     jit__tmp(e, by);
     if (jit__static(x.dims[axis])) {
-      jit__tbf(&e->b, "  %s = arith.constant %lld.0 : f32\n", by, (long long)x.dims[axis]);
+      jit__text_printf(&e->b, "  %s = arith.constant %lld.0 : f32\n", by, (long long)x.dims[axis]);
     } else {
       char i64[40];
       jit__tmp(e, i64);
-      jit__tbf(&e->b, "  %s = arith.index_cast %s : index to i64\n", i64, e->x[src].dv[axis]);
-      jit__tbf(&e->b, "  %s = arith.sitofp %s : i64 to f32\n", by, i64);
+      jit__text_printf(&e->b, "  %s = arith.index_cast %s : index to i64\n", i64, e->x[src].dv[axis]);
+      jit__text_printf(&e->b, "  %s = arith.sitofp %s : i64 to f32\n", by, i64);
     }
   }
   char val[40];
@@ -882,18 +857,18 @@ static jit_status jit__x_reduce(jit__exporter *e, const jit__node *n) {
   char from[256], to[256];
   jit__ttype(from, sizeof from, n->dtype, rr, rd);
   jit__ttype(to, sizeof to, n->dtype, n->rank, n->dims);
-  jit__tbf(&e->b, "  %s = tensor.expand_shape %s [", xn->name, res);
+  jit__text_printf(&e->b, "  %s = tensor.expand_shape %s [", xn->name, res);
   for (int j = 0; j < rr; j++) {
     int lo = j < axis ? j : j + 1, hi = lo;
     if (j == axis) lo = axis;
     if (j == rr - 1 && axis == rr) hi = rr;
-    jit__tbf(&e->b, "%s[", j ? ", " : "");
-    for (int d = lo; d <= hi; d++) jit__tbf(&e->b, "%s%d", d > lo ? ", " : "", d);
-    jit__tbf(&e->b, "]");
+    jit__text_printf(&e->b, "%s[", j ? ", " : "");
+    for (int d = lo; d <= hi; d++) jit__text_printf(&e->b, "%s%d", d > lo ? ", " : "", d);
+    jit__text_printf(&e->b, "]");
   }
-  jit__tbf(&e->b, "] output_shape ");
+  jit__text_printf(&e->b, "] output_shape ");
   jit__x_shape_list(e, n->rank, n->dims, xn->dv);
-  jit__tbf(&e->b, " : %s into %s\n", from, to);
+  jit__text_printf(&e->b, " : %s into %s\n", from, to);
   return NULL;
 }
 
@@ -979,12 +954,12 @@ static jit_status jit__x_reshape_rank0(jit__exporter *e, const jit__node *n) {
     if (strcmp(tx, t1)) {
       char c[40];
       jit__tmp(e, c);
-      jit__tbf(&e->b, "  %s = tensor.cast %s : %s to %s\n", c, v, tx, t1);
+      jit__text_printf(&e->b, "  %s = tensor.cast %s : %s to %s\n", c, v, tx, t1);
       snprintf(v, sizeof v, "%s", c);
     }
     char c[40];
     jit__tmp(e, c);
-    jit__tbf(&e->b, "  %s = tensor.collapse_shape %s [] : %s into %s\n", c, v, t1, t0);
+    jit__text_printf(&e->b, "  %s = tensor.collapse_shape %s [] : %s into %s\n", c, v, t1, t0);
     snprintf(v, sizeof v, "%s", c);
   }
   if (n->rank == 0) {
@@ -998,10 +973,10 @@ static jit_status jit__x_reshape_rank0(jit__exporter *e, const jit__node *n) {
   char c[40];
   if (cast) jit__tmp(e, c);
   else snprintf(c, sizeof c, "%s", xn->name);
-  jit__tbf(&e->b, "  %s = tensor.expand_shape %s [] output_shape [", c, v);
-  for (int d = 0; d < n->rank; d++) jit__tbf(&e->b, "%s1", d ? ", " : "");
-  jit__tbf(&e->b, "] : %s into %s\n", t0, t1);
-  if (cast) jit__tbf(&e->b, "  %s = tensor.cast %s : %s to %s\n", xn->name, c, t1, tn);
+  jit__text_printf(&e->b, "  %s = tensor.expand_shape %s [] output_shape [", c, v);
+  for (int d = 0; d < n->rank; d++) jit__text_printf(&e->b, "%s1", d ? ", " : "");
+  jit__text_printf(&e->b, "] : %s into %s\n", t0, t1);
+  if (cast) jit__text_printf(&e->b, "  %s = tensor.cast %s : %s to %s\n", xn->name, c, t1, tn);
   for (int d = 0; d < n->rank; d++)
     if (!jit__static(n->dims[d])) snprintf(xn->dv[d], 40, "%%c1");
   return NULL;
@@ -1023,12 +998,12 @@ static jit_status jit__x_reshape(jit__exporter *e, const jit__node *n) {
   char total[40] = "";
   if (!x_static) {
     jit__tmp(e, total);
-    jit__tbf(&e->b, "  %s = arith.constant %lld : index\n", total, (long long)count);
+    jit__text_printf(&e->b, "  %s = arith.constant %lld : index\n", total, (long long)count);
     for (int d = 0; d < x->rank; d++) {
       if (jit__static(x->dims[d])) continue;
       char t[40];
       jit__tmp(e, t);
-      jit__tbf(&e->b, "  %s = arith.muli %s, %s : index\n", t, total, e->x[src].dv[d]);
+      jit__text_printf(&e->b, "  %s = arith.muli %s, %s : index\n", t, total, e->x[src].dv[d]);
       snprintf(total, sizeof total, "%s", t);
     }
   }
@@ -1051,7 +1026,7 @@ static jit_status jit__x_reshape(jit__exporter *e, const jit__node *n) {
       } else {
         char t[40];
         jit__tmp(e, t);
-        jit__tbf(&e->b, "  %s = arith.muli %s, %s : index\n", t, prod, v);
+        jit__text_printf(&e->b, "  %s = arith.muli %s, %s : index\n", t, prod, v);
         snprintf(prod, sizeof prod, "%s", t);
       }
     }
@@ -1059,10 +1034,10 @@ static jit_status jit__x_reshape(jit__exporter *e, const jit__node *n) {
   if (infer >= 0 && !jit__static(n->dims[infer])) {
     char k[40], t[40], q[40];
     jit__tmp(e, k);
-    jit__tbf(&e->b, "  %s = arith.constant %lld : index\n", k, (long long)known);
+    jit__text_printf(&e->b, "  %s = arith.constant %lld : index\n", k, (long long)known);
     if (prod[0]) {
       jit__tmp(e, t);
-      jit__tbf(&e->b, "  %s = arith.muli %s, %s : index\n", t, k, prod);
+      jit__text_printf(&e->b, "  %s = arith.muli %s, %s : index\n", t, k, prod);
     } else {
       snprintf(t, sizeof t, "%s", k);
     }
@@ -1070,11 +1045,11 @@ static jit_status jit__x_reshape(jit__exporter *e, const jit__node *n) {
     char tc[40];
     if (x_static) {
       jit__tmp(e, tc);
-      jit__tbf(&e->b, "  %s = arith.constant %lld : index\n", tc, (long long)count);
+      jit__text_printf(&e->b, "  %s = arith.constant %lld : index\n", tc, (long long)count);
       tot = tc;
     }
     jit__tmp(e, q);
-    jit__tbf(&e->b, "  %s = arith.divui %s, %s : index\n", q, tot, t);
+    jit__text_printf(&e->b, "  %s = arith.divui %s, %s : index\n", q, tot, t);
     snprintf(xn->dv[infer], 40, "%s", q);
   }
   bool n_static = true;
@@ -1092,9 +1067,9 @@ static jit_status jit__x_reshape(jit__exporter *e, const jit__node *n) {
   jit__ttype(tf, sizeof tf, x->dtype, 1, &xfd);
   if (x->rank > 1) {
     jit__tmp(e, flat);
-    jit__tbf(&e->b, "  %s = tensor.collapse_shape %s [[", flat, e->x[src].name);
-    for (int d = 0; d < x->rank; d++) jit__tbf(&e->b, "%s%d", d ? ", " : "", d);
-    jit__tbf(&e->b, "]] : %s into %s\n", tx, tf);
+    jit__text_printf(&e->b, "  %s = tensor.collapse_shape %s [[", flat, e->x[src].name);
+    for (int d = 0; d < x->rank; d++) jit__text_printf(&e->b, "%s%d", d ? ", " : "", d);
+    jit__text_printf(&e->b, "]] : %s into %s\n", tx, tf);
   } else {
     snprintf(flat, sizeof flat, "%s", e->x[src].name);
   }
@@ -1102,19 +1077,19 @@ static jit_status jit__x_reshape(jit__exporter *e, const jit__node *n) {
     char c[40], tc[256];
     jit__tmp(e, c);
     jit__ttype(tc, sizeof tc, x->dtype, 1, &fd);
-    jit__tbf(&e->b, "  %s = tensor.cast %s : %s to %s\n", c, flat, tf, tc);
+    jit__text_printf(&e->b, "  %s = tensor.cast %s : %s to %s\n", c, flat, tf, tc);
     snprintf(flat, sizeof flat, "%s", c);
     snprintf(tf, sizeof tf, "%s", tc);
   }
   jit__ttype(tn, sizeof tn, n->dtype, n->rank, n->dims);
   if (n->rank == 1) {
     if (strcmp(tf, tn)) {
-      jit__tbf(&e->b, "  %s = tensor.cast %s : %s to %s\n", xn->name, flat, tf, tn);
+      jit__text_printf(&e->b, "  %s = tensor.cast %s : %s to %s\n", xn->name, flat, tf, tn);
     } else {
       snprintf(xn->name, sizeof xn->name, "%s", flat);
     }
     if (!jit__static(n->dims[0]) && !xn->dv[0][0]) {
-      jit__tbf(&e->b, "  %s_d0 = tensor.dim %s, %%c0 : %s\n", xn->name, xn->name, tn);
+      jit__text_printf(&e->b, "  %s_d0 = tensor.dim %s, %%c0 : %s\n", xn->name, xn->name, tn);
       snprintf(xn->dv[0], 40, "%.36s_d0", xn->name);
     }
     return NULL;
@@ -1122,11 +1097,11 @@ static jit_status jit__x_reshape(jit__exporter *e, const jit__node *n) {
   for (int d = 0; d < n->rank; d++)
     if (!jit__static(n->dims[d]) && !xn->dv[d][0])
       return jit__x_fail(e, "a dim of the new shape has no value");
-  jit__tbf(&e->b, "  %s = tensor.expand_shape %s [[", xn->name, flat);
-  for (int d = 0; d < n->rank; d++) jit__tbf(&e->b, "%s%d", d ? ", " : "", d);
-  jit__tbf(&e->b, "]] output_shape ");
+  jit__text_printf(&e->b, "  %s = tensor.expand_shape %s [[", xn->name, flat);
+  for (int d = 0; d < n->rank; d++) jit__text_printf(&e->b, "%s%d", d ? ", " : "", d);
+  jit__text_printf(&e->b, "]] output_shape ");
   jit__x_shape_list(e, n->rank, n->dims, xn->dv);
-  jit__tbf(&e->b, " : %s into %s\n", tf, tn);
+  jit__text_printf(&e->b, " : %s into %s\n", tf, tn);
   return NULL;
 }
 
@@ -1152,7 +1127,7 @@ static jit_status jit__x_node(jit__exporter *e, const jit__node *n) {
     case JIT__OP_SCALAR: {
       char lit[64];
       jit__x_float(lit, sizeof lit, n->scalar, n->dtype);
-      jit__tbf(&e->b, "  %s = arith.constant dense<%s> : tensor<%s>\n", e->x[e->cur].name,
+      jit__text_printf(&e->b, "  %s = arith.constant dense<%s> : tensor<%s>\n", e->x[e->cur].name,
                lit, jit__elt(n->dtype));
       return NULL;
     }
@@ -1194,17 +1169,17 @@ static void jit__x_ident(char *out, size_t size, const char *s) {
 // say. A graph that round-trips is the same node graph: same results, same kernels,
 // same keys.
 
-static void jit__hexname(jit__tb *b, const char *s) {
-  if (!*s) jit__tbf(b, " -");
-  else jit__tbf(b, " ");
-  for (; *s; s++) jit__tbf(b, "%02x", (unsigned char)*s);
+static void jit__hexname(jit__text *b, const char *s) {
+  if (!*s) jit__text_printf(b, " -");
+  else jit__text_printf(b, " ");
+  for (; *s; s++) jit__text_printf(b, "%02x", (unsigned char)*s);
 }
 
-static void jit__graph_record(const jit_graph *g, jit__tb *b) {
-  jit__tbf(b, JIT__RECORD_MAGIC " ");
-  for (int i = 0; i < 16; i++) jit__tbf(b, "%02x", g->fingerprint[i]);
+static void jit__graph_record(const jit_graph *g, jit__text *b) {
+  jit__text_printf(b, JIT__RECORD_MAGIC " ");
+  for (int i = 0; i < 16; i++) jit__text_printf(b, "%02x", g->fingerprint[i]);
   for (uint32_t i = 0; i < g->n_symbols; i++) {
-    jit__tbf(b, ";s");
+    jit__text_printf(b, ";s");
     jit__hexname(b, g->symbols[i]);
   }
   for (uint32_t i = 0; i < g->n_nodes; i++) {
@@ -1212,17 +1187,17 @@ static void jit__graph_record(const jit_graph *g, jit__tb *b) {
     const jit__node *n = &gn->n;
     uint64_t bits;
     memcpy(&bits, &n->scalar, sizeof bits);
-    jit__tbf(b, ";n %d %d %d %u %u %d %d %d %llx", (int)n->op, (int)n->dtype, n->n_operands,
+    jit__text_printf(b, ";n %d %d %d %u %u %d %d %d %llx", (int)n->op, (int)n->dtype, n->n_operands,
              n->operands[0], n->operands[1], n->rank, n->axis, (int)n->keepdims,
              (unsigned long long)bits);
-    for (int d = 0; d < n->rank; d++) jit__tbf(b, " %lld", (long long)n->dims[d]);
+    for (int d = 0; d < n->rank; d++) jit__text_printf(b, " %lld", (long long)n->dims[d]);
     if (n->op == JIT__OP_RESHAPE)
-      for (int d = 0; d < n->rank; d++) jit__tbf(b, " %lld", (long long)gn->req[d]);
+      for (int d = 0; d < n->rank; d++) jit__text_printf(b, " %lld", (long long)gn->req[d]);
     if (n->op == JIT__OP_TRANSPOSE)
-      for (int d = 0; d < n->rank; d++) jit__tbf(b, " %d", n->perm[d]);
+      for (int d = 0; d < n->rank; d++) jit__text_printf(b, " %d", n->perm[d]);
     if (n->op == JIT__OP_INPUT) jit__hexname(b, gn->name ? gn->name : "");
   }
-  for (uint32_t j = 0; j < g->n_outputs; j++) jit__tbf(b, ";o %u", g->outputs[j]);
+  for (uint32_t j = 0; j < g->n_outputs; j++) jit__text_printf(b, ";o %u", g->outputs[j]);
 }
 
 jit_status jit__mlir_export(const jit_graph *g, char **out_text) {
@@ -1231,7 +1206,7 @@ jit_status jit__mlir_export(const jit_graph *g, char **out_text) {
   for (uint32_t i = 0; i < g->n_nodes; i++) snprintf(e.x[i].name, 40, "%%v%u", i);
   char fname[128];
   jit__x_ident(fname, sizeof fname, g->name);
-  jit__tbf(&e.b, "func.func @%s(", fname);
+  jit__text_printf(&e.b, "func.func @%s(", fname);
   for (uint32_t k = 0; k < g->n_inputs; k++) {
     uint32_t id = g->inputs[k];
     const jit__node *n = jit__xn(&e, id);
@@ -1242,24 +1217,24 @@ jit_status jit__mlir_export(const jit_graph *g, char **out_text) {
     if (dup) snprintf(ident, sizeof ident, "in%u", k);
     snprintf(e.x[id].name, 40, "%%%.38s", ident);
     jit__ttype(ty, sizeof ty, n->dtype, n->rank, n->dims);
-    jit__tbf(&e.b, "%s\n    %s: %s {jit.dims = [", k ? "," : "", e.x[id].name, ty);
+    jit__text_printf(&e.b, "%s\n    %s: %s {jit.dims = [", k ? "," : "", e.x[id].name, ty);
     for (int d = 0; d < n->rank; d++) {
-      if (jit__static(n->dims[d])) jit__tbf(&e.b, "%s%lld", d ? ", " : "", (long long)n->dims[d]);
-      else jit__tbf(&e.b, "%s\"%s\"", d ? ", " : "", jit_symbol_name(g, n->dims[d]));
+      if (jit__static(n->dims[d])) jit__text_printf(&e.b, "%s%lld", d ? ", " : "", (long long)n->dims[d]);
+      else jit__text_printf(&e.b, "%s\"%s\"", d ? ", " : "", jit_symbol_name(g, n->dims[d]));
     }
-    jit__tbf(&e.b, "]}");
+    jit__text_printf(&e.b, "]}");
   }
-  jit__tbf(&e.b, ") -> (");
+  jit__text_printf(&e.b, ") -> (");
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *n = jit__xn(&e, g->outputs[j]);
     char ty[256];
     jit__ttype(ty, sizeof ty, n->dtype, n->rank, n->dims);
-    jit__tbf(&e.b, "%s%s", j ? ", " : "", ty);
+    jit__text_printf(&e.b, "%s%s", j ? ", " : "", ty);
   }
-  jit__tbf(&e.b, ") attributes {jit.graph = \"");
+  jit__text_printf(&e.b, ") attributes {jit.graph = \"");
   jit__graph_record(g, &e.b);
-  jit__tbf(&e.b, "\"} {\n");
-  for (int d = 0; d < JIT_MAX_RANK; d++) jit__tbf(&e.b, "  %%c%d = arith.constant %d : index\n", d, d);
+  jit__text_printf(&e.b, "\"} {\n");
+  for (int d = 0; d < JIT_MAX_RANK; d++) jit__text_printf(&e.b, "  %%c%d = arith.constant %d : index\n", d, d);
   for (uint32_t k = 0; k < g->n_inputs; k++) {
     uint32_t id = g->inputs[k];
     const jit__node *n = jit__xn(&e, id);
@@ -1268,7 +1243,7 @@ jit_status jit__mlir_export(const jit_graph *g, char **out_text) {
     for (int d = 0; d < n->rank; d++) {
       if (jit__static(n->dims[d])) continue;
       snprintf(e.x[id].dv[d], 40, "%%in%u_d%d", k, d);
-      jit__tbf(&e.b, "  %s = tensor.dim %s, %%c%d : %s\n", e.x[id].dv[d], e.x[id].name, d, ty);
+      jit__text_printf(&e.b, "  %s = tensor.dim %s, %%c%d : %s\n", e.x[id].dv[d], e.x[id].name, d, ty);
     }
   }
   jit_status s = NULL;
@@ -1278,17 +1253,17 @@ jit_status jit__mlir_export(const jit_graph *g, char **out_text) {
     s = jit__x_node(&e, jit__xn(&e, i));
   }
   if (!s) {
-    jit__tbf(&e.b, "  return ");
+    jit__text_printf(&e.b, "  return ");
     for (uint32_t j = 0; j < g->n_outputs; j++)
-      jit__tbf(&e.b, "%s%s", j ? ", " : "", e.x[g->outputs[j]].name);
-    jit__tbf(&e.b, " : ");
+      jit__text_printf(&e.b, "%s%s", j ? ", " : "", e.x[g->outputs[j]].name);
+    jit__text_printf(&e.b, " : ");
     for (uint32_t j = 0; j < g->n_outputs; j++) {
       const jit__node *n = jit__xn(&e, g->outputs[j]);
       char ty[256];
       jit__ttype(ty, sizeof ty, n->dtype, n->rank, n->dims);
-      jit__tbf(&e.b, "%s%s", j ? ", " : "", ty);
+      jit__text_printf(&e.b, "%s%s", j ? ", " : "", ty);
     }
-    jit__tbf(&e.b, "\n}\n");
+    jit__text_printf(&e.b, "\n}\n");
     if (e.b.oom) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
   }
   free(e.x);

@@ -43,6 +43,7 @@
 #include <mlir-c/Target/LLVMIR.h>
 
 #include "jit/status.h"
+#include "jit/text.h"
 #include "lowering/gpu.h"
 #include "lowering/gpu_tiled.h"
 
@@ -790,34 +791,13 @@ static jit_status jit__merge_modules(MlirModule module) {
   return NULL;
 }
 
-typedef struct jit__pbuf {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} jit__pbuf;
-
 static void jit__pbuf_cb(MlirStringRef s, void *user) {
-  jit__pbuf *b = user;
-  if (b->oom) return;
-  if (b->len + s.length + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap * 2 : 4096;
-    while (cap < b->len + s.length + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s.data, s.length);
-  b->len += s.length;
-  b->p[b->len] = 0;
+  jit__text_append(user, s.data, s.length);
 }
 
 // `op` as MLIR text into *out (malloc'ed).
 static jit_status jit__print_op(MlirOperation op, char **out) {
-  jit__pbuf b = {NULL, 0, 0, false};
+  jit__text b = {0};
   mlirOperationPrint(op, jit__pbuf_cb, &b);
   if (b.oom || !b.p) {
     free(b.p);

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "jit/status.h"
+#include "jit/text.h"
 #include "lowering/lower.h"
 
 //===--- Names -------------------------------------------------------------===//
@@ -73,49 +74,6 @@ void jit__artifact_release(jit__artifact *artifact) {
 
 // Appends never fail visibly: an allocation failure sets `oom` and later appends are
 // dropped, so emitters need no error plumbing and the caller checks once at the end.
-typedef struct text_buf {
-  char *data;
-  size_t len, cap;
-  bool oom;
-} text_buf;
-
-static void tb_vprintf(text_buf *tb, const char *fmt, va_list ap) {
-  if (tb->oom) return;
-  va_list ap2;
-  va_copy(ap2, ap);
-  int n = vsnprintf(tb->data ? tb->data + tb->len : NULL,
-                    tb->data ? tb->cap - tb->len : 0, fmt, ap2);
-  va_end(ap2);
-  if (n < 0) {
-    tb->oom = true;
-    return;
-  }
-  if (tb->data && (size_t)n < tb->cap - tb->len) {
-    tb->len += (size_t)n;
-    return;
-  }
-  size_t need = tb->len + (size_t)n + 1;
-  size_t cap = tb->cap ? tb->cap : 4096;
-  while (cap < need) cap *= 2;
-  char *p = realloc(tb->data, cap);
-  if (!p) {
-    tb->oom = true;
-    return;
-  }
-  tb->data = p;
-  tb->cap = cap;
-  vsnprintf(tb->data + tb->len, tb->cap - tb->len, fmt, ap);
-  tb->len += (size_t)n;
-}
-
-static void tb_printf(text_buf *tb, const char *fmt, ...) JIT__PRINTF(2, 3);
-static void tb_printf(text_buf *tb, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  tb_vprintf(tb, fmt, ap);
-  va_end(ap);
-}
-
 //===--- Types and literals -------------------------------------------------===//
 
 // Small strings returned by value so they can be used inline in a printf argument
@@ -173,7 +131,7 @@ static str float_literal(double v, jit__dtype dt) {
 //===--- Emitter state ---------------------------------------------------------===//
 
 typedef struct emitter {
-  text_buf tb;
+  jit__text tb;
   const jit__lgraph *g;
   char (*names)[32];  // SSA name holding each node's value
   uint32_t cur;       // node being emitted
@@ -193,7 +151,7 @@ static str value_name(emitter *e, bool final) {
 
 static void emit_empty(emitter *e, const char *res, jit__dtype dt, int rank,
                        const int64_t *dims) {
-  tb_printf(&e->tb, "  %s = tensor.empty() : %s\n", res, tensor_type(dt, rank, dims).s);
+  jit__text_printf(&e->tb, "  %s = tensor.empty() : %s\n", res, tensor_type(dt, rank, dims).s);
 }
 
 // An f32 tensor of `rank`/`dims` filled with `init` (a literal), for accumulators.
@@ -201,8 +159,8 @@ static str emit_filled_acc(emitter *e, const char *init, int rank, const int64_t
   str empty = value_name(e, false), cst = value_name(e, false), acc = value_name(e, false);
   str ty = tensor_type(JIT__F32, rank, dims);
   emit_empty(e, empty.s, JIT__F32, rank, dims);
-  tb_printf(&e->tb, "  %s = arith.constant %s : f32\n", cst.s, init);
-  tb_printf(&e->tb, "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n", acc.s, cst.s,
+  jit__text_printf(&e->tb, "  %s = arith.constant %s : f32\n", cst.s, init);
+  jit__text_printf(&e->tb, "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n", acc.s, cst.s,
             empty.s, ty.s, ty.s);
   return acc;
 }
@@ -237,43 +195,43 @@ static void identity_map(gen_operand *op) {
 }
 
 static void print_map(emitter *e, int n_loops, const gen_operand *op) {
-  tb_printf(&e->tb, "affine_map<(");
-  for (int l = 0; l < n_loops; l++) tb_printf(&e->tb, "%sd%d", l ? ", " : "", l);
-  tb_printf(&e->tb, ") -> (");
+  jit__text_printf(&e->tb, "affine_map<(");
+  for (int l = 0; l < n_loops; l++) jit__text_printf(&e->tb, "%sd%d", l ? ", " : "", l);
+  jit__text_printf(&e->tb, ") -> (");
   for (int d = 0; d < op->rank; d++) {
     if (op->map[d] < 0)
-      tb_printf(&e->tb, "%s0", d ? ", " : "");
+      jit__text_printf(&e->tb, "%s0", d ? ", " : "");
     else
-      tb_printf(&e->tb, "%sd%d", d ? ", " : "", op->map[d]);
+      jit__text_printf(&e->tb, "%sd%d", d ? ", " : "", op->map[d]);
   }
-  tb_printf(&e->tb, ")>");
+  jit__text_printf(&e->tb, ")>");
 }
 
 // Body statements; returns the name of the f32 result. Names inside a region only need
 // to be unique within it, so every body reuses %c*, %t*.
 static const char *emit_body(emitter *e, body_kind kind, const char *x, const char *y,
                              const char *out, double constant) {
-  text_buf *tb = &e->tb;
+  jit__text *tb = &e->tb;
   switch (kind) {
     case B_COPY:
       return x;
     case B_ADD: case B_SUB: case B_MUL: case B_DIV: case B_MAX: case B_MIN: {
       static const char *const ops[] = {"addf", "subf", "mulf", "divf", "maximumf",
                                         "minimumf"};
-      tb_printf(tb, "    %%t0 = arith.%s %s, %s : f32\n", ops[kind - B_ADD], x, y);
+      jit__text_printf(tb, "    %%t0 = arith.%s %s, %s : f32\n", ops[kind - B_ADD], x, y);
       return "%t0";
     }
     case B_NEG:
-      tb_printf(tb, "    %%t0 = arith.negf %s : f32\n", x);
+      jit__text_printf(tb, "    %%t0 = arith.negf %s : f32\n", x);
       return "%t0";
     case B_EXP: case B_LOG: case B_TANH: case B_SQRT: case B_RSQRT: {
       const char *fn = kind == B_EXP ? "exp" : kind == B_LOG ? "log"
                        : kind == B_TANH ? "tanh" : kind == B_SQRT ? "sqrt" : "rsqrt";
-      tb_printf(tb, "    %%t0 = math.%s %s : f32\n", fn, x);
+      jit__text_printf(tb, "    %%t0 = math.%s %s : f32\n", fn, x);
       return "%t0";
     }
     case B_SIGMOID:
-      tb_printf(tb,
+      jit__text_printf(tb,
                 "    %%c1 = arith.constant 1.0 : f32\n"
                 "    %%t0 = arith.negf %s : f32\n"
                 "    %%t1 = math.exp %%t0 : f32\n"
@@ -282,14 +240,14 @@ static const char *emit_body(emitter *e, body_kind kind, const char *x, const ch
                 x);
       return "%t3";
     case B_RELU:
-      tb_printf(tb,
+      jit__text_printf(tb,
                 "    %%c0 = arith.constant 0.0 : f32\n"
                 "    %%t0 = arith.maximumf %s, %%c0 : f32\n",
                 x);
       return "%t0";
     case B_GELU:
       // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-      tb_printf(tb,
+      jit__text_printf(tb,
                 "    %%c0 = arith.constant 0.5 : f32\n"
                 "    %%c1 = arith.constant 1.0 : f32\n"
                 "    %%c2 = arith.constant 0.044715 : f32\n"
@@ -306,25 +264,25 @@ static const char *emit_body(emitter *e, body_kind kind, const char *x, const ch
                 x, x, x, x, x);
       return "%t8";
     case B_ACC_SUM:
-      tb_printf(tb, "    %%t0 = arith.addf %s, %s : f32\n", out, x);
+      jit__text_printf(tb, "    %%t0 = arith.addf %s, %s : f32\n", out, x);
       return "%t0";
     case B_ACC_MAX:
-      tb_printf(tb, "    %%t0 = arith.maximumf %s, %s : f32\n", out, x);
+      jit__text_printf(tb, "    %%t0 = arith.maximumf %s, %s : f32\n", out, x);
       return "%t0";
     case B_ACC_MAC:
-      tb_printf(tb,
+      jit__text_printf(tb,
                 "    %%t0 = arith.mulf %s, %s : f32\n"
                 "    %%t1 = arith.addf %s, %%t0 : f32\n",
                 x, y, out);
       return "%t1";
     case B_EXP_SUB:
-      tb_printf(tb,
+      jit__text_printf(tb,
                 "    %%t0 = arith.subf %s, %s : f32\n"
                 "    %%t1 = math.exp %%t0 : f32\n",
                 x, y);
       return "%t1";
     case B_DIV_BY:
-      tb_printf(tb,
+      jit__text_printf(tb,
                 "    %%c0 = arith.constant %s : f32\n"
                 "    %%t9 = arith.divf %s, %%c0 : f32\n",
                 float_literal(constant, JIT__F32).s, x);
@@ -340,25 +298,25 @@ static const char *emit_body(emitter *e, body_kind kind, const char *x, const ch
 static void emit_generic(emitter *e, const char *res, int n_loops, const char *iters,
                          const gen_operand *ins, int n_in, const gen_operand *out,
                          body_kind kind, double constant) {
-  text_buf *tb = &e->tb;
-  tb_printf(tb, "  %s = linalg.generic {indexing_maps = [", res);
+  jit__text *tb = &e->tb;
+  jit__text_printf(tb, "  %s = linalg.generic {indexing_maps = [", res);
   for (int i = 0; i < n_in; i++) {
     print_map(e, n_loops, &ins[i]);
-    tb_printf(tb, ", ");
+    jit__text_printf(tb, ", ");
   }
   print_map(e, n_loops, out);
-  tb_printf(tb, "], iterator_types = [");
+  jit__text_printf(tb, "], iterator_types = [");
   for (int l = 0; l < n_loops; l++)
-    tb_printf(tb, "%s\"%s\"", l ? ", " : "", iters[l] == 'r' ? "reduction" : "parallel");
-  tb_printf(tb, "]} ins(");
-  for (int i = 0; i < n_in; i++) tb_printf(tb, "%s%s", i ? ", " : "", ins[i].name);
-  tb_printf(tb, " : ");
+    jit__text_printf(tb, "%s\"%s\"", l ? ", " : "", iters[l] == 'r' ? "reduction" : "parallel");
+  jit__text_printf(tb, "]} ins(");
+  for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%s%s", i ? ", " : "", ins[i].name);
+  jit__text_printf(tb, " : ");
   for (int i = 0; i < n_in; i++)
-    tb_printf(tb, "%s%s", i ? ", " : "", tensor_type(ins[i].dt, ins[i].rank, ins[i].dims).s);
+    jit__text_printf(tb, "%s%s", i ? ", " : "", tensor_type(ins[i].dt, ins[i].rank, ins[i].dims).s);
   str out_ty = tensor_type(out->dt, out->rank, out->dims);
-  tb_printf(tb, ") outs(%s : %s) {\n  ^bb0(", out->name, out_ty.s);
-  for (int i = 0; i < n_in; i++) tb_printf(tb, "%%in%d: %s, ", i, elem_name(ins[i].dt));
-  tb_printf(tb, "%%out: %s):\n", elem_name(out->dt));
+  jit__text_printf(tb, ") outs(%s : %s) {\n  ^bb0(", out->name, out_ty.s);
+  for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%%in%d: %s, ", i, elem_name(ins[i].dt));
+  jit__text_printf(tb, "%%out: %s):\n", elem_name(out->dt));
 
   const char *result;
   if (kind == B_COPY && n_in == 1 && ins[0].dt == out->dt) {
@@ -367,7 +325,7 @@ static void emit_generic(emitter *e, const char *res, int n_loops, const char *i
     char xs[2][8];
     for (int i = 0; i < n_in && i < 2; i++) {
       if (ins[i].dt == JIT__F16) {
-        tb_printf(tb, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
+        jit__text_printf(tb, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
         snprintf(xs[i], sizeof xs[i], "%%x%d", i);
       } else {
         snprintf(xs[i], sizeof xs[i], "%%in%d", i);
@@ -376,11 +334,11 @@ static void emit_generic(emitter *e, const char *res, int n_loops, const char *i
     // Accumulating outs are always f32, so %out never needs extending.
     result = emit_body(e, kind, xs[0], n_in > 1 ? xs[1] : "", "%out", constant);
     if (out->dt == JIT__F16) {
-      tb_printf(tb, "    %%y = arith.truncf %s : f32 to f16\n", result);
+      jit__text_printf(tb, "    %%y = arith.truncf %s : f32 to f16\n", result);
       result = "%y";
     }
   }
-  tb_printf(tb, "    linalg.yield %s : %s\n  } -> %s\n", result, elem_name(out->dt),
+  jit__text_printf(tb, "    linalg.yield %s : %s\n  } -> %s\n", result, elem_name(out->dt),
             out_ty.s);
 }
 
@@ -445,7 +403,7 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
   if (r == 2 && a.rank == 2 && b.rank == 2) {
     // Named op: the optimizing pipeline matches linalg.matmul to tile and vectorize.
     // With f16 inputs it extends them to the f32 accumulator's type itself.
-    tb_printf(&e->tb, "  %s = linalg.matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+    jit__text_printf(&e->tb, "  %s = linalg.matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
               mm.s, a.name, b.name, tensor_type(a.dt, a.rank, a.dims).s,
               tensor_type(b.dt, b.rank, b.dims).s, acc.s, acc_ty.s, acc_ty.s);
   } else {
@@ -509,9 +467,9 @@ static str emit_reduce_f32(emitter *e, const gen_operand *x, int axis, body_kind
 }
 
 static void print_int_list(emitter *e, int n, const int64_t *v) {
-  tb_printf(&e->tb, "[");
-  for (int i = 0; i < n; i++) tb_printf(&e->tb, "%s%lld", i ? ", " : "", (long long)v[i]);
-  tb_printf(&e->tb, "]");
+  jit__text_printf(&e->tb, "[");
+  for (int i = 0; i < n; i++) jit__text_printf(&e->tb, "%s%lld", i ? ", " : "", (long long)v[i]);
+  jit__text_printf(&e->tb, "]");
 }
 
 static jit_status emit_reduce(emitter *e, const jit__node *n) {
@@ -552,18 +510,18 @@ static jit_status emit_reduce(emitter *e, const jit__node *n) {
     // Re-insert the size-1 dim by gluing it to a neighbour's reassociation group;
     // from rank 0 the reassociation is empty.
     str res = value_name(e, true);
-    tb_printf(&e->tb, "  %s = tensor.expand_shape %s [", res.s, cur.s);
+    jit__text_printf(&e->tb, "  %s = tensor.expand_shape %s [", res.s, cur.s);
     for (int j = 0; j < rr; j++) {
       int lo = j < axis ? j : j + 1, hi = lo;
       if (j == axis) lo = axis;                // [axis, axis + 1]
       if (j == rr - 1 && axis == rr) hi = rr;  // the last group takes a trailing unit dim
-      tb_printf(&e->tb, "%s[", j ? ", " : "");
-      for (int d = lo; d <= hi; d++) tb_printf(&e->tb, "%s%d", d > lo ? ", " : "", d);
-      tb_printf(&e->tb, "]");
+      jit__text_printf(&e->tb, "%s[", j ? ", " : "");
+      for (int d = lo; d <= hi; d++) jit__text_printf(&e->tb, "%s%d", d > lo ? ", " : "", d);
+      jit__text_printf(&e->tb, "]");
     }
-    tb_printf(&e->tb, "] output_shape ");
+    jit__text_printf(&e->tb, "] output_shape ");
     print_int_list(e, n->rank, n->dims);
-    tb_printf(&e->tb, " : %s into %s\n", tensor_type(n->dtype, rr, red_dims).s,
+    jit__text_printf(&e->tb, " : %s into %s\n", tensor_type(n->dtype, rr, red_dims).s,
               tensor_type(n->dtype, n->rank, n->dims).s);
   }
   return NULL;
@@ -662,12 +620,12 @@ static jit_status emit_reshape(emitter *e, const jit__node *n) {
   if (x->rank == 0 || n->rank == 0) {
     str res = value_name(e, true);
     if (x->rank == 0) {
-      tb_printf(&e->tb, "  %s = tensor.expand_shape %s [] output_shape ", res.s,
+      jit__text_printf(&e->tb, "  %s = tensor.expand_shape %s [] output_shape ", res.s,
                 e->names[src]);
       print_int_list(e, n->rank, n->dims);
-      tb_printf(&e->tb, " : %s into %s\n", src_ty.s, to_ty.s);
+      jit__text_printf(&e->tb, " : %s into %s\n", src_ty.s, to_ty.s);
     } else {
-      tb_printf(&e->tb, "  %s = tensor.collapse_shape %s [] : %s into %s\n", res.s,
+      jit__text_printf(&e->tb, "  %s = tensor.collapse_shape %s [] : %s into %s\n", res.s,
                 e->names[src], src_ty.s, to_ty.s);
     }
     return NULL;
@@ -678,18 +636,18 @@ static jit_status emit_reshape(emitter *e, const jit__node *n) {
   str flat_ty = tensor_type(n->dtype, 1, &count), mid;
   if (x->rank > 1) {
     mid = value_name(e, n->rank == 1);
-    tb_printf(&e->tb, "  %s = tensor.collapse_shape %s [[", mid.s, flat);
-    for (int d = 0; d < x->rank; d++) tb_printf(&e->tb, "%s%d", d ? ", " : "", d);
-    tb_printf(&e->tb, "]] : %s into %s\n", src_ty.s, flat_ty.s);
+    jit__text_printf(&e->tb, "  %s = tensor.collapse_shape %s [[", mid.s, flat);
+    for (int d = 0; d < x->rank; d++) jit__text_printf(&e->tb, "%s%d", d ? ", " : "", d);
+    jit__text_printf(&e->tb, "]] : %s into %s\n", src_ty.s, flat_ty.s);
     flat = mid.s;
   }
   if (n->rank > 1) {
     str res = value_name(e, true);
-    tb_printf(&e->tb, "  %s = tensor.expand_shape %s [[", res.s, flat);
-    for (int d = 0; d < n->rank; d++) tb_printf(&e->tb, "%s%d", d ? ", " : "", d);
-    tb_printf(&e->tb, "]] output_shape ");
+    jit__text_printf(&e->tb, "  %s = tensor.expand_shape %s [[", res.s, flat);
+    for (int d = 0; d < n->rank; d++) jit__text_printf(&e->tb, "%s%d", d ? ", " : "", d);
+    jit__text_printf(&e->tb, "]] output_shape ");
     print_int_list(e, n->rank, n->dims);
-    tb_printf(&e->tb, " : %s into %s\n", flat_ty.s, to_ty.s);
+    jit__text_printf(&e->tb, " : %s into %s\n", flat_ty.s, to_ty.s);
   }
   return NULL;
 }
@@ -746,7 +704,7 @@ static jit_status emit_node(emitter *e, const jit__node *n) {
       }
       return NULL;
     case JIT__OP_SCALAR:
-      tb_printf(&e->tb, "  %%v%u = arith.constant dense<%s> : %s\n", e->cur,
+      jit__text_printf(&e->tb, "  %%v%u = arith.constant dense<%s> : %s\n", e->cur,
                 float_literal(n->scalar, n->dtype).s, tensor_type(n->dtype, 0, NULL).s);
       return NULL;
     case JIT__OP_MATMUL:
@@ -797,21 +755,21 @@ static jit_status emit_graph(emitter *e, const char *func_name) {
   // dim), which fails the whole lowering. With bare pointers the declared shape does
   // not change the ABI, and nothing is read from or written to such a buffer.
   const int64_t zero = 0;
-  tb_printf(&e->tb, "func.func @%s(", func_name);
+  jit__text_printf(&e->tb, "func.func @%s(", func_name);
   for (uint32_t i = 0; i < g->n_inputs; i++) {
     const jit__node *n = &g->nodes[g->inputs[i]];
     bool empty = num_elements(n->rank, n->dims) == 0;
-    tb_printf(&e->tb, "%s%%a%u: %s", i ? ", " : "", i,
+    jit__text_printf(&e->tb, "%s%%a%u: %s", i ? ", " : "", i,
               tensor_type(n->dtype, empty ? 1 : n->rank, empty ? &zero : n->dims).s);
   }
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *n = &g->nodes[g->outputs[j]];
     bool empty = num_elements(n->rank, n->dims) == 0;
-    tb_printf(&e->tb, "%s%%r%u: %s", (g->n_inputs || j) ? ", " : "", j,
+    jit__text_printf(&e->tb, "%s%%r%u: %s", (g->n_inputs || j) ? ", " : "", j,
               shape_type("memref", n->dtype, empty ? 1 : n->rank,
                          empty ? &zero : n->dims).s);
   }
-  tb_printf(&e->tb, ") {\n");
+  jit__text_printf(&e->tb, ") {\n");
 
   for (uint32_t i = 0; i < g->n_nodes; i++) {
     const jit__node *n = &g->nodes[i];
@@ -828,13 +786,13 @@ static jit_status emit_graph(emitter *e, const char *func_name) {
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *n = &g->nodes[g->outputs[j]];
     if (num_elements(n->rank, n->dims) == 0) continue;
-    tb_printf(&e->tb,
+    jit__text_printf(&e->tb,
               "  bufferization.materialize_in_destination %s in restrict writable %%r%u"
               " : (%s, %s) -> ()\n",
               e->names[g->outputs[j]], j, tensor_type(n->dtype, n->rank, n->dims).s,
               shape_type("memref", n->dtype, n->rank, n->dims).s);
   }
-  tb_printf(&e->tb, "  return\n}\n");
+  jit__text_printf(&e->tb, "  return\n}\n");
   return NULL;
 }
 
@@ -854,9 +812,9 @@ jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
   free(e.names);
   if (!s && e.tb.oom) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
   if (s) {
-    free(e.tb.data);
+    free(e.tb.p);
     return s;
   }
-  *out_text = e.tb.data;
+  *out_text = e.tb.p;
   return NULL;
 }

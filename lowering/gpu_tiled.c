@@ -46,6 +46,7 @@
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
 
+#include "jit/text.h"
 #include "jitml.h"
 
 //===--- Small helpers ---------------------------------------------------===//
@@ -103,39 +104,6 @@ static MlirValue tl_base(MlirValue v) {
   return v;
 }
 
-typedef struct tl_str {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} tl_str;
-
-static void tl_printf(tl_str *s, const char *fmt, ...) {
-  if (s->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = s->cap - s->len;
-    int n = vsnprintf(s->p ? s->p + s->len : NULL, s->p ? room : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      s->oom = true;
-      return;
-    }
-    if (s->p && (size_t)n < room) {
-      s->len += (size_t)n;
-      return;
-    }
-    size_t cap = s->cap ? s->cap * 2 : 8192;
-    while (cap < s->len + (size_t)n + 1) cap *= 2;
-    char *p = realloc(s->p, cap);
-    if (!p) {
-      s->oom = true;
-      return;
-    }
-    s->p = p;
-    s->cap = cap;
-  }
-}
 
 static void tl_type_cb(MlirStringRef s, void *user) {
   char *buf = user;
@@ -533,7 +501,7 @@ static void tl_res(char *dst, const char *base, int i) {
   if (snprintf(dst, kName, "%s#%d", base, i) >= kName) dst[0] = 0;
 }
 typedef struct tl_gen {
-  tl_str s;
+  jit__text s;
   int id;
 } tl_gen;
 
@@ -546,7 +514,7 @@ static const char *tl_fresh(tl_gen *g, char *buf) {
 // An index constant, emitted now; its name into buf[kName].
 static const char *tl_c(tl_gen *g, int64_t v, char *buf) {
   tl_fresh(g, buf);
-  tl_printf(&g->s, "    %s = arith.constant %lld : index\n", buf, (long long)v);
+  jit__text_printf(&g->s, "    %s = arith.constant %lld : index\n", buf, (long long)v);
   return buf;
 }
 
@@ -555,13 +523,13 @@ static const char *tl_binc(tl_gen *g, const char *op, const char *a, int64_t b, 
   char cb[kName];
   tl_c(g, b, cb);
   tl_fresh(g, buf);
-  tl_printf(&g->s, "    %s = arith.%s %s, %s : index\n", buf, op, a, cb);
+  jit__text_printf(&g->s, "    %s = arith.%s %s, %s : index\n", buf, op, a, cb);
   return buf;
 }
 
 static const char *tl_bin(tl_gen *g, const char *op, const char *a, const char *b, char *buf) {
   tl_fresh(g, buf);
-  tl_printf(&g->s, "    %s = arith.%s %s, %s : index\n", buf, op, a, b);
+  jit__text_printf(&g->s, "    %s = arith.%s %s, %s : index\n", buf, op, a, b);
   return buf;
 }
 
@@ -570,7 +538,7 @@ static const char *tl_ltc(tl_gen *g, const char *a, int64_t c, char *buf) {
   char cb[kName];
   tl_c(g, c, cb);
   tl_fresh(g, buf);
-  tl_printf(&g->s, "    %s = arith.cmpi ult, %s, %s : index\n", buf, a, cb);
+  jit__text_printf(&g->s, "    %s = arith.cmpi ult, %s, %s : index\n", buf, a, cb);
   return buf;
 }
 
@@ -596,7 +564,7 @@ static void tl_launch_open(tl_gen *g, const uint32_t grid[3], const uint32_t blo
   char c[6][kName];
   for (int i = 0; i < 3; i++) tl_c(g, grid[i], c[i]);
   for (int i = 0; i < 3; i++) tl_c(g, block[i], c[3 + i]);
-  tl_printf(&g->s,
+  jit__text_printf(&g->s,
             "    gpu.launch blocks(%%bx, %%by, %%bz) in (%%gx = %s, %%gy = %s, %%gz = %s) "
             "threads(%%tx, %%ty, %%tz) in (%%sx = %s, %%sy = %s, %%sz = %s) "
             "workgroup(%s) {\n",
@@ -658,7 +626,7 @@ static bool tl_mm_plan(const tl_nest *n, tl_mm *p) {
 // A zero of float type `t`, emitted now.
 static const char *tl_zero(tl_gen *g, const char *t, char *buf) {
   tl_fresh(g, buf);
-  tl_printf(&g->s, "    %s = arith.constant 0.0 : %s\n", buf, t);
+  jit__text_printf(&g->s, "    %s = arith.constant 0.0 : %s\n", buf, t);
   return buf;
 }
 
@@ -691,7 +659,7 @@ static void tl_mm_stage_at(tl_gen *g, const tl_nest *n, const tl_mm *p, char (*b
         if (cond[0]) {
           char both[kName];
           tl_fresh(g, both);
-          tl_printf(&g->s, "    %s = arith.andi %s, %s : i1\n", both, cond, ck);
+          jit__text_printf(&g->s, "    %s = arith.andi %s, %s : i1\n", both, cond, ck);
           snprintf(cond, sizeof cond, "%s", both);
         } else {
           snprintf(cond, sizeof cond, "%s", ck);
@@ -705,20 +673,20 @@ static void tl_mm_stage_at(tl_gen *g, const tl_nest *n, const tl_mm *p, char (*b
       tl_iv_args(n, iv, gk, ops, types, sizeof ops);
       tl_fresh(g, v);
       if (cond[0]) {
-        tl_printf(&g->s, "    %s = scf.if %s -> (%s) {\n", v, cond, ty);
+        jit__text_printf(&g->s, "    %s = scf.if %s -> (%s) {\n", v, cond, ty);
         char l[kName];
         tl_fresh(g, l);
-        tl_printf(&g->s, "    %s = \"jit.ld%c\"(%s) : (%s) -> %s\n", l, a ? 'a' : 'b', ops,
+        jit__text_printf(&g->s, "    %s = \"jit.ld%c\"(%s) : (%s) -> %s\n", l, a ? 'a' : 'b', ops,
                   types, ty);
-        tl_printf(&g->s, "    scf.yield %s : %s\n    } else {\n", l, ty);
+        jit__text_printf(&g->s, "    scf.yield %s : %s\n    } else {\n", l, ty);
         char z[kName];
         tl_zero(g, ty, z);
-        tl_printf(&g->s, "    scf.yield %s : %s\n    }\n", z, ty);
+        jit__text_printf(&g->s, "    scf.yield %s : %s\n    }\n", z, ty);
       } else {
-        tl_printf(&g->s, "    %s = \"jit.ld%c\"(%s) : (%s) -> %s\n", v, a ? 'a' : 'b', ops,
+        jit__text_printf(&g->s, "    %s = \"jit.ld%c\"(%s) : (%s) -> %s\n", v, a ? 'a' : 'b', ops,
                   types, ty);
       }
-      tl_printf(&g->s, "    memref.store %s, %s[%s, %s] : memref<%lldx%lldx%s, 3>\n", v,
+      jit__text_printf(&g->s, "    memref.store %s, %s[%s, %s] : memref<%lldx%lldx%s, 3>\n", v,
                 a ? "%sA" : "%sB", major, minor, (long long)(a ? p->bm : kTK),
                 (long long)(a ? kTK : p->bn), ty);
     }
@@ -736,29 +704,29 @@ static void tl_mm_compute(tl_gen *g, const tl_mm *p, char (*acc)[kName], const c
   tl_c(g, 1, one);
   tl_fresh(g, res);
   tl_fresh(g, kk);
-  tl_printf(&g->s, "    %s:%d = scf.for %s = %s to %s step %s iter_args(", res, na, kk, lo,
+  jit__text_printf(&g->s, "    %s:%d = scf.for %s = %s to %s step %s iter_args(", res, na, kk, lo,
             hi, one);
   char it[16][kName];
   for (int i = 0; i < na; i++) {
     tl_fresh(g, it[i]);
-    tl_printf(&g->s, "%s%s = %s", i ? ", " : "", it[i], acc[i]);
+    jit__text_printf(&g->s, "%s%s = %s", i ? ", " : "", it[i], acc[i]);
   }
-  tl_printf(&g->s, ") -> (");
-  for (int i = 0; i < na; i++) tl_printf(&g->s, "%s%s", i ? ", " : "", p->tc);
-  tl_printf(&g->s, ") {\n");
+  jit__text_printf(&g->s, ") -> (");
+  for (int i = 0; i < na; i++) jit__text_printf(&g->s, "%s%s", i ? ", " : "", p->tc);
+  jit__text_printf(&g->s, ") {\n");
   char av[4][kName], bv[4][kName];
   for (int r = 0; r < p->rm; r++) {
     char row[kName];
     tl_binc(g, "addi", tyr, (int64_t)r * kThreads, row);
     tl_fresh(g, av[r]);
-    tl_printf(&g->s, "    %s = memref.load %%sA[%s, %s] : memref<%lldx%dx%s, 3>\n", av[r],
+    jit__text_printf(&g->s, "    %s = memref.load %%sA[%s, %s] : memref<%lldx%dx%s, 3>\n", av[r],
               row, kk, (long long)p->bm, kTK, p->ta);
   }
   for (int c = 0; c < p->rn; c++) {
     char col[kName];
     tl_binc(g, "addi", txc, (int64_t)c * kThreads, col);
     tl_fresh(g, bv[c]);
-    tl_printf(&g->s, "    %s = memref.load %%sB[%s, %s] : memref<%dx%lldx%s, 3>\n", bv[c],
+    jit__text_printf(&g->s, "    %s = memref.load %%sB[%s, %s] : memref<%dx%lldx%s, 3>\n", bv[c],
               kk, col, kTK, (long long)p->bn, p->tb);
   }
   char out[16][kName];
@@ -766,18 +734,18 @@ static void tl_mm_compute(tl_gen *g, const tl_mm *p, char (*acc)[kName], const c
     for (int c = 0; c < p->rn; c++) {
       char x[kName];
       tl_fresh(g, x);
-      tl_printf(&g->s, "    %s = \"jit.mmx\"(%s, %s) : (%s, %s) -> %s\n", x, av[r], bv[c],
+      jit__text_printf(&g->s, "    %s = \"jit.mmx\"(%s, %s) : (%s, %s) -> %s\n", x, av[r], bv[c],
                 p->ta, p->tb, p->tx);
       int i = r * p->rn + c;
       tl_fresh(g, out[i]);
-      tl_printf(&g->s, "    %s = \"jit.comb\"(%s, %s) : (%s, %s) -> %s\n", out[i], it[i], x,
+      jit__text_printf(&g->s, "    %s = \"jit.comb\"(%s, %s) : (%s, %s) -> %s\n", out[i], it[i], x,
                 p->tc, p->tx, p->tc);
     }
-  tl_printf(&g->s, "    scf.yield ");
-  for (int i = 0; i < na; i++) tl_printf(&g->s, "%s%s", i ? ", " : "", out[i]);
-  tl_printf(&g->s, " : ");
-  for (int i = 0; i < na; i++) tl_printf(&g->s, "%s%s", i ? ", " : "", p->tc);
-  tl_printf(&g->s, "\n    }\n");
+  jit__text_printf(&g->s, "    scf.yield ");
+  for (int i = 0; i < na; i++) jit__text_printf(&g->s, "%s%s", i ? ", " : "", out[i]);
+  jit__text_printf(&g->s, " : ");
+  for (int i = 0; i < na; i++) jit__text_printf(&g->s, "%s%s", i ? ", " : "", p->tc);
+  jit__text_printf(&g->s, "\n    }\n");
 }
 
 static void tl_mm_text(tl_gen *g, const tl_nest *n, const tl_mm *p) {
@@ -812,7 +780,7 @@ static void tl_mm_text(tl_gen *g, const tl_nest *n, const tl_mm *p) {
       inb[i][0] = 0;
       if (gi && gj) {
         tl_fresh(g, inb[i]);
-        tl_printf(&g->s, "    %s = arith.andi %s, %s : i1\n", inb[i], ci, cj);
+        jit__text_printf(&g->s, "    %s = arith.andi %s, %s : i1\n", inb[i], ci, cj);
       } else if (gi || gj) {
         tl_cpy(inb[i], gi ? ci : cj);
       }
@@ -823,15 +791,15 @@ static void tl_mm_text(tl_gen *g, const tl_nest *n, const tl_mm *p) {
       tl_iv_args(n, iv, NULL, ops, types, sizeof ops);
       tl_fresh(g, acc[i]);
       if (inb[i][0]) {
-        tl_printf(&g->s, "    %s = scf.if %s -> (%s) {\n", acc[i], inb[i], p->tc);
+        jit__text_printf(&g->s, "    %s = scf.if %s -> (%s) {\n", acc[i], inb[i], p->tc);
         char l[kName], z[kName];
         tl_fresh(g, l);
-        tl_printf(&g->s, "    %s = \"jit.acc\"(%s) : (%s) -> %s\n    scf.yield %s : %s\n"
+        jit__text_printf(&g->s, "    %s = \"jit.acc\"(%s) : (%s) -> %s\n    scf.yield %s : %s\n"
                   "    } else {\n", l, ops, types, p->tc, l, p->tc);
         tl_zero(g, p->tc, z);
-        tl_printf(&g->s, "    scf.yield %s : %s\n    }\n", z, p->tc);
+        jit__text_printf(&g->s, "    scf.yield %s : %s\n    }\n", z, p->tc);
       } else {
-        tl_printf(&g->s, "    %s = \"jit.acc\"(%s) : (%s) -> %s\n", acc[i], ops, types, p->tc);
+        jit__text_printf(&g->s, "    %s = \"jit.acc\"(%s) : (%s) -> %s\n", acc[i], ops, types, p->tc);
       }
     }
   // Full K tiles, then the remainder as one shorter tile.
@@ -845,31 +813,31 @@ static void tl_mm_text(tl_gen *g, const tl_nest *n, const tl_mm *p) {
     tl_c(g, kTK, st);
     tl_fresh(g, res);
     tl_fresh(g, kt);
-    tl_printf(&g->s, "    %s:%d = scf.for %s = %s to %s step %s iter_args(", res, na, kt, lo,
+    jit__text_printf(&g->s, "    %s:%d = scf.for %s = %s to %s step %s iter_args(", res, na, kt, lo,
               hi, st);
     for (int i = 0; i < na; i++) {
       tl_fresh(g, it[i]);
-      tl_printf(&g->s, "%s%s = %s", i ? ", " : "", it[i], cur[i]);
+      jit__text_printf(&g->s, "%s%s = %s", i ? ", " : "", it[i], cur[i]);
     }
-    tl_printf(&g->s, ") -> (");
-    for (int i = 0; i < na; i++) tl_printf(&g->s, "%s%s", i ? ", " : "", p->tc);
-    tl_printf(&g->s, ") {\n");
+    jit__text_printf(&g->s, ") -> (");
+    for (int i = 0; i < na; i++) jit__text_printf(&g->s, "%s%s", i ? ", " : "", p->tc);
+    jit__text_printf(&g->s, ") {\n");
     tl_mm_stage_at(g, n, p, biv, tid, row0, col0, kt, kTK);
-    tl_printf(&g->s, "    gpu.barrier\n");
+    jit__text_printf(&g->s, "    gpu.barrier\n");
     char inner[kName];
     tl_mm_compute(g, p, it, "%ty", "%tx", kTK, inner);
-    tl_printf(&g->s, "    gpu.barrier\n    scf.yield ");
-    for (int i = 0; i < na; i++) tl_printf(&g->s, "%s%s#%d", i ? ", " : "", inner, i);
-    tl_printf(&g->s, " : ");
-    for (int i = 0; i < na; i++) tl_printf(&g->s, "%s%s", i ? ", " : "", p->tc);
-    tl_printf(&g->s, "\n    }\n");
+    jit__text_printf(&g->s, "    gpu.barrier\n    scf.yield ");
+    for (int i = 0; i < na; i++) jit__text_printf(&g->s, "%s%s#%d", i ? ", " : "", inner, i);
+    jit__text_printf(&g->s, " : ");
+    for (int i = 0; i < na; i++) jit__text_printf(&g->s, "%s%s", i ? ", " : "", p->tc);
+    jit__text_printf(&g->s, "\n    }\n");
     for (int i = 0; i < na; i++) tl_res(cur[i], res, i);
   }
   if (krem) {
     char kb[kName];
     tl_c(g, kfull, kb);
     tl_mm_stage_at(g, n, p, biv, tid, row0, col0, kb, krem);
-    tl_printf(&g->s, "    gpu.barrier\n");
+    jit__text_printf(&g->s, "    gpu.barrier\n");
     char inner[kName];
     tl_mm_compute(g, p, cur, "%ty", "%tx", krem, inner);
     for (int i = 0; i < na; i++) tl_res(cur[i], inner, i);
@@ -882,11 +850,11 @@ static void tl_mm_text(tl_gen *g, const tl_nest *n, const tl_mm *p) {
       tl_cpy(iv[n->rank - 2], giv[r]);
       tl_cpy(iv[n->rank - 1], gjv[c]);
       tl_iv_args(n, iv, NULL, ops, types, sizeof ops);
-      if (inb[i][0]) tl_printf(&g->s, "    scf.if %s {\n", inb[i]);
-      tl_printf(&g->s, "    \"jit.st\"(%s, %s) : (%s, %s) -> ()\n", cur[i], ops, p->tc, types);
-      if (inb[i][0]) tl_printf(&g->s, "    }\n");
+      if (inb[i][0]) jit__text_printf(&g->s, "    scf.if %s {\n", inb[i]);
+      jit__text_printf(&g->s, "    \"jit.st\"(%s, %s) : (%s, %s) -> ()\n", cur[i], ops, p->tc, types);
+      if (inb[i][0]) jit__text_printf(&g->s, "    }\n");
     }
-  tl_printf(&g->s, "    gpu.terminator\n    }\n");
+  jit__text_printf(&g->s, "    gpu.terminator\n    }\n");
 }
 
 //===--- Row reductions --------------------------------------------------===//
@@ -935,7 +903,7 @@ static void tl_row_text(tl_gen *g, const tl_nest *n, const tl_row *p) {
     // Uniform per workgroup, so the barriers inside stay legal.
     char ok[kName];
     tl_ltc(g, row, p->rows, ok);
-    tl_printf(&g->s, "    scf.if %s {\n", ok);
+    jit__text_printf(&g->s, "    scf.if %s {\n", ok);
   }
   char iv[JIT_MAX_RANK][kName], ops[512], types[512];
   tl_delinearize(g, n, 0, n->rank, row, iv);
@@ -948,7 +916,7 @@ static void tl_row_text(tl_gen *g, const tl_nest *n, const tl_row *p) {
   char part[kName], x0[kName];
   tl_iv_args(n, iv, "%tx", ops, types, sizeof ops);
   tl_fresh(g, x0);
-  tl_printf(&g->s, "    %s = \"jit.rowx\"(%s) : (%s) -> %s\n", x0, ops, types, p->tc);
+  jit__text_printf(&g->s, "    %s = \"jit.rowx\"(%s) : (%s) -> %s\n", x0, ops, types, p->tc);
   snprintf(part, sizeof part, "%s", x0);
   if (full > 1) {
     char start[kName], end[kName], st[kName], r[kName], a[kName], x[kName], y[kName], res[kName];
@@ -958,13 +926,13 @@ static void tl_row_text(tl_gen *g, const tl_nest *n, const tl_row *p) {
     tl_fresh(g, res);
     tl_fresh(g, r);
     tl_fresh(g, a);
-    tl_printf(&g->s, "    %s = scf.for %s = %s to %s step %s iter_args(%s = %s) -> (%s) {\n",
+    jit__text_printf(&g->s, "    %s = scf.for %s = %s to %s step %s iter_args(%s = %s) -> (%s) {\n",
               res, r, start, end, st, a, part, p->tc);
     tl_iv_args(n, iv, r, ops, types, sizeof ops);
     tl_fresh(g, x);
-    tl_printf(&g->s, "    %s = \"jit.rowx\"(%s) : (%s) -> %s\n", x, ops, types, p->tc);
+    jit__text_printf(&g->s, "    %s = \"jit.rowx\"(%s) : (%s) -> %s\n", x, ops, types, p->tc);
     tl_fresh(g, y);
-    tl_printf(&g->s,
+    jit__text_printf(&g->s,
               "    %s = \"jit.comb\"(%s, %s) : (%s, %s) -> %s\n    scf.yield %s : %s\n    }\n",
               y, a, x, p->tc, p->tc, p->tc, y, p->tc);
     snprintf(part, sizeof part, "%s", res);
@@ -973,30 +941,30 @@ static void tl_row_text(tl_gen *g, const tl_nest *n, const tl_row *p) {
     char lt[kName], r[kName], x[kName], y[kName], res[kName];
     tl_ltc(g, "%tx", rest, lt);
     tl_fresh(g, res);
-    tl_printf(&g->s, "    %s = scf.if %s -> (%s) {\n", res, lt, p->tc);
+    jit__text_printf(&g->s, "    %s = scf.if %s -> (%s) {\n", res, lt, p->tc);
     tl_binc(g, "addi", "%tx", full * p->threads, r);
     tl_iv_args(n, iv, r, ops, types, sizeof ops);
     tl_fresh(g, x);
-    tl_printf(&g->s, "    %s = \"jit.rowx\"(%s) : (%s) -> %s\n", x, ops, types, p->tc);
+    jit__text_printf(&g->s, "    %s = \"jit.rowx\"(%s) : (%s) -> %s\n", x, ops, types, p->tc);
     tl_fresh(g, y);
-    tl_printf(&g->s,
+    jit__text_printf(&g->s,
               "    %s = \"jit.comb\"(%s, %s) : (%s, %s) -> %s\n    scf.yield %s : %s\n"
               "    } else {\n    scf.yield %s : %s\n    }\n",
               y, part, x, p->tc, p->tc, p->tc, y, p->tc, part, p->tc);
     snprintf(part, sizeof part, "%s", res);
   }
-  tl_printf(&g->s, "    memref.store %s, %%sh[%%tx] : memref<%ux%s, 3>\n    gpu.barrier\n", part,
+  jit__text_printf(&g->s, "    memref.store %s, %%sh[%%tx] : memref<%ux%s, 3>\n    gpu.barrier\n", part,
             p->threads, p->tc);
   // Tree: after the step with stride s, sh[0..s) hold the partials.
   for (uint32_t s = p->threads / 2; s >= 1; s /= 2) {
     char lt[kName], other[kName], u[kName], v[kName], w[kName];
     tl_ltc(g, "%tx", s, lt);
-    tl_printf(&g->s, "    scf.if %s {\n", lt);
+    jit__text_printf(&g->s, "    scf.if %s {\n", lt);
     tl_binc(g, "addi", "%tx", s, other);
     tl_fresh(g, u);
     tl_fresh(g, v);
     tl_fresh(g, w);
-    tl_printf(&g->s,
+    jit__text_printf(&g->s,
               "    %s = memref.load %%sh[%%tx] : memref<%ux%s, 3>\n"
               "    %s = memref.load %%sh[%s] : memref<%ux%s, 3>\n"
               "    %s = \"jit.comb\"(%s, %s) : (%s, %s) -> %s\n"
@@ -1004,25 +972,25 @@ static void tl_row_text(tl_gen *g, const tl_nest *n, const tl_row *p) {
               u, p->threads, p->tc, v, other, p->threads, p->tc, w, u, v, p->tc, p->tc, p->tc,
               w, p->threads, p->tc);
     // Thread 0 reads what it wrote itself after the last step: no barrier needed.
-    if (s > 1) tl_printf(&g->s, "    gpu.barrier\n");
+    if (s > 1) jit__text_printf(&g->s, "    gpu.barrier\n");
   }
   char is0[kName], z[kName], tot[kName], acc[kName], fin[kName];
   tl_c(g, 0, z);
   tl_fresh(g, is0);
-  tl_printf(&g->s, "    %s = arith.cmpi eq, %%tx, %s : index\n    scf.if %s {\n", is0, z, is0);
+  jit__text_printf(&g->s, "    %s = arith.cmpi eq, %%tx, %s : index\n    scf.if %s {\n", is0, z, is0);
   tl_fresh(g, tot);
-  tl_printf(&g->s, "    %s = memref.load %%sh[%s] : memref<%ux%s, 3>\n", tot, z, p->threads,
+  jit__text_printf(&g->s, "    %s = memref.load %%sh[%s] : memref<%ux%s, 3>\n", tot, z, p->threads,
             p->tc);
   tl_iv_args(n, iv, NULL, ops, types, sizeof ops);
   tl_fresh(g, acc);
   tl_fresh(g, fin);
-  tl_printf(&g->s,
+  jit__text_printf(&g->s,
             "    %s = \"jit.acc\"(%s) : (%s) -> %s\n"
             "    %s = \"jit.comb\"(%s, %s) : (%s, %s) -> %s\n"
             "    \"jit.st\"(%s, %s) : (%s, %s) -> ()\n    }\n",
             acc, ops, types, p->tc, fin, acc, tot, p->tc, p->tc, p->tc, fin, ops, p->tc, types);
-  if (guard) tl_printf(&g->s, "    }\n");
-  tl_printf(&g->s, "    gpu.terminator\n    }\n");
+  if (guard) jit__text_printf(&g->s, "    }\n");
+  jit__text_printf(&g->s, "    gpu.terminator\n    }\n");
 }
 
 //===--- Entry points ----------------------------------------------------===//
@@ -1042,12 +1010,12 @@ jit_status jit__gpu_try_tiled(MlirContext ctx, MlirOperation kf, const char *dia
   if (kind == JIT__TILED_NONE) return NULL;
 
   tl_gen g = {{NULL, 0, 0, false}, 0};
-  tl_printf(&g.s, "func.func @jit_tiled() {\n");
+  jit__text_printf(&g.s, "func.func @jit_tiled() {\n");
   if (kind == JIT__TILED_MM)
     tl_mm_text(&g, &n, &mm);
   else
     tl_row_text(&g, &n, &row);
-  tl_printf(&g.s, "    return\n}\n");
+  jit__text_printf(&g.s, "    return\n}\n");
   if (g.s.oom) {
     free(g.s.p);
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");

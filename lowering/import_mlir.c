@@ -28,6 +28,7 @@
 #include <mlir-c/Pass.h>
 #include <mlir-c/Support.h>
 
+#include "jit/text.h"
 #include "lowering/import.h"
 
 // The dialects an imported body may use (the contract); builtin for the module.
@@ -66,34 +67,13 @@ static bool jit__op_is(MlirOperation op, const char *name) {
   return jit__sr_eq(mlirIdentifierStr(mlirOperationGetName(op)), name);
 }
 
-typedef struct jit__buf {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} jit__buf;
-
 static void jit__buf_append(MlirStringRef s, void *user) {
-  jit__buf *b = user;
-  if (b->oom) return;
-  if (b->len + s.length + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + s.length + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s.data, s.length);
-  b->len += s.length;
-  b->p[b->len] = 0;
+  jit__text_append(user, s.data, s.length);
 }
 
 // Prints `op` (generic=false, locations as asked) into a malloc'ed string.
 static char *jit__print(MlirOperation op, bool locations) {
-  jit__buf b = {0};
+  jit__text b = {0};
   MlirOpPrintingFlags flags = mlirOpPrintingFlagsCreate();
   if (locations) mlirOpPrintingFlagsEnableDebugInfo(flags, true, /*prettyForm=*/false);
   mlirOperationPrintWithFlags(op, flags, jit__buf_append, &b);
@@ -138,7 +118,7 @@ static const char *jit__where(MlirOperation op, const jit__diag *diag, char *out
 }
 
 static void jit__type_str(MlirType t, char *out, size_t size) {
-  jit__buf b = {0};
+  jit__text b = {0};
   mlirTypePrint(t, jit__buf_append, &b);
   snprintf(out, size, "%s", b.p ? b.p : "?");
   free(b.p);
@@ -333,7 +313,7 @@ static void jit__sort_constants(MlirOperation fn) {
   for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op)) {
     if (!jit__is_constant(op)) continue;
-    jit__buf b = {0};
+    jit__text b = {0};
     mlirOperationPrintWithFlags(op, flags, jit__buf_append, &b);
     ops[k].op = op;
     ops[k++].text = b.p;
