@@ -18,9 +18,10 @@
 // one), so every block is static; a register loop with a partial last tile is peeled,
 // and the static remainder vectorizes with narrower vectors rather than running scalar.
 // Two variants of that (plain f32 matmuls): when a thread's part of B does not fit in
-// L2, B is packed per [kc, nc] block into contiguous panels in a stack buffer
-// (plan_packed); when N is between one and four vectors and not a whole number of them
-// (17x1000x31), each row block of C is one masked register tile (plan_masked).
+// L2, B is packed per [kc, nc] block into contiguous panels in a stack buffer, and
+// each row tile of A per k block into a small one (plan_packed); when N is between one
+// and four vectors and not a whole number of them (17x1000x31), each row block of C is
+// one masked register tile (plan_masked).
 //
 // Elementwise generics (after linalg-fuse-elementwise-ops made chains into one) are
 // split across threads over dim 0, tiled [1, ..., 1, V] and vectorized. An elementwise
@@ -263,7 +264,9 @@ static bool pack_blocks(int64_t tN, int64_t K, int64_t tn, int64_t *out_nc,
 // GotoBLAS-style loops for a plain f32 matmul whose B does not fit in L2:
 //   for n block (nc, the fill fused here)   for k block (kc)
 //     pack B[k block, n block] into panels [nc/tn][kc][tn]   (contiguous, 8 x tn copies)
-//     for m register tile   for n register tile   for k: tm x tn outer-product FMAs
+//     for m register tile
+//       copy A[m tile, k block] into a [tm][kc] buffer
+//       for n register tile   for k: tm x tn outer-product FMAs
 // The register tiles stream their B panel from L1/L2 in address order instead of
 // walking down B's columns N floats apart (at N = 1024 or 3072 every row of a tile
 // maps to the same few cache sets, which is what held 1024^3 to ~40 GFLOP/s). The
@@ -272,7 +275,7 @@ static bool pack_blocks(int64_t tN, int64_t K, int64_t tn, int64_t *out_nc,
 // filling the panels; each panel is then copied 8 rows at a time with vectors.
 static void plan_packed(walk *w, int i, const char *root, int64_t tM,
                         int64_t tN, int64_t K, int64_t tm, int64_t tn, int64_t nc,
-                        int64_t kc) {
+                        int64_t kc, bool copy_a) {
   sbuf *sb = &w->sb;
   char cur[32];
   snprintf(cur, sizeof cur, "%s", root);
@@ -297,7 +300,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
             "[%lld, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
             "  %%pd%d, %%pp%d, %%pc%d = transform.structured.pad %%rt%d {padding_values = "
             "[0.0 : f32, 0.0 : f32, 0.0 : f32], padding_dimensions = [1], nofold_flags = "
-            "[0, 1, 0], copy_back_op = \"none\"} : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
+            "[%d, 1, 0], copy_back_op = \"none\"} : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
             "  %%pb%d = transform.get_producer_of_operand %%pd%d[1] : (" ANY ") -> " ANY "\n"
             "  %%hp%d = transform.structured.hoist_pad %%pb%d by 2 loops : (" ANY ") -> " ANY
             "\n"
@@ -309,14 +312,45 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
             "  transform.apply_patterns to %%hl%d { "
             "transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers } "
             ": " ANY "\n",
-            i, i, cur, (long long)tm, (long long)tn, i, i, i, i, i, i, i, i, i, i, i, i, i,
-            rows, i, rows, (long long)tn, i);
+            i, i, cur, (long long)tm, (long long)tn, i, i, i, i, copy_a ? 1 : 0, i, i, i, i,
+            i, i, i, i, i, rows, i, rows, (long long)tn, i);
   if (tM % tm)
     sb_printf(sb,
               "  %%qm%d = transform.cast %%rl%d#0 : " ANY " to !transform.op<\"scf.for\">\n"
               "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : (!transform.op<\"scf.for\">) "
               "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
               i, i, i, i, i);
+  // A's register tile [tm, kc] is copied into a contiguous buffer once per m tile (its
+  // pad hoisted over the n register loop), so the tile's rows are kc floats apart
+  // instead of K: at K = 1024 its 6 rows were 4 KiB apart, all in the same L1 sets as
+  // each other. After the peel and a canonicalization, so that the padded tiles are
+  // static; the peeled remainder rows get their own (smaller) copy. Only when the copy
+  // fits a stack scratch buffer (jit__cpu_stack_buffers), not malloc'ed per tile.
+  if (copy_a) {
+    int64_t ka = 64;
+    while (kc % ka) ka /= 2;
+    sb_printf(sb,
+              "  %%fa%d = transform.structured.match ops{[\"func.func\"]} in %%root : (" ANY
+              ") -> " ANY "\n"
+              "  transform.apply_patterns to %%fa%d { "
+              "transform.apply_patterns.canonicalization } : " ANY "\n",
+              i, i);
+    // The pads left in the function are this matmul's A tiles (earlier matmuls' pads are
+    // vectorized by now, later ones are not tiled yet); the peel's remainder loop may
+    // have been folded away, so they are found from the function, not from the loops.
+    sb_printf(sb,
+              "  %%pa%d = transform.structured.match ops{[\"tensor.pad\"]} in %%fa%d : (" ANY
+              ") -> " ANY "\n"
+              "  transform.foreach %%pa%d : " ANY " {\n"
+              "  ^bb0(%%pa%d_1: " ANY "):\n"
+              "    %%ha%d = transform.structured.hoist_pad %%pa%d_1 by 1 loops : (" ANY
+              ") -> " ANY "\n"
+              "    %%hat%d, %%hatl%d:2 = transform.structured.tile_using_for %%ha%d "
+              "tile_sizes [1, %lld] : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
+              "    transform.structured.vectorize %%hat%d vector_sizes [1, %lld] : " ANY "\n"
+              "  }\n",
+              i, i, i, i, i, i, i, i, i, (long long)ka, i, (long long)ka);
+  }
   sb_printf(sb,
             "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
             "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
@@ -499,6 +533,9 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     tm = mtm;
     tn = mv;
   }
+  // A's row tiles copied per k block (plan_packed) when a tile fits a stack scratch
+  // buffer (16 KiB, jit__cpu_stack_buffers).
+  bool copy_a = packed && tm * pkc * 4 <= (16 << 10);
   if (packed) {
     mc = 0;
     nc = pnc;
@@ -507,7 +544,8 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s%s, threads split %s, blocks [%lld, %lld, "
                 "%lld], register tile %lldx%lld\n",
             i, (long long)M, (long long)K, (long long)N, fused ? " + epilogue" : "",
-            packed ? ", B packed" : masked ? ", masked N" : "",
+            packed ? (copy_a ? ", B packed, A tiles copied" : ", B packed")
+            : masked ? ", masked N" : "",
             split == 0 ? "M" : split == 1 ? "N" : "none", (long long)mc, (long long)nc,
             (long long)kc, (long long)tm, (long long)tn);
   sb_printf(sb,
@@ -547,7 +585,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     snprintf(root, sizeof root, "%%pt%d", i);
   }
   if (packed) {
-    plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc);
+    plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc, copy_a);
     return;
   }
   if (masked) {

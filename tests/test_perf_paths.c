@@ -175,6 +175,9 @@ Test(perf_paths, matmul_packed_b) {
   check_dense_path(50, 1000, 256, 1, "B packed");  // kc 200
   check_dense_path(97, 520, 512, 1, "B packed");   // kc 104, two n blocks
   check_dense_path(19, 3280, 32, 1, "B packed");   // one 2-panel block, kc 1640
+  // A's row tiles copied too: whole tiles only (no peel), and a 5-row remainder.
+  check_dense_path(60, 1024, 320, 1, "A tiles copied");  // nc 160, kc 256
+  check_dense_path(41, 1000, 288, 1, "A tiles copied");  // kc 200
   check_dense_path(64, 256, 1536, 2, "split N");   // packed, halves of N
   check_dense_path(64, 256, 1536, 2, "B packed");
   check_dense_path(210, 600, 160, 2, "split M");   // packed, 105 rows each
