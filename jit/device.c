@@ -236,17 +236,32 @@ static void jit__pipeline_cache_store(jit_device *d) {
   free(bytes);
 }
 
+// The bound on every wait for a GPU: $JITML_GPU_TIMEOUT_MS, else 0 (the backend's
+// default, 10 s). Software devices (lavapipe) JIT each shader at its first dispatch,
+// inside that wait; on a loaded machine that can take longer than 10 s.
+static uint64_t jit__gpu_timeout_ns(void) {
+  const char *v = getenv("JITML_GPU_TIMEOUT_MS");
+  if (!v || !*v) return 0;
+  char *end;
+  unsigned long long ms = strtoull(v, &end, 10);
+  if (*end || ms == 0 || ms > 24ull * 3600 * 1000) return 0;
+  return ms * 1000ull * 1000ull;
+}
+
 // Creates the device's backend object at its first use.
 jit_status jit__device_open(jit_device *d) {
   if (d->kind == JIT_DEVICE_CPU) return NULL;
   pthread_mutex_lock(&d->mu);
   jit_status s = NULL;
   if (d->kind == JIT_DEVICE_VULKAN && !d->vk) {
-    s = jit__vk_device_create(d->vk_instance, d->vk_index, NULL, &d->vk);
+    jit__vk_device_options o = {.timeout_ns = jit__gpu_timeout_ns()};
+    s = jit__vk_device_create(d->vk_instance, d->vk_index, &o, &d->vk);
     if (!s) jit__pipeline_cache_load(d);
   }
-  if (d->kind == JIT_DEVICE_CUDA && !d->cu)
-    s = jit__cu_device_create(d->cu_instance, d->cu_index, NULL, &d->cu);
+  if (d->kind == JIT_DEVICE_CUDA && !d->cu) {
+    jit__cu_device_options o = {.timeout_ns = jit__gpu_timeout_ns()};
+    s = jit__cu_device_create(d->cu_instance, d->cu_index, &o, &d->cu);
+  }
   pthread_mutex_unlock(&d->mu);
   if (s) return jit__status_annotate(s, "opening %s:%d (%s)",
                                      jit__device_kind_name(d->kind), d->ordinal, d->name);

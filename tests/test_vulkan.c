@@ -55,6 +55,10 @@ static void env_open(vk_env *e, const jit__vk_device_options *options) {
   (void)dlopen("libvulkan_lvp.so", RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
   uint32_t index = 0;
   OK(jit__vk_instance_select(e->inst, NULL, &index));
+  // Lavapipe JITs a shader at its first dispatch, inside the bounded wait: allow two
+  // minutes on a loaded machine unless the test sets its own bound.
+  jit__vk_device_options slow = {.timeout_ns = 120ull * 1000 * 1000 * 1000};
+  if (!options) options = &slow;
   OK(jit__vk_device_create(e->inst, index, options, &e->dev));
   e->info = jit__vk_device_get_info(e->dev);
   cr_assert_not_null(e->info);
