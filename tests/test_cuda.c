@@ -32,6 +32,7 @@
 
 #include "devices/cuda/cuda.h"
 #define LGRAPH_LOG_TAG "cuda"
+#include "gpu_check.h"
 #include "lgraph_builder.h"
 #include "lowering/gpu.h"
 #include "lowering/ptxas.h"
@@ -233,32 +234,6 @@ static void run_graph(cu_env *e, const tg *t, float *const *inputs, float **outp
   jit__cu_executable_destroy(exe);
   desc_free(&d);
   jit__gpu_artifact_release(&a);
-}
-
-static void assert_close(const float *got, const float *want, int64_t n, double rtol,
-                         double atol, const char *what) {
-  int64_t bad = 0, first = -1;
-  double worst = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double g = got[i], w = want[i];
-    bool ok = isfinite(g) && fabs(g - w) <= atol + rtol * fabs(w);
-    if (!ok) {
-      if (first < 0) first = i;
-      bad++;
-      if (!(fabs(g - w) <= worst)) worst = fabs(g - w);
-    }
-  }
-  if (bad)
-    cr_assert_fail("%s: %lld of %lld elements differ; first at %lld: got %.9g want %.9g "
-                   "(largest |diff| %.3g)",
-                   what, (long long)bad, (long long)n, (long long)first, (double)got[first],
-                   (double)want[first], worst);
-}
-
-static float *fmalloc(int64_t n) {
-  float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
-  cr_assert_not_null(p);
-  return p;
 }
 
 // Inputs of f16 graphs are rounded to f16 first, so the reference sees what the GPU sees.

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "devices/vulkan/vulkan.h"
+#include "gpu_check.h"
 #include "lgraph_builder.h"
 #include "lowering/gpu.h"
 #include "ref.h"
@@ -189,32 +190,6 @@ static void run_graph_opts(vk_env *e, const tg *t, float *const *inputs, float *
 static void run_graph(vk_env *e, const tg *t, float *const *inputs, float **outputs,
                       run_times *times) {
   run_graph_opts(e, t, inputs, outputs, times, (run_opts){false, 1});
-}
-
-static void assert_close(const float *got, const float *want, int64_t n, double rtol,
-                         double atol, const char *what) {
-  int64_t bad = 0, first = -1;
-  double worst = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double g = got[i], w = want[i];
-    bool ok = isfinite(g) && fabs(g - w) <= atol + rtol * fabs(w);
-    if (!ok) {
-      if (first < 0) first = i;
-      bad++;
-      if (!(fabs(g - w) <= worst)) worst = fabs(g - w);
-    }
-  }
-  if (bad)
-    cr_assert_fail("%s: %lld of %lld elements differ; first at %lld: got %.9g want %.9g "
-                   "(largest |diff| %.3g)",
-                   what, (long long)bad, (long long)n, (long long)first, (double)got[first],
-                   (double)want[first], worst);
-}
-
-static float *fmalloc(int64_t n) {
-  float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
-  cr_assert_not_null(p);
-  return p;
 }
 
 // f32 elementwise tolerances (as the CPU backend's op tests).
