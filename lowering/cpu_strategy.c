@@ -17,11 +17,12 @@
 // Block sizes are divisors of the dims (a multiple of the register tile when there is
 // one), so every block is static; a register loop with a partial last tile is peeled,
 // and the static remainder vectorizes with narrower vectors rather than running scalar.
-// Two variants of that (plain f32 matmuls): when a thread's part of B does not fit in
-// L2, B is packed per [kc, nc] block into contiguous panels in a stack buffer, and
-// each row tile of A per k block into a small one (plan_packed); when N is between one
-// and four vectors and not a whole number of them (17x1000x31), each row block of C is
-// one masked register tile (plan_masked).
+// Two variants of that (f32): when a thread's part of B does not fit in L2, B is
+// packed per [kc, nc] block into contiguous panels in a stack buffer, and each row
+// tile of A per k block into a small one (plan_packed; with an epilogue, kc = K so
+// that it still runs on the finished register tile); when N is between one and four
+// vectors and not a whole number of them (17x1000x31, no epilogue), each row block of
+// C is one masked register tile (plan_masked).
 //
 // Elementwise generics (after linalg-fuse-elementwise-ops made chains into one) are
 // split across threads over dim 0, tiled [1, ..., 1, V] and vectorized. An elementwise
@@ -242,10 +243,13 @@ static MlirOperation epilogue_of(MlirOperation mm) {
 // divisor of tN that is a multiple of the register width tn (so no panel is partial),
 // at most 256; kc = K when a K x nc block fits JIT__PACK_BYTES, else the largest
 // multiple of 8 dividing K that does.
-static bool pack_blocks(int64_t tN, int64_t K, int64_t tn, int64_t *out_nc,
+// With `whole_k` (a fused epilogue, which needs the finished sum in the register tile),
+// kc = K always and nc is the widest that lets a K x nc block fit.
+static bool pack_blocks(int64_t tN, int64_t K, int64_t tn, bool whole_k, int64_t *out_nc,
                         int64_t *out_kc) {
-  int64_t nc = 0;
-  for (int64_t d = tN < 256 ? tN : 256; d >= 2 * tn && !nc; d--)
+  int64_t nc = 0, most = whole_k ? JIT__PACK_BYTES / 4 / K : 256;
+  if (most > 256) most = 256;
+  for (int64_t d = tN < most ? tN : most; d >= 2 * tn && !nc; d--)
     if (d % tn == 0 && tN % d == 0) nc = d;
   if (!nc) return false;
   int64_t budget = JIT__PACK_BYTES / 4 / nc, kc = 0;
@@ -273,9 +277,14 @@ static bool pack_blocks(int64_t tN, int64_t K, int64_t tn, int64_t *out_nc,
 // packing is the register tile's B operand padded (nofold, so the copy is kept) and
 // hoisted above the two register loops by hoist_pad, which turns it into the loop
 // filling the panels; each panel is then copied 8 rows at a time with vectors.
+//
+// With a fused epilogue G (`fused`: root is G's tile), kc = K and the loops are G's,
+// the matmul and fill fused in at each level, so bias + activation run on the
+// finished accumulator of each register tile as on the unpacked fused path:
+//   for n block (nc)   pack B[:, n block]   for m tile   for n tile   k; G on the tile
 static void plan_packed(walk *w, int i, const char *root, int64_t tM,
                         int64_t tN, int64_t K, int64_t tm, int64_t tn, int64_t nc,
-                        int64_t kc, bool copy_a) {
+                        int64_t kc, bool copy_a, bool fused) {
   sbuf *sb = &w->sb;
   char cur[32];
   snprintf(cur, sizeof cur, "%s", root);
@@ -295,9 +304,19 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
               i, i, cur, (long long)kc);
     snprintf(cur, sizeof cur, "%%kb%d", i);
   }
+  if (fused)
+    sb_printf(sb,
+              "  %%rg%d, %%rl%d:2 = transform.structured.fuse %s tile_sizes [%lld, %lld] : "
+              "(" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
+              "  %%rt%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%rl%d#1 "
+              ": (" ANY ") -> " ANY "\n",
+              i, i, cur, (long long)tm, (long long)tn, i, i);
+  else
+    sb_printf(sb,
+              "  %%rt%d, %%rl%d:2 = transform.structured.tile_using_for %s tile_sizes "
+              "[%lld, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n",
+              i, i, cur, (long long)tm, (long long)tn);
   sb_printf(sb,
-            "  %%rt%d, %%rl%d:2 = transform.structured.tile_using_for %s tile_sizes "
-            "[%lld, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
             "  %%pd%d, %%pp%d, %%pc%d = transform.structured.pad %%rt%d {padding_values = "
             "[0.0 : f32, 0.0 : f32, 0.0 : f32], padding_dimensions = [1], nofold_flags = "
             "[%d, 1, 0], copy_back_op = \"none\"} : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
@@ -312,8 +331,8 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
             "  transform.apply_patterns to %%hl%d { "
             "transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers } "
             ": " ANY "\n",
-            i, i, cur, (long long)tm, (long long)tn, i, i, i, i, copy_a ? 1 : 0, i, i, i, i,
-            i, i, i, i, i, rows, i, rows, (long long)tn, i);
+            i, i, i, i, copy_a ? 1 : 0, i, i, i, i, i, i, i, i, i, rows, i, rows,
+            (long long)tn, i);
   if (tM % tm)
     sb_printf(sb,
               "  %%qm%d = transform.cast %%rl%d#0 : " ANY " to !transform.op<\"scf.for\">\n"
@@ -455,8 +474,10 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // Only ops worth a few hundred microseconds are split: a fork/join on a busy machine
   // (the other core taken) can cost a scheduler tick, ~8 ms, which swamped kernels of
   // 1-10 MFLOP (the MLP example at N = 7 and 64) when the bound was 2^20.
-  // Packed B (plan_packed) for plain f32 matmuls with the default register tile.
-  bool can_pack = !fused && !small_m && tm == h.tm && tn == h.tn &&
+  // Packed B (plan_packed) for f32 matmuls with the default register tile, fused or
+  // not: gelu(xW+b) 256x768x3072 unpacked ran at ~40 GFLOP/s (each register tile
+  // walking down B's columns 12 KiB apart), packed at ~70 on the same loaded machine.
+  bool can_pack = !small_m && tm == h.tm && tn == h.tn &&
                   mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
                   mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
   int64_t pnc = 0, pkc = 0;
@@ -464,7 +485,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     // Packed: splitting N gives each thread its own half of B to pack and read once;
     // splitting M has both threads pack all of B. So N, unless A (M x K) is the
     // larger operand or N does not split into whole blocks.
-    bool n_ok = N % T == 0 && pack_blocks(N / T, K, tn, &pnc, &pkc);
+    bool n_ok = N % T == 0 && pack_blocks(N / T, K, tn, fused, &pnc, &pkc);
     bool m_ok = M % T == 0 && M / T >= 3 * tm;
     if (n_ok && (M <= N || !m_ok)) split = 1;
     else if (m_ok) split = 0;
@@ -478,7 +499,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   if (split == 1) tN = N / T;
   // Pack when a thread's part of B does not fit in L2 and enough row tiles reuse it.
   bool packed = can_pack && K * tN * 4 > (256 << 10) && tM >= 3 * tm &&
-                pack_blocks(tN, K, tn, &pnc, &pkc);
+                pack_blocks(tN, K, tn, fused, &pnc, &pkc);
 
   // Cache blocks: a kc x nc block of B (256 KiB) in L2; mc rows of A per pass.
   int64_t mc = pick_block(tM, 64, tm), nc = pick_block(tN, fused ? 128 : 256, tn);
@@ -585,7 +606,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     snprintf(root, sizeof root, "%%pt%d", i);
   }
   if (packed) {
-    plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc, copy_a);
+    plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc, copy_a, fused);
     return;
   }
   if (masked) {

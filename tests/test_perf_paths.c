@@ -131,15 +131,20 @@ static const bool kThreadsSplit = true;
 
 // check_dense, and that the kernel took the path whose script comment has `needle`
 // (a "split" needle is only checked where kernels use threads).
-static void check_dense_path(int M, int K, int N, int threads, const char *needle) {
+static void check_dense_path_act(int M, int K, int N, int threads, int bias, int act,
+                                 const char *needle) {
   if (!kThreadsSplit && strstr(needle, "split")) needle = "threads split none";
   snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-perf-XXXXXX");
   cr_assert(mkdtemp(g_dump_dir));
-  check_dense(M, K, N, threads, TU_F32, 0, 0);
+  check_dense(M, K, N, threads, TU_F32, bias, act);
   cr_expect(script_has(needle), "%dx%dx%d threads=%d: script lacks `%s`", M, K, N,
             threads, needle);
   nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   g_dump_dir[0] = 0;
+}
+
+static void check_dense_path(int M, int K, int N, int threads, const char *needle) {
+  check_dense_path_act(M, K, N, threads, 0, 0, needle);
 }
 
 static const int kShapes[][3] = {
@@ -182,6 +187,20 @@ Test(perf_paths, matmul_packed_b) {
   check_dense_path(64, 256, 1536, 2, "B packed");
   check_dense_path(210, 600, 160, 2, "split M");   // packed, 105 rows each
   check_dense_path(210, 600, 160, 2, "B packed");
+}
+
+// The fused epilogue on packed B: kc = K (the epilogue needs the whole sum), nc as
+// wide as a K x nc block allows. Odd and prime M (peeled row tiles), two-panel blocks,
+// K not a multiple of 8, splits over N and over M.
+Test(perf_paths, fused_packed_b) {
+  check_dense_path_act(37, 300, 288, 1, 1, 2, "epilogue, B packed");  // nc 144, 1 rest row
+  check_dense_path_act(50, 1000, 256, 1, 1, 1, "epilogue, B packed"); // nc 64
+  check_dense_path_act(19, 2000, 96, 1, 1, 2, "epilogue, B packed");  // nc 32: 2 panels
+  check_dense_path_act(23, 1001, 320, 1, 1, 2, "epilogue, B packed"); // K odd, nc 64
+  check_dense_path_act(64, 256, 1536, 2, 1, 2, "split N");            // halves of N
+  check_dense_path_act(64, 256, 1536, 2, 1, 2, "epilogue, B packed");
+  check_dense_path_act(210, 600, 160, 2, 1, 2, "split M");            // 105 rows each
+  check_dense_path_act(210, 600, 160, 2, 1, 1, "epilogue, B packed");
 }
 
 // N between one and four vectors, not a multiple of one (plan_masked): the whole row of
