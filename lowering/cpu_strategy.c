@@ -429,6 +429,9 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
   w->n_masked++;
 }
 
+// Bytes of B from which a small-M matmul is split across threads (plan_matmul).
+#define JIT__SPLIT_B_BYTES (4 << 20)
+
 static void plan_matmul(walk *w, MlirOperation mm) {
   MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
   MlirType tb = mlirValueGetType(mlirOperationGetOperand(mm, 1));
@@ -480,8 +483,14 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   bool can_pack = !small_m && tm == h.tm && tn == h.tn &&
                   mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
                   mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
+  // Small M is bound by streaming B once, so it is split (over N) by the bytes of B
+  // rather than by multiply-adds: at 1x768x3072 (9 MiB of B, ~0.25 ms) the second
+  // core's share of memory bandwidth pays for the fork/join, while the MLP example's
+  // 7x784x256 (0.8 MiB) stays on one thread.
+  bool big = (double)M * N * K >= (double)(1 << 24) ||
+             (small_m && (double)K * N * 4 >= (double)(JIT__SPLIT_B_BYTES));
   int64_t pnc = 0, pkc = 0;
-  if (can_pack && T > 1 && (double)M * N * K >= (double)(1 << 24)) {
+  if (can_pack && T > 1 && big) {
     // Packed: splitting N gives each thread its own half of B to pack and read once;
     // splitting M has both threads pack all of B. So N, unless A (M x K) is the
     // larger operand or N does not split into whole blocks.
@@ -490,7 +499,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     if (n_ok && (M <= N || !m_ok)) split = 1;
     else if (m_ok) split = 0;
   }
-  if (split < 0 && T > 1 && (double)M * N * K >= (double)(1 << 24)) {
+  if (split < 0 && T > 1 && big) {
     if (M % T == 0 && M / T >= 4 * tm) split = 0;
     else if (N % T == 0 && N / T >= tn) split = 1;
     else if (M % T == 0 && M / T >= tm) split = 0;

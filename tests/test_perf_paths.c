@@ -172,6 +172,17 @@ Test(perf_paths, matmul_threads_split_n_and_m) {
   check_dense(66, 512, 500, 2, TU_F32, 0, 0);   // halves of 33 rows
 }
 
+// Small M split over N by the bytes of B (4 MiB and up) rather than by multiply-adds;
+// remainders of the per-thread half that are not whole register tiles or vectors.
+// The MLP example's 7x784x256 stays on one thread.
+Test(perf_paths, small_m_split_by_bytes) {
+  check_dense_path(1, 1024, 1024, 2, "split N");
+  check_dense_path(3, 1000, 1100, 2, "split N");   // 550 columns a thread: 17 x 32 + 6
+  check_dense_path(1, 1031, 1018, 2, "split N");   // 509 a thread: 7 x 64 + 61
+  check_dense_path_act(1, 1024, 1030, 2, 1, 2, "split N");  // gelu(xW+b), M = 1
+  check_dense_path(7, 784, 256, 2, "threads split none");
+}
+
 // B packed into panels (plan_packed): B too large for L2, enough rows to reuse it.
 // Prime and odd M (a peeled row tile), K with and without k blocks (and a k block not
 // a multiple of 8 rows), n blocks that are not powers of two, splits over N and M.
