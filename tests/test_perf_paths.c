@@ -186,14 +186,17 @@ Test(perf_paths, small_m_split_by_bytes) {
 // B packed into panels (plan_packed): B too large for L2, enough rows to reuse it.
 // Prime and odd M (a peeled row tile), K with and without k blocks (and a k block not
 // a multiple of 8 rows), n blocks that are not powers of two, splits over N and M.
+// A that fits in 256 KiB takes kc = K and narrower n blocks; larger A, k blocks.
 Test(perf_paths, matmul_packed_b) {
-  check_dense_path(37, 300, 288, 1, "B packed");   // nc 144, kc = K = 300
-  check_dense_path(50, 1000, 256, 1, "B packed");  // kc 200
-  check_dense_path(97, 520, 512, 1, "B packed");   // kc 104, two n blocks
-  check_dense_path(19, 3280, 32, 1, "B packed");   // one 2-panel block, kc 1640
+  check_dense_path(37, 300, 288, 1, "blocks [0, 144, 300]");   // A copied, kc = K
+  check_dense_path(50, 1000, 256, 1, "blocks [0, 64, 1000]");   // A 200 KB: kc = K
+  check_dense_path(67, 1000, 256, 1, "blocks [0, 256, 200]");   // A 268 KB: kc 200
+  check_dense_path(97, 520, 512, 1, "blocks [0, 64, 520]");     // 8 n blocks
+  check_dense_path(131, 520, 512, 1, "blocks [0, 256, 104]");   // kc 104, two n blocks
+  check_dense_path(19, 3280, 32, 1, "blocks [0, 32, 1640]");    // one 2-panel block
   // A's row tiles copied too: whole tiles only (no peel), and a 5-row remainder.
-  check_dense_path(60, 1024, 320, 1, "A tiles copied");  // nc 160, kc 256
-  check_dense_path(41, 1000, 288, 1, "A tiles copied");  // kc 200
+  check_dense_path(66, 1024, 320, 1, "A tiles copied");  // nc 160, kc 256
+  check_dense_path(71, 1000, 288, 1, "A tiles copied");  // kc 200
   check_dense_path(64, 256, 1536, 2, "split N");   // packed, halves of N
   check_dense_path(64, 256, 1536, 2, "B packed");
   check_dense_path(210, 600, 160, 2, "split M");   // packed, 105 rows each
