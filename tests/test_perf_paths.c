@@ -194,6 +194,9 @@ Test(perf_paths, matmul_packed_b) {
   check_dense_path(97, 520, 512, 1, "blocks [0, 64, 520]");     // 8 n blocks
   check_dense_path(131, 520, 512, 1, "blocks [0, 256, 104]");   // kc 104, two n blocks
   check_dense_path(19, 3280, 32, 1, "blocks [0, 32, 1640]");    // one 2-panel block
+  check_dense_path(37, 128, 512, 1, "blocks [0, 256, 128]");    // B exactly 256 KiB
+  check_dense_path(300, 256, 256, 2, "split M");                // 150 rows a thread,
+  check_dense_path(300, 256, 256, 2, "B packed");               // all of B each
   // A's row tiles copied too: whole tiles only (no peel), and a 5-row remainder.
   check_dense_path(66, 1024, 320, 1, "A tiles copied");  // nc 160, kc 256
   check_dense_path(71, 1000, 288, 1, "A tiles copied");  // kc 200
