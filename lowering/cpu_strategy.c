@@ -518,15 +518,21 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   }
   if (split == 0) tM = M / T;
   if (split == 1) tN = N / T;
-  // Pack when a thread's part of B takes half of L2 or more and enough row tiles reuse
-  // it. At exactly 256 KiB (256^3) B fits in L2, but a register tile walking down its
-  // columns 1 KiB apart uses a few L1 sets only: packed, ~8 % faster at 1 thread (at 2
-  // it splits N, and the 128 KiB halves stay unpacked).
-  bool packed = can_pack && K * tN * 4 >= (256 << 10) && tM >= 3 * tm &&
+  // Pack when B takes half of L2 or more and enough row tiles reuse it. At exactly 256
+  // KiB (256^3) B fits in L2, but a register tile walking down its columns 1 KiB apart
+  // uses a few L1 sets only: packed, ~8 % faster at 1 thread. The bound is on all of
+  // B, not a thread's part: the columns are as far apart in a half (256^3 at 2 threads,
+  // split N: 195-215 us packed vs 260-290 us), and packing costs each thread in
+  // proportion to its part. Smaller Bs (160x256x128, 192^3) gained nothing and took
+  // ~14 ms more to compile.
+  bool packed = can_pack && K * N * 4 >= (256 << 10) && tM >= 3 * tm &&
                 pack_plan(tM, tN, K, tn, fused, &pnc, &pkc);
 
   // Cache blocks: a kc x nc block of B (256 KiB) in L2; mc rows of A per pass.
+  // Row blocks only serve the n blocks around them: without n blocks they would only
+  // add a peeled remainder per block (200x300x300: mc 50 = 8 x 6 + 2; ~5 % slower).
   int64_t mc = pick_block(tM, 64, tm), nc = pick_block(tN, fused ? 128 : 256, tn);
+  if (!nc) mc = 0;
   // No k blocks when all of B fits in L2 anyway (a narrow or small B).
   int64_t kc = fused || K * N * 4 <= (256 << 10) ? 0 : pick_block(K, 256, 1);
   if (small_m) {

@@ -197,6 +197,15 @@ Test(perf_paths, matmul_packed_b) {
   check_dense_path(37, 128, 512, 1, "blocks [0, 256, 128]");    // B exactly 256 KiB
   check_dense_path(300, 256, 256, 2, "split M");                // 150 rows a thread,
   check_dense_path(300, 256, 256, 2, "B packed");               // all of B each
+  // Split N: each thread packs its half, under 256 KiB (the bound is on all of B).
+  check_dense_path(256, 256, 256, 2, "B packed, A tiles copied, threads split N");
+  check_dense_path(199, 320, 288, 2, "threads split N, blocks [0, 144, 320]");  // 184 KiB
+}
+
+// Without n blocks there are no row blocks either (they would only add remainders).
+Test(perf_paths, matmul_no_row_blocks) {
+  check_dense_path(200, 300, 300, 1, "blocks [0, 0, 0]");  // not 4 blocks of 50 rows
+  check_dense_path(131, 90, 97, 1, "blocks [0, 0, 0]");
   // A's row tiles copied too: whole tiles only (no peel), and a 5-row remainder.
   check_dense_path(66, 1024, 320, 1, "A tiles copied");  // nc 160, kc 256
   check_dense_path(71, 1000, 288, 1, "A tiles copied");  // kc 200
