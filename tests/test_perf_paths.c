@@ -183,6 +183,14 @@ Test(perf_paths, small_m_split_by_bytes) {
   check_dense_path(7, 784, 256, 2, "threads split none");
 }
 
+// Small M walks B in k blocks of ~8 rows: a divisor of K near 8, or none for prime K.
+Test(perf_paths, small_m_k_blocks) {
+  check_dense_path(1, 768, 3072, 1, "blocks [0, 0, 8]");
+  check_dense_path(5, 1001, 200, 1, "blocks [0, 0, 7]");
+  check_dense_path(13, 1009, 100, 1, "blocks [0, 0, 0]");
+  check_dense_path_act(9, 390, 301, 1, 1, 2, "blocks [0, 0, 6]");  // epilogue apart
+}
+
 // B packed into panels (plan_packed): B too large for L2, enough rows to reuse it.
 // Prime and odd M (a peeled row tile), K with and without k blocks (and a k block not
 // a multiple of 8 rows), n blocks that are not powers of two, splits over N and M.
