@@ -64,9 +64,18 @@ static struct {
 } g_opt = {0, 0, NULL, NULL, NULL, NULL};
 
 // Median time of one call in microseconds: `reps` samples, each a batch sized so a
-// sample lasts ~2 ms (~0.5 ms quick), after a warm-up call.
+// sample lasts ~2 ms (~0.5 ms quick), after ~50 ms (10 quick) of warm-up calls. After
+// the pause between implementations, threads took tens of milliseconds to run at full
+// speed here: 1x768x3072 at 2 threads timed 270-310 us (libjitml) and 125-165 us
+// (oneDNN) over 21 samples after one warm-up call, 87 and 88 us over 64.
 static double time_median(bench_fn fn, void *user) {
-  fn(user);
+  struct timespec w0, w1;
+  clock_gettime(CLOCK_MONOTONIC, &w0);  // wall time, also under --cputime
+  for (double warm = g_opt.quick ? 10e3 : 50e3;;) {
+    fn(user);
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    if ((w1.tv_sec - w0.tv_sec) * 1e6 + (w1.tv_nsec - w0.tv_nsec) / 1e3 >= warm) break;
+  }
   double t0 = now_us();
   fn(user);
   double one = now_us() - t0;
