@@ -97,21 +97,20 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
   return remove(path);
 }
 
-// Whether the transform script of the kernel compiled while g_dump_dir was set holds
-// `needle` (the strategy writes a comment naming its choices at the top of each op).
-static bool script_has(const char *needle) {
+// Whether the dumped stage `suffix` (its first 16 KiB) of a kernel compiled while
+// g_dump_dir was set holds `needle`.
+static bool dump_has(const char *suffix, const char *needle) {
   DIR *d = opendir(g_dump_dir);
   cr_assert(d, "cannot open %s", g_dump_dir);
   bool found = false;
-  static const char kSuffix[] = "-03-transform-script.mlir";
   for (struct dirent *e; (e = readdir(d)) && !found;) {
-    size_t n = strlen(e->d_name), m = sizeof kSuffix - 1;
-    if (n < m || strcmp(e->d_name + n - m, kSuffix)) continue;
+    size_t n = strlen(e->d_name), m = strlen(suffix);
+    if (n < m || strcmp(e->d_name + n - m, suffix)) continue;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", g_dump_dir, e->d_name);
     FILE *f = fopen(path, "rb");
     cr_assert(f);
-    char buf[4096];
+    static char buf[16384];
     size_t len = fread(buf, 1, sizeof buf - 1, f);
     buf[len] = 0;
     fclose(f);
@@ -119,6 +118,12 @@ static bool script_has(const char *needle) {
   }
   closedir(d);
   return found;
+}
+
+// Whether the transform script holds `needle` (the strategy writes a comment naming
+// its choices at the top of each op).
+static bool script_has(const char *needle) {
+  return dump_has("-03-transform-script.mlir", needle);
 }
 
 // Whether kernels compiled for 2 threads really split: ASan builds keep every kernel
@@ -403,5 +408,52 @@ Test(perf_paths, softmax_rows) {
       free(x);
       free(want);
     }
+  }
+}
+
+// Rows split across threads: each thread runs whole row loops (max, exp, sum and the
+// division fused), with no full-size intermediate on the heap, and the result does
+// not depend on the thread count (every row is reduced by one thread, in one order).
+Test(perf_paths, softmax_rows_split_across_threads) {
+  static const int64_t shapes[][3] = {{64, 1024, 0}, {16, 3001, 0}, {4, 9, 1031}};
+  for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+    int rank = shapes[k][2] ? 3 : 2;
+    int64_t s[3] = {shapes[k][0], shapes[k][1], shapes[k][2]};
+    int64_t n = s[0] * s[1] * (rank == 3 ? s[2] : 1);
+    float *x = tu_malloc(sizeof(float) * (size_t)n), *want = tu_malloc(sizeof(float) * (size_t)n);
+    float *got[2] = {tu_malloc(sizeof(float) * (size_t)n), tu_malloc(sizeof(float) * (size_t)n)};
+    ref_rng rng;
+    ref_rng_seed(&rng, (uint64_t)n + 7);
+    ref_rng_fill(&rng, x, n, -30.0f, 30.0f);
+    ref_softmax(x, rank, s, rank - 1, want);
+    for (int t = 1; t <= 2; t++) {
+      snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-perf-XXXXXX");
+      cr_assert(mkdtemp(g_dump_dir));
+      jit_context *ctx = ctx_threads(t);
+      jit_graph *g = tu_graph(ctx, "softmax");
+      jit_output(g, jit_softmax(g, jit_input(g, "x", TU_F32, rank, s), rank - 1));
+      TU_OK(jit_graph_finalize(g));
+      DLTensor in = tu_tensor(x, TU_F32, rank, s);
+      DLTensor out = tu_tensor(got[t - 1], TU_F32, rank, s);
+      TU_OK(jit_run(g, &in, 1, &out, 1));
+      tu_assert_close(got[t - 1], want, n, 1e-5, 1e-7, rank, s, "softmax");
+      if (t == 2 && kThreadsSplit)
+        cr_expect(dump_has("-04-bufferized.mlir", "scf.forall"),
+                  "softmax %lldx%lld: rows not split across threads", (long long)s[0],
+                  (long long)s[1]);
+      cr_expect(!dump_has("-04-bufferized.mlir", "memref.alloc("),
+                "softmax %lldx%lld threads=%d: a heap intermediate is left",
+                (long long)s[0], (long long)s[1], t);
+      jit_graph_destroy(g);
+      jit_context_destroy(ctx);
+      nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+      g_dump_dir[0] = 0;
+    }
+    cr_expect(memcmp(got[0], got[1], sizeof(float) * (size_t)n) == 0,
+              "softmax %lldx%lld: 1 and 2 threads differ", (long long)s[0], (long long)s[1]);
+    free(x);
+    free(want);
+    free(got[0]);
+    free(got[1]);
   }
 }
