@@ -278,15 +278,17 @@ static jit_status jit__add_entry(LLVMContextRef llctx, LLVMModuleRef mod,
 }
 
 // LLVM's part when MLIR has vectorized the kernel's ops: the vector code needs
-// cleaning up (allocas, redundant loads, loop-invariant address arithmetic) and the
-// loops of its fills vectorizing, not O2's repeated instcombine/GVN rounds, inliner and
-// loop passes. Measured (one run, 5 reps): "LLVM IR + O2" 30-55 ms -> 4-17 ms on the
-// matmul and fused gelu(xW+b) kernels of the benchmark, at the same kernel speed.
-// Kernels that leave other work to LLVM's vectorizers keep O2: with this pipeline the
-// masked matmul (17x1000x31) was 8x slower, and the row reductions 3-4x.
+// cleaning up (allocas, redundant loads, loop-invariant address arithmetic), the
+// loops of its fills vectorizing and, for masked matmuls, MLIR's one-lane vectors
+// combining into whole registers (SLP + vector-combine), not O2's repeated
+// instcombine/GVN rounds, inliner and loop passes. Measured: "LLVM IR + O2" 30-55 ms
+// -> 4-17 ms on the matmul and fused gelu(xW+b) kernels of the benchmark, and the
+// masked 17x1000x31 kernel's compile 396 M -> 291 M instructions, at the same kernel
+// speed. Kernels that leave loops to LLVM's vectorizers keep O2: softmax's rows were
+// 1.5x slower with this pipeline (3-4x without its loop-vectorize).
 static const char kLightLLVMPipeline[] =
     "function(sroa,early-cse<memssa>,instcombine,simplifycfg,loop-mssa(licm),gvn,"
-    "loop-vectorize,slp-vectorizer,instcombine,simplifycfg)";
+    "loop-vectorize,slp-vectorizer,vector-combine,instcombine,simplifycfg)";
 
 // After bufferization: whether `op` holds a linalg op that MLIR did not vectorize and
 // that is more than a fill, e.g. a reduction left to LLVM's loop vectorizer. (A fill
@@ -302,8 +304,9 @@ static MlirWalkResult jit__find_unvectorized(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-// `fmas`: after O2, turn vector fmul + fadd pairs into FMAs (jit__cpu_contract_fmas);
-// only after O2 has SLP-combined MLIR's one-lane vectors into whole registers.
+// `fmas`: after the passes, turn vector fmul + fadd pairs into FMAs
+// (jit__cpu_contract_fmas), once SLP has combined MLIR's one-lane vectors into whole
+// registers.
 // `light`: kLightLLVMPipeline instead of O2.
 static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_options *o,
                                       bool fmas, bool light, jit__artifact *out) {
@@ -436,7 +439,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   if (options->opt_level <= 0 && (status = jit__run_matmul_loops(ctx, module, diag)))
     goto done;
   jit__dump_op(options, func_name, "04-bufferized.mlir", mop);
-  if (options->opt_level > 0 && plan.n_masked == 0) {
+  if (options->opt_level > 0) {
     bool left = false;
     mlirOperationWalk(mop, jit__find_unvectorized, &left, MlirWalkPreOrder);
     light = !left;
