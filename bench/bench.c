@@ -375,22 +375,15 @@ static void set_peer_threads(int t) {
   if (g_omp_set_threads) g_omp_set_threads(t);
 }
 
-// matmul (gelu = 0) or gelu(x W + b) (gelu = 1).
-static void case_matmul(int M, int K, int N, int threads, int gelu) {
-  char name[48];
-  if (gelu)
-    snprintf(name, sizeof name, "gelu(xW+b) %dx%dx%d", M, K, N);
-  else
-    snprintf(name, sizeof name, "matmul %dx%dx%d", M, K, N);
-  if (!wanted(name)) return;
-  row *r = new_row(name, threads, "GFLOP/s", 2.0 * M * N * K);
-  float *a = alloc_f32((size_t)M * K, 1), *b = alloc_f32((size_t)K * N, 2);
-  float *bias = alloc_f32((size_t)N, 3), *c = alloc_f32((size_t)M * N, 4);
-
-  jit_context *ctx = make_ctx(threads);
+// The graph of matmul (gelu = 0) or gelu(x W + b) (gelu = 1) on a (M x K), b (K x N),
+// bias (N) -> c (M x N), finalized, not compiled.
+static jit_case dense_case(jit_context *ctx, int M, int K, int N, int gelu, float *a,
+                           float *b, float *bias, float *c) {
   jit_case jc = {0};
   check(jit_graph_create(ctx, gelu ? "dense_gelu" : "matmul", &jc.g), "graph");
-  int64_t sa[2] = {M, K}, sb[2] = {K, N}, sbias[1] = {N}, sc[2] = {M, N};
+  // Static: DLTensors keep pointers to these shapes.
+  static int64_t sa[2], sb[2], sbias[1], sc[2];
+  sa[0] = sc[0] = M, sa[1] = sb[0] = K, sb[1] = sbias[0] = sc[1] = N;
   jit_value x = jit_input(jc.g, "x", F32, 2, sa);
   jit_value w = jit_input(jc.g, "w", F32, 2, sb);
   jit_value y = jit_matmul(jc.g, x, w);
@@ -406,6 +399,23 @@ static void case_matmul(int M, int K, int N, int threads, int gelu) {
   jit_output(jc.g, y);
   check(jit_graph_finalize(jc.g), "finalize");
   jc.out[0] = tensor(c, 2, sc);
+  return jc;
+}
+
+// matmul (gelu = 0) or gelu(x W + b) (gelu = 1).
+static void case_matmul(int M, int K, int N, int threads, int gelu) {
+  char name[48];
+  if (gelu)
+    snprintf(name, sizeof name, "gelu(xW+b) %dx%dx%d", M, K, N);
+  else
+    snprintf(name, sizeof name, "matmul %dx%dx%d", M, K, N);
+  if (!wanted(name)) return;
+  row *r = new_row(name, threads, "GFLOP/s", 2.0 * M * N * K);
+  float *a = alloc_f32((size_t)M * K, 1), *b = alloc_f32((size_t)K * N, 2);
+  float *bias = alloc_f32((size_t)N, 3), *c = alloc_f32((size_t)M * N, 4);
+
+  jit_context *ctx = make_ctx(threads);
+  jit_case jc = dense_case(ctx, M, K, N, gelu, a, b, bias, c);
   jit_case_compile(&jc);
   r->compile_ms = jc.compile_ms;
   r->jit_us = time_median(jit_case_run, &jc);
@@ -599,6 +609,79 @@ static void case_overhead(void) {
   print_row(r);
   free(x);
   free(y);
+}
+
+//===--- Compile time ------------------------------------------------------===//
+//
+// The first call's cost for a new shape: jit_graph_compile in a fresh context with no
+// disk cache, one thread, median of `reps` (3 quick) compiles, as wall time and as the
+// compiling thread's CPU time (which other tenants of a busy machine inflate less).
+// Peer: oneDNN creating its JIT (brgemm) matmul primitive for the same shape, with its
+// primitive cache off. CSV rows: case "compile <name>", unit "ms", jitml_us = median
+// wall ms, ref_us = median CPU ms, onednn_us = oneDNN creation ms.
+
+static double thread_cpu_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static double median_of(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return v[n / 2];
+}
+
+static void case_compile_one(int M, int K, int N, int gelu) {
+  char name[64];
+  snprintf(name, sizeof name, "compile %s %dx%dx%d", gelu ? "gelu(xW+b)" : "matmul", M, K, N);
+  if (!wanted(name)) return;
+  float *a = alloc_f32((size_t)M * K, 1), *b = alloc_f32((size_t)K * N, 2);
+  float *bias = alloc_f32((size_t)N, 3), *c = alloc_f32((size_t)M * N, 4);
+  int reps = g_opt.quick ? 3 : 7;
+  double wall[16], cpu[16], dnnl[16];
+  for (int r = 0; r < reps; r++) {
+    jit_context *ctx = make_ctx(1);
+    jit_case jc = dense_case(ctx, M, K, N, gelu, a, b, bias, c);
+    double c0 = thread_cpu_ms(), t0 = now_us();
+    check(jit_graph_compile(jc.g, jc.in, jc.n_in), "jit_graph_compile");
+    wall[r] = (now_us() - t0) / 1e3;
+    cpu[r] = thread_cpu_ms() - c0;
+    jit_graph_destroy(jc.g);
+    jit_context_destroy(ctx);
+    dnnl[r] = 0;
+#if JITML_BENCH_HAVE_DNNL
+    if (g_have_dnnl) {
+      dnnl_case dc;
+      t0 = now_us();
+      if (dnnl_matmul_create(&dc, M, K, N, a, b, gelu ? bias : NULL, c, gelu))
+        dnnl[r] = (now_us() - t0) / 1e3;
+      dnnl_case_destroy(&dc);
+    }
+#endif
+  }
+  double w = median_of(wall, reps), u = median_of(cpu, reps), d = median_of(dnnl, reps);
+  printf("%-32s | %8.1f %8.1f | %8.2f\n", name, w, u, d);
+  fflush(stdout);
+  if (g_opt.csv_file)
+    fprintf(g_opt.csv_file, "%s,1,ms,%.1f,0,%.2f,%.1f,0,0,%.1f\n", name, w, d, u, w);
+  free(a);
+  free(b);
+  free(bias);
+  free(c);
+}
+
+static void case_compile(void) {
+  if (!wanted("compile")) return;
+#if JITML_BENCH_HAVE_DNNL
+  if (g_have_dnnl) dnnl_set_primitive_cache_capacity(0);
+#endif
+  printf("\nCompile time of a new shape (fresh context, no disk cache, 1 thread; medians "
+         "of %d)\n", g_opt.quick ? 3 : 7);
+  printf("%-32s | %8s %8s | %8s\n", "case", "wall ms", "cpu ms", "oneDNN ms");
+  static const int gm[] = {1, 32, 256};
+  for (int i = 0; i < 3; i++) case_compile_one(gm[i], 768, 3072, 1);
+  case_compile_one(512, 512, 512, 0);
+  case_compile_one(17, 1000, 31, 0);
 }
 
 //===--- Chart -----------------------------------------------------------===//
@@ -836,6 +919,7 @@ int main(int argc, char **argv) {
   for (int t = 1; t <= max_t; t++) case_elementwise(n, t);
   for (int t = 1; t <= max_t; t++) case_softmax(g_opt.quick ? 512 : 4096, 1024, bw, t);
   case_overhead();
+  case_compile();
   case_vulkan();
   if (g_opt.csv_file) fclose(g_opt.csv_file);
   write_chart();
