@@ -304,12 +304,15 @@ static MlirWalkResult jit__find_unvectorized(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-// `fmas`: after the passes, turn vector fmul + fadd pairs into FMAs
+// After the passes: with masked matmuls in `plan`, vector fmul + fadd pairs become FMAs
 // (jit__cpu_contract_fmas), once SLP has combined MLIR's one-lane vectors into whole
-// registers.
+// registers; divisions by a row's sum multiplications by its reciprocal; and streaming
+// kernels get their non-temporal stores and row prefetches (jit__cpu_stream_rows).
 // `light`: kLightLLVMPipeline instead of O2.
 static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_options *o,
-                                      bool fmas, bool light, jit__artifact *out) {
+                                      const jit__cpu_plan *plan, bool light,
+                                      jit__artifact *out) {
+  bool fmas = plan->n_masked > 0;
   char *err = NULL;
   LLVMTargetRef target;
   if (LLVMGetTargetFromTriple(o->triple, &target, &err)) {
@@ -342,6 +345,8 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
   LLVMDisposePassBuilderOptions(po);
   if (!lerr && fmas) jit__cpu_contract_fmas(mod);
   if (!lerr && o->opt_level > 0) jit__cpu_hoist_reciprocals(mod);
+  if (!lerr && o->opt_level > 0 && (plan->stream || plan->row_prefetch))
+    jit__cpu_stream_rows(mod, plan->stream, plan->row_prefetch);
   double t_opt = jit__lower_ms();
   if (lerr) {
     char *m = LLVMGetErrorMessage(lerr);
@@ -473,7 +478,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);
   if (status) goto done;
   jit__dump_llvm(options, func_name, "06-llvm.ll", mod);
-  status = jit__llvm_to_object(mod, options, plan.n_masked > 0, light, out);
+  status = jit__llvm_to_object(mod, options, &plan, light, out);
   jit__dump_llvm(options, func_name, "07-llvm-optimized.ll", mod);
   out->ms_llvm_opt = jit__lower_ms() - t1 - out->ms_codegen;
 

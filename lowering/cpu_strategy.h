@@ -28,6 +28,11 @@ typedef struct jit__cpu_plan {
   int64_t pack[JIT__CPU_MAX_PACK][3];
   int n_pack;
   int n_masked;      // matmuls vectorized with masks: contract their fmul + fadd
+  // Streaming (cpu_strategy.c, "Streaming"): the outputs are large and written once,
+  // so their vector stores go straight to memory (jit__cpu_stream_rows); and for a lone
+  // row loop over a large input, the bytes from one row to the next, to prefetch it.
+  bool stream;
+  int64_t row_prefetch;
 } jit__cpu_plan;
 
 // Tags the module's linalg ops with `jit_s = i` and writes the script that transforms
@@ -63,5 +68,12 @@ int jit__cpu_contract_fmas(LLVMModuleRef mod);
 // with a multiplication by its reciprocal, computed once (cpu_vmath.c). Run after O2,
 // which has vectorized and hoisted the divisor. Returns the number replaced.
 int jit__cpu_hoist_reciprocals(LLVMModuleRef mod);
+
+// After O2, for plan->stream and plan->row_prefetch (x86 only): marks the vector
+// stores to caller memory non-temporal, with an SFENCE before each return of their
+// function, and makes the first vector loads of caller memory in each function also
+// prefetch `row_bytes` ahead (cpu_vmath.c). Returns the number of stores and loads
+// changed.
+int jit__cpu_stream_rows(LLVMModuleRef mod, bool stream, int64_t row_bytes);
 
 #endif  // JITML_LOWERING_CPU_STRATEGY_H_

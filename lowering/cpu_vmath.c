@@ -8,6 +8,8 @@
 // O2: Cephes' expf (range reduction by ln 2 in two parts, degree-5 polynomial, 2^n
 // built in the exponent bits), within 2 ulp of expf on its normal range. +inf, -inf,
 // NaN and 0 are exact; results below ~1e-38 flush to 0.
+// The other LLVM-IR rewrites of CPU kernels live here too: reassociable reduction adds,
+// FMA contraction, reciprocals of row sums, streaming stores and row prefetches.
 //
 //===----------------------------------------------------------------------===//
 #include <stdlib.h>
@@ -269,4 +271,137 @@ int jit__cpu_hoist_reciprocals(LLVMModuleRef mod) {
     }
   LLVMDisposeBuilder(v.b);
   return count;
+}
+
+//===--- Streaming stores and row prefetch --------------------------------===//
+
+// Whether pointer `p` points into memory the caller passed in (a kernel argument, or a
+// pointer loaded from the entry wrapper's argument array), on every path: not into a
+// stack slot, a heap allocation or anything unknown. `seen` breaks the cycles of the
+// loop-carried pointers (phi -> gep -> phi).
+static bool caller_memory(LLVMValueRef p, LLVMValueRef *seen, int *n_seen, int depth) {
+  if (depth > 32) return false;
+  if (LLVMIsAArgument(p)) return true;
+  if (!LLVMIsAInstruction(p)) return false;
+  switch (LLVMGetInstructionOpcode(p)) {
+    case LLVMGetElementPtr:
+    case LLVMBitCast:
+      return caller_memory(LLVMGetOperand(p, 0), seen, n_seen, depth + 1);
+    case LLVMLoad:
+      return LLVMGetTypeKind(LLVMTypeOf(p)) == LLVMPointerTypeKind;
+    case LLVMSelect:
+      return caller_memory(LLVMGetOperand(p, 1), seen, n_seen, depth + 1) &&
+             caller_memory(LLVMGetOperand(p, 2), seen, n_seen, depth + 1);
+    case LLVMPHI: {
+      for (int k = 0; k < *n_seen; k++)
+        if (seen[k] == p) return true;  // judged by its other incoming values
+      if (*n_seen >= 64) return false;
+      seen[(*n_seen)++] = p;
+      for (unsigned k = 0; k < LLVMCountIncoming(p); k++)
+        if (!caller_memory(LLVMGetIncomingValue(p, k), seen, n_seen, depth + 1))
+          return false;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+static bool is_caller_memory(LLVMValueRef p) {
+  LLVMValueRef seen[64];
+  int n_seen = 0;
+  return caller_memory(p, seen, &n_seen, 0);
+}
+
+static bool is_vector(LLVMValueRef v) {
+  return LLVMGetTypeKind(LLVMTypeOf(v)) == LLVMVectorTypeKind;
+}
+
+static LLVMValueRef i32c(LLVMContextRef ctx, int x) {
+  return LLVMConstInt(LLVMInt32TypeInContext(ctx), (unsigned long long)x, 0);
+}
+
+// Vector stores to caller memory become non-temporal (x86 MOVNT*: written to memory
+// without first reading the line in, which a plain store does: a third of a streaming
+// kernel's traffic), with an SFENCE before each return of a function that made one, so
+// the stores are ordered before whatever the caller or the OpenMP join does next.
+// Unaligned ones (the output's alignment is unknown) are split by the x86 backend
+// into 8-byte non-temporal stores, which still write whole lines.
+static int stream_stores(LLVMModuleRef mod, LLVMBuilderRef b) {
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  unsigned kind = LLVMGetMDKindIDInContext(ctx, "nontemporal", 11);
+  LLVMMetadataRef one = LLVMValueAsMetadata(i32c(ctx, 1));
+  LLVMValueRef md = LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, &one, 1));
+  int total = 0;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    int count = 0;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+      for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = LLVMGetNextInstruction(i))
+        if (LLVMGetInstructionOpcode(i) == LLVMStore && is_vector(LLVMGetOperand(i, 0)) &&
+            is_caller_memory(LLVMGetOperand(i, 1))) {
+          LLVMSetMetadata(i, kind, md);
+          count++;
+        }
+    if (!count) continue;
+    const char *name = "llvm.x86.sse.sfence";
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef sfence = LLVMGetIntrinsicDeclaration(mod, id, NULL, 0);
+    LLVMTypeRef fty = LLVMIntrinsicGetType(ctx, id, NULL, 0);
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
+      LLVMValueRef term = LLVMGetBasicBlockTerminator(bb);
+      if (term && LLVMGetInstructionOpcode(term) == LLVMRet) {
+        LLVMPositionBuilderBefore(b, term);
+        LLVMBuildCall2(b, fty, sfence, NULL, 0, "");
+      }
+    }
+    total += count;
+  }
+  return total;
+}
+
+// In the first block of each function that loads vectors from caller memory (a row
+// kernel's first pass over its row: the max of softmax), each such load also
+// prefetches the same place `row_bytes` further, i.e. the next row. The hardware
+// prefetcher stops at the end of a row while the row's exp and sums run; this keeps the
+// memory busy during them.
+static int prefetch_next_row(LLVMModuleRef mod, LLVMBuilderRef b, int64_t row_bytes) {
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  LLVMTypeRef i8 = LLVMInt8TypeInContext(ctx);
+  LLVMTypeRef ptr = LLVMPointerTypeInContext(ctx, 0);
+  const char *name = "llvm.prefetch";
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  LLVMValueRef fn_pf = LLVMGetIntrinsicDeclaration(mod, id, &ptr, 1);
+  LLVMTypeRef fty = LLVMIntrinsicGetType(ctx, id, &ptr, 1);
+  LLVMValueRef off = LLVMConstInt(LLVMInt64TypeInContext(ctx), (unsigned long long)row_bytes, 0);
+  int total = 0;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    if (fn == fn_pf) continue;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
+      int count = 0;
+      for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = LLVMGetNextInstruction(i)) {
+        if (LLVMGetInstructionOpcode(i) != LLVMLoad || !is_vector(i) ||
+            !is_caller_memory(LLVMGetOperand(i, 0)))
+          continue;
+        LLVMPositionBuilderBefore(b, i);
+        LLVMValueRef p = LLVMGetOperand(i, 0);
+        LLVMValueRef args[4] = {LLVMBuildGEP2(b, i8, p, &off, 1, ""), i32c(ctx, 0),
+                                i32c(ctx, 3), i32c(ctx, 1)};
+        LLVMBuildCall2(b, fty, fn_pf, args, 4, "");
+        count++;
+      }
+      if (count) {
+        total += count;
+        break;
+      }
+    }
+  }
+  return total;
+}
+
+int jit__cpu_stream_rows(LLVMModuleRef mod, bool stream, int64_t row_bytes) {
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(LLVMGetModuleContext(mod));
+  int n = stream ? stream_stores(mod, b) : 0;
+  if (row_bytes > 0) n += prefetch_next_row(mod, b, row_bytes);
+  LLVMDisposeBuilder(b);
+  return n;
 }

@@ -110,7 +110,7 @@ static bool dump_has(const char *suffix, const char *needle) {
     snprintf(path, sizeof path, "%s/%s", g_dump_dir, e->d_name);
     FILE *f = fopen(path, "rb");
     cr_assert(f);
-    static char buf[16384];
+    static char buf[1 << 18];
     size_t len = fread(buf, 1, sizeof buf - 1, f);
     buf[len] = 0;
     fclose(f);
@@ -456,4 +456,95 @@ Test(perf_paths, softmax_rows_split_across_threads) {
     free(got[0]);
     free(got[1]);
   }
+}
+
+// Large outputs written once go straight to memory (non-temporal stores, fenced), and a
+// large row loop prefetches its next row; small ones keep plain stores, so the next
+// kernel still finds them in the cache. Exact against the reference either way, at 1
+// and 2 threads, with rows that are not a whole number of vectors.
+static void check_softmax_streams(int64_t rows, int64_t cols, bool streams) {
+  int64_t s[2] = {rows, cols}, n = rows * cols;
+  float *x = tu_malloc(sizeof(float) * (size_t)n), *want = tu_malloc(sizeof(float) * (size_t)n);
+  float *got = tu_malloc(sizeof(float) * (size_t)n);
+  ref_rng rng;
+  ref_rng_seed(&rng, (uint64_t)n);
+  ref_rng_fill(&rng, x, n, -30.0f, 30.0f);
+  ref_softmax(x, 2, s, 1, want);
+  for (int t = 1; t <= 2; t++) {
+    snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-perf-XXXXXX");
+    cr_assert(mkdtemp(g_dump_dir));
+    jit_context *ctx = ctx_threads(t);
+    jit_graph *g = tu_graph(ctx, "softmax");
+    jit_output(g, jit_softmax(g, jit_input(g, "x", TU_F32, 2, s), 1));
+    TU_OK(jit_graph_finalize(g));
+    DLTensor in = tu_tensor(x, TU_F32, 2, s);
+    DLTensor out = tu_tensor(got, TU_F32, 2, s);
+    memset(got, 0, sizeof(float) * (size_t)n);
+    TU_OK(jit_run(g, &in, 1, &out, 1));
+    tu_assert_close(got, want, n, 1e-5, 1e-7, 2, s, "softmax");
+    cr_expect(dump_has("-07-llvm-optimized.ll", "!nontemporal") == streams,
+              "softmax %lldx%lld threads=%d: stores %sstreamed", (long long)rows,
+              (long long)cols, t, streams ? "not " : "");
+    cr_expect(dump_has("-07-llvm-optimized.ll", "@llvm.prefetch") == streams,
+              "softmax %lldx%lld threads=%d: next row %sprefetched", (long long)rows,
+              (long long)cols, t, streams ? "not " : "");
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+    nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    g_dump_dir[0] = 0;
+  }
+  free(x);
+  free(want);
+  free(got);
+}
+
+Test(perf_paths, large_softmax_streams_small_does_not) {
+  check_softmax_streams(2054, 1031, true);  // 8.08 MiB out
+  check_softmax_streams(64, 1024, false);
+}
+
+// relu(a * b + c) over 2^21 + 17 floats (8 MiB and a bit, a prime count): streamed,
+// exact, and the same at 1 and 2 threads.
+Test(perf_paths, large_elementwise_chain_streams) {
+  int64_t n = (1 << 21) + 17, s[1] = {n};
+  float *a = tu_malloc(sizeof(float) * (size_t)n), *b = tu_malloc(sizeof(float) * (size_t)n);
+  float *c = tu_malloc(sizeof(float) * (size_t)n), *want = tu_malloc(sizeof(float) * (size_t)n);
+  float *got = tu_malloc(sizeof(float) * (size_t)n);
+  ref_rng rng;
+  ref_rng_seed(&rng, 99);
+  ref_rng_fill_signed(&rng, a, n);
+  ref_rng_fill_signed(&rng, b, n);
+  ref_rng_fill_signed(&rng, c, n);
+  for (int64_t i = 0; i < n; i++) {
+    float v = a[i] * b[i] + c[i];
+    want[i] = v > 0.0f ? v : 0.0f;
+  }
+  for (int t = 1; t <= 2; t++) {
+    snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-perf-XXXXXX");
+    cr_assert(mkdtemp(g_dump_dir));
+    jit_context *ctx = ctx_threads(t);
+    jit_graph *g = tu_graph(ctx, "chain");
+    jit_value va = jit_input(g, "a", TU_F32, 1, s);
+    jit_value vb = jit_input(g, "b", TU_F32, 1, s);
+    jit_value vc = jit_input(g, "c", TU_F32, 1, s);
+    jit_output(g, jit_relu(g, jit_add(g, jit_mul(g, va, vb), vc)));
+    TU_OK(jit_graph_finalize(g));
+    DLTensor in[3] = {tu_tensor(a, TU_F32, 1, s), tu_tensor(b, TU_F32, 1, s),
+                      tu_tensor(c, TU_F32, 1, s)};
+    DLTensor out = tu_tensor(got, TU_F32, 1, s);
+    memset(got, 0, sizeof(float) * (size_t)n);
+    TU_OK(jit_run(g, in, 3, &out, 1));
+    tu_assert_close(got, want, n, 1e-6, 1e-7, 1, s, "relu(a*b+c)");
+    cr_expect(dump_has("-07-llvm-optimized.ll", "!nontemporal"),
+              "relu(a*b+c) threads=%d: stores not streamed", t);
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+    nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    g_dump_dir[0] = 0;
+  }
+  free(a);
+  free(b);
+  free(c);
+  free(want);
+  free(got);
 }
