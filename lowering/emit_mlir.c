@@ -175,6 +175,9 @@ typedef enum body_kind {
   B_NEG, B_EXP, B_LOG, B_TANH, B_SIGMOID, B_RELU, B_GELU, B_SQRT, B_RSQRT,
   B_ACC_SUM,  // out + x
   B_ACC_MAX,  // max(out, x)
+  B_ACC_MAXNUM,  // max(out, x), a NaN x ignored (one vmaxps on x86, where the NaN-
+                 // propagating max is three instructions); for softmax, whose row a NaN
+                 // still turns all NaN, through its exp and sum
   B_ACC_MAC,  // out + x * y
   B_EXP_SUB,  // exp(x - y)
   B_DIV_BY,   // x / constant
@@ -268,6 +271,9 @@ static const char *emit_body(emitter *e, body_kind kind, const char *x, const ch
       return "%t0";
     case B_ACC_MAX:
       jit__text_printf(tb, "    %%t0 = arith.maximumf %s, %s : f32\n", out, x);
+      return "%t0";
+    case B_ACC_MAXNUM:
+      jit__text_printf(tb, "    %%t0 = arith.maxnumf %s, %s : f32\n", out, x);
       return "%t0";
     case B_ACC_MAC:
       jit__text_printf(tb,
@@ -536,7 +542,7 @@ static jit_status emit_softmax(emitter *e, const jit__node *n) {
   memset(iters, 'p', sizeof iters);
 
   // exp(x - max) keeps every exponent <= 0, so large inputs cannot overflow.
-  str mx = emit_reduce_f32(e, &x, axis, B_ACC_MAX, "0xFF800000", red_dims, false);
+  str mx = emit_reduce_f32(e, &x, axis, B_ACC_MAXNUM, "0xFF800000", red_dims, false);
   gen_operand red = {mx.s, JIT__F32, r - 1, red_dims, {0}};
   for (int d = 0, j = 0; d < r; d++)
     if (d != axis) red.map[j++] = d;

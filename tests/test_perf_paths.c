@@ -548,3 +548,43 @@ Test(perf_paths, large_elementwise_chain_streams) {
   free(want);
   free(got);
 }
+
+// Softmax's row max ignores NaN (arith.maxnumf, one instruction), but a row holding a
+// NaN still comes out all NaN through its exp and sum, as with a NaN-propagating max;
+// -inf entries become 0 and the rest of their row is unaffected. 1 and 2 threads.
+Test(perf_paths, softmax_nan_and_inf_rows) {
+  enum { R = 6, C = 37 };
+  int64_t s[2] = {R, C};
+  float x[R * C], got[R * C], want[R * C];
+  ref_rng rng;
+  ref_rng_seed(&rng, 5);
+  ref_rng_fill(&rng, x, R * C, -5.0f, 5.0f);
+  x[0 * C + 3] = NAN;       // row 0: one NaN
+  x[1 * C + 36] = NAN;      // row 1: NaN in the last (remainder) lane
+  x[2 * C + 0] = -INFINITY; // row 2: some -inf
+  x[2 * C + 20] = -INFINITY;
+  for (int j = 0; j < C; j++) x[3 * C + j] = NAN;  // row 3: all NaN
+  ref_softmax(x, 2, s, 1, want);
+  for (int t = 1; t <= 2; t++) {
+    jit_context *ctx = ctx_threads(t);
+    jit_graph *g = tu_graph(ctx, "softmax");
+    jit_output(g, jit_softmax(g, jit_input(g, "x", TU_F32, 2, s), 1));
+    TU_OK(jit_graph_finalize(g));
+    DLTensor in = tu_tensor(x, TU_F32, 2, s), out = tu_tensor(got, TU_F32, 2, s);
+    TU_OK(jit_run(g, &in, 1, &out, 1));
+    for (int i = 0; i < R; i++)
+      for (int j = 0; j < C; j++) {
+        float v = got[i * C + j];
+        if (i == 0 || i == 1 || i == 3) {
+          cr_expect(isnan(v), "threads=%d: row %d col %d is %g, not NaN", t, i, j, (double)v);
+        } else {
+          cr_expect(fabsf(v - want[i * C + j]) <= 1e-6f + 1e-5f * fabsf(want[i * C + j]),
+                    "threads=%d: row %d col %d is %g, want %g", t, i, j, (double)v,
+                    (double)want[i * C + j]);
+        }
+      }
+    cr_expect(got[2 * C + 0] == 0.0f && got[2 * C + 20] == 0.0f, "exp(-inf) is not 0");
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+}
