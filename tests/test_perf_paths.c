@@ -97,7 +97,19 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
   return remove(path);
 }
 
-// Whether the dumped stage `suffix` (its first 16 KiB) of a kernel compiled while
+// Contexts made by ctx_threads between these two dump every stage of every kernel into
+// a fresh temporary directory, removed by dump_end.
+static void dump_begin(void) {
+  snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-perf-XXXXXX");
+  cr_assert(mkdtemp(g_dump_dir));
+}
+
+static void dump_end(void) {
+  nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  g_dump_dir[0] = 0;
+}
+
+// Whether the dumped stage `suffix` (its first 256 KiB) of a kernel compiled while
 // g_dump_dir was set holds `needle`.
 static bool dump_has(const char *suffix, const char *needle) {
   DIR *d = opendir(g_dump_dir);
@@ -139,13 +151,11 @@ static const bool kThreadsSplit = true;
 static void check_dense_path_act(int M, int K, int N, int threads, int bias, int act,
                                  const char *needle) {
   if (!kThreadsSplit && strstr(needle, "split")) needle = "threads split none";
-  snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-perf-XXXXXX");
-  cr_assert(mkdtemp(g_dump_dir));
+  dump_begin();
   check_dense(M, K, N, threads, TU_F32, bias, act);
   cr_expect(script_has(needle), "%dx%dx%d threads=%d: script lacks `%s`", M, K, N,
             threads, needle);
-  nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  g_dump_dir[0] = 0;
+  dump_end();
 }
 
 static void check_dense_path(int M, int K, int N, int threads, const char *needle) {
@@ -427,8 +437,7 @@ Test(perf_paths, softmax_rows_split_across_threads) {
     ref_rng_fill(&rng, x, n, -30.0f, 30.0f);
     ref_softmax(x, rank, s, rank - 1, want);
     for (int t = 1; t <= 2; t++) {
-      snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-perf-XXXXXX");
-      cr_assert(mkdtemp(g_dump_dir));
+      dump_begin();
       jit_context *ctx = ctx_threads(t);
       jit_graph *g = tu_graph(ctx, "softmax");
       jit_output(g, jit_softmax(g, jit_input(g, "x", TU_F32, rank, s), rank - 1));
@@ -446,8 +455,7 @@ Test(perf_paths, softmax_rows_split_across_threads) {
                 (long long)s[0], (long long)s[1], t);
       jit_graph_destroy(g);
       jit_context_destroy(ctx);
-      nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-      g_dump_dir[0] = 0;
+      dump_end();
     }
     cr_expect(memcmp(got[0], got[1], sizeof(float) * (size_t)n) == 0,
               "softmax %lldx%lld: 1 and 2 threads differ", (long long)s[0], (long long)s[1]);
@@ -471,8 +479,7 @@ static void check_softmax_streams(int64_t rows, int64_t cols, bool streams) {
   ref_rng_fill(&rng, x, n, -30.0f, 30.0f);
   ref_softmax(x, 2, s, 1, want);
   for (int t = 1; t <= 2; t++) {
-    snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-perf-XXXXXX");
-    cr_assert(mkdtemp(g_dump_dir));
+    dump_begin();
     jit_context *ctx = ctx_threads(t);
     jit_graph *g = tu_graph(ctx, "softmax");
     jit_output(g, jit_softmax(g, jit_input(g, "x", TU_F32, 2, s), 1));
@@ -490,8 +497,7 @@ static void check_softmax_streams(int64_t rows, int64_t cols, bool streams) {
               (long long)cols, t, streams ? "not " : "");
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
-    nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    g_dump_dir[0] = 0;
+    dump_end();
   }
   free(x);
   free(want);
@@ -520,8 +526,7 @@ Test(perf_paths, large_elementwise_chain_streams) {
     want[i] = v > 0.0f ? v : 0.0f;
   }
   for (int t = 1; t <= 2; t++) {
-    snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-perf-XXXXXX");
-    cr_assert(mkdtemp(g_dump_dir));
+    dump_begin();
     jit_context *ctx = ctx_threads(t);
     jit_graph *g = tu_graph(ctx, "chain");
     jit_value va = jit_input(g, "a", TU_F32, 1, s);
@@ -539,8 +544,7 @@ Test(perf_paths, large_elementwise_chain_streams) {
               "relu(a*b+c) threads=%d: stores not streamed", t);
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
-    nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    g_dump_dir[0] = 0;
+    dump_end();
   }
   free(a);
   free(b);
