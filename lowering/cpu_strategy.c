@@ -453,6 +453,9 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
   w->n_masked++;
 }
 
+// Half of L1d: the most of C a small-M matmul keeps across its k blocks.
+#define JIT__L1_HALF (16 << 10)
+
 // Bytes of B from which a small-M matmul is split across threads (plan_matmul).
 #define JIT__SPLIT_B_BYTES (4 << 20)
 
@@ -553,6 +556,11 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     // well. At 16 rows, 1x768x3072 took 172-199 us vs 152-156 (8 rows), 8x768x3072
     // 680 vs 520 us; 4 and 12 rows were no better than 8.
     kc = pick_block(K, 8, 1);
+    // Each k block reads and writes the thread's rows of C, so they are kept in half of
+    // L1 by n blocks when they would not fit: 8x768x3072 at 2 threads (a C half of 48
+    // KiB) took 430-440 us with n blocks of 512 vs 490-650 us without (1 thread: the
+    // same within noise). A single row (M = 1, 12 KiB) stays one block.
+    if (M * tN * 4 > JIT__L1_HALF) nc = pick_block(tN, JIT__L1_HALF / 4 / M, tn);
   }
   int64_t em = mc ? mc : tM, en = nc ? nc : tN;  // extents the register tiles walk
   // A remainder that is not a whole number of vectors (31 = 16 + 15) makes LLVM
