@@ -325,14 +325,79 @@ static LLVMValueRef i32c(LLVMContextRef ctx, int x) {
 // without first reading the line in, which a plain store does: a third of a streaming
 // kernel's traffic), with an SFENCE before each return of a function that made one, so
 // the stores are ordered before whatever the caller or the OpenMP join does next.
-// Unaligned ones (the output's alignment is unknown) are split by the x86 backend
-// into 8-byte non-temporal stores, which still write whole lines.
+// The output's alignment is unknown here, and the x86 backend splits a non-temporal
+// store it cannot prove aligned into 8-byte MOVNTSDs (two instructions per 8 bytes).
+// So each such store is versioned (version_aligned): one whole-vector MOVNTPS when the
+// address turns out aligned at run time, which it is for every store of a row loop over
+// an aligned output (jit_tensor_alloc, NumPy, PyTorch), else the 8-byte stores.
+
+// Moves the instructions of `bb` before `at` (its PHIs included) into a new block
+// placed before it, and has the predecessors of `bb` branch there instead. Returns the
+// new block; `bb` keeps `at`, what follows it and its terminator, so the successors'
+// PHIs still name the right block.
+static LLVMBasicBlockRef split_before(LLVMContextRef ctx, LLVMBuilderRef b, LLVMValueRef fn,
+                                      LLVMBasicBlockRef bb, LLVMValueRef at) {
+  LLVMBasicBlockRef head = LLVMInsertBasicBlockInContext(ctx, bb, "");
+  for (LLVMBasicBlockRef p = LLVMGetFirstBasicBlock(fn); p; p = LLVMGetNextBasicBlock(p)) {
+    LLVMValueRef term = LLVMGetBasicBlockTerminator(p);
+    if (!term || p == head) continue;
+    for (unsigned k = 0; k < LLVMGetNumSuccessors(term); k++)
+      if (LLVMGetSuccessor(term, k) == bb) LLVMSetSuccessor(term, k, head);
+  }
+  LLVMPositionBuilderAtEnd(b, head);
+  for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i && i != at;) {
+    LLVMValueRef next = LLVMGetNextInstruction(i);
+    LLVMInstructionRemoveFromParent(i);
+    LLVMInsertIntoBuilder(b, i);
+    i = next;
+  }
+  return head;
+}
+
+// store -> if (address % a == 0) { copy aligned to a } else { store }, for a vector
+// store of a power of two bytes from 16 not known to be aligned, a being its size up to
+// 64 (a wider store is split into a-byte ones). Returns whether it did.
+static bool version_aligned(LLVMContextRef ctx, LLVMBuilderRef b, LLVMValueRef st) {
+  LLVMTypeRef vty = LLVMTypeOf(LLVMGetOperand(st, 0));
+  unsigned lanes = LLVMGetVectorSize(vty);
+  LLVMTypeRef ety = LLVMGetElementType(vty);
+  unsigned ebits = LLVMGetTypeKind(ety) == LLVMFloatTypeKind    ? 32
+                   : LLVMGetTypeKind(ety) == LLVMDoubleTypeKind ? 64
+                   : LLVMGetTypeKind(ety) == LLVMIntegerTypeKind ? LLVMGetIntTypeWidth(ety)
+                                                                 : 0;
+  unsigned size = lanes * ebits / 8, a = size < 64 ? size : 64;
+  if (size < 16 || (size & (size - 1)) || LLVMGetAlignment(st) >= a) return false;
+  LLVMBasicBlockRef bb = LLVMGetInstructionParent(st);
+  LLVMValueRef fn = LLVMGetBasicBlockParent(bb);
+  LLVMBasicBlockRef head = split_before(ctx, b, fn, bb, st);
+  LLVMBasicBlockRef yes = LLVMInsertBasicBlockInContext(ctx, bb, "");
+  LLVMBasicBlockRef no = LLVMInsertBasicBlockInContext(ctx, bb, "");
+  LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx);
+  LLVMPositionBuilderAtEnd(b, head);
+  LLVMValueRef addr = LLVMBuildPtrToInt(b, LLVMGetOperand(st, 1), i64, "");
+  LLVMValueRef low = LLVMBuildAnd(b, addr, LLVMConstInt(i64, a - 1, 0), "");
+  LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntEQ, low, LLVMConstInt(i64, 0, 0), ""), yes,
+                  no);
+  LLVMValueRef copy = LLVMInstructionClone(st);
+  LLVMSetAlignment(copy, a);
+  LLVMPositionBuilderAtEnd(b, yes);
+  LLVMInsertIntoBuilder(b, copy);
+  LLVMBuildBr(b, bb);
+  LLVMInstructionRemoveFromParent(st);
+  LLVMPositionBuilderAtEnd(b, no);
+  LLVMInsertIntoBuilder(b, st);
+  LLVMBuildBr(b, bb);
+  return true;
+}
+
 static int stream_stores(LLVMModuleRef mod, LLVMBuilderRef b) {
   LLVMContextRef ctx = LLVMGetModuleContext(mod);
   unsigned kind = LLVMGetMDKindIDInContext(ctx, "nontemporal", 11);
   LLVMMetadataRef one = LLVMValueAsMetadata(i32c(ctx, 1));
   LLVMValueRef md = LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, &one, 1));
   int total = 0;
+  LLVMValueRef *stores = NULL;
+  int cap = 0;
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
     int count = 0;
     for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
@@ -340,9 +405,17 @@ static int stream_stores(LLVMModuleRef mod, LLVMBuilderRef b) {
         if (LLVMGetInstructionOpcode(i) == LLVMStore && is_vector(LLVMGetOperand(i, 0)) &&
             is_caller_memory(LLVMGetOperand(i, 1))) {
           LLVMSetMetadata(i, kind, md);
-          count++;
+          if (count == cap) {
+            LLVMValueRef *grown = realloc(stores, sizeof *stores * (size_t)(cap ? 2 * cap : 64));
+            if (!grown) continue;  // left as it is: correct, only slower
+            stores = grown;
+            cap = cap ? 2 * cap : 64;
+          }
+          stores[count++] = i;
         }
     if (!count) continue;
+    // Versioned once all are found: the splits reorder the function's blocks.
+    for (int k = 0; k < count; k++) version_aligned(ctx, b, stores[k]);
     const char *name = "llvm.x86.sse.sfence";
     unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
     LLVMValueRef sfence = LLVMGetIntrinsicDeclaration(mod, id, NULL, 0);
@@ -356,6 +429,7 @@ static int stream_stores(LLVMModuleRef mod, LLVMBuilderRef b) {
     }
     total += count;
   }
+  free(stores);
   return total;
 }
 

@@ -466,14 +466,31 @@ Test(perf_paths, softmax_rows_split_across_threads) {
   }
 }
 
-// Large outputs written once go straight to memory (non-temporal stores, fenced), and a
+// Whether the kernel's streaming stores have a whole-vector version (32- or 64-byte
+// aligned, by the vector width) for outputs that are aligned at run time.
+static bool has_aligned_stream(void) {
+  return dump_has("-07-llvm-optimized.ll", "align 32, !nontemporal") ||
+         dump_has("-07-llvm-optimized.ll", "align 64, !nontemporal");
+}
+
+// A 64-byte aligned buffer of n floats and 16 more, so that it can also be used 4 bytes
+// in (a misaligned output).
+static float *alloc_out(int64_t n) {
+  float *p = aligned_alloc(64, sizeof(float) * (size_t)(n + 16) / 64 * 64 + 64);
+  cr_assert(p != NULL, "out of memory");
+  return p;
+}
+
+// Large outputs written once go straight to memory (non-temporal stores, fenced; whole
+// vectors where an address is aligned at run time, 8 bytes at a time where not), and a
 // large row loop prefetches its next row; small ones keep plain stores, so the next
 // kernel still finds them in the cache. Exact against the reference either way, at 1
-// and 2 threads, with rows that are not a whole number of vectors.
+// and 2 threads, into an aligned and a misaligned output, with rows that are not a
+// whole number of vectors (so the aligned output's rows start at every alignment).
 static void check_softmax_streams(int64_t rows, int64_t cols, bool streams) {
   int64_t s[2] = {rows, cols}, n = rows * cols;
   float *x = tu_malloc(sizeof(float) * (size_t)n), *want = tu_malloc(sizeof(float) * (size_t)n);
-  float *got = tu_malloc(sizeof(float) * (size_t)n);
+  float *out_buf = alloc_out(n);
   ref_rng rng;
   ref_rng_seed(&rng, (uint64_t)n);
   ref_rng_fill(&rng, x, n, -30.0f, 30.0f);
@@ -485,10 +502,16 @@ static void check_softmax_streams(int64_t rows, int64_t cols, bool streams) {
     jit_output(g, jit_softmax(g, jit_input(g, "x", TU_F32, 2, s), 1));
     TU_OK(jit_graph_finalize(g));
     DLTensor in = tu_tensor(x, TU_F32, 2, s);
-    DLTensor out = tu_tensor(got, TU_F32, 2, s);
-    memset(got, 0, sizeof(float) * (size_t)n);
-    TU_OK(jit_run(g, &in, 1, &out, 1));
-    tu_assert_close(got, want, n, 1e-5, 1e-7, 2, s, "softmax");
+    for (int off = 0; off <= 1; off++) {
+      float *got = out_buf + off;
+      DLTensor out = tu_tensor(got, TU_F32, 2, s);
+      memset(got, 0, sizeof(float) * (size_t)n);
+      TU_OK(jit_run(g, &in, 1, &out, 1));
+      tu_assert_close(got, want, n, 1e-5, 1e-7, 2, s, off ? "softmax, misaligned" : "softmax");
+    }
+    cr_expect(has_aligned_stream() == streams,
+              "softmax %lldx%lld threads=%d: no whole-vector version of the stores",
+              (long long)rows, (long long)cols, t);
     cr_expect(dump_has("-07-llvm-optimized.ll", "!nontemporal") == streams,
               "softmax %lldx%lld threads=%d: stores %sstreamed", (long long)rows,
               (long long)cols, t, streams ? "not " : "");
@@ -501,7 +524,7 @@ static void check_softmax_streams(int64_t rows, int64_t cols, bool streams) {
   }
   free(x);
   free(want);
-  free(got);
+  free(out_buf);
 }
 
 Test(perf_paths, large_softmax_streams_small_does_not) {
@@ -510,12 +533,12 @@ Test(perf_paths, large_softmax_streams_small_does_not) {
 }
 
 // relu(a * b + c) over 2^21 + 17 floats (8 MiB and a bit, a prime count): streamed,
-// exact, and the same at 1 and 2 threads.
+// exact into an aligned and a misaligned output, and the same at 1 and 2 threads.
 Test(perf_paths, large_elementwise_chain_streams) {
   int64_t n = (1 << 21) + 17, s[1] = {n};
   float *a = tu_malloc(sizeof(float) * (size_t)n), *b = tu_malloc(sizeof(float) * (size_t)n);
   float *c = tu_malloc(sizeof(float) * (size_t)n), *want = tu_malloc(sizeof(float) * (size_t)n);
-  float *got = tu_malloc(sizeof(float) * (size_t)n);
+  float *out_buf = alloc_out(n);
   ref_rng rng;
   ref_rng_seed(&rng, 99);
   ref_rng_fill_signed(&rng, a, n);
@@ -536,10 +559,16 @@ Test(perf_paths, large_elementwise_chain_streams) {
     TU_OK(jit_graph_finalize(g));
     DLTensor in[3] = {tu_tensor(a, TU_F32, 1, s), tu_tensor(b, TU_F32, 1, s),
                       tu_tensor(c, TU_F32, 1, s)};
-    DLTensor out = tu_tensor(got, TU_F32, 1, s);
-    memset(got, 0, sizeof(float) * (size_t)n);
-    TU_OK(jit_run(g, in, 3, &out, 1));
-    tu_assert_close(got, want, n, 1e-6, 1e-7, 1, s, "relu(a*b+c)");
+    for (int off = 0; off <= 1; off++) {
+      float *got = out_buf + off;
+      DLTensor out = tu_tensor(got, TU_F32, 1, s);
+      memset(got, 0, sizeof(float) * (size_t)n);
+      TU_OK(jit_run(g, in, 3, &out, 1));
+      tu_assert_close(got, want, n, 1e-6, 1e-7, 1, s,
+                      off ? "relu(a*b+c), misaligned" : "relu(a*b+c)");
+    }
+    cr_expect(has_aligned_stream(),
+              "relu(a*b+c) threads=%d: no whole-vector version of the stores", t);
     cr_expect(dump_has("-07-llvm-optimized.ll", "!nontemporal"),
               "relu(a*b+c) threads=%d: stores not streamed", t);
     jit_graph_destroy(g);
@@ -550,7 +579,7 @@ Test(perf_paths, large_elementwise_chain_streams) {
   free(b);
   free(c);
   free(want);
-  free(got);
+  free(out_buf);
 }
 
 // Softmax's row max ignores NaN (arith.maxnumf, one instruction), but a row holding a
