@@ -336,10 +336,10 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
   pthread_mutex_unlock(&ctx->mu);
   if (s) return s;
   jit__log(ctx, JIT_LOG_DEBUG,
-           "graph `%s`: kernel %s compiled in %.1f ms: MLIR %.1f ms, LLVM IR + O2 %.1f "
-           "ms, codegen %.1f ms, %zu-byte object",
-           g->name, func_name, ms, art.ms_mlir, art.ms_llvm_opt, art.ms_codegen,
-           art.object_size);
+           "graph `%s`: kernel %s compiled in %.1f ms: MLIR %.1f ms, LLVM IR + %s passes "
+           "%.1f ms, codegen %.1f ms, %zu-byte object",
+           g->name, func_name, ms, art.ms_mlir, art.llvm_passes ? art.llvm_passes : "LLVM",
+           art.ms_llvm_opt, art.ms_codegen, art.object_size);
   s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, fn);
   if (!s) jit__disk_store(g, key, inputs, &art, oshapes);
   jit__artifact_release(&art);

@@ -101,8 +101,9 @@ typedef struct jit__artifact {
   uint32_t n_args;        // n_inputs + n_outputs
   // Where the compile spent its time (ms), for logs and benchmarks.
   double ms_mlir;         // context, parse, fusion, tiling/vectorization, to LLVM dialect
-  double ms_llvm_opt;     // translation to LLVM IR and LLVM's O2
+  double ms_llvm_opt;     // translation to LLVM IR and LLVM's passes
   double ms_codegen;      // machine code emission
+  const char *llvm_passes;  // which LLVM pipeline ran: "O2", "light" or "O0" (static)
 } jit__artifact;
 
 // Frees what `artifact` owns (not the struct itself). NULL is a no-op.

@@ -206,6 +206,17 @@ Test(perf_paths, small_m_k_blocks) {
   check_dense_path_act(9, 390, 301, 1, 1, 2, "blocks [0, 0, 6]");  // epilogue apart
 }
 
+// Small M keeps the thread's rows of C (read and written by every k block) in half of
+// L1 with n blocks, when they would not fit: 16 KiB / 4 / M columns, a divisor of the
+// thread's N near that; none for a prime N. One row (12 KiB) stays one block.
+Test(perf_paths, small_m_n_blocks) {
+  check_dense_path(8, 768, 3072, 1, "blocks [0, 512, 8]");
+  check_dense_path(8, 768, 3072, 2, "blocks [0, 512, 8]");  // 1536 columns a thread
+  check_dense_path(16, 200, 1000, 1, "blocks [0, 250, 8]");  // 15 x 16 + 10 a block
+  check_dense_path(11, 97, 2053, 1, "blocks [0, 0, 0]");     // prime N and K
+  check_dense_path_act(6, 300, 2000, 1, 1, 2, "blocks [0, 400, 6]");  // gelu(xW+b)
+}
+
 // B packed into panels (plan_packed): B too large for L2, enough rows to reuse it.
 // Prime and odd M (a peeled row tile), K with and without k blocks (and a k block not
 // a multiple of 8 rows), n blocks that are not powers of two, splits over N and M.
@@ -620,4 +631,71 @@ Test(perf_paths, softmax_nan_and_inf_rows) {
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
   }
+}
+
+//===--- LLVM pipeline choice ---------------------------------------------===//
+
+static void keep_compile_line(void *user, jit_log_level level, const char *message) {
+  (void)level;
+  if (strstr(message, "compiled in")) snprintf(user, 512, "%s", message);
+}
+
+// Kernels that MLIR vectorized whole (a fill may be left: a store loop) take the light
+// LLVM pipeline; kernels with loops left to LLVM's vectorizers (softmax's row
+// reductions) take O2. A fill's linalg.yield once sent every matmul through O2.
+Test(perf_paths, llvm_pipeline_choice) {
+  char line[512];
+  jit_options o;
+  jit_options_init(&o);
+  o.num_threads = 1;
+  o.cache_dir = "";
+  o.log_fn = keep_compile_line;
+  o.log_user_data = line;
+  o.log_level = JIT_LOG_DEBUG;
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+
+  int64_t sa[2] = {37, 300}, sb[2] = {300, 288}, so[2] = {37, 288};
+  float *a = tu_malloc(sizeof(float) * 37 * 300), *b = tu_malloc(sizeof(float) * 300 * 288);
+  float *got = tu_malloc(sizeof(float) * 37 * 288), *want = tu_malloc(sizeof(float) * 37 * 288);
+  ref_rng rng;
+  ref_rng_seed(&rng, 17);
+  ref_rng_fill_signed(&rng, a, 37 * 300);
+  ref_rng_fill_signed(&rng, b, 300 * 288);
+  int64_t dc[2];
+  cr_assert_eq(ref_matmul(a, 2, sa, b, 2, sb, want, dc), 2);
+  jit_graph *g = tu_graph(ctx, "matmul");
+  jit_value va = jit_input(g, "a", TU_F32, 2, sa);
+  jit_output(g, jit_matmul(g, va, jit_input(g, "b", TU_F32, 2, sb)));
+  TU_OK(jit_graph_finalize(g));
+  DLTensor in[2] = {tu_tensor(a, TU_F32, 2, sa), tu_tensor(b, TU_F32, 2, sb)};
+  DLTensor out = tu_tensor(got, TU_F32, 2, so);
+  line[0] = 0;
+  TU_OK(jit_run(g, in, 2, &out, 1));
+  tu_assert_close(got, want, 37 * 288, 1e-4, 1e-5, 2, so, "matmul");
+  cr_expect(strstr(line, "LLVM IR + light passes") != NULL, "matmul: %s", line);
+  jit_graph_destroy(g);
+
+  int64_t ss[2] = {64, 100};
+  float *x = tu_malloc(sizeof(float) * 6400), *sm = tu_malloc(sizeof(float) * 6400);
+  float *sm_want = tu_malloc(sizeof(float) * 6400);
+  ref_rng_fill(&rng, x, 6400, -5.0f, 5.0f);
+  ref_softmax(x, 2, ss, 1, sm_want);
+  g = tu_graph(ctx, "softmax");
+  jit_output(g, jit_softmax(g, jit_input(g, "x", TU_F32, 2, ss), 1));
+  TU_OK(jit_graph_finalize(g));
+  DLTensor xin = tu_tensor(x, TU_F32, 2, ss), xout = tu_tensor(sm, TU_F32, 2, ss);
+  line[0] = 0;
+  TU_OK(jit_run(g, &xin, 1, &xout, 1));
+  tu_assert_close(sm, sm_want, 6400, 1e-5, 1e-7, 2, ss, "softmax");
+  cr_expect(strstr(line, "LLVM IR + O2 passes") != NULL, "softmax: %s", line);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  free(a);
+  free(b);
+  free(got);
+  free(want);
+  free(x);
+  free(sm);
+  free(sm_want);
 }
