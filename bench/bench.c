@@ -671,7 +671,8 @@ static void case_compile_one(int M, int K, int N, int gelu) {
 }
 
 static void case_compile(void) {
-  if (!wanted("compile")) return;
+  // Any filter naming a compile case (`--only "compile matmul"`) runs the section.
+  if (g_opt.only && !strstr(g_opt.only, "compile") && !wanted("compile")) return;
 #if JITML_BENCH_HAVE_DNNL
   if (g_have_dnnl) dnnl_set_primitive_cache_capacity(0);
 #endif
