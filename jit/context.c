@@ -145,6 +145,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   }
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->cv, NULL);
+  ctx->mlir_pool = jit__mlir_pool_create();  // none: each compile makes its own
   jit__log(ctx, JIT_LOG_DEBUG, "context created: libjitml %s, LLVM %s, target %s/%s",
            jit_version(), JITML_LLVM_VERSION, t->triple, t->cpu);
   *out_ctx = ctx;
@@ -161,6 +162,7 @@ void jit_context_destroy(jit_context *ctx) {
   jit__cache_close(ctx->cache);
   free(ctx->target_text);
   jit__cpu_device_destroy(ctx->cpu);
+  jit__mlir_pool_destroy(ctx->mlir_pool);
   pthread_cond_destroy(&ctx->cv);
   pthread_mutex_destroy(&ctx->mu);
   jit__context_free(ctx);

@@ -67,6 +67,7 @@ struct jit_context {
   char *target_text;
   uint8_t target_hash[16];
   jit__cpu_device *cpu;        // loads objects; created with the context
+  jit__mlir_pool *mlir_pool;   // MLIR contexts reused by CPU compiles; NULL if none
   jit__cache *cache;           // the disk tier; disabled handle when off/unusable
   pthread_mutex_t mu;          // guards table and the kernel states
   pthread_cond_t cv;           // signalled when a compile finishes

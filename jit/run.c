@@ -324,7 +324,7 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
                                                : getenv("JITML_DUMP_IR");
   jit__lower_options lo = {ctx->options.opt_level, dump && dump[0] ? dump : NULL,
                            t->triple, t->cpu, t->features,
-                           jit__cpu_threads(ctx->options.num_threads)};
+                           jit__cpu_threads(ctx->options.num_threads), ctx->mlir_pool};
   jit__artifact art;
   double t0 = jit__now_ms();
   jit_status s = g->mlir ? jit__mlir_graph_compile(g, inputs, func_name, &lo, &art, oshapes)

@@ -168,7 +168,7 @@ static MlirLogicalResult jit__diag_handler(MlirDiagnostic diag, void *user) {
   return mlirLogicalResultSuccess();
 }
 
-MlirContext jit__mlir_context_create(jit__diag *diag) {
+static MlirContext jit__mlir_context_new(void) {
   pthread_once(&jit__mlir_once, jit__mlir_init);
   MlirDialectRegistry registry = mlirDialectRegistryCreate();
   mlirRegisterAllDialects(registry);
@@ -176,8 +176,74 @@ MlirContext jit__mlir_context_create(jit__diag *diag) {
   mlirDialectRegistryDestroy(registry);
   // Dialects load on demand (parser, passes): loading all ~50 up front costs ~20 ms.
   mlirRegisterAllLLVMTranslations(ctx);
+  return ctx;
+}
+
+MlirContext jit__mlir_context_create(jit__diag *diag) {
+  MlirContext ctx = jit__mlir_context_new();
   mlirContextAttachDiagnosticHandler(ctx, jit__diag_handler, diag, NULL);
   return ctx;
+}
+
+//===--- Context pool ----------------------------------------------------===//
+
+#define JIT__MLIR_POOL_SIZE 4   // contexts kept idle: concurrent compiles beyond it
+                                // make (and destroy) their own
+#define JIT__MLIR_POOL_USES 32  // compiles per context before it is retired
+
+struct jit__mlir_pool {
+  pthread_mutex_t mu;
+  int n;
+  MlirContext idle[JIT__MLIR_POOL_SIZE];
+  int uses[JIT__MLIR_POOL_SIZE];
+};
+
+jit__mlir_pool *jit__mlir_pool_create(void) {
+  jit__mlir_pool *p = calloc(1, sizeof *p);
+  if (p) pthread_mutex_init(&p->mu, NULL);
+  return p;
+}
+
+void jit__mlir_pool_destroy(jit__mlir_pool *p) {
+  if (!p) return;
+  for (int i = 0; i < p->n; i++) mlirContextDestroy(p->idle[i]);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+// A context for one compile, from `p` when it has one idle (its compile count in
+// *uses), else a new one (*uses = 0).
+static MlirContext jit__mlir_pool_take(jit__mlir_pool *p, int *uses) {
+  *uses = 0;
+  if (p) {
+    pthread_mutex_lock(&p->mu);
+    if (p->n > 0) {
+      p->n--;
+      MlirContext ctx = p->idle[p->n];
+      *uses = p->uses[p->n];
+      pthread_mutex_unlock(&p->mu);
+      return ctx;
+    }
+    pthread_mutex_unlock(&p->mu);
+  }
+  return jit__mlir_context_new();
+}
+
+// Gives `ctx` back after a compile (its diagnostic handler detached), or destroys it
+// when it has served its compiles or the pool is full.
+static void jit__mlir_pool_give(jit__mlir_pool *p, MlirContext ctx, int uses) {
+  if (p && uses < JIT__MLIR_POOL_USES) {
+    pthread_mutex_lock(&p->mu);
+    if (p->n < JIT__MLIR_POOL_SIZE) {
+      p->idle[p->n] = ctx;
+      p->uses[p->n] = uses;
+      p->n++;
+      pthread_mutex_unlock(&p->mu);
+      return;
+    }
+    pthread_mutex_unlock(&p->mu);
+  }
+  mlirContextDestroy(ctx);
 }
 
 //===--- Steps -----------------------------------------------------------===//
@@ -505,7 +571,10 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
   jit__dump_text(options, func_name, "00-graph.mlir", text, strlen(text));
 
   jit__diag diag = {{0}, 0, NULL};
-  MlirContext ctx = jit__mlir_context_create(&diag);
+  int uses = 0;
+  MlirContext ctx = jit__mlir_pool_take(options->pool, &uses);
+  MlirDiagnosticHandlerID handler =
+      mlirContextAttachDiagnosticHandler(ctx, jit__diag_handler, &diag, NULL);
   jit_status status = NULL;
   MlirModule module = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
   if (mlirModuleIsNull(module)) {
@@ -518,7 +587,8 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
                                      t0, out);
     mlirModuleDestroy(module);
   }
-  mlirContextDestroy(ctx);
+  mlirContextDetachDiagnosticHandler(ctx, handler);
+  jit__mlir_pool_give(options->pool, ctx, uses + 1);
   free(text);
   if (status)
     status = jit__status_annotate(status, "compiling `%s` for the CPU",

@@ -145,6 +145,22 @@ Test(run, each_shape_compiles_once) {
   jit_context_destroy(ctx);
 }
 
+// One context compiling more shapes than an MLIR context serves before it is retired
+// (lowering/compile_cpu.c: 32): every kernel exact, including those compiled in a
+// reused MLIR context and in the one that replaced it.
+Test(run, many_shapes_in_one_context) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = build_layer(ctx);
+  layer l;
+  layer_init(&l, 3);
+  for (int64_t n = 1; n <= 40; n++) layer_check(g, &l, n, 500 + (uint64_t)n);
+  layer_check(g, &l, 1, 600);  // still a memory hit
+  jit_stats st = get_stats(ctx);
+  cr_assert_eq(st.compiles, 40, "compiles %llu", (unsigned long long)st.compiles);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 Test(run, stats_struct_size_zero_means_current) {
   jit_context *ctx = tu_context();
   jit_graph *g = build_layer(ctx);
