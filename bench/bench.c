@@ -5,6 +5,11 @@
 // gnuplot) a PNG chart. Not a test: nothing here asserts on numbers.
 //
 //   bench [--quick] [--cputime] [--only SUBSTR] [--csv FILE] [--png FILE] [--reps N]
+//         [--rounds N]
+//
+// --rounds N runs the timed cases N times over and reports, for each case, the median
+// of each time across the rounds (the table, CSV and chart): on a shared machine whose
+// speed drifts from minute to minute, one round's medians still swing by ~30 %.
 //
 // Peers are loaded with dlopen, so the bench builds and runs without them:
 // - OpenBLAS (libopenblas.so.0): cblas_sgemm at 1 and 2 threads. It reads
@@ -21,6 +26,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +67,8 @@ static struct {
   const char *csv;
   const char *png;
   FILE *csv_file;
-} g_opt = {0, 0, NULL, NULL, NULL, NULL};
+  int rounds;
+} g_opt = {0, 0, NULL, NULL, NULL, NULL, 1};
 
 // Median time of one call in microseconds: `reps` samples, each a batch sized so a
 // sample lasts ~2 ms (~0.5 ms quick), after ~50 ms (10 quick) of warm-up calls. After
@@ -308,8 +315,12 @@ typedef struct row {
   double compile_ms;
 } row;
 
-static row g_rows[64];
+// Every round's rows, then (final_rows) one per case: the medians across rounds.
+#define MAX_ROWS 1024
+static row g_rows[MAX_ROWS];
 static int g_n_rows;
+static row g_final[MAX_ROWS];
+static int g_n_final;
 
 static double rate(const row *r, double us) { return us > 0 ? r->work / us / 1e3 : 0; }
 
@@ -327,6 +338,10 @@ static void print_row(const row *r) {
          r->threads, r->jit_us, rate(r, r->jit_us), r->blas_us, r->dnnl_us, r->ref_us,
          bp > 0 && r->jit_us > 0 ? bp / r->jit_us : 0, r->compile_ms);
   fflush(stdout);
+}
+
+static void csv_row(const row *r) {
+  double bp = best_peer(r);
   if (g_opt.csv_file)
     fprintf(g_opt.csv_file, "%s,%d,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.2f\n", r->name,
             r->threads, r->unit, r->jit_us, r->blas_us, r->dnnl_us, r->ref_us,
@@ -335,6 +350,10 @@ static void print_row(const row *r) {
 }
 
 static row *new_row(const char *name, int threads, const char *unit, double work) {
+  if (g_n_rows == MAX_ROWS) {
+    fprintf(stderr, "bench: more than %d rows (lower --rounds)\n", MAX_ROWS);
+    exit(2);
+  }
   row *r = &g_rows[g_n_rows++];
   memset(r, 0, sizeof *r);
   snprintf(r->name, sizeof r->name, "%s", name);
@@ -568,9 +587,9 @@ static double case_bandwidth(size_t n) {
   double triad_gbs = 3.0 * n * 4 / triad / 1e3, cp_gbs = 2.0 * n * 4 / cp / 1e3;
   printf("bandwidth (%zu MiB arrays, 1 thread): memcpy %.1f GB/s, triad %.1f GB/s\n",
          n * 4 >> 20, cp_gbs, triad_gbs);
-  if (g_opt.csv_file)
-    fprintf(g_opt.csv_file, "memcpy,1,GB/s,%.3f,0,0,0,%.3f,0,0\ntriad,1,GB/s,%.3f,0,0,0,%.3f,0,0\n",
-            cp, cp_gbs, triad, triad_gbs);
+  // Rows without a peer: in the CSV (and the medians across rounds), not the chart.
+  new_row("memcpy", 1, "GB/s", 2.0 * n * 4)->jit_us = cp;
+  new_row("triad", 1, "GB/s", 3.0 * n * 4)->jit_us = triad;
   free(a);
   free(b);
   free(c);
@@ -712,13 +731,15 @@ static void write_chart(void) {
   int fd = mkstemp(dat);
   if (fd < 0) return;
   FILE *f = fdopen(fd, "w");
-  for (int i = 0; i < g_n_rows; i++) {
-    const row *r = &g_rows[i];
+  for (int i = 0; i < g_n_final; i++) {
+    const row *r = &g_final[i];
     double bp = best_peer(r);
     if (bp <= 0 || r->jit_us <= 0 || r->work == 0) continue;
     fprintf(f, "\"%s (%dT)\" %.3f\n", r->name, r->threads, bp / r->jit_us);
   }
   fclose(f);
+  char rounds[48] = "";
+  if (g_opt.rounds > 1) snprintf(rounds, sizeof rounds, "; medians of %d rounds", g_opt.rounds);
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "gnuplot -e \"set terminal pngcairo size 1200,600 font ',9' noenhanced;"
@@ -726,13 +747,13 @@ static void write_chart(void) {
            "set ylabel 'speed vs best peer (x, higher is better)';set grid ytics;"
            "set xtics rotate by -40 noenhanced;set yrange [0:3];"
            "set title 'libjitml / best of OpenBLAS, oneDNN (memcpy, plain C for "
-           "bandwidth cases); bars above 3x are cut and labelled';"
+           "bandwidth cases); bars above 3x are cut and labelled%s';"
            "plot '%s' using 0:(\\$2>3?3:\\$2):xtic(1) with boxes notitle lc rgb '#3b7dd8', "
            "'' using 0:(\\$2>3?2.85:1/0):(sprintf('%%.1fx',\\$2)) with labels notitle, "
            "1 notitle lc rgb 'black' dt 2\" 2>&1 || gnuplot -e \"set terminal png size 1200,600;"
            "set output '%s';set style fill solid;set boxwidth 0.7;set xtics rotate by -40;"
            "plot '%s' using 0:2:xtic(1) with boxes notitle, 1 notitle\"",
-           g_opt.png, dat, g_opt.png, dat);
+           g_opt.png, rounds, dat, g_opt.png, dat);
   if (system(cmd) == 0) printf("chart: %s\n", g_opt.png);
   unlink(dat);
 }
@@ -884,39 +905,8 @@ static void case_vulkan(void) {
 
 //===--- Main ------------------------------------------------------------===//
 
-int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) g_opt.quick = 1;
-    else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_opt.only = argv[++i];
-    else if (!strcmp(argv[i], "--cputime")) g_clock = CLOCK_PROCESS_CPUTIME_ID;
-    else if (!strcmp(argv[i], "--csv") && i + 1 < argc) g_opt.csv = argv[++i];
-    else if (!strcmp(argv[i], "--png") && i + 1 < argc) g_opt.png = argv[++i];
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_opt.reps = atoi(argv[++i]);
-    else {
-      fprintf(stderr,
-              "usage: %s [--quick] [--cputime] [--only SUBSTR] [--csv FILE] [--png FILE] [--reps N]\n",
-              argv[0]);
-      return 2;
-    }
-  }
-  if (g_opt.reps <= 0) g_opt.reps = g_opt.quick ? 3 : 11;
-  blas_load();
-  g_have_dnnl = dnnl_load();
-  if (g_opt.csv) {
-    g_opt.csv_file = fopen(g_opt.csv, "w");
-    if (g_opt.csv_file)
-      fprintf(g_opt.csv_file,
-              "case,threads,unit,jitml_us,openblas_us,onednn_us,ref_us,jitml_rate,"
-              "ratio_vs_best_peer,compile_ms\n");
-  }
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  printf("libjitml %s; %ld CPUs; OpenBLAS: %s (core %s); oneDNN: %s; medians of %d\n",
-         jit_version(), ncpu, g_blas.lib ? "yes" : "not found",
-         g_blas.lib && g_blas.corename ? g_blas.corename() : "-",
-         g_have_dnnl ? "yes" : "not found", g_opt.reps);
-  printf("%-26s %2s | %9s %8s | %9s %9s %9s | %7s | %7s\n", "case", "T", "jitml us",
-         "rate", "openblas", "onednn", "ref", "vs best", "comp ms");
-
+// One round of the timed cases (rows in g_rows).
+static void run_timed_cases(long ncpu) {
   static const int mm[][3] = {{512, 512, 512},  {1024, 1024, 1024}, {1, 768, 3072},
                               {8, 768, 3072},   {64, 768, 3072},    {128, 3072, 768},
                               {17, 1000, 31},   {256, 256, 256}};
@@ -936,6 +926,99 @@ int main(int argc, char **argv) {
   for (int t = 1; t <= max_t; t++) case_elementwise(n, t);
   for (int t = 1; t <= max_t; t++) case_softmax(g_opt.quick ? 512 : 4096, 1024, bw, t);
   case_overhead();
+}
+
+static double median_field(const double *v, int n) {
+  double s[16];
+  memcpy(s, v, sizeof(double) * (size_t)n);
+  qsort(s, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+// g_final: one row per case (name and threads), in first-run order, each time the
+// median of that case's rounds.
+static void median_rows(void) {
+  g_n_final = 0;
+  for (int i = 0; i < g_n_rows; i++) {
+    const row *r = &g_rows[i];
+    bool seen = false;
+    for (int f = 0; f < g_n_final && !seen; f++)
+      seen = g_final[f].threads == r->threads && !strcmp(g_final[f].name, r->name);
+    if (seen) continue;
+    double v[5][16];
+    int n = 0;
+    for (int j = i; j < g_n_rows && n < 16; j++) {
+      const row *q = &g_rows[j];
+      if (q->threads != r->threads || strcmp(q->name, r->name)) continue;
+      v[0][n] = q->jit_us, v[1][n] = q->blas_us, v[2][n] = q->dnnl_us, v[3][n] = q->ref_us;
+      v[4][n] = q->compile_ms;
+      n++;
+    }
+    row *m = &g_final[g_n_final++];
+    *m = *r;
+    m->jit_us = median_field(v[0], n);
+    m->blas_us = median_field(v[1], n);
+    m->dnnl_us = median_field(v[2], n);
+    m->ref_us = median_field(v[3], n);
+    m->compile_ms = median_field(v[4], n);
+  }
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) g_opt.quick = 1;
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_opt.only = argv[++i];
+    else if (!strcmp(argv[i], "--cputime")) g_clock = CLOCK_PROCESS_CPUTIME_ID;
+    else if (!strcmp(argv[i], "--csv") && i + 1 < argc) g_opt.csv = argv[++i];
+    else if (!strcmp(argv[i], "--png") && i + 1 < argc) g_opt.png = argv[++i];
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_opt.reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) g_opt.rounds = atoi(argv[++i]);
+    else {
+      fprintf(stderr,
+              "usage: %s [--quick] [--cputime] [--only SUBSTR] [--csv FILE] [--png FILE] "
+              "[--reps N] [--rounds N]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  if (g_opt.rounds < 1 || g_opt.rounds > 16) {
+    fprintf(stderr, "bench: --rounds takes 1 to 16\n");
+    return 2;
+  }
+  if (g_opt.reps <= 0) g_opt.reps = g_opt.quick ? 3 : 11;
+  blas_load();
+  g_have_dnnl = dnnl_load();
+  if (g_opt.csv) {
+    g_opt.csv_file = fopen(g_opt.csv, "w");
+    if (g_opt.csv_file)
+      fprintf(g_opt.csv_file,
+              "case,threads,unit,jitml_us,openblas_us,onednn_us,ref_us,jitml_rate,"
+              "ratio_vs_best_peer,compile_ms\n");
+  }
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  printf("libjitml %s; %ld CPUs; OpenBLAS: %s (core %s); oneDNN: %s; medians of %d\n",
+         jit_version(), ncpu, g_blas.lib ? "yes" : "not found",
+         g_blas.lib && g_blas.corename ? g_blas.corename() : "-",
+         g_have_dnnl ? "yes" : "not found", g_opt.reps);
+  for (int round = 1; round <= g_opt.rounds; round++) {
+    if (g_opt.rounds > 1) printf("\nround %d of %d\n", round, g_opt.rounds);
+    printf("%-26s %2s | %9s %8s | %9s %9s %9s | %7s | %7s\n", "case", "T", "jitml us",
+           "rate", "openblas", "onednn", "ref", "vs best", "comp ms");
+    run_timed_cases(ncpu);
+  }
+  median_rows();
+  if (g_opt.rounds > 1) {
+    printf("\nmedians of %d rounds\n", g_opt.rounds);
+    printf("%-26s %2s | %9s %8s | %9s %9s %9s | %7s | %7s\n", "case", "T", "jitml us",
+           "rate", "openblas", "onednn", "ref", "vs best", "comp ms");
+    for (int i = 0; i < g_n_final; i++) {
+      const row *r = &g_final[i];
+      if (strcmp(r->name, "memcpy") && strcmp(r->name, "triad")) print_row(r);
+      else printf("%-26s %2d | %9.1f %8.1f GB/s\n", r->name, r->threads, r->jit_us,
+                  rate(r, r->jit_us));
+    }
+  }
+  for (int i = 0; i < g_n_final; i++) csv_row(&g_final[i]);
   case_compile();
   case_vulkan();
   if (g_opt.csv_file) fclose(g_opt.csv_file);
