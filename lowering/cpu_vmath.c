@@ -396,26 +396,28 @@ static int stream_stores(LLVMModuleRef mod, LLVMBuilderRef b) {
   LLVMMetadataRef one = LLVMValueAsMetadata(i32c(ctx, 1));
   LLVMValueRef md = LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, &one, 1));
   int total = 0;
-  LLVMValueRef *stores = NULL;
+  LLVMValueRef *stores = NULL;  // this function's, to version
   int cap = 0;
   for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
-    int count = 0;
+    int count = 0, listed = 0;
     for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
       for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i; i = LLVMGetNextInstruction(i))
         if (LLVMGetInstructionOpcode(i) == LLVMStore && is_vector(LLVMGetOperand(i, 0)) &&
             is_caller_memory(LLVMGetOperand(i, 1))) {
           LLVMSetMetadata(i, kind, md);
-          if (count == cap) {
-            LLVMValueRef *grown = realloc(stores, sizeof *stores * (size_t)(cap ? 2 * cap : 64));
-            if (!grown) continue;  // left as it is: correct, only slower
+          count++;
+          if (listed == cap) {
+            int grown_cap = cap ? 2 * cap : 64;
+            LLVMValueRef *grown = realloc(stores, sizeof *stores * (size_t)grown_cap);
+            if (!grown) continue;  // not versioned: correct, only slower
             stores = grown;
-            cap = cap ? 2 * cap : 64;
+            cap = grown_cap;
           }
-          stores[count++] = i;
+          stores[listed++] = i;
         }
     if (!count) continue;
     // Versioned once all are found: the splits reorder the function's blocks.
-    for (int k = 0; k < count; k++) version_aligned(ctx, b, stores[k]);
+    for (int k = 0; k < listed; k++) version_aligned(ctx, b, stores[k]);
     const char *name = "llvm.x86.sse.sfence";
     unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
     LLVMValueRef sfence = LLVMGetIntrinsicDeclaration(mod, id, NULL, 0);
