@@ -332,6 +332,11 @@ static double best_peer(const row *r) {
   return b;
 }
 
+static void print_header(void) {
+  printf("%-26s %2s | %9s %8s | %9s %9s %9s | %7s | %7s\n", "case", "T", "jitml us",
+         "rate", "openblas", "onednn", "ref", "vs best", "comp ms");
+}
+
 static void print_row(const row *r) {
   double bp = best_peer(r);
   printf("%-26s %2d | %9.1f %8.1f | %9.1f %9.1f %9.1f | %6.2fx | %7.1f\n", r->name,
@@ -649,9 +654,10 @@ static double thread_cpu_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+// Sorts v; for an even n, the mean of the middle two.
 static double median_of(double *v, int n) {
   qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return v[n / 2];
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static void case_compile_one(int M, int K, int N, int gelu) {
@@ -928,13 +934,6 @@ static void run_timed_cases(long ncpu) {
   case_overhead();
 }
 
-static double median_field(const double *v, int n) {
-  double s[16];
-  memcpy(s, v, sizeof(double) * (size_t)n);
-  qsort(s, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
 // g_final: one row per case (name and threads), in first-run order, each time the
 // median of that case's rounds.
 static void median_rows(void) {
@@ -956,11 +955,11 @@ static void median_rows(void) {
     }
     row *m = &g_final[g_n_final++];
     *m = *r;
-    m->jit_us = median_field(v[0], n);
-    m->blas_us = median_field(v[1], n);
-    m->dnnl_us = median_field(v[2], n);
-    m->ref_us = median_field(v[3], n);
-    m->compile_ms = median_field(v[4], n);
+    m->jit_us = median_of(v[0], n);
+    m->blas_us = median_of(v[1], n);
+    m->dnnl_us = median_of(v[2], n);
+    m->ref_us = median_of(v[3], n);
+    m->compile_ms = median_of(v[4], n);
   }
 }
 
@@ -1002,15 +1001,13 @@ int main(int argc, char **argv) {
          g_have_dnnl ? "yes" : "not found", g_opt.reps);
   for (int round = 1; round <= g_opt.rounds; round++) {
     if (g_opt.rounds > 1) printf("\nround %d of %d\n", round, g_opt.rounds);
-    printf("%-26s %2s | %9s %8s | %9s %9s %9s | %7s | %7s\n", "case", "T", "jitml us",
-           "rate", "openblas", "onednn", "ref", "vs best", "comp ms");
+    print_header();
     run_timed_cases(ncpu);
   }
   median_rows();
   if (g_opt.rounds > 1) {
     printf("\nmedians of %d rounds\n", g_opt.rounds);
-    printf("%-26s %2s | %9s %8s | %9s %9s %9s | %7s | %7s\n", "case", "T", "jitml us",
-           "rate", "openblas", "onednn", "ref", "vs best", "comp ms");
+    print_header();
     for (int i = 0; i < g_n_final; i++) {
       const row *r = &g_final[i];
       if (strcmp(r->name, "memcpy") && strcmp(r->name, "triad")) print_row(r);
