@@ -175,9 +175,9 @@ typedef enum body_kind {
   B_NEG, B_EXP, B_LOG, B_TANH, B_SIGMOID, B_RELU, B_GELU, B_SQRT, B_RSQRT,
   B_ACC_SUM,  // out + x
   B_ACC_MAX,  // max(out, x)
-  B_ACC_MAXNUM,  // max(out, x), a NaN x ignored (one vmaxps on x86, where the NaN-
-                 // propagating max is three instructions); for softmax, whose row a NaN
-                 // still turns all NaN, through its exp and sum
+  B_ACC_MAXNUM,  // max(out, x), a NaN x ignored (llvm.maxnum, which LLVM vectorizes as
+                 // a reduction); for softmax, whose row a NaN still turns all NaN,
+                 // through its exp and sum
   B_ACC_MAC,  // out + x * y
   B_EXP_SUB,  // exp(x - y)
   B_DIV_BY,   // x / constant

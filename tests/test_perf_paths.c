@@ -593,7 +593,7 @@ Test(perf_paths, large_elementwise_chain_streams) {
   free(out_buf);
 }
 
-// Softmax's row max ignores NaN (arith.maxnumf, one instruction), but a row holding a
+// Softmax's row max ignores NaN (arith.maxnumf), but a row holding a
 // NaN still comes out all NaN through its exp and sum, as with a NaN-propagating max;
 // -inf entries become 0 and the rest of their row is unaffected. 1 and 2 threads.
 Test(perf_paths, softmax_nan_and_inf_rows) {
