@@ -220,13 +220,16 @@ Test(perf_paths, small_m_n_blocks) {
 // B packed into panels (plan_packed): B too large for L2, enough rows to reuse it.
 // Prime and odd M (a peeled row tile), K with and without k blocks (and a k block not
 // a multiple of 8 rows), n blocks that are not powers of two, splits over N and M.
-// A that fits in 256 KiB takes kc = K and narrower n blocks; larger A, k blocks.
+// A that fits in 256 KiB takes kc = K and narrower n blocks; larger A, k blocks, with
+// n blocks as wide as the thread's N when it has few rows (<= 256).
 Test(perf_paths, matmul_packed_b) {
   check_dense_path(37, 300, 288, 1, "blocks [0, 144, 300]");   // A copied, kc = K
   check_dense_path(50, 1000, 256, 1, "blocks [0, 64, 1000]");   // A 200 KB: kc = K
   check_dense_path(67, 1000, 256, 1, "blocks [0, 256, 200]");   // A 268 KB: kc 200
   check_dense_path(97, 520, 512, 1, "blocks [0, 64, 520]");     // 8 n blocks
-  check_dense_path(131, 520, 512, 1, "blocks [0, 256, 104]");   // kc 104, two n blocks
+  check_dense_path(131, 520, 512, 1, "blocks [0, 512, 104]");   // few rows: all of N
+  check_dense_path(263, 520, 512, 1, "blocks [0, 256, 104]");   // many: two n blocks
+  check_dense_path(45, 3000, 768, 2, "threads split N, blocks [0, 384, 120]");
   check_dense_path(19, 3280, 32, 1, "blocks [0, 32, 1640]");    // one 2-panel block
   check_dense_path(37, 128, 512, 1, "blocks [0, 256, 128]");    // B exactly 256 KiB
   check_dense_path(300, 256, 256, 2, "split M");                // 150 rows a thread,
