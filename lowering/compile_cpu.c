@@ -356,6 +356,14 @@ static const char kLightLLVMPipeline[] =
     "function(sroa,early-cse<memssa>,instcombine,simplifycfg,loop-mssa(licm),gvn,"
     "loop-vectorize,slp-vectorizer,vector-combine,instcombine,simplifycfg)";
 
+// The same, then the unrolling of the loops that jit__cpu_unroll_k_loops marked (every
+// other loop is marked unroll.disable; no full unrolling by size either).
+static const char kLightUnrollLLVMPipeline[] =
+    "function(sroa,early-cse<memssa>,instcombine,simplifycfg,loop-mssa(licm),gvn,"
+    "loop-vectorize,slp-vectorizer,vector-combine,instcombine,simplifycfg,"
+    "loop-unroll<O2;no-partial;no-runtime;no-upperbound;no-profile-peeling;"
+    "full-unroll-max=0>)";
+
 // After bufferization: whether `op` holds a linalg op that MLIR did not vectorize and
 // that is more than a fill, e.g. a reduction left to LLVM's loop vectorizer. (A fill
 // becomes a store loop, which kLightLLVMPipeline vectorizes, and a memref.copy of
@@ -375,9 +383,9 @@ static MlirWalkResult jit__find_unvectorized(MlirOperation op, void *user) {
 // (jit__cpu_contract_fmas), once SLP has combined MLIR's one-lane vectors into whole
 // registers; divisions by a row's sum multiplications by its reciprocal; and streaming
 // kernels get their non-temporal stores and row prefetches (jit__cpu_stream_rows).
-// `light`: kLightLLVMPipeline instead of O2.
+// `light`: kLightLLVMPipeline instead of O2; with `unroll`, kLightUnrollLLVMPipeline.
 static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_options *o,
-                                      const jit__cpu_plan *plan, bool light,
+                                      const jit__cpu_plan *plan, bool light, bool unroll,
                                       jit__artifact *out) {
   bool fmas = plan->n_masked > 0;
   char *err = NULL;
@@ -406,9 +414,13 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
   // constant-trip loops around them multiplied object size and compile time by ~5x
   // for odd shapes (e.g. 7 rows).
   LLVMPassBuilderOptionsSetLoopUnrolling(po, 0);
-  out->llvm_passes = o->opt_level <= 0 ? "O0" : light ? "light" : "O2";
+  out->llvm_passes = o->opt_level <= 0 ? "O0"
+                     : light            ? (unroll ? "light + k-unroll" : "light")
+                                        : "O2";
   LLVMErrorRef lerr = LLVMRunPasses(
-      mod, o->opt_level <= 0 ? "default<O0>" : light ? kLightLLVMPipeline : "default<O2>",
+      mod, o->opt_level <= 0 ? "default<O0>"
+           : light           ? (unroll ? kLightUnrollLLVMPipeline : kLightLLVMPipeline)
+                             : "default<O2>",
       tm, po);
   LLVMDisposePassBuilderOptions(po);
   if (!lerr && fmas) jit__cpu_contract_fmas(mod);
@@ -485,7 +497,8 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   jit_status status = NULL;
   jit__cpu_plan plan;
   memset(&plan, 0, sizeof plan);
-  bool light = false;  // kLightLLVMPipeline
+  bool light = false;   // kLightLLVMPipeline
+  bool unroll = false;  // kLightUnrollLLVMPipeline
   plan.threads = 1;
   LLVMContextRef llctx = NULL;
   LLVMModuleRef mod = NULL;
@@ -516,6 +529,8 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     bool left = false;
     mlirOperationWalk(mop, jit__find_unvectorized, &left, MlirWalkPreOrder);
     light = !left;
+    // Only on the light path: marking loops unroll.disable would change what O2 does.
+    unroll = light && plan.unroll_k && jit__cpu_unroll_k_loops(ctx, mop) > 0;
   }
   char omp_pipeline[sizeof(kToLLVMPipelineOmp) + 16];
   snprintf(omp_pipeline, sizeof omp_pipeline, kToLLVMPipelineOmp, plan.threads);
@@ -546,7 +561,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);
   if (status) goto done;
   jit__dump_llvm(options, func_name, "06-llvm.ll", mod);
-  status = jit__llvm_to_object(mod, options, &plan, light, out);
+  status = jit__llvm_to_object(mod, options, &plan, light, unroll, out);
   jit__dump_llvm(options, func_name, "07-llvm-optimized.ll", mod);
   out->ms_llvm_opt = jit__lower_ms() - t1 - out->ms_codegen;
 

@@ -33,6 +33,7 @@ typedef struct jit__cpu_plan {
   // row loop over a large input, the bytes from one row to the next, to prefetch it.
   bool stream;
   int64_t row_prefetch;
+  bool unroll_k;     // a matmul large enough for its k loops to be unrolled (below)
 } jit__cpu_plan;
 
 // Tags the module's linalg ops with `jit_s = i` and writes the script that transforms
@@ -48,6 +49,13 @@ void jit__cpu_plan_free(jit__cpu_plan *plan);
 // the function or thread body (cpu_strategy.c says which and why). Returns the number
 // replaced.
 int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu_plan *plan);
+
+// After bufferization, for plan->unroll_k: gives each register tile's k loop (a loop
+// whose own body holds vector FMAs) an llvm.loop.unroll.count of 4, or 2 when its
+// static trip count is not a multiple of 4, and every other scf.for unroll.disable, so
+// that LLVM's loop-unroll pass (jit__cpu_unroll_passes) unrolls those loops alone
+// (cpu_strategy.c says why). Returns the k loops marked.
+int jit__cpu_unroll_k_loops(MlirContext ctx, MlirOperation module);
 
 // Replaces every call of llvm.exp on f32 scalars or vectors in `mod` by an inline
 // polynomial (Cephes expf, within 2 ulp; exact at 0, +-inf and NaN), so that the loop

@@ -114,7 +114,7 @@ typedef struct jit__artifact {
   double ms_mlir;         // context, parse, fusion, tiling/vectorization, to LLVM dialect
   double ms_llvm_opt;     // translation to LLVM IR and LLVM's passes
   double ms_codegen;      // machine code emission
-  const char *llvm_passes;  // which LLVM pipeline ran: "O2", "light" or "O0" (static)
+  const char *llvm_passes;  // LLVM pipeline: "O2", "light", "light + k-unroll", "O0"
 } jit__artifact;
 
 // Frees what `artifact` owns (not the struct itself). NULL is a no-op.

@@ -252,6 +252,30 @@ Test(perf_paths, matmul_no_row_blocks) {
   check_dense_path(210, 600, 160, 2, "B packed");
 }
 
+// Matmuls of 2^24 multiply-adds or more have their register tiles' k loops unrolled by
+// LLVM (cpu_strategy.c, "Unrolled k loops"): by 4, by 2 when the trip count is only
+// even, not at all when it is odd; smaller matmuls are left rolled.
+static void check_unroll(int M, int K, int N, int threads, int act, const char *needle,
+                         bool unrolled) {
+  dump_begin();
+  check_dense(M, K, N, threads, TU_F32, act != 0, act);
+  cr_expect(script_has(needle), "%dx%dx%d: script lacks `%s`", M, K, N, needle);
+  char count[32] = "loop_unroll<count";
+  cr_expect(dump_has("-05-llvm-dialect.mlir", count) == unrolled,
+            "%dx%dx%d threads=%d: k loops %s", M, K, N, threads,
+            unrolled ? "not unrolled" : "unrolled");
+  dump_end();
+}
+
+Test(perf_paths, k_loops_unrolled) {
+  check_unroll(131, 520, 512, 1, 0, "blocks [0, 512, 104]", true);  // kc 104: by 4
+  check_unroll(50, 1002, 400, 1, 0, "blocks [0, 400, 334]", true);  // unpacked, by 2
+  check_unroll(37, 1001, 512, 1, 0, "blocks [0, 64, 1001]", false); // odd kc = K
+  check_unroll(64, 768, 384, 1, 2, "epilogue", true);               // gelu epilogue
+  check_unroll(256, 256, 256, 2, 0, "B packed", true);
+  check_unroll(37, 300, 288, 1, 0, "blocks [0, 144, 300]", false);  // 3.2 M: rolled
+}
+
 // The fused epilogue on packed B: kc = K (the epilogue needs the whole sum), nc as
 // wide as a K x nc block allows. Odd and prime M (peeled row tiles), two-panel blocks,
 // K not a multiple of 8, splits over N and over M.
