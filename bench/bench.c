@@ -280,6 +280,7 @@ typedef struct jit_case {
   DLTensor in[3], out[1];
   int n_in;
   double compile_ms;
+  int64_t shapes[4][2];  // what in[] and out[] point to (dense_case)
 } jit_case;
 
 static jit_context *make_ctx(int threads) {
@@ -400,30 +401,29 @@ static void set_peer_threads(int t) {
 }
 
 // The graph of matmul (gelu = 0) or gelu(x W + b) (gelu = 1) on a (M x K), b (K x N),
-// bias (N) -> c (M x N), finalized, not compiled.
-static jit_case dense_case(jit_context *ctx, int M, int K, int N, int gelu, float *a,
-                           float *b, float *bias, float *c) {
-  jit_case jc = {0};
-  check(jit_graph_create(ctx, gelu ? "dense_gelu" : "matmul", &jc.g), "graph");
-  // Static: DLTensors keep pointers to these shapes.
-  static int64_t sa[2], sb[2], sbias[1], sc[2];
+// bias (N) -> c (M x N), finalized, not compiled, into *jc (its tensors point into it,
+// so it must not be copied).
+static void dense_case(jit_case *jc, jit_context *ctx, int M, int K, int N, int gelu,
+                       float *a, float *b, float *bias, float *c) {
+  memset(jc, 0, sizeof *jc);
+  check(jit_graph_create(ctx, gelu ? "dense_gelu" : "matmul", &jc->g), "graph");
+  int64_t *sa = jc->shapes[0], *sb = jc->shapes[1], *sbias = jc->shapes[2], *sc = jc->shapes[3];
   sa[0] = sc[0] = M, sa[1] = sb[0] = K, sb[1] = sbias[0] = sc[1] = N;
-  jit_value x = jit_input(jc.g, "x", F32, 2, sa);
-  jit_value w = jit_input(jc.g, "w", F32, 2, sb);
-  jit_value y = jit_matmul(jc.g, x, w);
-  jc.in[0] = tensor(a, 2, sa);
-  jc.in[1] = tensor(b, 2, sb);
-  jc.n_in = 2;
+  jit_value x = jit_input(jc->g, "x", F32, 2, sa);
+  jit_value w = jit_input(jc->g, "w", F32, 2, sb);
+  jit_value y = jit_matmul(jc->g, x, w);
+  jc->in[0] = tensor(a, 2, sa);
+  jc->in[1] = tensor(b, 2, sb);
+  jc->n_in = 2;
   if (gelu) {
-    jit_value bb = jit_input(jc.g, "b", F32, 1, sbias);
-    y = jit_gelu(jc.g, jit_add(jc.g, y, bb));
-    jc.in[2] = tensor(bias, 1, sbias);
-    jc.n_in = 3;
+    jit_value bb = jit_input(jc->g, "b", F32, 1, sbias);
+    y = jit_gelu(jc->g, jit_add(jc->g, y, bb));
+    jc->in[2] = tensor(bias, 1, sbias);
+    jc->n_in = 3;
   }
-  jit_output(jc.g, y);
-  check(jit_graph_finalize(jc.g), "finalize");
-  jc.out[0] = tensor(c, 2, sc);
-  return jc;
+  jit_output(jc->g, y);
+  check(jit_graph_finalize(jc->g), "finalize");
+  jc->out[0] = tensor(c, 2, sc);
 }
 
 // matmul (gelu = 0) or gelu(x W + b) (gelu = 1).
@@ -439,7 +439,8 @@ static void case_matmul(int M, int K, int N, int threads, int gelu) {
   float *bias = alloc_f32((size_t)N, 3), *c = alloc_f32((size_t)M * N, 4);
 
   jit_context *ctx = make_ctx(threads);
-  jit_case jc = dense_case(ctx, M, K, N, gelu, a, b, bias, c);
+  jit_case jc;
+  dense_case(&jc, ctx, M, K, N, gelu, a, b, bias, c);
   jit_case_compile(&jc);
   r->compile_ms = jc.compile_ms;
   r->jit_us = time_median(jit_case_run, &jc);
@@ -672,11 +673,13 @@ static void case_compile_one(int M, int K, int N, int gelu) {
     for (int warm = 0; warm <= 1; warm++) {
       jit_context *ctx = make_ctx(1);
       if (warm) {
-        jit_case w = dense_case(ctx, 2, 8, 8, 0, a, b, bias, c);
+        jit_case w;
+        dense_case(&w, ctx, 2, 8, 8, 0, a, b, bias, c);
         check(jit_graph_compile(w.g, w.in, w.n_in), "jit_graph_compile");
         jit_graph_destroy(w.g);
       }
-      jit_case jc = dense_case(ctx, M, K, N, gelu, a, b, bias, c);
+      jit_case jc;
+      dense_case(&jc, ctx, M, K, N, gelu, a, b, bias, c);
       double c0 = thread_cpu_ms(), t0 = now_us();
       check(jit_graph_compile(jc.g, jc.in, jc.n_in), "jit_graph_compile");
       (warm ? wwall : wall)[r] = (now_us() - t0) / 1e3;
