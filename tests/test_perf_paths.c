@@ -237,6 +237,8 @@ Test(perf_paths, matmul_packed_b) {
   // Split N: each thread packs its half, under 256 KiB (the bound is on all of B).
   check_dense_path(256, 256, 256, 2, "B packed, A tiles copied, threads split N");
   check_dense_path(199, 320, 288, 2, "threads split N, blocks [0, 144, 320]");  // 184 KiB
+  // 256 rows a thread or more: split M even when M <= N (each packs all of B).
+  check_dense_path(512, 320, 512, 2, "threads split M, blocks [0, 512, 80]");
 }
 
 // Without n blocks there are no row blocks either (they would only add remainders).
