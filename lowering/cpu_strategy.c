@@ -1171,8 +1171,6 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
 // copies go through every lowering). Every other loop is marked unroll.disable: the
 // pass otherwise sizes each loop of the kernel, ~7 % of the compile.
 
-#define JIT__K_UNROLL 4
-
 static bool const_index(MlirValue v, int64_t *out) {
   if (!mlirValueIsAOpResult(v)) return false;
   MlirOperation d = mlirOpResultGetOwner(v);
@@ -1184,8 +1182,8 @@ static bool const_index(MlirValue v, int64_t *out) {
 }
 
 typedef struct unroll_walk {
-  MlirStringRef name;                    // "loop_annotation"
-  MlirAttribute by[JIT__K_UNROLL + 1];   // [0]: disable; [2], [4]: that count
+  MlirStringRef name;         // "loop_annotation"
+  MlirAttribute off, by2, by4;  // unroll.disable, count 2, count 4
   int n;
 } unroll_walk;
 
@@ -1202,30 +1200,27 @@ static MlirWalkResult find_k_loops(MlirOperation op, void *user) {
       const_index(mlirOperationGetOperand(op, 1), &ub) &&
       const_index(mlirOperationGetOperand(op, 2), &step) && step > 0 && ub > lb) {
     int64_t trips = (ub - lb + step - 1) / step;
-    count = trips % JIT__K_UNROLL == 0 ? JIT__K_UNROLL : trips % 2 == 0 ? 2 : 0;
+    count = trips % 4 == 0 ? 4 : trips % 2 == 0 ? 2 : 0;
     if (trips <= count) count = 0;
   }
-  mlirOperationSetDiscardableAttributeByName(op, uw->name, uw->by[count]);
+  mlirOperationSetDiscardableAttributeByName(
+      op, uw->name, count == 4 ? uw->by4 : count == 2 ? uw->by2 : uw->off);
   uw->n += count > 0;
   return MlirWalkResultAdvance;
 }
 
+static MlirAttribute loop_unroll(MlirContext ctx, const char *what) {
+  char text[96];
+  snprintf(text, sizeof text, "#llvm.loop_annotation<unroll = #llvm.loop_unroll<%s>>", what);
+  return mlirAttributeParseGet(ctx, mlirStringRefCreateFromCString(text));
+}
+
 int jit__cpu_unroll_k_loops(MlirContext ctx, MlirOperation module) {
-  unroll_walk uw;
-  memset(&uw, 0, sizeof uw);
-  uw.name = mlirStringRefCreateFromCString("loop_annotation");
-  for (int c = 0; c <= JIT__K_UNROLL; c += 2) {
-    char text[96];
-    if (c)
-      snprintf(text, sizeof text,
-               "#llvm.loop_annotation<unroll = #llvm.loop_unroll<count = %d : i32>>", c);
-    else
-      snprintf(text, sizeof text,
-               "#llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>>");
-    uw.by[c] = mlirAttributeParseGet(ctx, mlirStringRefCreateFromCString(text));
-    if (mlirAttributeIsNull(uw.by[c])) return 0;
-  }
-  uw.by[1] = uw.by[3] = uw.by[0];  // not used: counts are 0, 2 or 4
+  unroll_walk uw = {mlirStringRefCreateFromCString("loop_annotation"),
+                    loop_unroll(ctx, "disable = true"), loop_unroll(ctx, "count = 2 : i32"),
+                    loop_unroll(ctx, "count = 4 : i32"), 0};
+  if (mlirAttributeIsNull(uw.off) || mlirAttributeIsNull(uw.by2) || mlirAttributeIsNull(uw.by4))
+    return 0;
   mlirOperationWalk(module, find_k_loops, &uw, MlirWalkPreOrder);
   return uw.n;
 }
