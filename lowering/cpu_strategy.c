@@ -58,13 +58,22 @@
 
 //===--- Text ------------------------------------------------------------===//
 
+// jit/text.h's printf under a short name: the script is written in hundreds of calls.
+static void sb_printf(jit__text *sb, const char *fmt, ...) JIT__PRINTF(2, 3);
+static void sb_printf(jit__text *sb, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  jit__text_vprintf(sb, fmt, ap);
+  va_end(ap);
+}
+
 #define ANY "!transform.any_op"
 
 // "(!transform.any_op, ... n times)".
 static void sb_types(jit__text *sb, int n) {
-  jit__text_printf(sb, "(");
-  for (int i = 0; i < n; i++) jit__text_printf(sb, "%s" ANY, i ? ", " : "");
-  jit__text_printf(sb, ")");
+  sb_printf(sb, "(");
+  for (int i = 0; i < n; i++) sb_printf(sb, "%s" ANY, i ? ", " : "");
+  sb_printf(sb, ")");
 }
 
 //===--- Host and shapes -------------------------------------------------===//
@@ -304,30 +313,30 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
     // n blocks with the fill fused in: each block's C columns are zeroed right before
     // they accumulate (never across k blocks: fusing the fill into a k loop would
     // zero C at every k block).
-    jit__text_printf(sb, "  %%cb%d, %%cbl%d = transform.structured.fuse %s tile_sizes [0, %lld] "
+    sb_printf(sb, "  %%cb%d, %%cbl%d = transform.structured.fuse %s tile_sizes [0, %lld] "
                   ": (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, cur, (long long)nc);
     snprintf(cur, sizeof cur, "%%cb%d", i);
   }
   if (kc < K) {
-    jit__text_printf(sb, "  %%kb%d, %%kbl%d = transform.structured.tile_using_for %s tile_sizes "
+    sb_printf(sb, "  %%kb%d, %%kbl%d = transform.structured.tile_using_for %s tile_sizes "
                   "[0, 0, %lld] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, cur, (long long)kc);
     snprintf(cur, sizeof cur, "%%kb%d", i);
   }
   if (fused)
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%rg%d, %%rl%d:2 = transform.structured.fuse %s tile_sizes [%lld, %lld] : "
               "(" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
               "  %%rt%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%rl%d#1 "
               ": (" ANY ") -> " ANY "\n",
               i, i, cur, (long long)tm, (long long)tn, i, i);
   else
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%rt%d, %%rl%d:2 = transform.structured.tile_using_for %s tile_sizes "
               "[%lld, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n",
               i, i, cur, (long long)tm, (long long)tn);
-  jit__text_printf(sb,
+  sb_printf(sb,
             "  %%pd%d, %%pp%d, %%pc%d = transform.structured.pad %%rt%d {padding_values = "
             "[0.0 : f32, 0.0 : f32, 0.0 : f32], padding_dimensions = [1], nofold_flags = "
             "[%d, 1, 0], copy_back_op = \"none\"} : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
@@ -345,7 +354,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
             i, i, i, i, copy_a ? 1 : 0, i, i, i, i, i, i, i, i, i, rows, i, rows,
             (long long)tn, i);
   if (tM % tm)
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%qm%d = transform.cast %%rl%d#0 : " ANY " to !transform.op<\"scf.for\">\n"
               "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : (!transform.op<\"scf.for\">) "
               "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
@@ -359,7 +368,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
   if (copy_a) {
     int64_t ka = 64;
     while (kc % ka) ka /= 2;
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%fa%d = transform.structured.match ops{[\"func.func\"]} in %%root : (" ANY
               ") -> " ANY "\n"
               "  transform.apply_patterns to %%fa%d { "
@@ -368,7 +377,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
     // The pads left in the function are this matmul's A tiles (earlier matmuls' pads are
     // vectorized by now, later ones are not tiled yet); the peel's remainder loop may
     // have been folded away, so they are found from the function, not from the loops.
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%pa%d = transform.structured.match ops{[\"tensor.pad\"]} in %%fa%d : (" ANY
               ") -> " ANY "\n"
               "  transform.foreach %%pa%d : " ANY " {\n"
@@ -381,7 +390,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
               "  }\n",
               i, i, i, i, i, i, i, i, i, (long long)ka, i, (long long)ka);
   }
-  jit__text_printf(sb,
+  sb_printf(sb,
             "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
             "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
             "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
@@ -410,12 +419,12 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
   jit__text *sb = &w->sb;
   int64_t rest = tM % rows;
   if (rows < tM) {
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%rt%d, %%rl%d = transform.structured.tile_using_for %s tile_sizes "
               "[%lld, 0, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, root, (long long)rows);
     if (rest)
-      jit__text_printf(sb,
+      sb_printf(sb,
                 "  %%qm%d = transform.cast %%rl%d : " ANY " to !transform.op<\"scf.for\">\n"
                 "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : "
                 "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
@@ -428,7 +437,7 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
     rows = tM;
     rest = 0;
   }
-  jit__text_printf(sb,
+  sb_printf(sb,
             "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
             "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
             "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
@@ -608,24 +617,24 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     nc = pnc;
     kc = pkc;
   }
-  jit__text_printf(sb, "  // matmul %d: %lldx%lldx%lld%s%s, threads split %s, blocks [%lld, %lld, "
+  sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s%s, threads split %s, blocks [%lld, %lld, "
                 "%lld], register tile %lldx%lld\n",
             i, (long long)M, (long long)K, (long long)N, fused ? " + epilogue" : "",
             packed ? (copy_a ? ", B packed, A tiles copied" : ", B packed")
             : masked ? ", masked N" : "",
             split == 0 ? "M" : split == 1 ? "N" : "none", (long long)mc, (long long)nc,
             (long long)kc, (long long)tm, (long long)tn);
-  jit__text_printf(sb,
+  sb_printf(sb,
             "  %%mm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
             "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
             i, i);
   if (fused)
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%ep%d = transform.structured.match ops{[\"linalg.generic\"]} "
               "attributes {jit_ep = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
               i, i);
   if (has_fill)
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%fl%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
               "{jit_f = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
               i, i);
@@ -635,17 +644,17 @@ static void plan_matmul(walk *w, MlirOperation mm) {
 
   if (split >= 0) {
     w->parallel = true;
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%pt%d, %%pf%d = transform.structured.tile_using_forall %s tile_sizes "
               "[%lld, %lld%s] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, root, (long long)tM, (long long)tN, zk);
     if (fused)
-      jit__text_printf(sb,
+      sb_printf(sb,
                 "  %%pm%d, %%pf%d_1 = transform.structured.fuse_into_containing_op %%mm%d "
                 "into %%pf%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
                 i, i, i, i);
     if (has_fill)
-      jit__text_printf(sb,
+      sb_printf(sb,
                 "  %%pl%d, %%pf%d_2 = transform.structured.fuse_into_containing_op %%fl%d "
                 "into %%pf%d%s : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
                 i, i, i, i, fused ? "_1" : "");
@@ -661,11 +670,11 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   }
   if (mc || nc) {
     int nl = (mc != 0) + (nc != 0);
-    jit__text_printf(sb, "  %%cb%d, %%cbl%d:%d = transform.structured.fuse %s tile_sizes [%lld, "
+    sb_printf(sb, "  %%cb%d, %%cbl%d:%d = transform.structured.fuse %s tile_sizes [%lld, "
                   "%lld%s] interchange [1, 0%s] : (" ANY ") -> ",
               i, i, nl, root, (long long)mc, (long long)nc, zk, fused ? "" : ", 2");
     sb_types(sb, nl + 1);
-    jit__text_printf(sb, "\n");
+    sb_printf(sb, "\n");
     snprintf(root, sizeof root, "%%cb%d", i);
   }
   int nreg = (tm < em ? 1 : 0) + (tn < en ? 1 : 0);
@@ -674,12 +683,12 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   if (fused) {
     // Register tile of G with the matmul (and fill) fused in.
     if (nreg) {
-      jit__text_printf(sb, "  %%rg%d, %%rl%d:%d = transform.structured.fuse %s tile_sizes "
+      sb_printf(sb, "  %%rg%d, %%rl%d:%d = transform.structured.fuse %s tile_sizes "
                     "[%lld, %lld] : (" ANY ") -> ",
                 i, i, nreg, root, (long long)(tm < em ? tm : 0),
                 (long long)(tn < en ? tn : 0));
       sb_types(sb, nreg + 1);
-      jit__text_printf(sb, "\n");
+      sb_printf(sb, "\n");
       int li = 0;
       if (tm < em) { snprintf(lmb, sizeof lmb, "%%rl%d#%d", i, li++); lm = lmb; }
       if (tn < en) { snprintf(lnb, sizeof lnb, "%%rl%d#%d", i, li++); ln = lnb; }
@@ -688,7 +697,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     const char *src = root;
     char kb[32];
     if (kc) {
-      jit__text_printf(sb,
+      sb_printf(sb,
                 "  %%kb%d, %%kbl%d = transform.structured.tile_using_for %s tile_sizes "
                 "[0, 0, %lld] : (" ANY ") -> (" ANY ", " ANY ")\n",
                 i, i, root, (long long)kc);
@@ -698,12 +707,12 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     // The register tile; its k loop comes last (below), after the peeling, so that k is
     // innermost in every copy and the accumulator stays in registers across it.
     if (nreg) {
-      jit__text_printf(sb, "  %%rt%d, %%rl%d:%d = transform.structured.tile_using_for %s "
+      sb_printf(sb, "  %%rt%d, %%rl%d:%d = transform.structured.tile_using_for %s "
                     "tile_sizes [%lld, %lld, 0] : (" ANY ") -> ",
                 i, i, nreg, src, (long long)(tm < em ? tm : 0),
                 (long long)(tn < en ? tn : 0));
       sb_types(sb, nreg + 1);
-      jit__text_printf(sb, "\n");
+      sb_printf(sb, "\n");
     }
     int li = 0;
     if (tm < em) { snprintf(lmb, sizeof lmb, "%%rl%d#%d", i, li++); lm = lmb; }
@@ -712,27 +721,27 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // Peel a register loop only when it has a partial last tile (peeling one without is
   // an error): n first, then m, as measured best.
   if (ln && en % tn)
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%qn%d = transform.cast %s : " ANY " to !transform.op<\"scf.for\">\n"
               "  %%qnm%d, %%qnr%d = transform.loop.peel %%qn%d : (!transform.op<\"scf.for\">) "
               "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
               i, ln, i, i, i);
   if (ln && en % tn && narrow_rest)
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%qnx%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%qnr%d : "
               "(!transform.op<\"scf.for\">) -> " ANY "\n"
               "  %%qnxt%d, %%qnxl%d = transform.structured.tile_using_for %%qnx%d "
               "tile_sizes [0, 1, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, i, i, i);
   if (lm && em % tm)
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%qm%d = transform.cast %s : " ANY " to !transform.op<\"scf.for\">\n"
               "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : (!transform.op<\"scf.for\">) "
               "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
               i, lm, i, i, i);
   {
     // The k loop inside each register tile (after peeling, so every copy gets one).
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
               "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
               "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
@@ -821,7 +830,7 @@ static void plan_row(walk *w, MlirOperation g) {
   jit__text *sb = &w->sb;
   int T = w->threads;
   bool par = T > 1 && d0 % T == 0 && numel >= (1 << 15);
-  jit__text_printf(sb,
+  sb_printf(sb,
             "  %%row%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
             "{jit_row = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
             i, i);
@@ -832,19 +841,19 @@ static void plan_row(walk *w, MlirOperation g) {
     // exp and sum outside the forall, over the whole matrix on one thread, with a
     // full-size intermediate malloc'ed per call: 2 threads were slower than 1.)
     w->parallel = true;
-    jit__text_printf(sb, "  %%rowt%d, %%rowf%d = transform.structured.fuse %%row%d "
+    sb_printf(sb, "  %%rowt%d, %%rowf%d = transform.structured.fuse %%row%d "
                   "tile_sizes [%lld",
               i, i, i, (long long)(d0 / T));
-    for (int l = 1; l < nl; l++) jit__text_printf(sb, ", 0");
-    jit__text_printf(sb, "] {use_forall} : (" ANY ") -> (" ANY ", " ANY ")\n");
+    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+    sb_printf(sb, "] {use_forall} : (" ANY ") -> (" ANY ", " ANY ")\n");
     src = "%rowt";
   }
-  jit__text_printf(sb, "  %%rowr%d, %%rowl%d:%d = transform.structured.fuse %s%d tile_sizes [", i,
+  sb_printf(sb, "  %%rowr%d, %%rowl%d:%d = transform.structured.fuse %s%d tile_sizes [", i,
             i, nl - 1, src, i);
-  for (int l = 0; l < nl; l++) jit__text_printf(sb, "%s%d", l ? ", " : "", l < nl - 1 ? 1 : 0);
-  jit__text_printf(sb, "] : (" ANY ") -> ");
+  for (int l = 0; l < nl; l++) sb_printf(sb, "%s%d", l ? ", " : "", l < nl - 1 ? 1 : 0);
+  sb_printf(sb, "] : (" ANY ") -> ");
   sb_types(sb, nl);
-  jit__text_printf(sb, "\n");
+  sb_printf(sb, "\n");
 }
 
 static void plan_generic(walk *w, MlirOperation g) {
@@ -893,30 +902,30 @@ static void plan_generic(walk *w, MlirOperation g) {
     int i = w->n_rd++;
     set_tag(w->ctx, g, "jit_rd", i);
     w->parallel = true;
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%rd%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
               "{jit_rd = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
               "  %%rdt%d, %%rdf%d = transform.structured.tile_using_forall %%rd%d "
               "tile_sizes [%lld",
               i, i, i, i, i, (long long)e0);
-    for (int l = 1; l < nl; l++) jit__text_printf(sb, ", 0");
-    jit__text_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
+    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+    sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
     return;
   }
   int i = w->n_ew++;
   set_tag(w->ctx, g, "jit_ew", i);
-  jit__text_printf(sb,
+  sb_printf(sb,
             "  %%ew%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
             "{jit_ew = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
             i, i);
   const char *src = "%ew";
   if (par) {
     w->parallel = true;
-    jit__text_printf(sb, "  %%ewt%d, %%ewf%d = transform.structured.tile_using_forall %%ew%d "
+    sb_printf(sb, "  %%ewt%d, %%ewf%d = transform.structured.tile_using_forall %%ew%d "
                   "tile_sizes [%lld",
               i, i, i, (long long)e0);
-    for (int l = 1; l < nl; l++) jit__text_printf(sb, ", 0");
-    jit__text_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
+    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+    sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
     src = "%ewt";
   }
   // Inner tile: V lanes of the last dim (4 vector registers), 1 elsewhere.
@@ -931,15 +940,15 @@ static void plan_generic(walk *w, MlirOperation g) {
     n_loops += sizes[l] != 0;
   }
   if (n_loops) {
-    jit__text_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
+    sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
                   "tile_sizes [",
               i, i, n_loops, src, i);
-    for (int l = 0; l < nl; l++) jit__text_printf(sb, "%s%lld", l ? ", " : "", (long long)sizes[l]);
-    jit__text_printf(sb, "] : (" ANY ") -> ");
+    for (int l = 0; l < nl; l++) sb_printf(sb, "%s%lld", l ? ", " : "", (long long)sizes[l]);
+    sb_printf(sb, "] : (" ANY ") -> ");
     sb_types(sb, n_loops + 1);
-    jit__text_printf(sb, "\n");
+    sb_printf(sb, "\n");
     if (vl && last % vl)
-      jit__text_printf(sb,
+      sb_printf(sb,
                 "  %%ewp%d = transform.cast %%ewl%d#%d : " ANY " to "
                 "!transform.op<\"scf.for\">\n"
                 "  %%ewpm%d, %%ewpr%d = transform.loop.peel %%ewp%d : "
@@ -1039,7 +1048,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   w.h = host_of(o->features);
   w.threads = o->num_threads > 1 ? o->num_threads : 1;
   jit__text *sb = &w.sb;
-  jit__text_printf(sb,
+  sb_printf(sb,
             "module attributes {transform.with_named_sequence} {\n"
             "transform.named_sequence @__transform_main(%%root: " ANY
             " {transform.readonly}) {\n");
@@ -1050,13 +1059,13 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   const char *canon =
       "  transform.apply_patterns to %f { transform.apply_patterns.canonicalization } "
       ": " ANY "\n";
-  jit__text_printf(sb, "  %%f = transform.structured.match ops{[\"func.func\"]} in %%root : "
+  sb_printf(sb, "  %%f = transform.structured.match ops{[\"func.func\"]} in %%root : "
                 "(" ANY ") -> " ANY "\n%s",
             canon);
   // Row loops: the intermediates fused into them (exp(x - max) of one row) become
   // row-sized tensors, instead of slices of a full-size buffer that would go to memory.
   if (w.n_row)
-    jit__text_printf(sb, "  transform.apply_patterns to %%f { "
+    sb_printf(sb, "  transform.apply_patterns to %%f { "
                   "transform.apply_patterns.tensor.fold_tensor_empty } : " ANY "\n");
   // Vectorize what was tiled: register tiles of the matmuls (as named contractions,
   // which lower to outer products), their epilogues and fills, and elementwise tiles.
@@ -1064,14 +1073,14 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
     if (i < 64 && w.masked[i][0]) {
       // The peeled rest rows first: the full-tile match below would take them too.
       if (w.masked[i][2])
-        jit__text_printf(sb,
+        sb_printf(sb,
                   "  %%vr%d = transform.structured.match ops{[\"linalg.matmul\"]} "
                   "attributes {jit_mm = %d : i64, jit_mrest} in %%f : (" ANY ") -> " ANY
                   "\n"
                   "  transform.structured.vectorize %%vr%d vector_sizes [%lld, %lld, 1] : " ANY
                   "\n",
                   i, i, i, (long long)w.masked[i][2], (long long)w.masked[i][0]);
-      jit__text_printf(sb,
+      sb_printf(sb,
                 "  %%vm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
                 "{jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
                 "  transform.structured.vectorize %%vm%d vector_sizes [%lld, %lld, 1] : " ANY
@@ -1079,7 +1088,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
                 i, i, i, (long long)w.masked[i][1], (long long)w.masked[i][0]);
       continue;
     }
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%vm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
               "{jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
               "  transform.structured.vectorize %%vm%d {create_named_contraction} : " ANY
@@ -1090,7 +1099,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   // tile-sized tensors rather than slices of a full-size one (which bufferized into a
   // C-sized malloc per call).
   if (w.n_fused)
-    jit__text_printf(sb, "  transform.apply_patterns to %%f { "
+    sb_printf(sb, "  transform.apply_patterns to %%f { "
                   "transform.apply_patterns.tensor.fold_tensor_empty } : " ANY "\n");
   for (int f = 0; f < w.n_fused; f++) {
     // The epilogue's matmul index is its jit_ep tag; read it back from the op.
@@ -1105,7 +1114,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
     // 5 KB object instead of 13 KB), 256x768x3072 in ~102 instead of ~127; run time
     // the same within noise (1 thread, 32: 2.23-2.27 vs 2.24 ms). After the peeling
     // and canonicalization, so every tile is static.
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%ve%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
               "{jit_ep = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
               "  %%ver%d, %%verl%d = transform.structured.tile_using_for %%ve%d tile_sizes "
@@ -1117,18 +1126,18 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
               i, i, i, i, i, i, i, i, i);
   }
   for (int i = 0; i < w.n_ew; i++)
-    jit__text_printf(sb,
+    sb_printf(sb,
               "  %%vw%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
               "{jit_ew = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
               "  transform.structured.vectorize %%vw%d : " ANY "\n",
               i, i, i);
-  jit__text_printf(sb, "%s", canon);
+  sb_printf(sb, "%s", canon);
   // Masked transfers as transfers with a mask operand, which the accumulator hoisting
   // below recognizes (inside vector.mask it does not).
   if (w.n_masked)
-    jit__text_printf(sb, "  transform.apply_patterns to %%f { "
+    sb_printf(sb, "  transform.apply_patterns to %%f { "
                   "transform.apply_patterns.vector.lower_masked_transfers } : " ANY "\n");
-  jit__text_printf(sb,
+  sb_printf(sb,
             "  %%fors = transform.structured.match ops{[\"scf.for\"]} in %%f : (" ANY
             ") -> " ANY "\n"
             "  transform.apply_licm to %%fors : " ANY "\n"
@@ -1175,7 +1184,8 @@ static bool const_index(MlirValue v, int64_t *out) {
   if (!mlirValueIsAOpResult(v)) return false;
   MlirOperation d = mlirOpResultGetOwner(v);
   if (!op_is(d, "arith.constant")) return false;
-  MlirAttribute a = mlirOperationGetAttributeByName(d, mlirStringRefCreateFromCString("value"));
+  MlirAttribute a =
+      mlirOperationGetAttributeByName(d, mlirStringRefCreateFromCString("value"));
   if (mlirAttributeIsNull(a) || !mlirAttributeIsAInteger(a)) return false;
   *out = mlirIntegerAttrGetValueInt(a);
   return true;
@@ -1211,7 +1221,8 @@ static MlirWalkResult find_k_loops(MlirOperation op, void *user) {
 
 static MlirAttribute loop_unroll(MlirContext ctx, const char *what) {
   char text[96];
-  snprintf(text, sizeof text, "#llvm.loop_annotation<unroll = #llvm.loop_unroll<%s>>", what);
+  snprintf(text, sizeof text, "#llvm.loop_annotation<unroll = #llvm.loop_unroll<%s>>",
+           what);
   return mlirAttributeParseGet(ctx, mlirStringRefCreateFromCString(text));
 }
 
@@ -1219,7 +1230,8 @@ int jit__cpu_unroll_k_loops(MlirContext ctx, MlirOperation module) {
   unroll_walk uw = {mlirStringRefCreateFromCString("loop_annotation"),
                     loop_unroll(ctx, "disable = true"), loop_unroll(ctx, "count = 2 : i32"),
                     loop_unroll(ctx, "count = 4 : i32"), 0};
-  if (mlirAttributeIsNull(uw.off) || mlirAttributeIsNull(uw.by2) || mlirAttributeIsNull(uw.by4))
+  if (mlirAttributeIsNull(uw.off) || mlirAttributeIsNull(uw.by2) ||
+      mlirAttributeIsNull(uw.by4))
     return 0;
   mlirOperationWalk(module, find_k_loops, &uw, MlirWalkPreOrder);
   return uw.n;
