@@ -517,15 +517,16 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   if (can_pack && T > 1 && big) {
     // Packed: splitting N gives each thread its own half of B to pack and read once;
     // splitting M has both threads pack all of B. So N, unless A (M x K) is the
-    // larger operand, N does not split into whole blocks, or each thread has 256 rows
-    // or more: packing all of B is then a small share of a thread's work, and A's
-    // copies are split instead (2 threads, same process, interleaved: 512^3, 768^3,
-    // 1024^3 and 1024x512x1024 2-7 % faster split over M; 256^3 3 % and
-    // 128x3072x768 10 % slower).
+    // larger operand or N does not split into whole blocks. When M = N, a plain matmul
+    // with 256 rows a thread or more is split over M: packing all of B is then a small
+    // share of a thread's work, and A's copies are split instead (2 threads, two
+    // compiles interleaved in one process: 512^3, 768^3, 1024^3 and 1024x512x1024 2-7 %
+    // faster; 256^3 3 % slower). Not for M < N (512x768x3072: the same; 128x3072x768
+    // 10 % slower) nor with an epilogue (gelu(xW+b) 512x768x3072 8 % slower).
     bool n_ok = N % T == 0 && pack_plan(M, N / T, K, tn, fused, &pnc, &pkc);
     bool m_ok = M % T == 0 && M / T >= 3 * tm;
-    bool many_rows = m_ok && M / T >= 256;
-    if (n_ok && (M <= N || !m_ok) && !many_rows) split = 1;
+    bool prefer_m = M > N || (M == N && !fused && M / T >= 256);
+    if (n_ok && (!prefer_m || !m_ok)) split = 1;
     else if (m_ok) split = 0;
   }
   if (split < 0 && T > 1 && big) {

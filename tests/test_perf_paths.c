@@ -237,7 +237,7 @@ Test(perf_paths, matmul_packed_b) {
   // Split N: each thread packs its half, under 256 KiB (the bound is on all of B).
   check_dense_path(256, 256, 256, 2, "B packed, A tiles copied, threads split N");
   check_dense_path(199, 320, 288, 2, "threads split N, blocks [0, 144, 320]");  // 184 KiB
-  // 256 rows a thread or more: split M even when M <= N (each packs all of B).
+  // M = N with 256 rows a thread or more: split M (each thread packs all of B).
   check_dense_path(512, 320, 512, 2, "threads split M, blocks [0, 512, 80]");
 }
 
@@ -290,6 +290,8 @@ Test(perf_paths, fused_packed_b) {
   check_dense_path_act(64, 256, 1536, 2, 1, 2, "epilogue, B packed");
   check_dense_path_act(210, 600, 160, 2, 1, 2, "split M");            // 105 rows each
   check_dense_path_act(210, 600, 160, 2, 1, 1, "epilogue, B packed");
+  // M = N, 256 rows a thread: a plain matmul would split M, with an epilogue N stays.
+  check_dense_path_act(512, 256, 512, 2, 1, 2, "A tiles copied, threads split N");
 }
 
 // N between one and four vectors, not a multiple of one (plan_masked): the whole row of
