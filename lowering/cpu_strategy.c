@@ -414,10 +414,22 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
 // of 31 columns to narrower vectors and one-column loops, at ~20 GFLOP/s. The masked
 // vectorization yields multiply + add (not a contraction): compile_cpu.c has LLVM
 // contract them into FMAs (jit__cpu_contract_fmas).
+// When B (K x V) outgrows L1, k blocks of kc rows (B's block ~24 KiB) come first, so
+// every row tile reads the block from L1 rather than all of B from L2: 17x1000x31
+// (kc 200) ~8-10 % faster, two compiles interleaved in one process. C is read and
+// written once per k block; each sum keeps its order, so the results do not change.
 static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t rows,
-                        int64_t V) {
+                        int64_t V, int64_t kc) {
   jit__text *sb = &w->sb;
   int64_t rest = tM % rows;
+  char kroot[32];
+  if (kc) {
+    sb_printf(sb, "  %%mkb%d, %%mkbl%d = transform.structured.tile_using_for %s tile_sizes "
+                  "[0, 0, %lld] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, root, (long long)kc);
+    snprintf(kroot, sizeof kroot, "%%mkb%d", i);
+    root = kroot;
+  }
   if (rows < tM) {
     sb_printf(sb,
               "  %%rt%d, %%rl%d = transform.structured.tile_using_for %s tile_sizes "
@@ -448,6 +460,9 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
   w->masked[i][2] = rest;
   w->n_masked++;
 }
+
+// Bytes of B in one k block of a masked narrow-N matmul (plan_masked): most of L1d.
+#define JIT__MASKED_B_BYTES (24 << 10)
 
 // Half of L1d: the most of C a small-M matmul keeps across its k blocks.
 #define JIT__L1_HALF (16 << 10)
@@ -606,7 +621,8 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     mv = nv * h.lanes;
     mtm = h.acc / nv < 8 ? h.acc / nv : 8;
     if (mtm > tM) mtm = tM;
-    mc = nc = kc = 0;
+    mc = nc = 0;
+    kc = pick_block(K, JIT__MASKED_B_BYTES / 4 / mv, 1);
     tm = mtm;
     tn = mv;
   }
@@ -666,7 +682,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     return;
   }
   if (masked) {
-    plan_masked(w, i, root, tM, mtm, mv);
+    plan_masked(w, i, root, tM, mtm, mv, kc);
     return;
   }
   if (mc || nc) {

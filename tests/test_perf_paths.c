@@ -295,14 +295,17 @@ Test(perf_paths, fused_packed_b) {
 }
 
 // N between one and four vectors, not a multiple of one (plan_masked): the whole row of
-// C as one masked register tile, a peeled rest of rows, at 1 and 2 threads.
+// C as one masked register tile, a peeled rest of rows, at 1 and 2 threads; k blocks
+// when B outgrows L1 (24 KiB blocks).
 Test(perf_paths, matmul_masked_narrow_n) {
-  check_dense_path(17, 1000, 31, 1, "masked N");  // 3 rows x 32 lanes, 2 rest rows
-  check_dense_path(130, 257, 20, 1, "masked N");  // 3 vectors rounded up to 4
+  check_dense_path(17, 1000, 31, 1, "masked N, threads split none, blocks [0, 0, 200]");
+  check_dense_path(37, 2000, 27, 1, "masked N, threads split none, blocks [0, 0, 200]");
+  check_dense_path(130, 257, 20, 1, "masked N, threads split none, blocks [0, 0, 0]");
   check_dense_path(97, 61, 13, 1, "masked N");    // 6 rows x 16 lanes, 1 rest row
   check_dense_path(19, 5, 9, 1, "masked N");      // 1 valid lane in the last vector
   check_dense_path(1000, 600, 30, 2, "split M");  // 500 rows a thread
   check_dense_path(1000, 600, 30, 2, "masked N");
+  check_dense_path(1000, 600, 30, 2, "blocks [0, 0, 200]");
 }
 
 Test(perf_paths, fused_bias_activation) {
