@@ -71,7 +71,8 @@ static int run_size(jit_graph *g, int64_t size) {
   }
   printf("all `?` dims = %lld:\n", (long long)size);
   for (int call = 0; call < 2 && !rc; call++) {
-    jit_stats before = {sizeof(jit_stats)}, after = {sizeof(jit_stats)};
+    jit_stats before = {.struct_size = sizeof(jit_stats)};
+    jit_stats after = {.struct_size = sizeof(jit_stats)};
     jit_context_stats(jit_graph_context(g), &before);
     double t0 = now_ms();
     rc = check(jit_run_alloc(g, in, n_in, out, n_out), "jit_run_alloc");

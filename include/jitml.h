@@ -328,7 +328,9 @@ JIT_API jit_status jit_output_shape(jit_graph *graph, const DLTensor *inputs,
 // compiled for them (once, even when several threads ask at once); later calls with
 // those shapes run the compiled kernel. Outputs must not alias inputs. Thread-safe.
 // Returns JIT_INVALID_ARGUMENT (NULL pointers, counts, bad device), JIT_SHAPE_MISMATCH,
-// JIT_DTYPE_MISMATCH, JIT_UNSUPPORTED (strides), JIT_COMPILE_ERROR, JIT_DEVICE_ERROR.
+// JIT_DTYPE_MISMATCH, JIT_UNSUPPORTED (strides), JIT_COMPILE_ERROR, JIT_DEVICE_ERROR,
+// JIT_RESOURCE_EXHAUSTED (out of memory; or a CPU kernel that keeps more scratch on
+// the calling thread's stack, up to ~320 KiB, than the thread has left).
 JIT_API jit_status jit_run(jit_graph *graph, const DLTensor *inputs, int n_inputs,
                            const DLTensor *outputs, int n_outputs);
 

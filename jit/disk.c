@@ -20,7 +20,7 @@
 // Little-endian fixed layout; the key already pins the target, so this only has to be
 // unambiguous, not portable across architectures.
 #define JIT__META_MAGIC 0x4154454Du  // "META"
-#define JIT__META_VERSION 1u
+#define JIT__META_VERSION 2u  // 2: stack_bytes
 
 typedef struct jit__meta_out {
   int32_t rank;
@@ -31,14 +31,17 @@ typedef struct jit__meta_out {
 typedef struct jit__meta_head {
   uint32_t magic, version, n_args, n_outputs;
   char entry[64];
+  uint32_t stack_bytes, reserved;  // jit__artifact.stack_bytes
 } jit__meta_head;
 
 static void *jit__meta_encode(const char *entry, uint32_t n_args, uint32_t n_outputs,
-                              const jit__oshape *outs, size_t *out_size) {
+                              uint32_t stack_bytes, const jit__oshape *outs,
+                              size_t *out_size) {
   size_t size = sizeof(jit__meta_head) + n_outputs * sizeof(jit__meta_out);
   unsigned char *p = calloc(1, size);
   if (!p) return NULL;
-  jit__meta_head h = {JIT__META_MAGIC, JIT__META_VERSION, n_args, n_outputs, {0}};
+  jit__meta_head h = {JIT__META_MAGIC, JIT__META_VERSION, n_args, n_outputs, {0},
+                      stack_bytes, 0};
   snprintf(h.entry, sizeof(h.entry), "%s", entry);
   memcpy(p, &h, sizeof(h));
   for (uint32_t j = 0; j < n_outputs; j++) {
@@ -52,7 +55,8 @@ static void *jit__meta_encode(const char *entry, uint32_t n_args, uint32_t n_out
 
 // Decodes and checks a record against what the graph expects.
 static bool jit__meta_decode(const void *meta, size_t size, uint32_t n_args,
-                             uint32_t n_outputs, char entry[64], jit__oshape *outs) {
+                             uint32_t n_outputs, char entry[64], uint32_t *stack_bytes,
+                             jit__oshape *outs) {
   jit__meta_head h;
   if (size < sizeof(h)) return false;
   memcpy(&h, meta, sizeof(h));
@@ -62,6 +66,7 @@ static bool jit__meta_decode(const void *meta, size_t size, uint32_t n_args,
       memchr(h.entry, 0, sizeof(h.entry)) == NULL)
     return false;
   memcpy(entry, h.entry, sizeof(h.entry));
+  *stack_bytes = h.stack_bytes;
   for (uint32_t j = 0; j < n_outputs; j++) {
     jit__meta_out o;
     memcpy(&o, (const unsigned char *)meta + sizeof(h) + j * sizeof(o), sizeof(o));
@@ -116,7 +121,7 @@ static double jit__now_ms(void) {
 }
 
 bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out_fn,
-                    jit__oshape *out_shapes) {
+                    uint32_t *out_stack_bytes, jit__oshape *out_shapes) {
   jit_context *ctx = g->ctx;
   *out_fn = NULL;
   if (!jit__cache_enabled(ctx->cache)) return false;
@@ -134,7 +139,7 @@ bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out
   bool ok = false;
   if (e.kind != JIT__PAYLOAD_CPU_OBJECT ||
       !jit__meta_decode(e.meta, e.meta_size, g->n_inputs + g->n_outputs, g->n_outputs,
-                        entry, out_shapes)) {
+                        entry, out_stack_bytes, out_shapes)) {
     char hex[33];
     jit__key_hex(key, hex);
     jit__log(ctx, JIT_LOG_WARNING,
@@ -172,7 +177,8 @@ void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs
   memset(&e, 0, sizeof(e));
   memcpy(e.key, key, 16);
   e.kind = JIT__PAYLOAD_CPU_OBJECT;
-  e.meta = jit__meta_encode(art->entry, art->n_args, g->n_outputs, shapes, &e.meta_size);
+  e.meta = jit__meta_encode(art->entry, art->n_args, g->n_outputs, art->stack_bytes, shapes,
+                            &e.meta_size);
   e.payload = art->object;
   e.payload_size = art->object_size;
   e.components = jit__key_components(g, ctx->devices[0], inputs);

@@ -29,6 +29,7 @@ struct jit__kernel {
   jit__gpu_exec *gpu;           // GPU devices: the loaded module and plan
   jit__kstate state;            // guarded by ctx->mu; READY and FAILED are final
   jit__cpu_kernel_fn fn;        // set before READY
+  uint32_t stack_bytes;         // CPU: stack the kernel needs (jit__artifact.stack_bytes)
   uint32_t n_outputs;
   jit__oshape *outputs;         // the output shapes of this binding
   jit_status_code fail_code;    // FAILED: the compile's status, replayed to callers
@@ -312,7 +313,8 @@ static double jit__now_ms(void) {
 // Compiles the kernel for one binding, stores it in the disk cache, and loads it.
 static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
                                         const jit__node *shapes, jit__oshape *oshapes,
-                                        const uint8_t key[16], jit__cpu_kernel_fn *fn) {
+                                        const uint8_t key[16], jit__cpu_kernel_fn *fn,
+                                        uint32_t *stack_bytes) {
   jit_context *ctx = g->ctx;
   char hex[33], func_name[48];
   jit__key_hex(key, hex);
@@ -341,6 +343,7 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
            g->name, func_name, ms, art.ms_mlir, art.llvm_passes ? art.llvm_passes : "LLVM",
            art.ms_llvm_opt, art.ms_codegen, art.object_size);
   s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, fn);
+  *stack_bytes = art.stack_bytes;
   if (!s) jit__disk_store(g, key, inputs, &art, oshapes);
   jit__artifact_release(&art);
   return s;
@@ -357,7 +360,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   jit_context *ctx = g->ctx;
   bool gpu = k->device->kind != JIT_DEVICE_CPU;
   if (gpu ? jit__gpu_disk_load(g, k->device, k->key, k->outputs, &k->gpu)
-          : jit__disk_load(g, k->key, &k->fn, k->outputs))
+          : jit__disk_load(g, k->key, &k->fn, &k->stack_bytes, k->outputs))
     return NULL;
 
   jit_status status = NULL;
@@ -380,7 +383,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   jit__cache_lock_key(ctx->cache, k->key, kCompileLockTimeoutMs, &lock, &locked);
   // Whoever held the lock may just have stored the kernel.
   if (locked && (gpu ? jit__gpu_disk_load(g, k->device, k->key, k->outputs, &k->gpu)
-                     : jit__disk_load(g, k->key, &k->fn, k->outputs))) {
+                     : jit__disk_load(g, k->key, &k->fn, &k->stack_bytes, k->outputs))) {
     jit__cache_unlock(&lock);
     goto done;
   }
@@ -390,7 +393,8 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
     status = jit__gpu_compile_and_load(g, k->device, &lg, k->key, inputs, k->outputs,
                                        &k->gpu);
   } else {
-    status = jit__compile_and_load(g, inputs, shapes, k->outputs, k->key, &k->fn);
+    status = jit__compile_and_load(g, inputs, shapes, k->outputs, k->key, &k->fn,
+                                    &k->stack_bytes);
   }
   if (locked) jit__cache_unlock(&lock);
 done:
@@ -602,6 +606,18 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
                                        jit__device_kind_name(d->kind), d->ordinal);
     atomic_fetch_add_explicit(&g->ctx->runs, 1, memory_order_relaxed);
     return NULL;
+  }
+  // Kernels keep their packed blocks and scratch rows on the calling thread's stack:
+  // a thread with too little left (small pthread or musl stacks) gets an error rather
+  // than a crash. 64 KiB more for the kernel's own frames and the OpenMP fork.
+  if (k->stack_bytes) {
+    size_t left = jit__cpu_stack_left(), need = (size_t)k->stack_bytes + (64u << 10);
+    if (left < need)
+      return JIT_ERR(JIT_RESOURCE_EXHAUSTED,
+                     "jit_run: graph `%s`: its kernel for these shapes needs %zu KiB of "
+                     "stack and the calling thread has %zu KiB left; call it from a "
+                     "thread with a larger stack (pthread_attr_setstacksize)",
+                     g->name, need >> 10, left >> 10);
   }
   void *stack_args[32];
   size_t n_args = g->n_inputs + g->n_outputs;

@@ -519,7 +519,11 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   }
   status = jit__run_own_pipeline(ctx, module, kBufferizePipeline, diag, "bufferization");
   if (status) goto done;
-  if (options->opt_level > 0) jit__cpu_stack_buffers(ctx, mop, &plan);
+  if (options->opt_level > 0) {
+    int64_t stack = 0;
+    jit__cpu_stack_buffers(ctx, mop, &plan, &stack);
+    out->stack_bytes = (uint32_t)stack;
+  }
   status = jit__run_own_pipeline(ctx, module, kDeallocPipeline, diag, "buffer deallocation");
   if (status) goto done;
   if (options->opt_level <= 0 && (status = jit__run_matmul_loops(ctx, module, diag)))

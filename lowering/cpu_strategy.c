@@ -1332,7 +1332,8 @@ static MlirWalkResult find_stack_allocs(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu_plan *plan) {
+int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu_plan *plan,
+                           int64_t *bytes) {
   stack_walk sw;
   memset(&sw, 0, sizeof sw);
   sw.plan = plan;
@@ -1360,6 +1361,7 @@ int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu
     mlirValueReplaceAllUsesOfWith(res, mlirOperationGetResult(na, 0));
     mlirOperationDestroy(old);
   }
+  *bytes = sw.bytes;
   return sw.n;
 }
 

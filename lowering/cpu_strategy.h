@@ -47,8 +47,9 @@ void jit__cpu_plan_free(jit__cpu_plan *plan);
 // allocation of each packed-B buffer of `plan` made once per call or per thread, and
 // of each small scratch buffer made inside loops, by a stack allocation at the top of
 // the function or thread body (cpu_strategy.c says which and why). Returns the number
-// replaced.
-int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu_plan *plan);
+// replaced; *bytes is their total size.
+int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu_plan *plan,
+                           int64_t *bytes);
 
 // After bufferization, for plan->unroll_k: gives each register tile's k loop (a loop
 // whose own body holds vector FMAs) an llvm.loop.unroll.count of 4, or 2 when its

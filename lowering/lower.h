@@ -110,6 +110,9 @@ typedef struct jit__artifact {
   size_t object_size;
   char entry[64];         // entry point symbol
   uint32_t n_args;        // n_inputs + n_outputs
+  // Bytes of stack buffers the kernel puts on the calling thread's stack (packed B
+  // blocks, scratch rows: cpu_strategy.c), at most; jit_run checks the thread has them.
+  uint32_t stack_bytes;
   // Where the compile spent its time (ms), for logs and benchmarks.
   double ms_mlir;         // context, parse, fusion, tiling/vectorization, to LLVM dialect
   double ms_llvm_opt;     // translation to LLVM IR and LLVM's passes

@@ -623,3 +623,76 @@ Test(run, threads_on_two_graphs_of_one_context) {
   jit_graph_destroy(g[1]);
   jit_context_destroy(ctx);
 }
+
+// A kernel keeps its packed B block (256 KiB here) on the calling thread's stack. A
+// thread with too little stack gets JIT_RESOURCE_EXHAUSTED naming the need, not a
+// crash; the need survives the disk cache (a new context loads it with the kernel).
+typedef struct stack_call {
+  jit_graph *g;
+  DLTensor in[2], out;
+  jit_status_code code;
+  char message[512];
+} stack_call;
+
+static void *stack_call_run(void *p) {
+  stack_call *c = p;
+  jit_status s = jit_run(c->g, c->in, 2, &c->out, 1);
+  c->code = jit_status_get_code(s);
+  snprintf(c->message, sizeof c->message, "%s", s ? jit_status_message(s) : "");
+  jit_status_free(s);
+  return NULL;
+}
+
+static void stack_call_on_thread(stack_call *c, size_t stack) {
+  pthread_attr_t attr;
+  pthread_t t;
+  cr_assert_eq(pthread_attr_init(&attr), 0);
+  cr_assert_eq(pthread_attr_setstacksize(&attr, stack), 0);
+  cr_assert_eq(pthread_create(&t, &attr, stack_call_run, c), 0);
+  cr_assert_eq(pthread_join(t, NULL), 0);
+  pthread_attr_destroy(&attr);
+}
+
+Test(run, too_small_a_thread_stack_is_refused) {
+  enum { n = 256 };
+  int64_t sh[2] = {n, n};
+  float *a = tu_malloc(sizeof(float) * n * n), *b = tu_malloc(sizeof(float) * n * n);
+  float *got = tu_malloc(sizeof(float) * n * n), *want = tu_malloc(sizeof(float) * n * n);
+  ref_rng rng;
+  ref_rng_seed(&rng, 5);
+  ref_rng_fill_signed(&rng, a, n * n);
+  ref_rng_fill_signed(&rng, b, n * n);
+  int64_t dc[2];
+  ref_matmul(a, 2, sh, b, 2, sh, want, dc);
+  for (int round = 0; round < 2; round++) {  // compiled, then from the disk cache
+    jit_options o;
+    jit_options_init(&o);
+    o.num_threads = 1;
+    jit_context *ctx = NULL;
+    TU_OK(jit_context_create(&o, &ctx));
+    jit_graph *g = tu_graph(ctx, "mm");
+    jit_value va = jit_input(g, "a", TU_F32, 2, sh);  // inputs in this order
+    jit_value vb = jit_input(g, "b", TU_F32, 2, sh);
+    jit_output(g, jit_matmul(g, va, vb));
+    TU_OK(jit_graph_finalize(g));
+    stack_call c = {g, {tu_tensor(a, TU_F32, 2, sh), tu_tensor(b, TU_F32, 2, sh)},
+                    tu_tensor(got, TU_F32, 2, sh), JIT_OK, ""};
+    TU_OK(jit_graph_compile(g, c.in, 2));
+    memset(got, 0, sizeof(float) * n * n);
+    stack_call_on_thread(&c, 192 << 10);
+    cr_expect_eq(c.code, JIT_RESOURCE_EXHAUSTED, "round %d: %s", round, c.message);
+    cr_expect(strstr(c.message, "KiB of stack") != NULL, "round %d: %s", round, c.message);
+    stack_call_on_thread(&c, 8 << 20);
+    cr_expect_eq(c.code, JIT_OK, "round %d: %s", round, c.message);
+    tu_assert_close(got, want, n * n, 1e-4, 1e-4, 2, sh, "matmul on an 8 MiB stack");
+    jit_stats st = get_stats(ctx);
+    cr_expect_eq(st.compiles, round == 0 ? 1u : 0u, "round %d: compiles %llu", round,
+                 (unsigned long long)st.compiles);
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+  free(a);
+  free(b);
+  free(got);
+  free(want);
+}

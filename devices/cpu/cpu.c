@@ -241,3 +241,26 @@ jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t siz
   pthread_mutex_unlock(&device->mu);
   return status;
 }
+
+//===--- Stack -------------------------------------------------------------===//
+
+// The lowest address of this thread's stack; NULL until looked up, (char *)1 when the
+// lookup failed. Stacks grow down on every target this library builds for.
+static _Thread_local char *jit__stack_low;
+
+size_t jit__cpu_stack_left(void) {
+  if (!jit__stack_low) {
+    pthread_attr_t attr;
+    void *addr = NULL;
+    size_t size = 0;
+    jit__stack_low = (char *)1;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr) jit__stack_low = addr;
+      pthread_attr_destroy(&attr);
+    }
+  }
+  // The frame address, not a local's: under ASan a local may live on a fake stack.
+  char *here = __builtin_frame_address(0);
+  if (jit__stack_low == (char *)1 || here <= jit__stack_low) return SIZE_MAX;
+  return (size_t)(here - jit__stack_low);
+}

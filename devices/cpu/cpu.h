@@ -41,4 +41,9 @@ void jit__cpu_device_destroy(jit__cpu_device *device);
 jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t size,
                          const char *entry, jit__cpu_kernel_fn *out_fn);
 
+// Bytes of stack left below the caller's frame on the calling thread; SIZE_MAX when
+// the thread's stack cannot be found. The first call on a thread looks its stack up
+// (pthread_getattr_np), later ones cost a subtraction.
+size_t jit__cpu_stack_left(void);
+
 #endif  // JITML_DEVICES_CPU_CPU_H_
