@@ -20,7 +20,9 @@
 //   per-call overhead.
 // Threading runtimes spin for a while after a parallel region (libomp for libjitml,
 // pthreads for OpenBLAS, libgomp for oneDNN); on two cores they would steal each
-// other's core, so the bench pauses between implementations.
+// other's core, so the bench pauses between implementations. Single-threaded matmul
+// cases have no such threads, so they alternate the implementations batch by batch
+// instead (time_interleaved): the machine's drift then hits each of them alike.
 //
 //===----------------------------------------------------------------------===//
 #define _GNU_SOURCE
@@ -100,6 +102,34 @@ static double time_median(bench_fn fn, void *user) {
   }
   qsort(samples, (size_t)reps, sizeof(double), cmp_double);
   return samples[reps / 2];
+}
+
+// Like time_median for `n` functions at once: after each one's warm-up, every timed
+// round runs one batch of each in turn. Writes each one's median (us) to out[i].
+static void time_interleaved(int n, bench_fn *fns, void **users, double *out) {
+  enum { kMax = 4 };
+  int batch[kMax], reps = g_opt.reps > 64 ? 64 : g_opt.reps;
+  double samples[kMax][64];
+  for (int f = 0; f < n && f < kMax; f++) {
+    double t0 = now_us();
+    while (now_us() - t0 < (g_opt.quick ? 10e3 : 50e3)) fns[f](users[f]);
+    double s = now_us();
+    fns[f](users[f]);
+    double one = now_us() - s;
+    batch[f] = one > 0 ? (int)((g_opt.quick ? 500 : 2000) / one) : 1000;
+    if (batch[f] < 1) batch[f] = 1;
+    if (batch[f] > 100000) batch[f] = 100000;
+  }
+  for (int r = 0; r < reps; r++)
+    for (int f = 0; f < n && f < kMax; f++) {
+      double s = now_us();
+      for (int i = 0; i < batch[f]; i++) fns[f](users[f]);
+      samples[f][r] = (now_us() - s) / batch[f];
+    }
+  for (int f = 0; f < n && f < kMax; f++) {
+    qsort(samples[f], (size_t)reps, sizeof(double), cmp_double);
+    out[f] = samples[f][reps / 2];
+  }
 }
 
 // Lets the other runtime's spinning threads go to sleep before the next one runs.
@@ -443,25 +473,48 @@ static void case_matmul(int M, int K, int N, int threads, int gelu) {
   dense_case(&jc, ctx, M, K, N, gelu, a, b, bias, c);
   jit_case_compile(&jc);
   r->compile_ms = jc.compile_ms;
-  r->jit_us = time_median(jit_case_run, &jc);
-  jit_graph_destroy(jc.g);
-  jit_context_destroy(ctx);
-
   set_peer_threads(threads);
-  if (g_blas.lib) {
-    settle();
-    blas_mm bm = {M, N, K, a, b, c, gelu ? bias : NULL};
-    r->blas_us = time_median(blas_run, &bm);
+  blas_mm bm = {M, N, K, a, b, c, gelu ? bias : NULL};
+  bool have_dnnl = false;
+#if JITML_BENCH_HAVE_DNNL
+  dnnl_case dc;
+  memset(&dc, 0, sizeof dc);  // destroyable whether or not it is made
+  have_dnnl = g_have_dnnl && dnnl_matmul_create(&dc, M, K, N, a, b, gelu ? bias : NULL, c,
+                                                gelu);
+#endif
+  if (threads == 1) {
+    // Batch by batch in turn (time_interleaved); the outputs are all c, which each
+    // implementation overwrites whole.
+    bench_fn fns[3] = {jit_case_run};
+    void *users[3] = {&jc};
+    double *outs[3] = {&r->jit_us};
+    int n = 1;
+    if (g_blas.lib) fns[n] = blas_run, users[n] = &bm, outs[n++] = &r->blas_us;
+#if JITML_BENCH_HAVE_DNNL
+    if (have_dnnl) fns[n] = dnnl_run, users[n] = &dc, outs[n++] = &r->dnnl_us;
+#endif
+    double us[3];
+    time_interleaved(n, fns, users, us);
+    for (int i = 0; i < n; i++) *outs[i] = us[i];
+  } else {
+    r->jit_us = time_median(jit_case_run, &jc);
+    if (g_blas.lib) {
+      settle();
+      r->blas_us = time_median(blas_run, &bm);
+    }
+#if JITML_BENCH_HAVE_DNNL
+    if (have_dnnl) {
+      settle();
+      r->dnnl_us = time_median(dnnl_run, &dc);
+    }
+#endif
   }
 #if JITML_BENCH_HAVE_DNNL
-  if (g_have_dnnl) {
-    settle();
-    dnnl_case dc;
-    if (dnnl_matmul_create(&dc, M, K, N, a, b, gelu ? bias : NULL, c, gelu))
-      r->dnnl_us = time_median(dnnl_run, &dc);
-    dnnl_case_destroy(&dc);
-  }
+  dnnl_case_destroy(&dc);
 #endif
+  (void)have_dnnl;
+  jit_graph_destroy(jc.g);
+  jit_context_destroy(ctx);
   settle();
   print_row(r);
   free(a);
