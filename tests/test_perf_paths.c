@@ -162,6 +162,21 @@ static void check_dense_path(int M, int K, int N, int threads, const char *needl
   check_dense_path_act(M, K, N, threads, 0, 0, needle);
 }
 
+// Register tiles follow the host's vector width (6x16 on AVX2, 8x32 on AVX-512), and
+// with them the blocks and the path a shape takes: a case that lands on a path on one
+// host may not on the other. Such cases give the shape and needle for each, as
+// AVX512(for AVX2, for AVX-512). Both sets were read off the scripts and checked to
+// land on the path the comment names.
+#if defined(__x86_64__) || defined(__i386__)
+static bool host_avx512(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}
+#else
+static bool host_avx512(void) { return false; }
+#endif
+#define AVX512(avx2, avx512) (host_avx512() ? (avx512) : (avx2))
+
 static const int kShapes[][3] = {
     {1, 1, 1},     {1, 7, 13},     {1, 768, 96},  {2, 33, 17},   {3, 64, 100},
     {5, 33, 17},   {8, 96, 200},   {16, 64, 64},  {17, 1000, 31}, {17, 31, 1000},
@@ -214,7 +229,8 @@ Test(perf_paths, small_m_n_blocks) {
   check_dense_path(8, 768, 3072, 2, "blocks [0, 512, 8]");  // 1536 columns a thread
   check_dense_path(16, 200, 1000, 1, "blocks [0, 250, 8]");  // 15 x 16 + 10 a block
   check_dense_path(11, 97, 2053, 1, "blocks [0, 0, 0]");     // prime N and K
-  check_dense_path_act(6, 300, 2000, 1, 1, 2, "blocks [0, 400, 6]");  // gelu(xW+b)
+  // gelu(xW+b); the tile is 6 x 64 on AVX-512, and no multiple of 64 divides 2000.
+  check_dense_path_act(6, 300, 2000, 1, 1, 2, AVX512("blocks [0, 400, 6]", "blocks [0, 500, 6]"));
 }
 
 // B packed into panels (plan_packed): B too large for L2, enough rows to reuse it.
@@ -223,20 +239,25 @@ Test(perf_paths, small_m_n_blocks) {
 // A that fits in 256 KiB takes kc = K and narrower n blocks; larger A, k blocks, with
 // n blocks as wide as the thread's N when it has few rows (<= 256).
 Test(perf_paths, matmul_packed_b) {
-  check_dense_path(37, 300, 288, 1, "blocks [0, 144, 300]");   // A copied, kc = K
+  check_dense_path(37, 300, 288, 1, AVX512("blocks [0, 144, 300]", "blocks [0, 96, 300]"));
   check_dense_path(50, 1000, 256, 1, "blocks [0, 64, 1000]");   // A 200 KB: kc = K
   check_dense_path(67, 1000, 256, 1, "blocks [0, 256, 200]");   // A 268 KB: kc 200
   check_dense_path(97, 520, 512, 1, "blocks [0, 64, 520]");     // 8 n blocks
   check_dense_path(131, 520, 512, 1, "blocks [0, 512, 104]");   // few rows: all of N
   check_dense_path(263, 520, 512, 1, "blocks [0, 256, 104]");   // many: two n blocks
   check_dense_path(45, 3000, 768, 2, "threads split N, blocks [0, 384, 120]");
-  check_dense_path(19, 3280, 32, 1, "blocks [0, 32, 1640]");    // one 2-panel block
+  // One 2-panel block (3 row tiles at least, so 24 rows on AVX-512).
+  check_dense_path(AVX512(19, 29), 3280, AVX512(32, 64), 1,
+                   AVX512("blocks [0, 32, 1640]", "blocks [0, 64, 656]"));
   check_dense_path(37, 128, 512, 1, "blocks [0, 256, 128]");    // B exactly 256 KiB
   check_dense_path(300, 256, 256, 2, "split M");                // 150 rows a thread,
   check_dense_path(300, 256, 256, 2, "B packed");               // all of B each
   // Split N: each thread packs its half, under 256 KiB (the bound is on all of B).
   check_dense_path(256, 256, 256, 2, "B packed, A tiles copied, threads split N");
-  check_dense_path(199, 320, 288, 2, "threads split N, blocks [0, 144, 320]");  // 184 KiB
+  // 184 KiB a thread (AVX-512: 240 KiB; a half of 144 columns is not whole panels).
+  check_dense_path(199, 320, AVX512(288, 384), 2,
+                   AVX512("threads split N, blocks [0, 144, 320]",
+                          "threads split N, blocks [0, 192, 320]"));
   // M = N with 256 rows a thread or more: split M (each thread packs all of B).
   check_dense_path(512, 320, 512, 2, "threads split M, blocks [0, 512, 80]");
 }
@@ -271,11 +292,13 @@ static void check_unroll(int M, int K, int N, int threads, int act, const char *
 
 Test(perf_paths, k_loops_unrolled) {
   check_unroll(131, 520, 512, 1, 0, "blocks [0, 512, 104]", true);  // kc 104: by 4
-  check_unroll(50, 1002, 400, 1, 0, "blocks [0, 400, 334]", true);  // unpacked, by 2
+  check_unroll(50, 1002, 400, 1, 0, AVX512("blocks [0, 400, 334]", "blocks [0, 200, 334]"),
+               true);  // unpacked, by 2
   check_unroll(37, 1001, 512, 1, 0, "blocks [0, 64, 1001]", false); // odd kc = K
   check_unroll(64, 768, 384, 1, 2, "epilogue", true);               // gelu epilogue
   check_unroll(256, 256, 256, 2, 0, "B packed", true);
-  check_unroll(37, 300, 288, 1, 0, "blocks [0, 144, 300]", false);  // 3.2 M: rolled
+  check_unroll(37, 300, 288, 1, 0, AVX512("blocks [0, 144, 300]", "blocks [0, 96, 300]"),
+               false);  // 3.2 M: rolled
 }
 
 // The fused epilogue on packed B: kc = K (the epilogue needs the whole sum), nc as
@@ -284,12 +307,15 @@ Test(perf_paths, k_loops_unrolled) {
 Test(perf_paths, fused_packed_b) {
   check_dense_path_act(37, 300, 288, 1, 1, 2, "epilogue, B packed");  // nc 144, 1 rest row
   check_dense_path_act(50, 1000, 256, 1, 1, 1, "epilogue, B packed"); // nc 64
-  check_dense_path_act(19, 2000, 96, 1, 1, 2, "epilogue, B packed");  // nc 32: 2 panels
-  check_dense_path_act(23, 1001, 320, 1, 1, 2, "epilogue, B packed"); // K odd, nc 64
+  // nc = 2 panels (AVX2 32, AVX-512 64: K <= 1024), and K odd; at least 3 row tiles.
+  check_dense_path_act(AVX512(19, 25), AVX512(2000, 1000), AVX512(96, 128), 1, 1, 2,
+                       "epilogue, B packed");
+  check_dense_path_act(AVX512(23, 29), 1001, 320, 1, 1, 2, "epilogue, B packed");
   check_dense_path_act(64, 256, 1536, 2, 1, 2, "split N");            // halves of N
   check_dense_path_act(64, 256, 1536, 2, 1, 2, "epilogue, B packed");
-  check_dense_path_act(210, 600, 160, 2, 1, 2, "split M");            // 105 rows each
-  check_dense_path_act(210, 600, 160, 2, 1, 1, "epilogue, B packed");
+  // 105 rows each; on AVX-512 N = 192, as no 2 to 3 panels of 32 divide 160.
+  check_dense_path_act(210, 600, AVX512(160, 192), 2, 1, 2, "split M");
+  check_dense_path_act(210, 600, AVX512(160, 192), 2, 1, 1, "epilogue, B packed");
   // M = N, 256 rows a thread: a plain matmul would split M, with an epilogue N stays.
   check_dense_path_act(512, 256, 512, 2, 1, 2, "A tiles copied, threads split N");
 }
@@ -301,8 +327,9 @@ Test(perf_paths, matmul_masked_narrow_n) {
   check_dense_path(17, 1000, 31, 1, "masked N, threads split none, blocks [0, 0, 200]");
   check_dense_path(37, 2000, 27, 1, "masked N, threads split none, blocks [0, 0, 200]");
   check_dense_path(130, 257, 20, 1, "masked N, threads split none, blocks [0, 0, 0]");
-  check_dense_path(97, 61, 13, 1, "masked N");    // 6 rows x 16 lanes, 1 rest row
-  check_dense_path(19, 5, 9, 1, "masked N");      // 1 valid lane in the last vector
+  // A rest row; 1 valid lane in the last vector. N above one vector (8 or 16 lanes).
+  check_dense_path(97, 61, AVX512(13, 29), 1, "masked N");
+  check_dense_path(19, 5, AVX512(9, 17), 1, "masked N");
   check_dense_path(1000, 600, 30, 2, "split M");  // 500 rows a thread
   check_dense_path(1000, 600, 30, 2, "masked N");
   check_dense_path(1000, 600, 30, 2, "blocks [0, 0, 200]");
