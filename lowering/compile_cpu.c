@@ -564,6 +564,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   out->n_args = n_args;
   status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);
   if (status) goto done;
+  if (plan.wide_vectors) jit__cpu_prefer_wide_vectors(mod);
   jit__dump_llvm(options, func_name, "06-llvm.ll", mod);
   status = jit__llvm_to_object(mod, options, &plan, light, unroll, out);
   jit__dump_llvm(options, func_name, "07-llvm-optimized.ll", mod);

@@ -1073,6 +1073,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   mlirOperationWalk(module, plan_op, &w, MlirWalkPreOrder);
   mlirOperationWalk(module, find_row_roots, &w, MlirWalkPreOrder);
   mlirOperationWalk(module, plan_generic_op, &w, MlirWalkPreOrder);
+  out->wide_vectors = w.h.lanes == 16 && w.n_mm == 0;
   const char *canon =
       "  transform.apply_patterns to %f { transform.apply_patterns.canonicalization } "
       ": " ANY "\n";

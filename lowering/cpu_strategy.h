@@ -34,6 +34,9 @@ typedef struct jit__cpu_plan {
   bool stream;
   int64_t row_prefetch;
   bool unroll_k;     // a matmul large enough for its k loops to be unrolled (below)
+  // No matmul, and the host has 512-bit vectors: LLVM's vectorizers may use them
+  // (jit__cpu_prefer_wide_vectors).
+  bool wide_vectors;
 } jit__cpu_plan;
 
 // Tags the module's linalg ops with `jit_s = i` and writes the script that transforms
@@ -84,5 +87,10 @@ int jit__cpu_hoist_reciprocals(LLVMModuleRef mod);
 // prefetch `row_bytes` ahead (cpu_vmath.c). Returns the number of stores and loads
 // changed.
 int jit__cpu_stream_rows(LLVMModuleRef mod, bool stream, int64_t row_bytes);
+
+// Marks every function defined in `mod` "prefer-vector-width"="512", so the loop and
+// SLP vectorizers widen to 16 lanes where LLVM's tuning for AVX-512 cores stops at 8
+// (cpu_vmath.c says why). Returns the number of functions marked.
+int jit__cpu_prefer_wide_vectors(LLVMModuleRef mod);
 
 #endif  // JITML_LOWERING_CPU_STRATEGY_H_

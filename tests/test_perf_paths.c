@@ -440,6 +440,11 @@ Test(perf_paths, inline_exp_accuracy_and_specials) {
   x[3] = 0.0f;
   x[4] = 88.7f;
   x[5] = -87.0f;
+  // Around the top of the range: exp overflows to +inf past ~88.7228 (the clamp at 89.5
+  // and 2^n built in the exponent bits must get there without a select).
+  static const float top[] = {88.72f, 88.7228f, 88.723f, 88.75f, 89.0f, 89.49f, 89.5f,
+                              89.51f, 89.8f, 1e30f, -1e30f, -87.3f, -87.5f, -88.0f};
+  for (size_t k = 0; k < sizeof top / sizeof *top; k++) x[6 + k] = top[k];
   int64_t s[1] = {n};
   jit_value (*const ops[])(jit_graph *, jit_value) = {jit_exp, jit_tanh, jit_sigmoid,
                                                       jit_gelu};
@@ -602,6 +607,39 @@ static void check_softmax_streams(int64_t rows, int64_t cols, bool streams) {
 Test(perf_paths, large_softmax_streams_small_does_not) {
   check_softmax_streams(2054, 1031, true);  // 8.08 MiB out
   check_softmax_streams(64, 1024, false);
+}
+
+// On AVX-512 hosts the loops LLVM vectorizes itself (row and elementwise kernels) take
+// 16 lanes, not the 8 of LLVM's tuning for those cores; matmul kernels are left alone.
+Test(perf_paths, row_kernels_take_512_bit_vectors_on_avx512) {
+  bool wide = host_avx512();
+  int64_t s[2] = {37, 1000};
+  dump_begin();
+  jit_context *ctx = ctx_threads(1);
+  jit_graph *g = tu_graph(ctx, "softmax");
+  jit_output(g, jit_softmax(g, jit_input(g, "x", TU_F32, 2, s), 1));
+  TU_OK(jit_graph_finalize(g));
+  float *x = tu_malloc(sizeof(float) * 37 * 1000), *want = tu_malloc(sizeof(float) * 37 * 1000);
+  ref_rng rng;
+  ref_rng_seed(&rng, 7);
+  ref_rng_fill(&rng, x, 37 * 1000, -30.0f, 30.0f);
+  ref_softmax(x, 2, s, 1, want);
+  DLTensor in = tu_tensor(x, TU_F32, 2, s);
+  tu_run_check(g, &in, 1, TU_F32, 2, s, want, 1e-5, 1e-7, NULL, "softmax 37x1000");
+  cr_expect(dump_has("-07-llvm-optimized.ll", "\"prefer-vector-width\"=\"512\"") == wide,
+            "softmax: 512-bit vectors %spreferred", wide ? "not " : "");
+  cr_expect(dump_has("-07-llvm-optimized.ll", "<16 x float>") == wide,
+            "softmax: %s16-lane vectors", wide ? "no " : "");
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  dump_end();
+  free(x);
+  free(want);
+  dump_begin();
+  check_dense(64, 128, 96, 1, TU_F32, 1, 2);
+  cr_expect(!dump_has("-07-llvm-optimized.ll", "prefer-vector-width"),
+            "gelu(xW+b): the vector width preference set on a matmul kernel");
+  dump_end();
 }
 
 // relu(a * b + c) over 2^21 + 17 floats (8 MiB and a bit, a prime count): streamed,
