@@ -345,12 +345,10 @@ static jit_status jit__add_entry(LLVMContextRef llctx, LLVMModuleRef mod,
 
 // LLVM's part when MLIR has vectorized the kernel's ops: the vector code needs
 // cleaning up (allocas, redundant loads, loop-invariant address arithmetic), the
-// loops of its fills vectorizing and, for masked matmuls, MLIR's one-lane vectors
-// combining into whole registers (SLP + vector-combine), not O2's repeated
-// instcombine/GVN rounds, inliner and loop passes. Measured: "LLVM IR + O2" 30-55 ms
-// -> 4-17 ms on the matmul and fused gelu(xW+b) kernels of the benchmark, and the
-// masked 17x1000x31 kernel's compile 396 M -> 291 M instructions, at the same kernel
-// speed. Kernels that leave loops to LLVM's vectorizers keep O2: softmax's rows were
+// loops of its fills vectorizing (and SLP + vector-combine for what MLIR left in
+// narrow vectors), not O2's repeated instcombine/GVN rounds, inliner and loop passes.
+// Measured: "LLVM IR + O2" 30-55 ms -> 4-17 ms on the matmul and fused gelu(xW+b)
+// kernels of the benchmark, at the same kernel speed. Kernels that leave loops to LLVM's vectorizers keep O2: softmax's rows were
 // 1.5x slower with this pipeline (3-4x without its loop-vectorize).
 static const char kLightLLVMPipeline[] =
     "function(sroa,early-cse<memssa>,instcombine,simplifycfg,loop-mssa(licm),gvn,"
@@ -379,15 +377,13 @@ static MlirWalkResult jit__find_unvectorized(MlirOperation op, void *user) {
   return MlirWalkResultInterrupt;
 }
 
-// After the passes: with masked matmuls in `plan`, vector fmul + fadd pairs become FMAs
-// (jit__cpu_contract_fmas), once SLP has combined MLIR's one-lane vectors into whole
-// registers; divisions by a row's sum multiplications by its reciprocal; and streaming
-// kernels get their non-temporal stores and row prefetches (jit__cpu_stream_rows).
+// After the passes: divisions by a row's sum become multiplications by its reciprocal;
+// and streaming kernels get their non-temporal stores and row prefetches
+// (jit__cpu_stream_rows).
 // `light`: kLightLLVMPipeline instead of O2; with `unroll`, kLightUnrollLLVMPipeline.
 static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_options *o,
                                       const jit__cpu_plan *plan, bool light, bool unroll,
                                       jit__artifact *out) {
-  bool fmas = plan->n_masked > 0;
   char *err = NULL;
   LLVMTargetRef target;
   if (LLVMGetTargetFromTriple(o->triple, &target, &err)) {
@@ -423,7 +419,6 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
                              : "default<O2>",
       tm, po);
   LLVMDisposePassBuilderOptions(po);
-  if (!lerr && fmas) jit__cpu_contract_fmas(mod);
   if (!lerr && o->opt_level > 0) jit__cpu_hoist_reciprocals(mod);
   if (!lerr && o->opt_level > 0 && (plan->stream || plan->row_prefetch))
     jit__cpu_stream_rows(mod, plan->stream, plan->row_prefetch);
@@ -515,6 +510,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
                      strlen(plan.script));
     if (plan.n_ops > 0 && (status = jit__apply_script(ctx, module, plan.script, diag)))
       goto done;
+    if (plan.n_masked > 0) jit__cpu_drop_mask_selects(mop);
     jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
   }
   status = jit__run_own_pipeline(ctx, module, kBufferizePipeline, diag, "bufferization");

@@ -408,12 +408,15 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
 
 // N below four vectors and not a multiple of one (17x1000x31): the whole row of C is
 // one register tile of V = N rounded up to whole vectors, rows = as many as the
-// accumulator registers hold (3 at V = 32 on AVX2), vectorized with masks. The last
-// vector of each B row is a masked load and C is read and written once per tile with
-// masks (hoisted out of the k loop like any accumulator). Peeling N instead left 15
-// of 31 columns to narrower vectors and one-column loops, at ~20 GFLOP/s. The masked
-// vectorization yields multiply + add (not a contraction): compile_cpu.c has LLVM
-// contract them into FMAs (jit__cpu_contract_fmas).
+// accumulator registers hold (3 at V = 32 on AVX2, up to 8 on AVX-512), vectorized
+// with masks. The last vector of each B row is a masked load and C is read and written
+// once per tile with masks (hoisted out of the k loop like any accumulator). Peeling N
+// instead left 15 of 31 columns to narrower vectors and one-column loops, at ~20
+// GFLOP/s. Vectorized as a masked contraction (create_named_contraction), which lowers
+// to one FMA per row and vector; without it the masked vectorization gave multiply,
+// add and select on 1-lane vectors, which LLVM's SLP pass spent ~35 ms recombining
+// (17x1000x31 on AVX-512: 58-63 ms to compile, 22-29 ms now). The selects that keep
+// the masked-off lanes go (jit__cpu_drop_mask_selects): 11.3 -> 7.5 us.
 // When B (K x V) outgrows L1, k blocks of kc rows (B's block ~24 KiB) come first, so
 // every row tile reads the block from L1 rather than all of B from L2: 17x1000x31
 // (kc 200) ~8-10 % faster, two compiles interleaved in one process. C is read and
@@ -621,6 +624,18 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     mv = nv * h.lanes;
     mtm = h.acc / nv < 8 ? h.acc / nv : 8;
     if (mtm > tM) mtm = tM;
+    // A row tile needs 8 independent FMAs per k step (two FMA ports, 4 cycles each) or
+    // its k loop waits on their latency: a 1-row rest at 2 vectors ran at half speed,
+    // ~15 % of 17x1000x31 (8 + 8 + 1 rows). So the tile height that leaves no rest, or
+    // the fewest rows short of that in the rest, down to that minimum: 6 + 6 + 5.
+    int64_t least = (8 + nv - 1) / nv, best_short = -1;
+    for (int64_t r = mtm; r >= least && r >= 1; r--) {
+      int64_t rest = tM % r, shortfall = rest && rest < least ? least - rest : 0;
+      if (best_short < 0 || shortfall < best_short) {
+        best_short = shortfall;
+        mtm = r;
+      }
+    }
     mc = nc = 0;
     kc = pick_block(K, JIT__MASKED_B_BYTES / 4 / mv, 1);
     tm = mtm;
@@ -1095,13 +1110,15 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
                   "  %%vr%d = transform.structured.match ops{[\"linalg.matmul\"]} "
                   "attributes {jit_mm = %d : i64, jit_mrest} in %%f : (" ANY ") -> " ANY
                   "\n"
-                  "  transform.structured.vectorize %%vr%d vector_sizes [%lld, %lld, 1] : " ANY
+                  "  transform.structured.vectorize %%vr%d vector_sizes [%lld, %lld, 1] "
+                  "{create_named_contraction} : " ANY
                   "\n",
                   i, i, i, (long long)w.masked[i][2], (long long)w.masked[i][0]);
       sb_printf(sb,
                 "  %%vm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
                 "{jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
-                "  transform.structured.vectorize %%vm%d vector_sizes [%lld, %lld, 1] : " ANY
+                "  transform.structured.vectorize %%vm%d vector_sizes [%lld, %lld, 1] "
+                "{create_named_contraction} : " ANY
                 "\n",
                 i, i, i, (long long)w.masked[i][1], (long long)w.masked[i][0]);
       continue;
@@ -1253,6 +1270,191 @@ int jit__cpu_unroll_k_loops(MlirContext ctx, MlirOperation module) {
     return 0;
   mlirOperationWalk(module, find_k_loops, &uw, MlirWalkPreOrder);
   return uw.n;
+}
+
+//===--- Masked accumulators without selects -----------------------------===//
+//
+// The masked register tiles of a narrow-N matmul (plan_masked) lower, row by row, to
+// acc_r' = select(mask_r, fma(a_r, b, acc_r), acc_r): the masked-off lanes keep the
+// accumulator. Those lanes (columns N and up) are never stored, as the tile's C write
+// has a mask too, but LLVM cannot see that, and the select stayed as a register copy
+// plus a masked move beside every FMA of the tile's last vector. Where nothing can read
+// them, acc_r' = fma(a_r, b, acc_r). Checked here, per k loop:
+// - each select's mask is a constant box (constant_mask, through extracts and
+//   transposes) whose lanes cover columns [0, n);
+// - the accumulator is a loop-carried vector used only by row extracts, each used only
+//   by one such FMA (as its addend) and its select;
+// - each select result goes, by vector.insert into the same row, through a chain of
+//   such inserts to the loop's yield, at the accumulator's position;
+// - the loop's result is used only by transfer writes masked to columns [0, m), m <= n.
+// So lanes move only within their row and column, and those the writes read are the
+// ones on which the select and the FMA agree.
+
+#define JIT__MASK_RANK 4
+
+static MlirAttribute attr_of(MlirOperation op, const char *name) {
+  return mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString(name));
+}
+
+// Reads a DenseI64Array attribute into out[n]; false unless it has 1..max elements.
+static bool i64_array(MlirAttribute a, int64_t *out, int *n, int max) {
+  if (mlirAttributeIsNull(a) || !mlirAttributeIsADenseI64Array(a)) return false;
+  intptr_t len = mlirDenseArrayGetNumElements(a);
+  if (len > max) return false;
+  for (intptr_t i = 0; i < len; i++) out[i] = mlirDenseI64ArrayGetElement(a, i);
+  *n = (int)len;
+  return true;
+}
+
+// When mask `v` is a constant box, lanes [0, size[d]) on in every dim d: its sizes.
+static bool mask_box(MlirValue v, int64_t *size, int *rank, int depth) {
+  if (depth > 8 || !mlirValueIsAOpResult(v)) return false;
+  MlirOperation d = mlirOpResultGetOwner(v);
+  if (op_is(d, "vector.constant_mask"))
+    return i64_array(attr_of(d, "mask_dim_sizes"), size, rank, JIT__MASK_RANK);
+  int64_t in[JIT__MASK_RANK], perm[JIT__MASK_RANK];
+  int n = 0, np = 0;
+  if (op_is(d, "vector.transpose")) {
+    if (!mask_box(mlirOperationGetOperand(d, 0), in, &n, depth + 1) ||
+        !i64_array(attr_of(d, "permutation"), perm, &np, JIT__MASK_RANK) || np != n)
+      return false;
+    for (int i = 0; i < n; i++) {
+      if (perm[i] < 0 || perm[i] >= n) return false;
+      size[i] = in[perm[i]];
+    }
+    *rank = n;
+    return true;
+  }
+  if (op_is(d, "vector.extract") && mlirOperationGetNumOperands(d) == 1) {
+    if (!mask_box(mlirOperationGetOperand(d, 0), in, &n, depth + 1) ||
+        !i64_array(attr_of(d, "static_position"), perm, &np, n) || np >= n)
+      return false;
+    bool on = true;
+    for (int i = 0; i < np; i++) on = on && perm[i] >= 0 && perm[i] < in[i];
+    for (int i = np; i < n; i++) size[i - np] = on ? in[i] : 0;
+    *rank = n - np;
+    return true;
+  }
+  return false;
+}
+
+// The static single-index row of a vector.extract / vector.insert, or -1.
+static int64_t row_of(MlirOperation op, int n_operands) {
+  int64_t pos[JIT__MASK_RANK];
+  int n = 0;
+  if (mlirOperationGetNumOperands(op) != n_operands ||
+      !i64_array(attr_of(op, "static_position"), pos, &n, JIT__MASK_RANK) || n != 1)
+    return -1;
+  return pos[0];
+}
+
+static bool only_use(MlirValue v, MlirOperation user) {
+  MlirOpOperand u = mlirValueGetFirstUse(v);
+  return !mlirOpOperandIsNull(u) && mlirOperationEqual(mlirOpOperandGetOwner(u), user) &&
+         mlirOpOperandIsNull(mlirOpOperandGetNextUse(u));
+}
+
+typedef struct select_walk {
+  MlirOperation found[256];
+  int n;
+} select_walk;
+
+// For k loop `loop` and its iter_arg `pos`: collects the selects to drop into sw, or
+// none if any check above fails.
+static void masked_steps(MlirOperation loop, intptr_t pos, select_walk *sw) {
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
+  MlirValue acc = mlirBlockGetArgument(body, pos + 1);
+  MlirOperation yield = mlirBlockGetTerminator(body);
+  int64_t min_cols = INT64_MAX;  // the narrowest select mask's column extent
+  int first = sw->n;
+  for (MlirOpOperand u = mlirValueGetFirstUse(acc); !mlirOpOperandIsNull(u);
+       u = mlirOpOperandGetNextUse(u)) {
+    MlirOperation ex = mlirOpOperandGetOwner(u);
+    int64_t r = op_is(ex, "vector.extract") ? row_of(ex, 1) : -1;
+    if (r < 0) goto fail;
+    // The row: the addend of one fma and the false value of one select of that fma.
+    MlirValue row = mlirOperationGetResult(ex, 0);
+    MlirOperation fma = {NULL}, sel = {NULL};
+    for (MlirOpOperand v = mlirValueGetFirstUse(row); !mlirOpOperandIsNull(v);
+         v = mlirOpOperandGetNextUse(v)) {
+      MlirOperation o = mlirOpOperandGetOwner(v);
+      unsigned k = mlirOpOperandGetOperandNumber(v);
+      if (op_is(o, "vector.fma") && k == 2 && mlirOperationIsNull(fma)) fma = o;
+      else if (op_is(o, "arith.select") && k == 2 && mlirOperationIsNull(sel)) sel = o;
+      else goto fail;
+    }
+    if (mlirOperationIsNull(fma) || mlirOperationIsNull(sel) ||
+        !mlirValueEqual(mlirOperationGetOperand(sel, 1), mlirOperationGetResult(fma, 0)) ||
+        !only_use(mlirOperationGetResult(fma, 0), sel))
+      goto fail;
+    int64_t box[JIT__MASK_RANK];
+    int rank = 0;
+    if (!mask_box(mlirOperationGetOperand(sel, 0), box, &rank, 0) || rank != 1) goto fail;
+    if (box[0] < min_cols) min_cols = box[0];
+    // Into the same row, through inserts only, to the yield at `pos`.
+    MlirValue cur = mlirOperationGetResult(sel, 0);
+    MlirOpOperand next = mlirValueGetFirstUse(cur);
+    if (mlirOpOperandIsNull(next) || !mlirOpOperandIsNull(mlirOpOperandGetNextUse(next)))
+      goto fail;
+    MlirOperation ins = mlirOpOperandGetOwner(next);
+    if (!op_is(ins, "vector.insert") || mlirOpOperandGetOperandNumber(next) != 0 ||
+        row_of(ins, 2) != r)
+      goto fail;
+    for (int hops = 0;; hops++) {
+      next = mlirValueGetFirstUse(mlirOperationGetResult(ins, 0));
+      if (hops > 64 || mlirOpOperandIsNull(next) ||
+          !mlirOpOperandIsNull(mlirOpOperandGetNextUse(next)))
+        goto fail;
+      MlirOperation o = mlirOpOperandGetOwner(next);
+      if (mlirOperationEqual(o, yield)) {
+        if (mlirOpOperandGetOperandNumber(next) != (unsigned)pos) goto fail;
+        break;
+      }
+      if (!op_is(o, "vector.insert") || mlirOpOperandGetOperandNumber(next) != 1 ||
+          row_of(o, 2) < 0)
+        goto fail;
+      ins = o;
+    }
+    if (sw->n == 256) goto fail;
+    sw->found[sw->n++] = sel;
+  }
+  if (sw->n == first) return;
+  // The loop's result: masked writes of at most min_cols columns only.
+  MlirOpOperand w = mlirValueGetFirstUse(mlirOperationGetResult(loop, pos));
+  if (mlirOpOperandIsNull(w)) goto fail;
+  for (; !mlirOpOperandIsNull(w); w = mlirOpOperandGetNextUse(w)) {
+    MlirOperation o = mlirOpOperandGetOwner(w);
+    intptr_t n = mlirOperationGetNumOperands(o);
+    int64_t box[JIT__MASK_RANK];
+    int rank = 0;
+    if (!op_is(o, "vector.transfer_write") || mlirOpOperandGetOperandNumber(w) != 0 ||
+        n < 3 || !mask_box(mlirOperationGetOperand(o, n - 1), box, &rank, 0) || rank < 1 ||
+        box[rank - 1] > min_cols)
+      goto fail;
+  }
+  return;
+fail:
+  sw->n = first;
+}
+
+static MlirWalkResult find_masked_steps(MlirOperation op, void *user) {
+  if (!op_is(op, "scf.for")) return MlirWalkResultAdvance;
+  for (intptr_t p = 0; p < mlirOperationGetNumResults(op); p++)
+    masked_steps(op, p, user);
+  return MlirWalkResultAdvance;
+}
+
+int jit__cpu_drop_mask_selects(MlirOperation module) {
+  select_walk sw;
+  sw.n = 0;
+  mlirOperationWalk(module, find_masked_steps, &sw, MlirWalkPreOrder);
+  for (int k = 0; k < sw.n; k++) {
+    MlirOperation sel = sw.found[k];
+    mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(sel, 0),
+                                  mlirOperationGetOperand(sel, 1));
+    mlirOperationDestroy(sel);
+  }
+  return sw.n;
 }
 
 //===--- Scratch buffers on the stack ------------------------------------===//

@@ -27,7 +27,7 @@ typedef struct jit__cpu_plan {
   // why; jit__cpu_stack_buffers).
   int64_t pack[JIT__CPU_MAX_PACK][3];
   int n_pack;
-  int n_masked;      // matmuls vectorized with masks: contract their fmul + fadd
+  int n_masked;      // matmuls vectorized with masks (jit__cpu_drop_mask_selects)
   // Streaming (cpu_strategy.c, "Streaming"): the outputs are large and written once,
   // so their vector stores go straight to memory (jit__cpu_stream_rows); and for a lone
   // row loop over a large input, the bytes from one row to the next, to prefetch it.
@@ -61,6 +61,12 @@ int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu
 // (cpu_strategy.c says why). Returns the k loops marked.
 int jit__cpu_unroll_k_loops(MlirContext ctx, MlirOperation module);
 
+// After the script, for plan->n_masked: replaces each masked register tile's
+// accumulator step select(mask, acc + p, p) by acc + p where nothing reads the
+// masked-off lanes (cpu_strategy.c says how that is checked). Returns the number
+// replaced.
+int jit__cpu_drop_mask_selects(MlirOperation module);
+
 // Replaces every call of llvm.exp on f32 scalars or vectors in `mod` by an inline
 // polynomial (Cephes expf, within 2 ulp; exact at 0, +-inf and NaN), so that the loop
 // and SLP vectorizers can widen it instead of calling libm's expf per lane. Returns
@@ -71,10 +77,6 @@ int jit__cpu_expand_exp(LLVMModuleRef mod);
 // `reassoc`, so LLVM can vectorize the reduction loop (cpu_vmath.c says why that is
 // safe here). Returns the number marked.
 int jit__cpu_mark_reductions(LLVMModuleRef mod);
-
-// Replaces each f32 vector fadd of an fmul by llvm.fmuladd, so the pair becomes one
-// FMA (cpu_vmath.c says where such pairs come from). Returns the number replaced.
-int jit__cpu_contract_fmas(LLVMModuleRef mod);
 
 // Replaces each f32 vector division by a value computed outside the division's block
 // with a multiplication by its reciprocal, computed once (cpu_vmath.c). Run after O2,

@@ -9,7 +9,7 @@
 // built in the exponent bits), within 2 ulp of expf on its normal range. +inf, -inf,
 // NaN and 0 are exact; results below ~1e-38 flush to 0.
 // The other LLVM-IR rewrites of CPU kernels live here too: reassociable reduction adds,
-// FMA contraction, reciprocals of row sums, streaming stores and row prefetches.
+// reciprocals of row sums, streaming stores and row prefetches.
 //
 //===----------------------------------------------------------------------===//
 #include <stdlib.h>
@@ -189,45 +189,6 @@ int jit__cpu_expand_exp(LLVMModuleRef mod) {
       }
     }
   }
-  LLVMDisposeBuilder(v.b);
-  return count;
-}
-
-// fadd(fmul(a, b), c) on vectors becomes llvm.fmuladd(a, b, c), one FMA. Masked
-// matmul tiles (cpu_strategy.c) vectorize as multiply, add and a select that keeps the
-// product in the masked-off lanes, not as a vector.contract, and would otherwise run
-// two instructions per multiply-add; the fmul stays for the select (only its masked
-// lanes are used, so after splitting into registers one multiply per row remains).
-// One rounding instead of two: the result is closer to the exact one, never further.
-int jit__cpu_contract_fmas(LLVMModuleRef mod) {
-  vm v = {mod, LLVMGetModuleContext(mod), NULL, NULL, NULL, 0};
-  v.b = LLVMCreateBuilderInContext(v.ctx);
-  int count = 0;
-  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn))
-    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb)) {
-      LLVMValueRef i = LLVMGetFirstInstruction(bb);
-      while (i) {
-        LLVMValueRef next = LLVMGetNextInstruction(i);
-        LLVMTypeRef t = LLVMTypeOf(i);
-        if (LLVMGetInstructionOpcode(i) == LLVMFAdd && LLVMGetTypeKind(t) == LLVMVectorTypeKind &&
-            LLVMGetTypeKind(LLVMGetElementType(t)) == LLVMFloatTypeKind) {
-          for (unsigned k = 0; k < 2; k++) {
-            LLVMValueRef m = LLVMGetOperand(i, k);
-            if (!LLVMIsAInstruction(m) || LLVMGetInstructionOpcode(m) != LLVMFMul) continue;
-            v.ty = t;
-            LLVMPositionBuilderBefore(v.b, i);
-            LLVMValueRef r = fmuladd(&v, LLVMGetOperand(m, 0), LLVMGetOperand(m, 1),
-                                     LLVMGetOperand(i, 1 - k));
-            LLVMReplaceAllUsesWith(i, r);
-            LLVMInstructionEraseFromParent(i);
-            if (!LLVMGetFirstUse(m)) LLVMInstructionEraseFromParent(m);
-            count++;
-            break;
-          }
-        }
-        i = next;
-      }
-    }
   LLVMDisposeBuilder(v.b);
   return count;
 }

@@ -333,6 +333,19 @@ Test(perf_paths, matmul_masked_narrow_n) {
   check_dense_path(1000, 600, 30, 2, "split M");  // 500 rows a thread
   check_dense_path(1000, 600, 30, 2, "masked N");
   check_dense_path(1000, 600, 30, 2, "blocks [0, 0, 200]");
+  // The masked-off lanes are never stored, so their accumulator steps are plain FMAs:
+  // no selects left (jit__cpu_drop_mask_selects), for the full and the rest row tiles.
+  static const int no_select[][3] = {{17, 1000, 31}, {130, 257, 20}, {19, 5, 17}};
+  for (int k = 0; k < 3; k++) {
+    dump_begin();
+    check_dense(no_select[k][0], no_select[k][1], no_select[k][2], 1, TU_F32, 0, 0);
+    cr_expect(script_has("masked N"), "%dx%dx%d: not masked", no_select[k][0],
+              no_select[k][1], no_select[k][2]);
+    cr_expect(!dump_has("-04-bufferized.mlir", "arith.select"),
+              "%dx%dx%d: masked accumulator selects left", no_select[k][0],
+              no_select[k][1], no_select[k][2]);
+    dump_end();
+  }
 }
 
 Test(perf_paths, fused_bias_activation) {
