@@ -48,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
@@ -84,15 +85,32 @@ typedef struct host {
   int lanes;    // f32 lanes per vector register
   int acc;      // vector registers the accumulator may take
   int tm, tn;   // default register tile
+  int64_t l2;   // bytes of L2 per core (this machine's, as the C library reads it)
 } host;
 
+// The L2 size, or 512 KiB (the Zen 3 machine most block sizes here were measured on)
+// when the C library does not know it. The kernels are compiled for this machine, so
+// its own cache is the one that counts; the disk cache's key does not hold it, which
+// costs at most speed when a cache directory moves to a machine of the same CPU model
+// with another L2.
+static int64_t host_l2(void) {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (v > 0) return v;
+#endif
+  return 512 << 10;
+}
+
 static host host_of(const char *features) {
-  if (features && strstr(features, "+avx512f")) return (host){16, 24, 8, 32};
+  int64_t l2 = host_l2();
+  // AVX-512: an 8x32 tile (16 of 32 zmm); 12x32 and 6x64 were within 3 % at 256^3,
+  // 512^3 and 1024^3 on a Xeon with AVX-512.
+  if (features && strstr(features, "+avx512f")) return (host){16, 24, 8, 32, l2};
   // AVX2: 6x16 (12 accumulators) measured 1.1-1.3x faster than 4x16 at 64x768x3072 and
   // 512^3 on Zen 3 (more FMAs per load of B), 8x16 and 3x32 slower.
   if (features && strstr(features, "+avx2") && strstr(features, "+fma"))
-    return (host){8, 12, 6, 16};
-  return (host){4, 12, 4, 8};
+    return (host){8, 12, 6, 16, l2};
+  return (host){4, 12, 4, 8, l2};
 }
 
 // A block size for a loop of `n`: a divisor of n near `target`, preferably a multiple
@@ -541,9 +559,15 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     // compiles interleaved in one process: 512^3, 768^3, 1024^3 and 1024x512x1024 2-7 %
     // faster; 256^3 3 % slower). Not for M < N (512x768x3072: the same; 128x3072x768
     // 10 % slower) nor with an epilogue (gelu(xW+b) 512x768x3072 8 % slower).
+    // Where all of B fits in under half of L2 (2 MiB on the Xeon, against Zen 3's 512
+    // KiB), a plain matmul with 64 rows a thread or more splits M as well: there,
+    // against split N, 256^3 24-45 % faster, 320^3 18 %, 384^3 22 %, 192x256x512 15 %,
+    // 256x256x512 12 %, 256x512x256 7 % (64x768x3072, 9 MiB of B: 23 % slower; with
+    // an epilogue 256^3 3 % slower, so not there either).
     bool n_ok = N % T == 0 && pack_plan(M, N / T, K, tn, fused, &pnc, &pkc);
     bool m_ok = M % T == 0 && M / T >= 3 * tm;
-    bool prefer_m = M > N || (M == N && !fused && M / T >= 256);
+    bool b_fits = K * N * 4 < h.l2 / 2 && !fused && M / T >= 64;
+    bool prefer_m = M > N || (M == N && !fused && M / T >= 256) || b_fits;
     if (n_ok && (!prefer_m || !m_ok)) split = 1;
     else if (m_ok) split = 0;
   }

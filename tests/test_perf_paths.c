@@ -13,6 +13,7 @@
 #include <ftw.h>
 #include <stdbool.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -177,6 +178,16 @@ static bool host_avx512(void) { return false; }
 #endif
 #define AVX512(avx2, avx512) (host_avx512() ? (avx512) : (avx2))
 
+// Whether this machine's L2 holds more than twice a 256 KiB B (cpu_strategy.c splits
+// plain matmuls whose B fits there over M).
+static bool host_big_l2(void) {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  return sysconf(_SC_LEVEL2_CACHE_SIZE) > (512 << 10);
+#else
+  return false;
+#endif
+}
+
 static const int kShapes[][3] = {
     {1, 1, 1},     {1, 7, 13},     {1, 768, 96},  {2, 33, 17},   {3, 64, 100},
     {5, 33, 17},   {8, 96, 200},   {16, 64, 64},  {17, 1000, 31}, {17, 31, 1000},
@@ -253,7 +264,13 @@ Test(perf_paths, matmul_packed_b) {
   check_dense_path(300, 256, 256, 2, "split M");                // 150 rows a thread,
   check_dense_path(300, 256, 256, 2, "B packed");               // all of B each
   // Split N: each thread packs its half, under 256 KiB (the bound is on all of B).
-  check_dense_path(256, 256, 256, 2, "B packed, A tiles copied, threads split N");
+  // Where all of B fits in under half of L2 (2 MiB L2s, not 512 KiB ones), M instead;
+  // never with 9 MiB of B.
+  check_dense_path(256, 256, 256, 2,
+                   host_big_l2() ? "B packed, A tiles copied, threads split M"
+                                 : "B packed, A tiles copied, threads split N");
+  check_dense_path(320, 320, 320, 2, host_big_l2() ? "split M" : "split N");
+  check_dense_path(64, 768, 3072, 2, "split N");
   // 184 KiB a thread (AVX-512: 240 KiB; a half of 144 columns is not whole panels).
   check_dense_path(199, 320, AVX512(288, 384), 2,
                    AVX512("threads split N, blocks [0, 144, 320]",
