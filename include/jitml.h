@@ -330,7 +330,8 @@ JIT_API jit_status jit_output_shape(jit_graph *graph, const DLTensor *inputs,
 // Returns JIT_INVALID_ARGUMENT (NULL pointers, counts, bad device), JIT_SHAPE_MISMATCH,
 // JIT_DTYPE_MISMATCH, JIT_UNSUPPORTED (strides), JIT_COMPILE_ERROR, JIT_DEVICE_ERROR,
 // JIT_RESOURCE_EXHAUSTED (out of memory; or a CPU kernel that keeps more scratch on
-// the calling thread's stack, up to ~320 KiB, than the thread has left).
+// the calling thread's stack, up to ~320 KiB, than the thread has left, or on each
+// OpenMP worker's stack than OMP_STACKSIZE gives).
 JIT_API jit_status jit_run(jit_graph *graph, const DLTensor *inputs, int n_inputs,
                            const DLTensor *outputs, int n_outputs);
 

@@ -121,7 +121,7 @@ static double jit__now_ms(void) {
 }
 
 bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out_fn,
-                    uint32_t *out_stack_bytes, jit__oshape *out_shapes) {
+                    uint32_t *out_stack_bytes, bool *out_threaded, jit__oshape *out_shapes) {
   jit_context *ctx = g->ctx;
   *out_fn = NULL;
   if (!jit__cache_enabled(ctx->cache)) return false;
@@ -147,7 +147,7 @@ bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out
              "recompiling",
              hex, g->name);
   } else {
-    s = jit__cpu_load(ctx->cpu, e.payload, e.payload_size, entry, out_fn);
+    s = jit__cpu_load(ctx->cpu, e.payload, e.payload_size, entry, out_fn, out_threaded);
     if (s) {
       jit__log(ctx, JIT_LOG_WARNING, "disk cache: loading a cached kernel failed (%s); "
                "recompiling", jit_status_message(s));

@@ -181,10 +181,10 @@ void jit__gpu_exec_destroy(jit__gpu_exec *e);
 //===--- Disk tier (jit/disk.c) -------------------------------------------===//
 
 // Loads the kernel for `key` from the disk cache: true with *out_fn, its stack need
-// (jit__artifact.stack_bytes) and the output shapes set, or false (miss, bad entry,
-// unusable cache; logged, never an error).
+// (jit__artifact.stack_bytes), whether it forks OpenMP threads and the output shapes
+// set, or false (miss, bad entry, unusable cache; logged, never an error).
 bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out_fn,
-                    uint32_t *out_stack_bytes, jit__oshape *out_shapes);
+                    uint32_t *out_stack_bytes, bool *out_threaded, jit__oshape *out_shapes);
 // Stores a compiled kernel (best effort).
 void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,
                      const jit__artifact *art, const jit__oshape *shapes);

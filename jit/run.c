@@ -30,6 +30,7 @@ struct jit__kernel {
   jit__kstate state;            // guarded by ctx->mu; READY and FAILED are final
   jit__cpu_kernel_fn fn;        // set before READY
   uint32_t stack_bytes;         // CPU: stack the kernel needs (jit__artifact.stack_bytes)
+  bool threaded;                // CPU: it forks OpenMP workers, which need that stack too
   uint32_t n_outputs;
   jit__oshape *outputs;         // the output shapes of this binding
   jit_status_code fail_code;    // FAILED: the compile's status, replayed to callers
@@ -314,7 +315,7 @@ static double jit__now_ms(void) {
 static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
                                         const jit__node *shapes, jit__oshape *oshapes,
                                         const uint8_t key[16], jit__cpu_kernel_fn *fn,
-                                        uint32_t *stack_bytes) {
+                                        uint32_t *stack_bytes, bool *threaded) {
   jit_context *ctx = g->ctx;
   char hex[33], func_name[48];
   jit__key_hex(key, hex);
@@ -342,7 +343,7 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
            "%.1f ms, codegen %.1f ms, %zu-byte object",
            g->name, func_name, ms, art.ms_mlir, art.llvm_passes ? art.llvm_passes : "LLVM",
            art.ms_llvm_opt, art.ms_codegen, art.object_size);
-  s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, fn);
+  s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, fn, threaded);
   *stack_bytes = art.stack_bytes;
   if (!s) jit__disk_store(g, key, inputs, &art, oshapes);
   jit__artifact_release(&art);
@@ -360,7 +361,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   jit_context *ctx = g->ctx;
   bool gpu = k->device->kind != JIT_DEVICE_CPU;
   if (gpu ? jit__gpu_disk_load(g, k->device, k->key, k->outputs, &k->gpu)
-          : jit__disk_load(g, k->key, &k->fn, &k->stack_bytes, k->outputs))
+          : jit__disk_load(g, k->key, &k->fn, &k->stack_bytes, &k->threaded, k->outputs))
     return NULL;
 
   jit_status status = NULL;
@@ -383,7 +384,8 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   jit__cache_lock_key(ctx->cache, k->key, kCompileLockTimeoutMs, &lock, &locked);
   // Whoever held the lock may just have stored the kernel.
   if (locked && (gpu ? jit__gpu_disk_load(g, k->device, k->key, k->outputs, &k->gpu)
-                     : jit__disk_load(g, k->key, &k->fn, &k->stack_bytes, k->outputs))) {
+                     : jit__disk_load(g, k->key, &k->fn, &k->stack_bytes, &k->threaded,
+                                      k->outputs))) {
     jit__cache_unlock(&lock);
     goto done;
   }
@@ -394,7 +396,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
                                        &k->gpu);
   } else {
     status = jit__compile_and_load(g, inputs, shapes, k->outputs, k->key, &k->fn,
-                                    &k->stack_bytes);
+                                    &k->stack_bytes, &k->threaded);
   }
   if (locked) jit__cache_unlock(&lock);
 done:
@@ -618,6 +620,14 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
                      "stack and the calling thread has %zu KiB left; call it from a "
                      "thread with a larger stack (pthread_attr_setstacksize)",
                      g->name, need >> 10, left >> 10);
+    size_t workers = k->threaded ? jit__cpu_omp_stack() : SIZE_MAX;
+    if (workers < need)
+      return JIT_ERR(JIT_RESOURCE_EXHAUSTED,
+                     "jit_run: graph `%s`: its kernel for these shapes needs %zu KiB of "
+                     "stack on each OpenMP worker thread and they have %zu KiB; raise "
+                     "OMP_STACKSIZE before the process starts, or run it with "
+                     "jit_options.num_threads = 1",
+                     g->name, need >> 10, workers >> 10);
   }
   void *stack_args[32];
   size_t n_args = g->n_inputs + g->n_outputs;

@@ -696,3 +696,59 @@ Test(run, too_small_a_thread_stack_is_refused) {
   free(got);
   free(want);
 }
+
+// A threaded kernel has each OpenMP worker keep its own packed block, on the worker's
+// stack (OMP_STACKSIZE, read by libomp when it starts): too small a one is refused
+// too, naming the setting, rather than crashing a worker. One thread still runs.
+Test(run, too_small_openmp_worker_stacks_are_refused) {
+  setenv("OMP_STACKSIZE", "128K", 1);  // before libomp is loaded in this process
+  enum { n = 256 };
+  int64_t sh[2] = {n, n};
+  float *a = tu_malloc(sizeof(float) * n * n), *b = tu_malloc(sizeof(float) * n * n);
+  float *got = tu_malloc(sizeof(float) * n * n), *want = tu_malloc(sizeof(float) * n * n);
+  ref_rng rng;
+  ref_rng_seed(&rng, 6);
+  ref_rng_fill_signed(&rng, a, n * n);
+  ref_rng_fill_signed(&rng, b, n * n);
+  int64_t dc[2];
+  ref_matmul(a, 2, sh, b, 2, sh, want, dc);
+  for (int threads = 2; threads >= 1; threads--) {
+    jit_options o;
+    jit_options_init(&o);
+    o.num_threads = threads;
+    o.cache_dir = "";
+    jit_context *ctx = NULL;
+    TU_OK(jit_context_create(&o, &ctx));
+    jit_graph *g = tu_graph(ctx, "mm");
+    jit_value va = jit_input(g, "a", TU_F32, 2, sh);  // inputs in this order
+    jit_value vb = jit_input(g, "b", TU_F32, 2, sh);
+    jit_output(g, jit_matmul(g, va, vb));
+    TU_OK(jit_graph_finalize(g));
+    DLTensor in[2] = {tu_tensor(a, TU_F32, 2, sh), tu_tensor(b, TU_F32, 2, sh)};
+    DLTensor out = tu_tensor(got, TU_F32, 2, sh);
+    memset(got, 0, sizeof(float) * n * n);
+    jit_status s = jit_run(g, in, 2, &out, 1);
+    // ASan builds keep kernels single-threaded (devices/cpu/cpu.c).
+#if defined(__SANITIZE_ADDRESS__)
+    bool refused = false;
+#else
+    bool refused = threads == 2;
+#endif
+    if (refused) {
+      cr_expect_eq(jit_status_get_code(s), JIT_RESOURCE_EXHAUSTED, "%s",
+                   s ? jit_status_message(s) : "ran");
+      cr_expect(s && strstr(jit_status_message(s), "OMP_STACKSIZE") != NULL, "%s",
+                s ? jit_status_message(s) : "ran");
+    } else {
+      cr_expect(s == NULL, "threads=%d: %s", threads, s ? jit_status_message(s) : "");
+      tu_assert_close(got, want, n * n, 1e-4, 1e-4, 2, sh, "matmul, 1 thread");
+    }
+    jit_status_free(s);
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+  free(a);
+  free(b);
+  free(got);
+  free(want);
+}

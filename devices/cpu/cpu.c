@@ -205,10 +205,12 @@ void jit__cpu_device_destroy(jit__cpu_device *device) {
 }
 
 jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t size,
-                         const char *entry, jit__cpu_kernel_fn *out_fn) {
+                         const char *entry, jit__cpu_kernel_fn *out_fn, bool *out_threaded) {
   *out_fn = NULL;
   static const char kFork[] = "__kmpc_fork_call";
-  if (memmem(object, size, kFork, sizeof kFork - 1)) {
+  bool threaded = memmem(object, size, kFork, sizeof kFork - 1) != NULL;
+  if (out_threaded) *out_threaded = threaded;
+  if (threaded) {
     pthread_once(&jit__omp_once, jit__omp_load);
     if (!jit__omp_lib)
       return JIT_ERR(JIT_UNAVAILABLE, "cpu: kernel `%s` is multi-threaded but no OpenMP "
@@ -263,4 +265,25 @@ size_t jit__cpu_stack_left(void) {
   char *here = __builtin_frame_address(0);
   if (jit__stack_low == (char *)1 || here <= jit__stack_low) return SIZE_MAX;
   return (size_t)(here - jit__stack_low);
+}
+
+// libomp gives its workers OMP_STACKSIZE (or KMP_STACKSIZE) bytes of stack, 4-8 MiB by
+// default; a threaded kernel's packed blocks sit on each worker's stack as on the
+// caller's. kmp_get_stacksize_s is libomp's own extension; without it, unknown.
+static pthread_once_t jit__omp_stack_once = PTHREAD_ONCE_INIT;
+static size_t jit__omp_stack_bytes = SIZE_MAX;
+
+static void jit__omp_stack_read(void) {
+  pthread_once(&jit__omp_once, jit__omp_load);
+  if (!jit__omp_lib) return;
+  size_t (*get)(void) = (size_t(*)(void))dlsym(jit__omp_lib, "kmp_get_stacksize_s");
+  if (get) {
+    size_t v = get();
+    if (v > 0) jit__omp_stack_bytes = v;
+  }
+}
+
+size_t jit__cpu_omp_stack(void) {
+  pthread_once(&jit__omp_stack_once, jit__omp_stack_read);
+  return jit__omp_stack_bytes;
 }

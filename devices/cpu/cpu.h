@@ -7,6 +7,7 @@
 #ifndef JITML_DEVICES_CPU_CPU_H_
 #define JITML_DEVICES_CPU_CPU_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "jitml.h"
@@ -37,13 +38,18 @@ jit_status jit__cpu_device_create(jit__cpu_device **out_device);
 void jit__cpu_device_destroy(jit__cpu_device *device);
 
 // Adds `object` (ELF bytes, copied) and looks up `entry`. The code stays loaded until
-// the device is destroyed. Returns JIT_DEVICE_ERROR with LLVM's message on failure.
+// the device is destroyed. *out_threaded (when not NULL): whether the kernel forks
+// OpenMP threads. Returns JIT_DEVICE_ERROR with LLVM's message on failure.
 jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t size,
-                         const char *entry, jit__cpu_kernel_fn *out_fn);
+                         const char *entry, jit__cpu_kernel_fn *out_fn, bool *out_threaded);
 
 // Bytes of stack left below the caller's frame on the calling thread; SIZE_MAX when
 // the thread's stack cannot be found. The first call on a thread looks its stack up
 // (pthread_getattr_np), later ones cost a subtraction.
 size_t jit__cpu_stack_left(void);
+
+// Bytes of stack each OpenMP worker thread gets (libomp's OMP_STACKSIZE, read once,
+// after a threaded kernel has been loaded); SIZE_MAX when unknown. Thread-safe.
+size_t jit__cpu_omp_stack(void);
 
 #endif  // JITML_DEVICES_CPU_CPU_H_
