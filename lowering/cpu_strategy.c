@@ -101,14 +101,28 @@ static int64_t host_l2(void) {
   return 512 << 10;
 }
 
+// Whether LLVM's feature list `features` ("+a,-b,+c") turns `name` on: the last
+// item naming it exactly says ("+avx512f" is not "+avx512fp16").
+static bool has_feature(const char *features, const char *name) {
+  bool on = false;
+  size_t len = strlen(name);
+  for (const char *p = features; p && *p;) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n == len + 1 && memcmp(p + 1, name, len) == 0) on = p[0] == '+';
+    p += n + (end ? 1 : 0);
+  }
+  return on;
+}
+
 static host host_of(const char *features) {
   int64_t l2 = host_l2();
   // AVX-512: an 8x32 tile (16 of 32 zmm); 12x32 and 6x64 were within 3 % at 256^3,
   // 512^3 and 1024^3 on a Xeon with AVX-512.
-  if (features && strstr(features, "+avx512f")) return (host){16, 24, 8, 32, l2};
+  if (has_feature(features, "avx512f")) return (host){16, 24, 8, 32, l2};
   // AVX2: 6x16 (12 accumulators) measured 1.1-1.3x faster than 4x16 at 64x768x3072 and
   // 512^3 on Zen 3 (more FMAs per load of B), 8x16 and 3x32 slower.
-  if (features && strstr(features, "+avx2") && strstr(features, "+fma"))
+  if (has_feature(features, "avx2") && has_feature(features, "fma"))
     return (host){8, 12, 6, 16, l2};
   return (host){4, 12, 4, 8, l2};
 }

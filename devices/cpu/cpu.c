@@ -30,13 +30,56 @@ struct jit__cpu_device {
 static pthread_once_t jit__llvm_once = PTHREAD_ONCE_INIT;
 static jit__cpu_target jit__host;
 
+// The host's features without those $JITML_CPU_FEATURES turns off: each "-name" in
+// that comma-separated list drops "+name" and is appended, so LLVM also drops what
+// implies it (-avx512f: every AVX-512 extension). Only removals: "+name" items are
+// ignored, as code for a feature the machine lacks could not run. Kernels then use
+// a subset of the machine's instructions (the test suite runs the AVX2 paths on
+// AVX-512 machines this way); the features are part of every kernel's cache key.
+// Returns `host` itself when there is nothing to remove or no memory.
+static char *jit__features_without(char *host, const char *off) {
+  if (!off || !*off) return host;
+  size_t cap = strlen(host) + strlen(off) + 2;
+  char *out = malloc(cap), *drop = strdup(off);
+  if (!out || !drop) {
+    free(out);
+    free(drop);
+    return host;
+  }
+  size_t n = 0;
+  out[0] = 0;
+  for (const char *p = host; *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    bool dropped = false;
+    for (const char *q = off; *q && !dropped;) {
+      const char *qe = strchr(q, ',');
+      size_t ql = qe ? (size_t)(qe - q) : strlen(q);
+      dropped = ql > 1 && q[0] == '-' && len == ql && p[0] == '+' &&
+                memcmp(p + 1, q + 1, ql - 1) == 0;
+      q += ql + (qe ? 1 : 0);
+    }
+    if (!dropped && len) {
+      n += (size_t)snprintf(out + n, cap - n, "%s%.*s", n ? "," : "", (int)len, p);
+    }
+    p += len + (end ? 1 : 0);
+  }
+  char *save = NULL;
+  for (char *q = strtok_r(drop, ",", &save); q; q = strtok_r(NULL, ",", &save))
+    if (q[0] == '-' && q[1] && n + strlen(q) + 1 < cap)
+      n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? "," : "", q);
+  free(drop);
+  return out;
+}
+
 static void jit__llvm_init(void) {
   LLVMInitializeNativeTarget();
   LLVMInitializeNativeAsmPrinter();
   // These strings live for the process: they describe the machine it runs on.
   jit__host.triple = LLVMGetDefaultTargetTriple();
   jit__host.cpu = LLVMGetHostCPUName();
-  jit__host.features = LLVMGetHostCPUFeatures();
+  jit__host.features =
+      jit__features_without(LLVMGetHostCPUFeatures(), getenv("JITML_CPU_FEATURES"));
 }
 
 void jit__llvm_init_once(void) { pthread_once(&jit__llvm_once, jit__llvm_init); }
