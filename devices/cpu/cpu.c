@@ -36,7 +36,8 @@ static jit__cpu_target jit__host;
 // ignored, as code for a feature the machine lacks could not run. Kernels then use
 // a subset of the machine's instructions (the test suite runs the AVX2 paths on
 // AVX-512 machines this way); the features are part of every kernel's cache key.
-// Returns `host` itself when there is nothing to remove or no memory.
+// Returns `host` itself when there is nothing to remove or no memory; else a new
+// string, and `host` (LLVM's) is disposed of.
 static char *jit__features_without(char *host, const char *off) {
   if (!off || !*off) return host;
   size_t cap = strlen(host) + strlen(off) + 2;
@@ -69,6 +70,7 @@ static char *jit__features_without(char *host, const char *off) {
     if (q[0] == '-' && q[1] && n + strlen(q) + 1 < cap)
       n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? "," : "", q);
   free(drop);
+  LLVMDisposeMessage(host);
   return out;
 }
 
