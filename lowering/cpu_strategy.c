@@ -85,6 +85,7 @@ typedef struct host {
   int lanes;    // f32 lanes per vector register
   int acc;      // vector registers the accumulator may take
   int tm, tn;   // default register tile
+  int ptm, ptn; // register tile of plain f32 matmuls above 16 rows (no epilogue)
   int64_t l2;   // bytes of L2 per core (this machine's, as the C library reads it)
 } host;
 
@@ -119,12 +120,12 @@ static host host_of(const char *features) {
   int64_t l2 = host_l2();
   // AVX-512: an 8x32 tile (16 of 32 zmm); 12x32 and 6x64 were within 3 % at 256^3,
   // 512^3 and 1024^3 on a Xeon with AVX-512.
-  if (has_feature(features, "avx512f")) return (host){16, 24, 8, 32, l2};
+  if (has_feature(features, "avx512f")) return (host){16, 24, 8, 32, 6, 64, l2};
   // AVX2: 6x16 (12 accumulators) measured 1.1-1.3x faster than 4x16 at 64x768x3072 and
   // 512^3 on Zen 3 (more FMAs per load of B), 8x16 and 3x32 slower.
   if (has_feature(features, "avx2") && has_feature(features, "fma"))
-    return (host){8, 12, 6, 16, l2};
-  return (host){4, 12, 4, 8, l2};
+    return (host){8, 12, 6, 16, 6, 16, l2};
+  return (host){4, 12, 4, 8, 4, 8, l2};
 }
 
 // A block size for a loop of `n`: a divisor of n near `target`, preferably a multiple
@@ -533,7 +534,19 @@ static void plan_matmul(walk *w, MlirOperation mm) {
 
   // Register tile. Small M: all rows in one tile, as wide in N as the registers allow
   // (M = 1 is a GEMV: TN = 8 vectors of B per k step).
-  int64_t tm = h.tm, tn = h.tn;
+  // A plain f32 matmul that packs B takes the host's plain tile (AVX-512: 6x64, 4
+  // vectors of B per 6 broadcasts of A, against 2 per 8 at 8x32): tried first, and
+  // kept if B is then packed. Against 8x32, two compiles interleaved in one process:
+  // 64x768x3072 21 % faster (2 threads 13 %), 37x300x288 14 %, 512^3 and 128x3072x768
+  // 2 %, 256^3 the same. Unpacked it lost (200x300x300 20 % slower, 100^3 10 %), and
+  // with an epilogue it was 3-4x slower (gelu(xW+b) 256x768x3072). Its compile takes
+  // ~15 % longer (512^3: 46 ms against 40, a 4.3 KB object against 3.0).
+  bool plain = !fused && !small_m && (h.ptm != h.tm || h.ptn != h.tn) &&
+               mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
+               mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
+choose_tile:;
+  int64_t dtm = plain ? h.ptm : h.tm, dtn = plain ? h.ptn : h.tn;  // the default tile
+  int64_t tm = dtm, tn = dtn;
   if (M < tm) {
     tm = M;
     int64_t vecs = h.acc / tm;
@@ -553,7 +566,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // Packed B (plan_packed) for f32 matmuls with the default register tile, fused or
   // not: gelu(xW+b) 256x768x3072 unpacked ran at ~40 GFLOP/s (each register tile
   // walking down B's columns 12 KiB apart), packed at ~70 on the same loaded machine.
-  bool can_pack = !small_m && tm == h.tm && tn == h.tn &&
+  bool can_pack = !small_m && tm == dtm && tn == dtn &&
                   mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
                   mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
   // Small M is bound by streaming B once, so it is split (over N) by the bytes of B
@@ -601,6 +614,10 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // ~14 ms more to compile.
   bool packed = can_pack && K * N * 4 >= (256 << 10) && tM >= 3 * tm &&
                 pack_plan(tM, tN, K, tn, fused, &pnc, &pkc);
+  if (plain && !packed) {
+    plain = false;  // the default tile after all (above)
+    goto choose_tile;
+  }
 
   // Cache blocks: a kc x nc block of B (256 KiB) in L2; mc rows of A per pass.
   // Row blocks only serve the n blocks around them: without n blocks they would only

@@ -254,9 +254,12 @@ Test(perf_paths, small_m_n_blocks) {
 // n blocks as wide as the thread's N when it has few rows (<= 256).
 Test(perf_paths, matmul_packed_b) {
   check_dense_path(37, 300, 288, 1, AVX512("blocks [0, 144, 300]", "blocks [0, 96, 300]"));
-  check_dense_path(50, 1000, 256, 1, "blocks [0, 64, 1000]");   // A 200 KB: kc = K
+  // A 200 KB: kc = K (AVX-512's 6x64 tile needs nc >= 128, so K <= 512 there).
+  check_dense_path(50, AVX512(1000, 500), 256, 1,
+                   AVX512("blocks [0, 64, 1000]", "blocks [0, 128, 500]"));
   check_dense_path(67, 1000, 256, 1, "blocks [0, 256, 200]");   // A 268 KB: kc 200
-  check_dense_path(97, 520, 512, 1, "blocks [0, 64, 520]");     // 8 n blocks
+  check_dense_path(97, AVX512(520, 400), AVX512(512, 1024), 1,  // 8 n blocks
+                   AVX512("blocks [0, 64, 520]", "blocks [0, 128, 400]"));
   check_dense_path(131, 520, 512, 1, "blocks [0, 512, 104]");   // few rows: all of N
   check_dense_path(263, 520, 512, 1, "blocks [0, 256, 104]");   // many: two n blocks
   check_dense_path(45, 3000, 768, 2, "threads split N, blocks [0, 384, 120]");
