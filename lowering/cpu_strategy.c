@@ -537,7 +537,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // A plain f32 matmul that packs B takes the host's plain tile (AVX-512: 6x64, 4
   // vectors of B per 6 broadcasts of A, against 2 per 8 at 8x32): tried first, and
   // kept if B is then packed. Against 8x32, two compiles interleaved in one process:
-  // 64x768x3072 21 % faster (2 threads 13 %), 37x300x288 14 %, 512^3 and 128x3072x768
+  // 64x768x3072 21 % faster (2 threads 13 %), 512^3 and 128x3072x768
   // 2 %, 256^3 the same. Unpacked it lost (200x300x300 20 % slower, 100^3 10 %), and
   // with an epilogue it was 3-4x slower (gelu(xW+b) 256x768x3072). Its compile takes
   // ~15 % longer (512^3: 46 ms against 40, a 4.3 KB object against 3.0).
