@@ -643,6 +643,45 @@ static void *stack_call_run(void *p) {
   return NULL;
 }
 
+// An n x n f32 matmul's operands, its C reference and an output buffer.
+typedef struct mm_data {
+  int64_t sh[2];
+  float *a, *b, *got, *want;
+} mm_data;
+
+static mm_data mm_data_make(int64_t n, uint64_t seed) {
+  mm_data m = {{n, n}, NULL, NULL, NULL, NULL};
+  size_t bytes = sizeof(float) * (size_t)(n * n);
+  m.a = tu_malloc(bytes);
+  m.b = tu_malloc(bytes);
+  m.got = tu_malloc(bytes);
+  m.want = tu_malloc(bytes);
+  ref_rng rng;
+  ref_rng_seed(&rng, seed);
+  ref_rng_fill_signed(&rng, m.a, n * n);
+  ref_rng_fill_signed(&rng, m.b, n * n);
+  int64_t dc[2];
+  ref_matmul(m.a, 2, m.sh, m.b, 2, m.sh, m.want, dc);
+  return m;
+}
+
+static void mm_data_free(mm_data *m) {
+  free(m->a);
+  free(m->b);
+  free(m->got);
+  free(m->want);
+}
+
+// The graph a @ b for `m`'s shapes, finalized.
+static jit_graph *mm_graph(jit_context *ctx, const mm_data *m) {
+  jit_graph *g = tu_graph(ctx, "mm");
+  jit_value va = jit_input(g, "a", TU_F32, 2, m->sh);  // inputs in this order
+  jit_value vb = jit_input(g, "b", TU_F32, 2, m->sh);
+  jit_output(g, jit_matmul(g, va, vb));
+  TU_OK(jit_graph_finalize(g));
+  return g;
+}
+
 static void stack_call_on_thread(stack_call *c, size_t stack) {
   pthread_attr_t attr;
   pthread_t t;
@@ -655,27 +694,17 @@ static void stack_call_on_thread(stack_call *c, size_t stack) {
 
 Test(run, too_small_a_thread_stack_is_refused) {
   enum { n = 256 };
-  int64_t sh[2] = {n, n};
-  float *a = tu_malloc(sizeof(float) * n * n), *b = tu_malloc(sizeof(float) * n * n);
-  float *got = tu_malloc(sizeof(float) * n * n), *want = tu_malloc(sizeof(float) * n * n);
-  ref_rng rng;
-  ref_rng_seed(&rng, 5);
-  ref_rng_fill_signed(&rng, a, n * n);
-  ref_rng_fill_signed(&rng, b, n * n);
-  int64_t dc[2];
-  ref_matmul(a, 2, sh, b, 2, sh, want, dc);
+  mm_data m = mm_data_make(n, 5);
+  int64_t *sh = m.sh;
+  float *got = m.got, *want = m.want;
   for (int round = 0; round < 2; round++) {  // compiled, then from the disk cache
     jit_options o;
     jit_options_init(&o);
     o.num_threads = 1;
     jit_context *ctx = NULL;
     TU_OK(jit_context_create(&o, &ctx));
-    jit_graph *g = tu_graph(ctx, "mm");
-    jit_value va = jit_input(g, "a", TU_F32, 2, sh);  // inputs in this order
-    jit_value vb = jit_input(g, "b", TU_F32, 2, sh);
-    jit_output(g, jit_matmul(g, va, vb));
-    TU_OK(jit_graph_finalize(g));
-    stack_call c = {g, {tu_tensor(a, TU_F32, 2, sh), tu_tensor(b, TU_F32, 2, sh)},
+    jit_graph *g = mm_graph(ctx, &m);
+    stack_call c = {g, {tu_tensor(m.a, TU_F32, 2, sh), tu_tensor(m.b, TU_F32, 2, sh)},
                     tu_tensor(got, TU_F32, 2, sh), JIT_OK, ""};
     TU_OK(jit_graph_compile(g, c.in, 2));
     memset(got, 0, sizeof(float) * n * n);
@@ -691,10 +720,7 @@ Test(run, too_small_a_thread_stack_is_refused) {
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
   }
-  free(a);
-  free(b);
-  free(got);
-  free(want);
+  mm_data_free(&m);
 }
 
 // A threaded kernel has each OpenMP worker keep its own packed block, on the worker's
@@ -703,15 +729,7 @@ Test(run, too_small_a_thread_stack_is_refused) {
 Test(run, too_small_openmp_worker_stacks_are_refused) {
   setenv("OMP_STACKSIZE", "128K", 1);  // before libomp is loaded in this process
   enum { n = 256 };
-  int64_t sh[2] = {n, n};
-  float *a = tu_malloc(sizeof(float) * n * n), *b = tu_malloc(sizeof(float) * n * n);
-  float *got = tu_malloc(sizeof(float) * n * n), *want = tu_malloc(sizeof(float) * n * n);
-  ref_rng rng;
-  ref_rng_seed(&rng, 6);
-  ref_rng_fill_signed(&rng, a, n * n);
-  ref_rng_fill_signed(&rng, b, n * n);
-  int64_t dc[2];
-  ref_matmul(a, 2, sh, b, 2, sh, want, dc);
+  mm_data m = mm_data_make(n, 6);
   for (int threads = 2; threads >= 1; threads--) {
     jit_options o;
     jit_options_init(&o);
@@ -719,14 +737,10 @@ Test(run, too_small_openmp_worker_stacks_are_refused) {
     o.cache_dir = "";
     jit_context *ctx = NULL;
     TU_OK(jit_context_create(&o, &ctx));
-    jit_graph *g = tu_graph(ctx, "mm");
-    jit_value va = jit_input(g, "a", TU_F32, 2, sh);  // inputs in this order
-    jit_value vb = jit_input(g, "b", TU_F32, 2, sh);
-    jit_output(g, jit_matmul(g, va, vb));
-    TU_OK(jit_graph_finalize(g));
-    DLTensor in[2] = {tu_tensor(a, TU_F32, 2, sh), tu_tensor(b, TU_F32, 2, sh)};
-    DLTensor out = tu_tensor(got, TU_F32, 2, sh);
-    memset(got, 0, sizeof(float) * n * n);
+    jit_graph *g = mm_graph(ctx, &m);
+    DLTensor in[2] = {tu_tensor(m.a, TU_F32, 2, m.sh), tu_tensor(m.b, TU_F32, 2, m.sh)};
+    DLTensor out = tu_tensor(m.got, TU_F32, 2, m.sh);
+    memset(m.got, 0, sizeof(float) * n * n);
     jit_status s = jit_run(g, in, 2, &out, 1);
     // ASan builds keep kernels single-threaded (devices/cpu/cpu.c).
 #if defined(__SANITIZE_ADDRESS__)
@@ -741,14 +755,11 @@ Test(run, too_small_openmp_worker_stacks_are_refused) {
                 s ? jit_status_message(s) : "ran");
     } else {
       cr_expect(s == NULL, "threads=%d: %s", threads, s ? jit_status_message(s) : "");
-      tu_assert_close(got, want, n * n, 1e-4, 1e-4, 2, sh, "matmul, 1 thread");
+      tu_assert_close(m.got, m.want, n * n, 1e-4, 1e-4, 2, m.sh, "matmul, 1 thread");
     }
     jit_status_free(s);
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
   }
-  free(a);
-  free(b);
-  free(got);
-  free(want);
+  mm_data_free(&m);
 }
