@@ -115,8 +115,10 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   }
   int n = snprintf(ctx->target_text, cap,
                    "backend=cpu\ntarget.triple=%s\ntarget.cpu=%s\ntarget.features=%s\n"
+                   "target.l2=%ld\n"
                    "compiler=libjitml %s, LLVM %s\nbuild_id=%s\nopt_level=%d\nthreads=%d\n",
-                   t->triple, t->cpu, t->features, jit_version(), JITML_LLVM_VERSION,
+                   t->triple, t->cpu, t->features, t->l2_bytes, jit_version(),
+                   JITML_LLVM_VERSION,
                    jit__library_build_id(), o.opt_level, jit__cpu_threads(o.num_threads));
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, XXH3_128bits(ctx->target_text, n > 0 ? (size_t)n : 0));

@@ -326,7 +326,7 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
   const char *dump = ctx->options.dump_ir_dir ? ctx->options.dump_ir_dir
                                                : getenv("JITML_DUMP_IR");
   jit__lower_options lo = {ctx->options.opt_level, dump && dump[0] ? dump : NULL,
-                           t->triple, t->cpu, t->features,
+                           t->triple, t->cpu, t->features, t->l2_bytes,
                            jit__cpu_threads(ctx->options.num_threads), ctx->mlir_pool};
   jit__artifact art;
   double t0 = jit__now_ms();

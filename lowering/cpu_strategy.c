@@ -48,7 +48,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
@@ -86,21 +85,8 @@ typedef struct host {
   int acc;      // vector registers the accumulator may take
   int tm, tn;   // default register tile
   int ptm, ptn; // register tile of plain f32 matmuls above 16 rows (no epilogue)
-  int64_t l2;   // bytes of L2 per core (this machine's, as the C library reads it)
+  int64_t l2;   // bytes of L2 per core
 } host;
-
-// The L2 size, or 512 KiB (the Zen 3 machine most block sizes here were measured on)
-// when the C library does not know it. The kernels are compiled for this machine, so
-// its own cache is the one that counts; the disk cache's key does not hold it, which
-// costs at most speed when a cache directory moves to a machine of the same CPU model
-// with another L2.
-static int64_t host_l2(void) {
-#ifdef _SC_LEVEL2_CACHE_SIZE
-  long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  if (v > 0) return v;
-#endif
-  return 512 << 10;
-}
 
 // Whether LLVM's feature list `features` ("+a,-b,+c") turns `name` on: the last
 // item naming it exactly says ("+avx512f" is not "+avx512fp16").
@@ -116,10 +102,14 @@ static bool has_feature(const char *features, const char *name) {
   return on;
 }
 
-static host host_of(const char *features) {
-  int64_t l2 = host_l2();
-  // AVX-512: an 8x32 tile (16 of 32 zmm); 12x32 and 6x64 were within 3 % at 256^3,
-  // 512^3 and 1024^3 on a Xeon with AVX-512.
+// The host for `o`: its vector registers, and its L2 (`o->l2_bytes`, part of every
+// kernel's cache key), or 512 KiB (the Zen 3 machine most block sizes here were measured
+// on) when that is not known.
+static host host_of(const jit__lower_options *o) {
+  const char *features = o->features;
+  int64_t l2 = o->l2_bytes > 0 ? o->l2_bytes : 512 << 10;
+  // AVX-512: 8x32 (16 of 32 zmm), and 6x64 (24) for plain matmuls that pack B
+  // (plan_matmul says why); 12x32 was within 3 % of 8x32 at 256^3, 512^3 and 1024^3.
   if (has_feature(features, "avx512f")) return (host){16, 24, 8, 32, 6, 64, l2};
   // AVX2: 6x16 (12 accumulators) measured 1.1-1.3x faster than 4x16 at 64x768x3072 and
   // 512^3 on Zen 3 (more FMAs per load of B), 8x16 and 3x32 slower.
@@ -1135,7 +1125,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   memset(&w, 0, sizeof w);
   w.ctx = ctx;
   w.o = o;
-  w.h = host_of(o->features);
+  w.h = host_of(o);
   w.threads = o->num_threads > 1 ? o->num_threads : 1;
   jit__text *sb = &w.sb;
   sb_printf(sb,

@@ -82,6 +82,10 @@ static void jit__llvm_init(void) {
   jit__host.cpu = LLVMGetHostCPUName();
   jit__host.features =
       jit__features_without(LLVMGetHostCPUFeatures(), getenv("JITML_CPU_FEATURES"));
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  jit__host.l2_bytes = l2 > 0 ? l2 : 0;
+#endif
 }
 
 void jit__llvm_init_once(void) { pthread_once(&jit__llvm_once, jit__llvm_init); }

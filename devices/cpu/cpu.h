@@ -23,6 +23,7 @@ typedef struct jit__cpu_target {
   const char *triple;
   const char *cpu;
   const char *features;
+  long l2_bytes;  // L2 per core as the C library reads it; 0 when unknown
 } jit__cpu_target;
 const jit__cpu_target *jit__cpu_host_target(void);
 // Initializes LLVM's native target once per process (pthread_once). Thread-safe.
