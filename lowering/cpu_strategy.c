@@ -687,8 +687,8 @@ choose_tile:;
     tn = mv;
   }
   // A's row tiles copied per k block (plan_packed) when a tile fits a stack scratch
-  // buffer (16 KiB, jit__cpu_stack_buffers). Not with AVX-512's 8-row tiles: on the
-  // Xeon the copies cost more than they saved (without them, two compiles interleaved:
+  // buffer (16 KiB, jit__cpu_stack_buffers). Not on AVX-512: on the Xeon the copies
+  // cost more than they saved (8x32 tiles, without them, two compiles interleaved:
   // 1024^3 6-8 % faster at 1 and 2 threads, 768^3 6 %, 512^3 1-4 %; 256^3, gelu(xW+b)
   // 256x768x3072, 128x3072x768 and 64x768x3072 within 1 %).
   bool copy_a = packed && h.lanes < 16 && tm * pkc * 4 <= (16 << 10);
