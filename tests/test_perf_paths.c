@@ -320,6 +320,9 @@ Test(perf_paths, k_loops_unrolled) {
   check_unroll(37, 1001, 512, 1, 0, "blocks [0, 64, 1001]", false); // odd kc = K
   check_unroll(64, 768, 384, 1, 2, "epilogue", true);               // gelu epilogue
   check_unroll(256, 256, 256, 2, 0, "B packed", true);
+  // Masked narrow N: unrolled below 2^24 too, where the k loop's trip count is even.
+  check_unroll(17, 1000, 31, 1, 0, "masked N", true);   // kc 200
+  check_unroll(130, 257, 20, 1, 0, "masked N", false);  // K 257
   check_unroll(37, 300, 288, 1, 0, AVX512("blocks [0, 144, 300]", "blocks [0, 96, 300]"),
                false);  // 3.2 M: rolled
 }
