@@ -106,6 +106,11 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
     return jit__status_annotate(s, "jit_context_create");
   }
   const jit__cpu_target *t = jit__cpu_host_target();
+  if (t->features_ignored)
+    jit__log(ctx, JIT_LOG_WARNING,
+             "JITML_CPU_FEATURES: `%s` turned nothing off (only \"-feature\" items for "
+             "features this machine has count); ignored",
+             t->features_ignored);
   size_t cap = strlen(t->features) + 1024;
   ctx->target_text = malloc(cap);
   if (!ctx->target_text) {

@@ -682,6 +682,29 @@ Test(perf_paths, row_kernels_take_512_bit_vectors_on_avx512) {
   dump_end();
 }
 
+static void keep_features_warning(void *user, jit_log_level level, const char *message) {
+  if (level == JIT_LOG_WARNING && strstr(message, "JITML_CPU_FEATURES"))
+    snprintf(user, 512, "%s", message);
+}
+
+// JITML_CPU_FEATURES items that turn nothing off (a name LLVM does not know, a "+")
+// are named in a warning, not passed on; the kernels still compile and run.
+Test(perf_paths, cpu_features_items_that_drop_nothing_are_reported) {
+  setenv("JITML_CPU_FEATURES", "-nosuchfeature,+avx512f", 1);  // before the first use
+  char warning[512] = "";
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";
+  o.log_fn = keep_features_warning;
+  o.log_user_data = warning;
+  o.log_level = JIT_LOG_WARNING;
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  cr_expect(strstr(warning, "-nosuchfeature,+avx512f") != NULL, "warning: `%s`", warning);
+  jit_context_destroy(ctx);
+  check_dense(17, 100, 31, 1, TU_F32, 1, 2);
+}
+
 // relu(a * b + c) over 2^21 + 17 floats (8 MiB and a bit, a prime count): streamed,
 // exact into an aligned and a misaligned output, and the same at 1 and 2 threads.
 Test(perf_paths, large_elementwise_chain_streams) {

@@ -30,46 +30,57 @@ struct jit__cpu_device {
 static pthread_once_t jit__llvm_once = PTHREAD_ONCE_INIT;
 static jit__cpu_target jit__host;
 
+// Whether comma-separated `list` holds the item `sign` + name[0..len).
+static bool jit__has_item(const char *list, char sign, const char *name, size_t len) {
+  for (const char *p = list; *p;) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n == len + 1 && p[0] == sign && memcmp(p + 1, name, len) == 0) return true;
+    p += n + (end ? 1 : 0);
+  }
+  return false;
+}
+
 // The host's features without those $JITML_CPU_FEATURES turns off: each "-name" in
 // that comma-separated list drops "+name" and is appended, so LLVM also drops what
-// implies it (-avx512f: every AVX-512 extension). Only removals: "+name" items are
-// ignored, as code for a feature the machine lacks could not run. Kernels then use
-// a subset of the machine's instructions (the test suite runs the AVX2 paths on
-// AVX-512 machines this way); the features are part of every kernel's cache key.
+// implies it (-avx512f: every AVX-512 extension). Only removals of features the host
+// has: other items ("+name", or a feature it lacks or LLVM does not know) go to
+// *ignored (malloc'ed, or NULL), which each jit_context_create logs as a warning,
+// since code for a feature the machine lacks could not run. Kernels then use a subset
+// of the machine's instructions (the test suite runs the AVX2 paths on AVX-512
+// machines this way); the features are part of every kernel's cache key.
 // Returns `host` itself when there is nothing to remove or no memory; else a new
 // string, and `host` (LLVM's) is disposed of.
-static char *jit__features_without(char *host, const char *off) {
+static char *jit__features_without(char *host, const char *off, char **ignored) {
+  *ignored = NULL;
   if (!off || !*off) return host;
   size_t cap = strlen(host) + strlen(off) + 2;
-  char *out = malloc(cap), *drop = strdup(off);
-  if (!out || !drop) {
+  char *out = malloc(cap), *skip = malloc(strlen(off) + 1);
+  if (!out || !skip) {
     free(out);
-    free(drop);
+    free(skip);
     return host;
   }
-  size_t n = 0;
-  out[0] = 0;
-  for (const char *p = host; *p;) {
+  size_t n = 0, ns = 0;
+  out[0] = skip[0] = 0;
+  for (const char *p = host; *p;) {  // the host's items the list does not drop
     const char *end = strchr(p, ',');
     size_t len = end ? (size_t)(end - p) : strlen(p);
-    bool dropped = false;
-    for (const char *q = off; *q && !dropped;) {
-      const char *qe = strchr(q, ',');
-      size_t ql = qe ? (size_t)(qe - q) : strlen(q);
-      dropped = ql > 1 && q[0] == '-' && len == ql && p[0] == '+' &&
-                memcmp(p + 1, q + 1, ql - 1) == 0;
-      q += ql + (qe ? 1 : 0);
-    }
-    if (!dropped && len) {
+    if (len && !(p[0] == '+' && jit__has_item(off, '-', p + 1, len - 1)))
       n += (size_t)snprintf(out + n, cap - n, "%s%.*s", n ? "," : "", (int)len, p);
-    }
     p += len + (end ? 1 : 0);
   }
-  char *save = NULL;
-  for (char *q = strtok_r(drop, ",", &save); q; q = strtok_r(NULL, ",", &save))
-    if (q[0] == '-' && q[1] && n + strlen(q) + 1 < cap)
-      n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? "," : "", q);
-  free(drop);
+  for (const char *q = off; *q;) {  // then the drops, or why not
+    const char *end = strchr(q, ',');
+    size_t len = end ? (size_t)(end - q) : strlen(q);
+    bool drops = len > 1 && q[0] == '-' && jit__has_item(host, '+', q + 1, len - 1);
+    if (drops) n += (size_t)snprintf(out + n, cap - n, ",%.*s", (int)len, q);
+    else if (len) ns += (size_t)snprintf(skip + ns, strlen(off) + 1 - ns, "%s%.*s",
+                                         ns ? "," : "", (int)len, q);
+    q += len + (end ? 1 : 0);
+  }
+  if (ns) *ignored = skip;
+  else free(skip);
   LLVMDisposeMessage(host);
   return out;
 }
@@ -80,8 +91,10 @@ static void jit__llvm_init(void) {
   // These strings live for the process: they describe the machine it runs on.
   jit__host.triple = LLVMGetDefaultTargetTriple();
   jit__host.cpu = LLVMGetHostCPUName();
-  jit__host.features =
-      jit__features_without(LLVMGetHostCPUFeatures(), getenv("JITML_CPU_FEATURES"));
+  char *ignored = NULL;
+  jit__host.features = jit__features_without(LLVMGetHostCPUFeatures(),
+                                             getenv("JITML_CPU_FEATURES"), &ignored);
+  jit__host.features_ignored = ignored;
 #ifdef _SC_LEVEL2_CACHE_SIZE
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
   jit__host.l2_bytes = l2 > 0 ? l2 : 0;

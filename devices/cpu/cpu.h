@@ -24,6 +24,8 @@ typedef struct jit__cpu_target {
   const char *cpu;
   const char *features;
   long l2_bytes;  // L2 per core as the C library reads it; 0 when unknown
+  // Items of $JITML_CPU_FEATURES that turned nothing off (comma-separated), or NULL.
+  const char *features_ignored;
 } jit__cpu_target;
 const jit__cpu_target *jit__cpu_host_target(void);
 // Initializes LLVM's native target once per process (pthread_once). Thread-safe.
