@@ -511,12 +511,25 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // in L1, rather than down columns of B per register tile. The epilogue then runs as
   // its own vectorized elementwise op over C, which is in cache anyway.
   bool small_m = M <= 16;
-  MlirOperation g = small_m ? (MlirOperation){NULL} : epilogue_of(mm);
+  // A bias + activation epilogue runs on each register tile while its sums are in
+  // registers (fused), except where the matmul is faster without it and the epilogue
+  // then costs one pass over C in cache: when B is large (256 KiB or more) and
+  // - the fused path cannot pack B, which needs all of K in a block (2 panels x K in
+  //   256 KiB: K <= 1024 on AVX-512, 2048 on AVX2), and walked B's columns instead:
+  //   gelu(xW+b) 64x3000x768 2.2x faster apart (AVX2 code: 2.2x), 256x2048x1024 2.6x,
+  //   relu 128x4096x1024 3.4x (AVX2 code);
+  // - on AVX-512, with fewer than 192 rows (the plain path's 6x64 tile and wider
+  //   blocks win there: 32x768x3072 17 % faster apart, 2 threads 10 %, 64x768x3072
+  //   12 %, 128x768x3072 4 %; with 256 rows and more fused was 2-7 % faster), or when
+  //   the fused path does not pack B after all (below; 200x300x300 1.55x, 100x768x1000
+  //   1.33x). With AVX2 code fused was as fast or faster there (200x300x300 1.39x).
+  // Two compiles interleaved in one process; the same kernel either way, one jit_run.
+  // Apart compiles slower: gelu(xW+b) 32x768x3072 49 -> 65 ms in a fresh process (the
+  // 6x64 tile, and the epilogue's own loop nest).
+  bool big_b = K * N * 4 >= (256 << 10);
+  bool apart = big_b && (K * 2 * h.tn * 4 > JIT__PACK_BYTES || (h.lanes == 16 && M < 192));
+  MlirOperation g = small_m || apart ? (MlirOperation){NULL} : epilogue_of(mm);
   bool fused = !mlirOperationIsNull(g) && w->n_fused < 64;
-  if (fused) {
-    set_tag(w->ctx, g, "jit_ep", i);
-    w->fused[w->n_fused++] = g;
-  }
   MlirOperation fill = mlirOpResultGetOwner(mlirOperationGetOperand(mm, 2));
   bool has_fill = mlirValueIsAOpResult(mlirOperationGetOperand(mm, 2)) &&
                   op_is(fill, "linalg.fill");
@@ -531,9 +544,10 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // 2 %, 256^3 the same. Unpacked it lost (200x300x300 20 % slower, 100^3 10 %), and
   // with an epilogue it was 3-4x slower (gelu(xW+b) 256x768x3072). Its compile takes
   // ~15 % longer (512^3: 46 ms against 40, a 4.3 KB object against 3.0).
-  bool plain = !fused && !small_m && (h.ptm != h.tm || h.ptn != h.tn) &&
-               mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
-               mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
+  bool f32 = mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
+             mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
+  bool plain_tile = !small_m && f32 && (h.ptm != h.tm || h.ptn != h.tn);
+  bool plain = plain_tile && !fused;
 choose_tile:;
   int64_t dtm = plain ? h.ptm : h.tm, dtn = plain ? h.ptn : h.tn;  // the default tile
   int64_t tm = dtm, tn = dtn;
@@ -556,9 +570,7 @@ choose_tile:;
   // Packed B (plan_packed) for f32 matmuls with the default register tile, fused or
   // not: gelu(xW+b) 256x768x3072 unpacked ran at ~40 GFLOP/s (each register tile
   // walking down B's columns 12 KiB apart), packed at ~70 on the same loaded machine.
-  bool can_pack = !small_m && tm == dtm && tn == dtn &&
-                  mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
-                  mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
+  bool can_pack = !small_m && tm == dtm && tn == dtn && f32;
   // Small M is bound by streaming B once, so it is split (over N) by the bytes of B
   // rather than by multiply-adds: at 1x768x3072 (9 MiB of B, ~0.25 ms) the second
   // core's share of memory bandwidth pays for the fork/join, while the MLP example's
@@ -607,6 +619,15 @@ choose_tile:;
   if (plain && !packed) {
     plain = false;  // the default tile after all (above)
     goto choose_tile;
+  }
+  if (fused && !packed && big_b && h.lanes == 16) {
+    fused = false;  // the epilogue apart after all (above)
+    plain = plain_tile;
+    goto choose_tile;
+  }
+  if (fused) {
+    set_tag(w->ctx, g, "jit_ep", i);
+    w->fused[w->n_fused++] = g;
   }
 
   // Cache blocks: a kc x nc block of B (256 KiB) in L2; mc rows of A per pass.
