@@ -518,16 +518,20 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   //   256 KiB: K <= 1024 on AVX-512, 2048 on AVX2), and walked B's columns instead:
   //   gelu(xW+b) 64x3000x768 2.2x faster apart (AVX2 code: 2.2x), 256x2048x1024 2.6x,
   //   relu 128x4096x1024 3.4x (AVX2 code);
-  // - on AVX-512, with fewer than 192 rows (the plain path's 6x64 tile and wider
-  //   blocks win there: 32x768x3072 17 % faster apart, 2 threads 10 %, 64x768x3072
-  //   12 %, 128x768x3072 4 %; with 256 rows and more fused was 2-7 % faster), or when
-  //   the fused path does not pack B after all (below; 200x300x300 1.55x, 100x768x1000
-  //   1.33x). With AVX2 code fused was as fast or faster there (200x300x300 1.39x).
+  // - on AVX-512, with fewer than 192 rows and B larger than L2 (the plain path's 6x64
+  //   tile and wider blocks win there: 32x768x3072 17 % faster apart, 2 threads 10 %,
+  //   64x768x3072 12 %, 128x768x3072 4 %, 32x1024x1024 22 %; with 256 rows and more
+  //   fused was 2-7 % faster; with B in L2 the same, 100x512x512 and 150x1024x256, and
+  //   the MLP example at N = 64, 64x784x256, 10 % slower apart and 14 ms longer to
+  //   compile), or when the fused path does not pack B after all (below; 200x300x300
+  //   1.55x, 100x768x1000 1.33x). With AVX2 code fused was as fast or faster there
+  //   (200x300x300 1.39x).
   // Two compiles interleaved in one process; the same kernel either way, one jit_run.
   // Apart compiles slower: gelu(xW+b) 32x768x3072 49 -> 65 ms in a fresh process (the
   // 6x64 tile, and the epilogue's own loop nest).
   bool big_b = K * N * 4 >= (256 << 10);
-  bool apart = big_b && (K * 2 * h.tn * 4 > JIT__PACK_BYTES || (h.lanes == 16 && M < 192));
+  bool apart = big_b && (K * 2 * h.tn * 4 > JIT__PACK_BYTES ||
+                         (h.lanes == 16 && M < 192 && K * N * 4 > h.l2));
   MlirOperation g = small_m || apart ? (MlirOperation){NULL} : epilogue_of(mm);
   bool fused = !mlirOperationIsNull(g) && w->n_fused < 64;
   MlirOperation fill = mlirOpResultGetOwner(mlirOperationGetOperand(mm, 2));

@@ -331,7 +331,7 @@ Test(perf_paths, k_loops_unrolled) {
 // wide as a K x nc block allows. Odd and prime M (peeled row tiles), two-panel blocks,
 // K not a multiple of 8, splits over N and over M.
 Test(perf_paths, fused_packed_b) {
-  // AVX-512 fuses only with 192 rows or more (cpu_strategy.c): M + 160 there.
+  // AVX-512 fuses with 192 rows or more, or a B that fits in L2 (cpu_strategy.c): M + 160.
   int more = AVX512(0, 160);
   check_dense_path_act(37 + more, 300, 288, 1, 1, 2, "epilogue, B packed");  // 1 rest row
   check_dense_path_act(50 + more, 1000, 256, 1, 1, 1, "epilogue, B packed"); // nc 64
