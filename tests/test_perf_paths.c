@@ -21,15 +21,24 @@
 // strategy took (expect_path).
 static char g_dump_dir[256];
 
-static jit_context *ctx_threads(int threads) {
+// A context for `threads` threads whose log messages of `level` and up (none when `fn`
+// is NULL) go to fn(user, ...).
+static jit_context *ctx_logged(int threads, jit_log_fn fn, void *user, jit_log_level level) {
   jit_options o;
   jit_options_init(&o);
   o.num_threads = threads;
   o.cache_dir = "";  // compile every kernel: this suite is about the compiler
   if (g_dump_dir[0]) o.dump_ir_dir = g_dump_dir;
+  o.log_fn = fn;
+  o.log_user_data = user;
+  o.log_level = level;
   jit_context *ctx = NULL;
   TU_OK(jit_context_create(&o, &ctx));
   return ctx;
+}
+
+static jit_context *ctx_threads(int threads) {
+  return ctx_logged(threads, NULL, NULL, JIT_LOG_ERROR);
 }
 
 static float gelu_ref(double x) {
@@ -706,14 +715,7 @@ static void keep_features_warning(void *user, jit_log_level level, const char *m
 Test(perf_paths, cpu_features_items_that_drop_nothing_are_reported) {
   setenv("JITML_CPU_FEATURES", "-nosuchfeature,+avx512f", 1);  // before the first use
   char warning[512] = "";
-  jit_options o;
-  jit_options_init(&o);
-  o.cache_dir = "";
-  o.log_fn = keep_features_warning;
-  o.log_user_data = warning;
-  o.log_level = JIT_LOG_WARNING;
-  jit_context *ctx = NULL;
-  TU_OK(jit_context_create(&o, &ctx));
+  jit_context *ctx = ctx_logged(1, keep_features_warning, warning, JIT_LOG_WARNING);
   cr_expect(strstr(warning, "-nosuchfeature,+avx512f") != NULL, "warning: `%s`", warning);
   jit_context_destroy(ctx);
   check_dense(17, 100, 31, 1, TU_F32, 1, 2);
@@ -821,15 +823,7 @@ static void keep_compile_line(void *user, jit_log_level level, const char *messa
 // reductions) take O2. A fill's linalg.yield once sent every matmul through O2.
 Test(perf_paths, llvm_pipeline_choice) {
   char line[512];
-  jit_options o;
-  jit_options_init(&o);
-  o.num_threads = 1;
-  o.cache_dir = "";
-  o.log_fn = keep_compile_line;
-  o.log_user_data = line;
-  o.log_level = JIT_LOG_DEBUG;
-  jit_context *ctx = NULL;
-  TU_OK(jit_context_create(&o, &ctx));
+  jit_context *ctx = ctx_logged(1, keep_compile_line, line, JIT_LOG_DEBUG);
 
   int64_t sa[2] = {37, 300}, sb[2] = {300, 288}, so[2] = {37, 288};
   float *a = tu_malloc(sizeof(float) * 37 * 300), *b = tu_malloc(sizeof(float) * 300 * 288);
