@@ -51,6 +51,7 @@
 
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
+#include <mlir-c/AffineExpr.h>
 #include <mlir-c/AffineMap.h>
 
 #include "jit/status.h"
@@ -496,16 +497,114 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
 // Bytes of B from which a small-M matmul is split across threads (plan_matmul).
 #define JIT__SPLIT_B_BYTES (4 << 20)
 
+// linalg.batch_matmul's indexing maps are the default ones (no transposed or
+// broadcast operand): A(b, m, k), B(b, k, n), C(b, m, n) over loops (b, m, n, k).
+static bool batch_maps_plain(MlirOperation bm) {
+  MlirAttribute maps =
+      mlirOperationGetAttributeByName(bm, mlirStringRefCreateFromCString("indexing_maps"));
+  if (mlirAttributeIsNull(maps)) return true;
+  static const int want[3][3] = {{0, 1, 3}, {0, 3, 2}, {0, 1, 2}};
+  if (!mlirAttributeIsAArray(maps) || mlirArrayAttrGetNumElements(maps) != 3) return false;
+  for (int i = 0; i < 3; i++) {
+    MlirAttribute a = mlirArrayAttrGetElement(maps, i);
+    if (!mlirAttributeIsAAffineMap(a)) return false;
+    MlirAffineMap m = mlirAffineMapAttrGetValue(a);
+    if (mlirAffineMapGetNumDims(m) != 4 || mlirAffineMapGetNumResults(m) != 3) return false;
+    for (int r = 0; r < 3; r++) {
+      MlirAffineExpr e = mlirAffineMapGetResult(m, r);
+      if (!mlirAffineExprIsADim(e) || mlirAffineDimExprGetPosition(e) != want[i][r])
+        return false;
+    }
+  }
+  return true;
+}
+
+// Batched matmuls (linalg.batch_matmul [Bt, M, K] x [Bt, K, N]) become a loop over the
+// batch whose body is a 2-D linalg.matmul (and fill), which the rest of plan_matmul
+// then treats like any other: the batch loop tiled by 1 (its fill fused in), the
+// unit-batch ops generalized, their unit dim folded away (rank-reducing slices) and
+// the generics specialized back into named ops, tagged jit_mm / jit_f = i. With
+// `split`, the batch is first divided among the threads (scf.forall), each thread
+// taking whole matmuls: no thread waits on another's part of a matmul, and no fork/join
+// runs per matmul.
+static void plan_batch(walk *w, int i, int64_t Bt, bool has_fill, bool split) {
+  jit__text *sb = &w->sb;
+  sb_printf(sb, "  // matmul %d: a batch of %lld, threads split %s\n", i, (long long)Bt,
+            split ? "the batch" : "each matmul (below)");
+  sb_printf(sb,
+            "  %%bm%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} attributes "
+            "{jit_bm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+            i, i);
+  if (has_fill)
+    sb_printf(sb,
+              "  %%bf%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
+              "{jit_bf = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+              i, i);
+  const char *bt = "%%bm%d";
+  if (split) {
+    w->parallel = true;
+    sb_printf(sb,
+              "  %%bt%d, %%bp%d = transform.structured.tile_using_forall %%bm%d num_threads "
+              "[%d] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, i, w->threads);
+    if (has_fill)
+      sb_printf(sb,
+                "  %%bpf%d, %%bp%d_1 = transform.structured.fuse_into_containing_op %%bf%d "
+                "into %%bp%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
+                i, i, i, i);
+    bt = "%%bt%d";
+  }
+  sb_printf(sb, "  %%b1_%d, %%bl%d = transform.structured.fuse ", i, i);
+  sb_printf(sb, bt, i);
+  sb_printf(sb,
+            " tile_sizes [1] : (" ANY ") -> (" ANY ", " ANY ")\n"
+            "  %%bg%d = transform.structured.generalize %%b1_%d : (" ANY ") -> " ANY "\n",
+            i, i);
+  if (has_fill)
+    sb_printf(sb,
+              "  %%bfi%d = transform.structured.match ops{[\"linalg.fill\"]} in %%bl%d : "
+              "(" ANY ") -> " ANY "\n"
+              "  %%bfg%d = transform.structured.generalize %%bfi%d : (" ANY ") -> " ANY "\n",
+              i, i, i, i);
+  sb_printf(sb,
+            "  transform.apply_patterns to %%bl%d {\n"
+            "    transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices\n"
+            "  } : " ANY "\n"
+            "  %%bs%d = transform.structured.specialize %%bg%d : (" ANY ") -> " ANY "\n"
+            "  %%bi%d = transform.param.constant %d : i64 -> !transform.param<i64>\n"
+            "  transform.annotate %%bs%d \"jit_mm\" = %%bi%d : " ANY
+            ", !transform.param<i64>\n",
+            i, i, i, i, i, i, i);
+  if (has_fill)
+    sb_printf(sb,
+              "  %%bfs%d = transform.structured.specialize %%bfg%d : (" ANY ") -> " ANY "\n"
+              "  transform.annotate %%bfs%d \"jit_f\" = %%bi%d : " ANY
+              ", !transform.param<i64>\n",
+              i, i, i, i);
+}
+
 static void plan_matmul(walk *w, MlirOperation mm) {
   MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
   MlirType tb = mlirValueGetType(mlirOperationGetOperand(mm, 1));
-  if (!static_shaped(ta) || !static_shaped(tb) || mlirShapedTypeGetRank(ta) != 2) return;
-  int64_t M = mlirShapedTypeGetDimSize(ta, 0), K = mlirShapedTypeGetDimSize(ta, 1);
-  int64_t N = mlirShapedTypeGetDimSize(tb, 1);
+  MlirType tc = mlirValueGetType(mlirOperationGetOperand(mm, 2));
+  bool batched = op_is(mm, "linalg.batch_matmul");
+  int rank = batched ? 3 : 2, o = batched ? 1 : 0;
+  if (!static_shaped(ta) || !static_shaped(tb) || !static_shaped(tc) ||
+      mlirShapedTypeGetRank(ta) != rank || mlirShapedTypeGetRank(tb) != rank ||
+      mlirOperationGetNumResults(mm) != 1)
+    return;
+  if (batched && !batch_maps_plain(mm)) return;
+  int64_t M = mlirShapedTypeGetDimSize(ta, o), K = mlirShapedTypeGetDimSize(ta, o + 1);
+  int64_t N = mlirShapedTypeGetDimSize(tb, o + 1);
+  // plan_batch folds the unit batch dim of each matmul away, and with it any other
+  // unit dim: with M, N or K = 1 no 2-D matmul is left to plan (that batch_matmul is
+  // lowered to plain loops).
+  if (batched && (M == 1 || N == 1 || K == 1)) return;
+  int64_t Bt = batched ? mlirShapedTypeGetDimSize(ta, 0) : 1;
   int i = w->n_mm++;
   jit__text *sb = &w->sb;
   host h = w->h;
-  set_tag(w->ctx, mm, "jit_mm", i);
+  set_tag(w->ctx, mm, batched ? "jit_bm" : "jit_mm", i);
   // Small M is GEMV-like: bound by streaming B once. B is then walked row by row in
   // short k blocks (a few contiguous streams the prefetcher follows) with the C row
   // in L1, rather than down columns of B per register tile. The epilogue then runs as
@@ -532,12 +631,22 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   bool big_b = K * N * 4 >= (256 << 10);
   bool apart = big_b && (K * 2 * h.tn * 4 > JIT__PACK_BYTES ||
                          (h.lanes == 16 && M < 192 && K * N * 4 > h.l2));
-  MlirOperation g = small_m || apart ? (MlirOperation){NULL} : epilogue_of(mm);
+  MlirOperation g = small_m || apart || batched ? (MlirOperation){NULL} : epilogue_of(mm);
   bool fused = !mlirOperationIsNull(g) && w->n_fused < 64;
   MlirOperation fill = mlirOpResultGetOwner(mlirOperationGetOperand(mm, 2));
   bool has_fill = mlirValueIsAOpResult(mlirOperationGetOperand(mm, 2)) &&
                   op_is(fill, "linalg.fill");
-  if (has_fill) set_tag(w->ctx, fill, "jit_f", i);
+  if (has_fill) set_tag(w->ctx, fill, batched ? "jit_bf" : "jit_f", i);
+  // A batch worth splitting (as below for one matmul: 2^24 multiply-adds, or as much B
+  // as a small-M matmul splits at) is divided by whole matmuls (plan_batch), each then
+  // planned for one thread; except where the threads would get unequal shares (fewer
+  // than 4 matmuls each, not a multiple) and each matmul is large enough to be split
+  // by itself.
+  bool uneven = Bt % w->threads != 0 && Bt < 4 * w->threads;
+  bool batch_split = batched && w->threads > 1 && Bt >= w->threads &&
+                     !(uneven && (double)M * N * K >= (double)(1 << 24)) &&
+                     ((double)Bt * M * N * K >= (double)(1 << 24) ||
+                      (double)Bt * K * N * 4 >= (double)JIT__SPLIT_B_BYTES);
 
   // Register tile. Small M: all rows in one tile, as wide in N as the registers allow
   // (M = 1 is a GEMV: TN = 8 vectors of B per k step).
@@ -565,7 +674,7 @@ choose_tile:;
   if (tm > M) tm = M;
 
   // Threads: split M, or N when M is too small to give each thread whole tiles.
-  int T = w->threads;
+  int T = batch_split ? 1 : w->threads;
   int64_t tM = M, tN = N;  // extent of one thread's part
   int split = -1;          // 0: M, 1: N
   // Only ops worth a few hundred microseconds are split: a fork/join on a busy machine
@@ -729,6 +838,7 @@ choose_tile:;
             : masked ? ", masked N" : "",
             split == 0 ? "M" : split == 1 ? "N" : "none", (long long)mc, (long long)nc,
             (long long)kc, (long long)tm, (long long)tn);
+  if (batched) plan_batch(w, i, Bt, has_fill, batch_split);
   sb_printf(sb,
             "  %%mm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
             "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
@@ -1137,7 +1247,7 @@ static void plan_streams(const walk *w, MlirOperation module, jit__cpu_plan *out
 
 static MlirWalkResult plan_op(MlirOperation op, void *user) {
   walk *w = user;
-  if (op_is(op, "linalg.matmul")) plan_matmul(w, op);
+  if (op_is(op, "linalg.matmul") || op_is(op, "linalg.batch_matmul")) plan_matmul(w, op);
   return MlirWalkResultAdvance;
 }
 

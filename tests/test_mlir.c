@@ -816,6 +816,31 @@ Test(mlir, ir_dumps, .init = make_dir, .fini = remove_dir) {
   jit_context_destroy(ctx);
 }
 
+// Imported linalg.batch_matmul: planned per concrete shape (a batch of 2-D matmuls,
+// each tiled and vectorized), exact over a prime batch and non-multiples of the tiles.
+Test(mlir, batch_matmul_is_planned, .init = make_dir, .fini = remove_dir) {
+  jit_context *ctx = make_ctx(2, g_dir);
+  jit_graph *g = load(ctx, "batch_matmul.mlir", NULL);
+  const int64_t B = 5, M = 17, K = 70, N = 45;
+  float *a = malloc(sizeof(float) * B * M * K), *b = malloc(sizeof(float) * B * K * N),
+        *want = malloc(sizeof(float) * B * M * N);
+  fill(a, B * M * K, 31);
+  fill(b, B * K * N, 32);
+  int64_t sa[3] = {B, M, K}, sb[3] = {B, K, N}, sc[8];
+  cr_assert(ref_matmul(a, 3, sa, b, 3, sb, want, sc) == 3);
+  DLTensor in[2] = {tu_tensor(a, TU_F32, 3, sa), tu_tensor(b, TU_F32, 3, sb)};
+  int rank;
+  int64_t shape[8];
+  float *got = run1(g, in, 2, 1, 0, shape, &rank);
+  cr_expect(rank == 3 && shape[0] == B && shape[1] == M && shape[2] == N);
+  expect_close(got, want, B * M * N, 2e-6f * K, "batch_matmul 5x17x70x45");
+  expect_dump("-03-transform-script.mlir", "a batch of 5", true);
+  expect_dump("-04-bufferized.mlir", "vector.fma", true);
+  free(a), free(b), free(want), free(got);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 // An unwritable dump directory does not fail the compile.
 Test(mlir, dump_failure_is_harmless) {
   jit_context *ctx = make_ctx(2, "/nonexistent/dir/for/dumps");
