@@ -581,7 +581,7 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
   memset(out, 0, sizeof(*out));
   double t0 = jit__lower_ms();
   char *text = NULL;
-  JIT_RETURN_IF_ERROR(jit__emit_mlir(graph, func_name, &text), "emitting MLIR");
+  JIT_RETURN_IF_ERROR(jit__emit_mlir(graph, func_name, true, &text), "emitting MLIR");
   jit__dump_text(options, func_name, "00-graph.mlir", text, strlen(text));
 
   jit__diag diag = {{0}, 0, NULL};

@@ -1054,7 +1054,7 @@ jit_status jit__compile_gpu(const jit__lgraph *graph, const char *func_name,
   pthread_once(&jit__gpu_once, jit__gpu_init);
 
   char *text = NULL;
-  JIT_RETURN_IF_ERROR(jit__emit_mlir(graph, func_name, &text), "emitting MLIR");
+  JIT_RETURN_IF_ERROR(jit__emit_mlir(graph, func_name, false, &text), "emitting MLIR");
   MlirDialectRegistry registry = mlirDialectRegistryCreate();
   mlirRegisterAllDialects(registry);
   MlirContext ctx = mlirContextCreateWithRegistry(registry, /*threadingEnabled=*/false);

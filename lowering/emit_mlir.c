@@ -136,6 +136,14 @@ typedef struct emitter {
   char (*names)[32];  // SSA name holding each node's value
   uint32_t cur;       // node being emitted
   int n_tmp;          // temporaries made for it so far
+  bool named_batch;   // batched matmuls as named ops (jit__emit_mlir)
+  // Per node: the value it was reshaped from, when a batched matmul's named op (of
+  // rank flat_rank) made it (emit_named_matmul); an output written from there.
+  struct flat_value {
+    str name;
+    int rank;
+    int64_t dims[3];
+  } *flat;
 } emitter;
 
 // The name for the next value of the current node: its final value gets %v<i> so dumps
@@ -363,7 +371,71 @@ static jit_status node_error(emitter *e, const char *what) {
                  e->g->name ? e->g->name : "", e->cur, jit__op_name(n->op), what);
 }
 
+static str emit_reshape_to(emitter *e, const char *x, jit__dtype dt, int rank,
+                           const int64_t *dims, int to_rank, const int64_t *to_dims,
+                           bool final);
+
+static bool same_dims(int ra, const int64_t *a, int rb, const int64_t *b) {
+  return ra == rb && !memcmp(a, b, sizeof(int64_t) * (size_t)ra);
+}
+
+// An elementwise node that reads a batched matmul's result (e->flat) whole, and its
+// other operands only along the dims that the named op kept (a bias over N, a scalar),
+// computed in the named op's shape too, so that the strategy sees the matmul's
+// consumer directly (a bias + activation epilogue fused into its register tiles);
+// the node's own value is a reshape of that. False (nothing written) otherwise.
+static bool emit_elementwise_flat(emitter *e, const jit__node *n, body_kind kind) {
+  const struct flat_value *ref = NULL;
+  for (int i = 0; i < n->n_operands && !ref; i++) {
+    uint32_t id = n->operands[i];
+    const jit__node *x = &e->g->nodes[id];
+    if (e->flat[id].rank && same_dims(x->rank, x->dims, n->rank, n->dims)) ref = &e->flat[id];
+  }
+  if (!ref) return false;
+  int fr = ref->rank, lead = n->rank - fr + 1;  // node dims [0, lead) are flat dim 0
+  gen_operand ins[2];
+  for (int i = 0; i < n->n_operands; i++) {
+    uint32_t id = n->operands[i];
+    const jit__node *x = &e->g->nodes[id];
+    const struct flat_value *f = &e->flat[id];
+    if (f->rank == fr && same_dims(x->rank, x->dims, n->rank, n->dims) &&
+        same_dims(f->rank, f->dims, fr, ref->dims)) {
+      ins[i] = (gen_operand){f->name.s, x->dtype, fr, ref->dims, {0}};
+      identity_map(&ins[i]);
+      continue;
+    }
+    ins[i] = node_operand(e, id);
+    int off = n->rank - x->rank;
+    if (off < 0) return false;
+    for (int d = 0; d < x->rank; d++) {
+      int nd = d + off;
+      if (x->dims[d] == 1 && (nd < lead || n->dims[nd] != 1))
+        ins[i].map[d] = -1;
+      else if (nd >= lead && x->dims[d] == n->dims[nd])
+        ins[i].map[d] = nd - lead + 1;
+      else
+        return false;
+    }
+  }
+  str empty = value_name(e, false), flat = value_name(e, false);
+  emit_empty(e, empty.s, n->dtype, fr, ref->dims);
+  gen_operand out = {empty.s, n->dtype, fr, ref->dims, {0}};
+  identity_map(&out);
+  char iters[JIT_MAX_RANK + 1];
+  memset(iters, 'p', sizeof iters);
+  emit_generic(e, flat.s, fr, iters, ins, n->n_operands, &out, kind, 0);
+  struct flat_value *mine = &e->flat[e->cur];
+  int64_t dims[3];
+  memcpy(dims, ref->dims, sizeof dims);
+  emit_reshape_to(e, flat.s, n->dtype, fr, dims, n->rank, n->dims, true);
+  mine->name = flat;
+  mine->rank = fr;
+  memcpy(mine->dims, dims, sizeof dims);
+  return true;
+}
+
 static jit_status emit_elementwise(emitter *e, const jit__node *n, body_kind kind) {
+  if (e->named_batch && emit_elementwise_flat(e, n, kind)) return NULL;
   gen_operand ins[2];
   for (int i = 0; i < n->n_operands; i++) {
     ins[i] = node_operand(e, n->operands[i]);
@@ -391,6 +463,113 @@ static jit_status emit_elementwise(emitter *e, const jit__node *n, body_kind kin
   return NULL;
 }
 
+static int64_t num_elements(int rank, const int64_t *dims) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  return n;
+}
+
+static void print_int_list(emitter *e, int n, const int64_t *v) {
+  jit__text_printf(&e->tb, "[");
+  for (int i = 0; i < n; i++) jit__text_printf(&e->tb, "%s%lld", i ? ", " : "", (long long)v[i]);
+  jit__text_printf(&e->tb, "]");
+}
+
+// The f16 result of an f32 accumulator `acc`: one rounding, after the sum.
+static str emit_f16_result(emitter *e, const char *acc, int rank, const int64_t *dims,
+                           bool final) {
+  str empty = value_name(e, false), res = value_name(e, final);
+  emit_empty(e, empty.s, JIT__F16, rank, dims);
+  gen_operand in = {acc, JIT__F32, rank, dims, {0}};
+  gen_operand out = {empty.s, JIT__F16, rank, dims, {0}};
+  identity_map(&in);
+  identity_map(&out);
+  char iters[JIT_MAX_RANK];
+  memset(iters, 'p', sizeof iters);
+  emit_generic(e, res.s, rank, iters, &in, 1, &out, B_COPY, 0);
+  return res;
+}
+
+// `x` (`rank`/`dims`, type `dt`) as a new value of shape `to_rank`/`to_dims` (the same
+// elements in the same order), through tensor.reshape rather than collapse_shape /
+// expand_shape: linalg-fuse-elementwise-ops (compile_cpu.c) propagates those through
+// a matmul, turning it back into a generic of more loops, which no strategy tiles.
+// tensor.reshape bufferizes to a view (memref.reshape): nothing is copied.
+static str emit_reshape_to(emitter *e, const char *x, jit__dtype dt, int rank,
+                           const int64_t *dims, int to_rank, const int64_t *to_dims,
+                           bool final) {
+  str shape = value_name(e, false), res = value_name(e, final);
+  jit__text_printf(&e->tb, "  %s = arith.constant dense<", shape.s);
+  print_int_list(e, to_rank, to_dims);
+  jit__text_printf(&e->tb, "> : tensor<%dxi64>\n", to_rank);
+  jit__text_printf(&e->tb, "  %s = tensor.reshape %s(%s) : (%s, tensor<%dxi64>) -> %s\n", res.s,
+                   x, shape.s, tensor_type(dt, rank, dims).s, to_rank,
+                   tensor_type(dt, to_rank, to_dims).s);
+  return res;
+}
+
+// A matmul as a named op, which the CPU strategy tiles and vectorizes: with `mode` 0
+// linalg.matmul on 2-D operands; with `mode` = nb > 0, x W with x's nb batch dims
+// merged into its rows (one matmul over batch x M rows, which packs W once); with
+// `mode` = -nb, linalg.batch_matmul with both operands' nb (equal) batch dims merged
+// into one. Operands and result go through emit_reshape_to where the ranks differ,
+// and e->flat keeps the named op's result for the consumers (emit_elementwise_flat)
+// and outputs (emit_graph). With f16 inputs the named op extends them to the f32
+// accumulator itself.
+static jit_status emit_named_matmul(emitter *e, const jit__node *n, const gen_operand *a,
+                                    const gen_operand *b, int mode) {
+  int r = n->rank;
+  bool f16 = n->dtype == JIT__F16;
+  int64_t ad[3], bd[3], cd[3];
+  const char *an = a->name, *bn = b->name;
+  str as, bs;
+  int cr;  // rank of the named op's result
+  // The dims merged into the named op's first one: batch dims and rows (x W), or the
+  // batch dims (batch_matmul).
+  int lead = mode >= 0 ? mode + 1 : -mode;
+  if (mode >= 0) {
+    cr = 2;
+    ad[0] = num_elements(lead, a->dims);
+    ad[1] = a->dims[a->rank - 1];
+    memcpy(bd, b->dims, sizeof(int64_t) * 2);
+    cd[0] = ad[0];
+    cd[1] = bd[1];
+  } else {
+    cr = 3;
+    ad[0] = bd[0] = num_elements(lead, a->dims);
+    memcpy(ad + 1, a->dims + lead, sizeof(int64_t) * 2);
+    memcpy(bd + 1, b->dims + lead, sizeof(int64_t) * 2);
+    cd[0] = ad[0];
+    cd[1] = ad[1];
+    cd[2] = bd[2];
+  }
+  if (a->rank != cr) {
+    as = emit_reshape_to(e, an, a->dt, a->rank, a->dims, cr, ad, false);
+    an = as.s;
+  }
+  if (b->rank != cr) {
+    bs = emit_reshape_to(e, bn, b->dt, b->rank, b->dims, cr, bd, false);
+    bn = bs.s;
+  }
+  bool reshape = cr != r;
+  str acc = emit_filled_acc(e, "0.0", cr, cd);
+  str mm = value_name(e, !f16 && !reshape);
+  str acc_ty = tensor_type(JIT__F32, cr, cd);
+  jit__text_printf(&e->tb, "  %s = linalg.%s ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                   mm.s, cr == 2 ? "matmul" : "batch_matmul", an, bn,
+                   tensor_type(a->dt, cr, ad).s, tensor_type(b->dt, cr, bd).s, acc.s,
+                   acc_ty.s, acc_ty.s);
+  str res = f16 ? emit_f16_result(e, mm.s, cr, cd, !reshape) : mm;
+  if (reshape) {
+    emit_reshape_to(e, res.s, n->dtype, cr, cd, r, n->dims, true);
+    struct flat_value *f = &e->flat[e->cur];
+    f->name = res;
+    f->rank = cr;
+    memcpy(f->dims, cd, sizeof cd);
+  }
+  return NULL;
+}
+
 static jit_status emit_matmul(emitter *e, const jit__node *n) {
   gen_operand a = node_operand(e, n->operands[0]), b = node_operand(e, n->operands[1]);
   int r = n->rank;
@@ -403,16 +582,19 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
     return node_error(e, "matmul operand has more batch dims than the result");
 
   bool f16 = n->dtype == JIT__F16;
+  if (r == 2 && a.rank == 2 && b.rank == 2) return emit_named_matmul(e, n, &a, &b, 0);
+  if (e->named_batch && a.rank == r) {
+    // x W with x batched: the batch dims are more rows of one matmul.
+    bool rows = b.rank == 2;
+    for (int d = 0; d < nb && rows; d++) rows = a.dims[d] == n->dims[d];
+    if (rows) return emit_named_matmul(e, n, &a, &b, nb);
+    bool same = b.rank == r;
+    for (int d = 0; d < nb && same; d++) same = a.dims[d] == n->dims[d] && b.dims[d] == n->dims[d];
+    if (same) return emit_named_matmul(e, n, &a, &b, -nb);
+  }
   str acc = emit_filled_acc(e, "0.0", r, n->dims);
   str mm = value_name(e, !f16);
-  str acc_ty = tensor_type(JIT__F32, r, n->dims);
-  if (r == 2 && a.rank == 2 && b.rank == 2) {
-    // Named op: the optimizing pipeline matches linalg.matmul to tile and vectorize.
-    // With f16 inputs it extends them to the f32 accumulator's type itself.
-    jit__text_printf(&e->tb, "  %s = linalg.matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
-              mm.s, a.name, b.name, tensor_type(a.dt, a.rank, a.dims).s,
-              tensor_type(b.dt, b.rank, b.dims).s, acc.s, acc_ty.s, acc_ty.s);
-  } else {
+  {
     // Loops: batch..., m, n, k. Operand batch dims broadcast NumPy-style.
     gen_operand *ops[2] = {&a, &b};
     for (int i = 0; i < 2; i++) {
@@ -440,17 +622,7 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
     gen_operand ins[2] = {a, b};
     emit_generic(e, mm.s, r + 1, iters, ins, 2, &out, B_ACC_MAC, 0);
   }
-  if (f16) {
-    str empty = value_name(e, false), res = value_name(e, true);
-    emit_empty(e, empty.s, JIT__F16, r, n->dims);
-    gen_operand in = {mm.s, JIT__F32, r, n->dims, {0}};
-    gen_operand out = {empty.s, JIT__F16, r, n->dims, {0}};
-    identity_map(&in);
-    identity_map(&out);
-    char iters[JIT_MAX_RANK];
-    memset(iters, 'p', sizeof iters);
-    emit_generic(e, res.s, r, iters, &in, 1, &out, B_COPY, 0);
-  }
+  if (f16) emit_f16_result(e, mm.s, r, n->dims, true);
   return NULL;
 }
 
@@ -470,12 +642,6 @@ static str emit_reduce_f32(emitter *e, const gen_operand *x, int axis, body_kind
   str res = value_name(e, final);
   emit_generic(e, res.s, x->rank, iters, x, 1, &out, kind, 0);
   return res;
-}
-
-static void print_int_list(emitter *e, int n, const int64_t *v) {
-  jit__text_printf(&e->tb, "[");
-  for (int i = 0; i < n; i++) jit__text_printf(&e->tb, "%s%lld", i ? ", " : "", (long long)v[i]);
-  jit__text_printf(&e->tb, "]");
 }
 
 static jit_status emit_reduce(emitter *e, const jit__node *n) {
@@ -601,12 +767,6 @@ static jit_status emit_transpose(emitter *e, const jit__node *n) {
   memset(iters, 'p', sizeof iters);
   emit_generic(e, res.s, r, iters, &x, 1, &out, B_COPY, 0);
   return NULL;
-}
-
-static int64_t num_elements(int rank, const int64_t *dims) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= dims[i];
-  return n;
 }
 
 static jit_status emit_reshape(emitter *e, const jit__node *n) {
@@ -756,27 +916,7 @@ static jit_status emit_graph(emitter *e, const char *func_name) {
       return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': output %u is node %u of %u",
                      g->name ? g->name : "", j, g->outputs[j], g->n_nodes);
 
-  // An argument with no elements is declared as <0xT>: convert-func-to-llvm's bare
-  // pointer convention rejects a memref like memref<2x0xf32> (a 0 after the leading
-  // dim), which fails the whole lowering. With bare pointers the declared shape does
-  // not change the ABI, and nothing is read from or written to such a buffer.
-  const int64_t zero = 0;
-  jit__text_printf(&e->tb, "func.func @%s(", func_name);
-  for (uint32_t i = 0; i < g->n_inputs; i++) {
-    const jit__node *n = &g->nodes[g->inputs[i]];
-    bool empty = num_elements(n->rank, n->dims) == 0;
-    jit__text_printf(&e->tb, "%s%%a%u: %s", i ? ", " : "", i,
-              tensor_type(n->dtype, empty ? 1 : n->rank, empty ? &zero : n->dims).s);
-  }
-  for (uint32_t j = 0; j < g->n_outputs; j++) {
-    const jit__node *n = &g->nodes[g->outputs[j]];
-    bool empty = num_elements(n->rank, n->dims) == 0;
-    jit__text_printf(&e->tb, "%s%%r%u: %s", (g->n_inputs || j) ? ", " : "", j,
-              shape_type("memref", n->dtype, empty ? 1 : n->rank,
-                         empty ? &zero : n->dims).s);
-  }
-  jit__text_printf(&e->tb, ") {\n");
-
+  // The body first: it decides how outputs made by batched matmuls are declared.
   for (uint32_t i = 0; i < g->n_nodes; i++) {
     const jit__node *n = &g->nodes[i];
     e->cur = i;
@@ -787,23 +927,58 @@ static jit_status emit_graph(emitter *e, const char *func_name) {
     if (!e->names[i][0]) snprintf(e->names[i], sizeof e->names[i], "%%v%u", i);
   }
 
+  jit__text body = e->tb, head = {0};
+  // An argument with no elements is declared as <0xT>: convert-func-to-llvm's bare
+  // pointer convention rejects a memref like memref<2x0xf32> (a 0 after the leading
+  // dim), which fails the whole lowering. With bare pointers the declared shape does
+  // not change the ABI, and nothing is read from or written to such a buffer.
+  const int64_t zero = 0;
+  jit__text_printf(&head, "func.func @%s(", func_name);
+  for (uint32_t i = 0; i < g->n_inputs; i++) {
+    const jit__node *n = &g->nodes[g->inputs[i]];
+    bool empty = num_elements(n->rank, n->dims) == 0;
+    jit__text_printf(&head, "%s%%a%u: %s", i ? ", " : "", i,
+              tensor_type(n->dtype, empty ? 1 : n->rank, empty ? &zero : n->dims).s);
+  }
+  // An output made by a batched matmul's named op is declared in that op's shape and
+  // written from its result (e->flat), which one-shot bufferization then computes in
+  // place: through the reshape it would go to a temporary and be copied.
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *n = &g->nodes[g->outputs[j]];
+    bool empty = num_elements(n->rank, n->dims) == 0;
+    const struct flat_value *f = &e->flat[g->outputs[j]];
+    int rank = empty ? 1 : f->rank ? f->rank : n->rank;
+    const int64_t *dims = empty ? &zero : f->rank ? f->dims : n->dims;
+    jit__text_printf(&head, "%s%%r%u: %s", (g->n_inputs || j) ? ", " : "", j,
+              shape_type("memref", n->dtype, rank, dims).s);
+  }
+  jit__text_printf(&head, ") {\n");
+
+  jit__text_append(&head, body.p ? body.p : "", body.len);
+  head.oom |= body.oom;
+  free(body.p);
+  e->tb = head;
+
   // restrict: each %r is a distinct buffer nobody else touches in this function, which
   // lets eliminate-empty-tensors compute the producing op directly into it.
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *n = &g->nodes[g->outputs[j]];
     if (num_elements(n->rank, n->dims) == 0) continue;
+    const struct flat_value *f = &e->flat[g->outputs[j]];
+    int rank = f->rank ? f->rank : n->rank;
+    const int64_t *dims = f->rank ? f->dims : n->dims;
     jit__text_printf(&e->tb,
               "  bufferization.materialize_in_destination %s in restrict writable %%r%u"
               " : (%s, %s) -> ()\n",
-              e->names[g->outputs[j]], j, tensor_type(n->dtype, n->rank, n->dims).s,
-              shape_type("memref", n->dtype, n->rank, n->dims).s);
+              f->rank ? f->name.s : e->names[g->outputs[j]], j,
+              tensor_type(n->dtype, rank, dims).s, shape_type("memref", n->dtype, rank, dims).s);
   }
   jit__text_printf(&e->tb, "  return\n}\n");
   return NULL;
 }
 
 jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
-                          char **out_text) {
+                          bool named_batch, char **out_text) {
   if (out_text) *out_text = NULL;
   if (!graph || !out_text || (graph->n_nodes && !graph->nodes) ||
       (graph->n_inputs && !graph->inputs) || (graph->n_outputs && !graph->outputs))
@@ -811,11 +986,17 @@ jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
   if (!is_bare_id(func_name))
     return JIT_ERR(JIT_INTERNAL, "jit__emit_mlir: function name '%s' is not an MLIR "
                    "identifier", func_name ? func_name : "(null)");
-  emitter e = {.g = graph};
+  emitter e = {.g = graph, .named_batch = named_batch};
   e.names = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.names);
-  if (!e.names) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
+  e.flat = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.flat);
+  if (!e.names || !e.flat) {
+    free(e.names);
+    free(e.flat);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
+  }
   jit_status s = emit_graph(&e, func_name);
   free(e.names);
+  free(e.flat);
   if (!s && e.tb.oom) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
   if (s) {
     free(e.tb.p);

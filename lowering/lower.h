@@ -125,9 +125,13 @@ typedef struct jit__artifact {
 void jit__artifact_release(jit__artifact *artifact);
 
 // Writes the MLIR (func on static tensors, linalg ops) for `graph` into a malloc'ed,
-// NUL-terminated string. `func_name` names the function. Thread-safe.
+// NUL-terminated string. `func_name` names the function. With `named_batch` (the CPU
+// strategy), batched matmuls become named ops where their batch dims allow (x W with
+// a batched x: one linalg.matmul over all rows; equal batch dims on both operands:
+// linalg.batch_matmul), else a linalg.generic, which is what the GPU back ends map
+// (gpu_tiled.c). Thread-safe.
 jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
-                          char **out_text);
+                          bool named_batch, char **out_text);
 
 // Compiles `graph` for the host CPU into `out` (entry named after `func_name`).
 // Creates and destroys its own MLIR and LLVM contexts; thread-safe.

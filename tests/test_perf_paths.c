@@ -415,6 +415,140 @@ Test(perf_paths, matmul_f16) {
   }
 }
 
+//===--- Batched matmuls --------------------------------------------------===//
+
+// act(x W [+ b]) for x of rank rx and W of rank rw (batch dims, NumPy broadcasting; b
+// over N); act 0 = none, 1 = relu, 2 = gelu. Checks against ref_matmul and, unless
+// `needle` is NULL, that the strategy wrote `needle` into the script.
+static void check_batched(int rx, const int64_t *dx_in, int rw, const int64_t *dw_in,
+                          int threads, DLDataType dt, int bias, int act,
+                          const char *needle) {
+  int64_t dx[8], dw[8];
+  memcpy(dx, dx_in, sizeof(int64_t) * (size_t)rx);
+  memcpy(dw, dw_in, sizeof(int64_t) * (size_t)rw);
+  if (needle && !kThreadsSplit && strstr(needle, "split the batch"))
+    needle = "split each matmul";
+  if (needle) dump_begin();
+  jit_context *ctx = ctx_threads(threads);
+  jit_graph *g = tu_graph(ctx, "batched");
+  int64_t K = dx[rx - 1], N = dw[rw - 1], sbias[1] = {N};
+  jit_value x = jit_input(g, "x", dt, rx, dx), w = jit_input(g, "w", dt, rw, dw);
+  jit_value y = jit_matmul(g, x, w);
+  if (bias) y = jit_add(g, y, jit_input(g, "b", dt, 1, sbias));
+  if (act == 1) y = jit_relu(g, y);
+  if (act == 2) y = jit_gelu(g, y);
+  jit_output(g, y);
+  TU_OK(jit_graph_finalize(g));
+
+  int64_t nx = 1, nw = 1, dc[8];
+  for (int d = 0; d < rx; d++) nx *= dx[d];
+  for (int d = 0; d < rw; d++) nw *= dw[d];
+  int rc = ref_matmul(NULL, rx, dx, NULL, rw, dw, NULL, dc);
+  cr_assert(rc > 0);
+  int64_t nc = 1;
+  for (int d = 0; d < rc; d++) nc *= dc[d];
+  ref_rng rng;
+  ref_rng_seed(&rng, (uint64_t)(nx * 1000003 + nw * 1009 + N));
+  float *a = tu_malloc(sizeof(float) * (size_t)nx), *b = tu_malloc(sizeof(float) * (size_t)nw);
+  float *bb = tu_malloc(sizeof(float) * (size_t)N), *want = tu_malloc(sizeof(float) * (size_t)nc);
+  ref_rng_fill_signed(&rng, a, nx);
+  ref_rng_fill_signed(&rng, b, nw);
+  ref_rng_fill_signed(&rng, bb, N);
+  bool f16 = tu_is_f16(dt);
+  if (f16) {  // the kernel sees the inputs rounded to f16
+    ref_round_f16_array(a, nx);
+    ref_round_f16_array(b, nw);
+    ref_round_f16_array(bb, N);
+  }
+  ref_matmul(a, rx, dx, b, rw, dw, want, dc);
+  for (int64_t i = 0; i < nc; i++) {
+    double v = want[i] + (bias ? bb[i % N] : 0.0);
+    want[i] = act == 1 ? (float)(v > 0 ? v : 0) : act == 2 ? gelu_ref(v) : (float)v;
+  }
+  void *da = tu_input_data(dt, a, nx), *db = tu_input_data(dt, b, nw);
+  void *dbias = tu_input_data(dt, bb, N);
+  DLTensor ins[3] = {tu_tensor(da, dt, rx, dx), tu_tensor(db, dt, rw, dw),
+                     tu_tensor(dbias, dt, 1, sbias)};
+  char what[160];
+  snprintf(what, sizeof what, "batched %s rank %d x rank %d, K=%lld N=%lld, %s threads=%d",
+           act == 1 ? "relu" : act == 2 ? "gelu" : "matmul", rx, rw, (long long)K,
+           (long long)N, f16 ? "f16" : "f32", threads);
+  double atol = f16 ? 2e-2 * sqrt((double)K) : 2e-6 * K, rtol = f16 ? 1e-2 : 1e-5;
+  tu_run_check(g, ins, bias ? 3 : 2, dt, rc, dc, want, rtol, atol, NULL, what);
+  if (needle) {
+    cr_expect(script_has(needle), "%s: script lacks `%s`", what, needle);
+    dump_end();
+  }
+  free(a);
+  free(b);
+  free(bb);
+  free(want);
+  free(da);
+  free(db);
+  free(dbias);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+static void check_bmm(int64_t Bt, int64_t M, int64_t K, int64_t N, int threads,
+                      DLDataType dt, const char *needle) {
+  const int64_t dx[3] = {Bt, M, K}, dw[3] = {Bt, K, N};
+  check_batched(3, dx, 3, dw, threads, dt, 0, 0, needle);
+}
+
+// Equal batch dims on both operands: linalg.batch_matmul, a loop over the batch whose
+// body is a 2-D matmul planned like any other (masked, packed, small M), the batch
+// split across threads by whole matmuls when there is enough work.
+Test(perf_paths, batch_matmul_is_a_loop_of_planned_matmuls) {
+  check_bmm(5, 17, 64, 31, 1, TU_F32, "a batch of 5, threads split each matmul");
+  check_bmm(5, 17, 64, 31, 1, TU_F32, "masked N");
+  check_bmm(3, 96, 300, 200, 2, TU_F32, "a batch of 3, threads split the batch");
+  check_bmm(2, 128, 512, 256, 2, TU_F32, "a batch of 2, threads split the batch");
+  check_bmm(2, 128, 512, 256, 2, TU_F32, "B packed");
+  check_bmm(2, 128, 512, 256, 2, TU_F32, "threads split none");
+  check_bmm(4, 3, 768, 129, 1, TU_F32, "matmul 0: 3x768x129");
+  // Uneven shares (2 + 1) of matmuls large enough to split by themselves.
+  check_bmm(3, 256, 256, 256, 2, TU_F32, "a batch of 3, threads split each matmul");
+  check_bmm(3, 256, 256, 256, 2, TU_F32, "threads split M");
+  // A unit M, N or K would fold away with the batch dim: plain loops, exact.
+  check_bmm(4, 1, 768, 129, 1, TU_F32, NULL);
+  check_bmm(3, 17, 40, 1, 2, TU_F32, NULL);
+  check_bmm(2, 5, 1, 9, 1, TU_F16, NULL);
+  check_bmm(1, 40, 50, 61, 2, TU_F32, "a batch of 1");
+  check_bmm(2, 64, 64, 64, 2, TU_F32, "a batch of 2, threads split each matmul");
+  check_bmm(3, 17, 33, 45, 1, TU_F16, "a batch of 3");
+  check_bmm(7, 13, 20, 11, 2, TU_F16, "a batch of 7");
+  // Rank 4: the batch dims become one.
+  const int64_t dx[4] = {2, 3, 9, 20}, dw[4] = {2, 3, 20, 11};
+  check_batched(4, dx, 4, dw, 2, TU_F32, 0, 0, "a batch of 6");
+  check_batched(4, dx, 4, dw, 1, TU_F32, 1, 2, "a batch of 6");
+}
+
+// x W with x batched and W 2-D: one matmul over all of x's rows, its elementwise
+// consumers (bias over N, activation) computed in that shape so the epilogue fuses.
+Test(perf_paths, batched_x_times_w_is_one_matmul) {
+  const int64_t x1[3] = {3, 7, 64}, w1[2] = {64, 48};
+  check_batched(3, x1, 2, w1, 1, TU_F32, 0, 0, "matmul 0: 21x64x48,");
+  const int64_t x2[3] = {4, 16, 100}, w2[2] = {100, 300};
+  check_batched(3, x2, 2, w2, 1, TU_F32, 1, 2, "matmul 0: 64x100x300 + epilogue");
+  const int64_t x3[3] = {2, 128, 256}, w3[2] = {256, 256};
+  check_batched(3, x3, 2, w3, 2, TU_F32, 1, 1, "matmul 0: 256x256x256 + epilogue, B packed");
+  const int64_t x4[4] = {2, 3, 5, 33}, w4[2] = {33, 45};
+  check_batched(4, x4, 2, w4, 1, TU_F16, 1, 2, "matmul 0: 30x33x45");
+  check_batched(4, x4, 2, w4, 2, TU_F32, 0, 1, "matmul 0: 30x33x45");
+}
+
+// Batch dims that broadcast (one operand's is 1, or missing on x) stay a generic
+// contraction: exact, not planned.
+Test(perf_paths, broadcast_batch_dims_stay_exact) {
+  const int64_t x1[3] = {1, 9, 20}, w1[3] = {4, 20, 11};
+  check_batched(3, x1, 3, w1, 2, TU_F32, 1, 1, NULL);
+  const int64_t x2[2] = {9, 20}, w2[3] = {4, 20, 11};
+  check_batched(2, x2, 3, w2, 1, TU_F32, 0, 0, NULL);
+  const int64_t x3[4] = {3, 1, 9, 20}, w3[3] = {2, 20, 11};
+  check_batched(4, x3, 3, w3, 1, TU_F16, 1, 2, NULL);
+}
+
 // The same kernel at 1 and 2 threads gives bit-identical results: no split crosses a
 // reduction dim.
 Test(perf_paths, identical_across_thread_counts) {
