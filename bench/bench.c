@@ -211,15 +211,23 @@ typedef struct dnnl_case {
 static int dnnl_ok(dnnl_status_t s) { return s == dnnl_success; }
 
 // Matmul (M,K) x (K,N) [+ bias(N)] [-> gelu_tanh], f32, plain row-major layouts
-// (oneDNN 2.x C API: descriptors are structs initialized in place).
-static int dnnl_matmul_create(dnnl_case *c, int64_t M, int64_t K, int64_t N, float *a,
-                              float *b, float *bias, float *out, int gelu) {
+// (oneDNN 2.x C API: descriptors are structs initialized in place); with nb > 0, a
+// batch of nb: (nb,M,K) x (nb,K,N), no bias.
+static int dnnl_matmul_create(dnnl_case *c, int64_t nb, int64_t M, int64_t K, int64_t N,
+                              float *a, float *b, float *bias, float *out, int gelu) {
   memset(c, 0, sizeof *c);
   dnnl_memory_desc_t ad, bd, cd, biasd;
   dnnl_dims_t da = {M, K}, db = {K, N}, dc = {M, N}, dbias = {1, N};
-  dnnl_memory_desc_init_by_tag(&ad, 2, da, dnnl_f32, dnnl_ab);
-  dnnl_memory_desc_init_by_tag(&bd, 2, db, dnnl_f32, dnnl_ab);
-  dnnl_memory_desc_init_by_tag(&cd, 2, dc, dnnl_f32, dnnl_ab);
+  dnnl_dims_t ba = {nb, M, K}, bb = {nb, K, N}, bc = {nb, M, N};
+  if (nb > 0) {
+    dnnl_memory_desc_init_by_tag(&ad, 3, ba, dnnl_f32, dnnl_abc);
+    dnnl_memory_desc_init_by_tag(&bd, 3, bb, dnnl_f32, dnnl_abc);
+    dnnl_memory_desc_init_by_tag(&cd, 3, bc, dnnl_f32, dnnl_abc);
+  } else {
+    dnnl_memory_desc_init_by_tag(&ad, 2, da, dnnl_f32, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&bd, 2, db, dnnl_f32, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&cd, 2, dc, dnnl_f32, dnnl_ab);
+  }
   dnnl_memory_desc_init_by_tag(&biasd, 2, dbias, dnnl_f32, dnnl_ab);
   dnnl_matmul_desc_t desc;
   if (!dnnl_ok(dnnl_matmul_desc_init(&desc, &ad, &bd, bias ? &biasd : NULL, &cd)))
@@ -310,7 +318,7 @@ typedef struct jit_case {
   DLTensor in[3], out[1];
   int n_in;
   double compile_ms;
-  int64_t shapes[4][2];  // what in[] and out[] point to (dense_case)
+  int64_t shapes[4][3];  // what in[] and out[] point to (dense_case)
 } jit_case;
 
 static jit_context *make_ctx(int threads) {
@@ -408,6 +416,7 @@ typedef struct blas_mm {
   const float *a, *b;
   float *c;
   const float *bias;  // non-NULL: add bias and gelu after the sgemm
+  int nb;             // > 0: a batch of nb matmuls, one sgemm each
 } blas_mm;
 
 static float gelu_ref(float x) {
@@ -416,8 +425,10 @@ static float gelu_ref(float x) {
 
 static void blas_run(void *user) {
   blas_mm *m = user;
-  g_blas.sgemm(101 /*row major*/, 111 /*no trans*/, 111, m->M, m->N, m->K, 1.0f, m->a,
-               m->K, m->b, m->N, 0.0f, m->c, m->N);
+  size_t sa = (size_t)m->M * m->K, sb = (size_t)m->K * m->N, sc = (size_t)m->M * m->N;
+  for (int i = 0; i < (m->nb > 0 ? m->nb : 1); i++)
+    g_blas.sgemm(101 /*row major*/, 111 /*no trans*/, 111, m->M, m->N, m->K, 1.0f,
+                 m->a + i * sa, m->K, m->b + i * sb, m->N, 0.0f, m->c + i * sc, m->N);
   if (m->bias)
     for (int i = 0; i < m->M; i++) {
       float *row = m->c + (size_t)i * m->N;
@@ -432,18 +443,20 @@ static void set_peer_threads(int t) {
 
 // The graph of matmul (gelu = 0) or gelu(x W + b) (gelu = 1) on a (M x K), b (K x N),
 // bias (N) -> c (M x N), finalized, not compiled, into *jc (its tensors point into it,
-// so it must not be copied).
-static void dense_case(jit_case *jc, jit_context *ctx, int M, int K, int N, int gelu,
-                       float *a, float *b, float *bias, float *c) {
+// so it must not be copied). With nb > 0 (no gelu), a batch: (nb,M,K) x (nb,K,N).
+static void dense_case(jit_case *jc, jit_context *ctx, int nb, int M, int K, int N,
+                       int gelu, float *a, float *b, float *bias, float *c) {
   memset(jc, 0, sizeof *jc);
   check(jit_graph_create(ctx, gelu ? "dense_gelu" : "matmul", &jc->g), "graph");
   int64_t *sa = jc->shapes[0], *sb = jc->shapes[1], *sbias = jc->shapes[2], *sc = jc->shapes[3];
-  sa[0] = sc[0] = M, sa[1] = sb[0] = K, sb[1] = sbias[0] = sc[1] = N;
-  jit_value x = jit_input(jc->g, "x", F32, 2, sa);
-  jit_value w = jit_input(jc->g, "w", F32, 2, sb);
+  int r = nb > 0 ? 3 : 2, o = r - 2;
+  if (nb > 0) sa[0] = sb[0] = sc[0] = nb;
+  sa[o] = sc[o] = M, sa[o + 1] = sb[o] = K, sb[o + 1] = sbias[0] = sc[o + 1] = N;
+  jit_value x = jit_input(jc->g, "x", F32, r, sa);
+  jit_value w = jit_input(jc->g, "w", F32, r, sb);
   jit_value y = jit_matmul(jc->g, x, w);
-  jc->in[0] = tensor(a, 2, sa);
-  jc->in[1] = tensor(b, 2, sb);
+  jc->in[0] = tensor(a, r, sa);
+  jc->in[1] = tensor(b, r, sb);
   jc->n_in = 2;
   if (gelu) {
     jit_value bb = jit_input(jc->g, "b", F32, 1, sbias);
@@ -453,34 +466,38 @@ static void dense_case(jit_case *jc, jit_context *ctx, int M, int K, int N, int 
   }
   jit_output(jc->g, y);
   check(jit_graph_finalize(jc->g), "finalize");
-  jc->out[0] = tensor(c, 2, sc);
+  jc->out[0] = tensor(c, r, sc);
 }
 
-// matmul (gelu = 0) or gelu(x W + b) (gelu = 1).
-static void case_matmul(int M, int K, int N, int threads, int gelu) {
+// matmul (gelu = 0) or gelu(x W + b) (gelu = 1); with nb > 0, a batch of nb matmuls
+// (OpenBLAS: one sgemm each; oneDNN: a 3-D matmul primitive).
+static void case_matmul(int nb, int M, int K, int N, int threads, int gelu) {
   char name[48];
   if (gelu)
     snprintf(name, sizeof name, "gelu(xW+b) %dx%dx%d", M, K, N);
+  else if (nb > 0)
+    snprintf(name, sizeof name, "batch matmul %dx%dx%dx%d", nb, M, K, N);
   else
     snprintf(name, sizeof name, "matmul %dx%dx%d", M, K, N);
   if (!wanted(name)) return;
-  row *r = new_row(name, threads, "GFLOP/s", 2.0 * M * N * K);
-  float *a = alloc_f32((size_t)M * K, 1), *b = alloc_f32((size_t)K * N, 2);
-  float *bias = alloc_f32((size_t)N, 3), *c = alloc_f32((size_t)M * N, 4);
+  size_t n = nb > 0 ? (size_t)nb : 1;
+  row *r = new_row(name, threads, "GFLOP/s", 2.0 * n * M * N * K);
+  float *a = alloc_f32(n * M * K, 1), *b = alloc_f32(n * K * N, 2);
+  float *bias = alloc_f32((size_t)N, 3), *c = alloc_f32(n * M * N, 4);
 
   jit_context *ctx = make_ctx(threads);
   jit_case jc;
-  dense_case(&jc, ctx, M, K, N, gelu, a, b, bias, c);
+  dense_case(&jc, ctx, nb, M, K, N, gelu, a, b, bias, c);
   jit_case_compile(&jc);
   r->compile_ms = jc.compile_ms;
   set_peer_threads(threads);
-  blas_mm bm = {M, N, K, a, b, c, gelu ? bias : NULL};
+  blas_mm bm = {M, N, K, a, b, c, gelu ? bias : NULL, nb};
   bool have_dnnl = false;
 #if JITML_BENCH_HAVE_DNNL
   dnnl_case dc;
   memset(&dc, 0, sizeof dc);  // destroyable whether or not it is made
-  have_dnnl = g_have_dnnl && dnnl_matmul_create(&dc, M, K, N, a, b, gelu ? bias : NULL, c,
-                                                gelu);
+  have_dnnl = g_have_dnnl && dnnl_matmul_create(&dc, nb, M, K, N, a, b,
+                                                gelu ? bias : NULL, c, gelu);
 #endif
   if (threads == 1) {
     // Batch by batch in turn (time_interleaved); the outputs are all c, which each
@@ -727,12 +744,12 @@ static void case_compile_one(int M, int K, int N, int gelu) {
       jit_context *ctx = make_ctx(1);
       if (warm) {
         jit_case w;
-        dense_case(&w, ctx, 2, 8, 8, 0, a, b, bias, c);
+        dense_case(&w, ctx, 0, 2, 8, 8, 0, a, b, bias, c);
         check(jit_graph_compile(w.g, w.in, w.n_in), "jit_graph_compile");
         jit_graph_destroy(w.g);
       }
       jit_case jc;
-      dense_case(&jc, ctx, M, K, N, gelu, a, b, bias, c);
+      dense_case(&jc, ctx, 0, M, K, N, gelu, a, b, bias, c);
       double c0 = thread_cpu_ms(), t0 = now_us();
       check(jit_graph_compile(jc.g, jc.in, jc.n_in), "jit_graph_compile");
       (warm ? wwall : wall)[r] = (now_us() - t0) / 1e3;
@@ -745,7 +762,7 @@ static void case_compile_one(int M, int K, int N, int gelu) {
     if (g_have_dnnl) {
       dnnl_case dc;
       double t0 = now_us();
-      if (dnnl_matmul_create(&dc, M, K, N, a, b, gelu ? bias : NULL, c, gelu))
+      if (dnnl_matmul_create(&dc, 0, M, K, N, a, b, gelu ? bias : NULL, c, gelu))
         dnnl[r] = (now_us() - t0) / 1e3;
       dnnl_case_destroy(&dc);
     }
@@ -975,12 +992,18 @@ static void run_timed_cases(long ncpu) {
   int max_t = ncpu >= 2 && g_clock == CLOCK_MONOTONIC ? 2 : 1;
   for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
     if (g_opt.quick && mm[i][0] * (double)mm[i][1] * mm[i][2] > 3e8) continue;
-    for (int t = 1; t <= max_t; t++) case_matmul(mm[i][0], mm[i][1], mm[i][2], t, 0);
+    for (int t = 1; t <= max_t; t++) case_matmul(0, mm[i][0], mm[i][1], mm[i][2], t, 0);
+  }
+  // Attention-sized batches: Q K^T and P V of 12 heads over 128 tokens (head dim 64).
+  static const int bm[][4] = {{12, 128, 64, 128}, {12, 128, 128, 64}};
+  for (size_t i = 0; i < sizeof bm / sizeof bm[0]; i++) {
+    if (g_opt.quick && i > 0) continue;
+    for (int t = 1; t <= max_t; t++) case_matmul(bm[i][0], bm[i][1], bm[i][2], bm[i][3], t, 0);
   }
   static const int gm[] = {1, 32, 256};
   for (int i = 0; i < 3; i++) {
     if (g_opt.quick && gm[i] > 32) continue;
-    for (int t = 1; t <= max_t; t++) case_matmul(gm[i], 768, 3072, t, 1);
+    for (int t = 1; t <= max_t; t++) case_matmul(0, gm[i], 768, 3072, t, 1);
   }
   size_t n = g_opt.quick ? (1u << 20) : (16u << 20);
   double bw = wanted("relu") || wanted("softmax") ? case_bandwidth(n) : 0;

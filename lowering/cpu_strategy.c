@@ -637,15 +637,17 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   bool has_fill = mlirValueIsAOpResult(mlirOperationGetOperand(mm, 2)) &&
                   op_is(fill, "linalg.fill");
   if (has_fill) set_tag(w->ctx, fill, batched ? "jit_bf" : "jit_f", i);
-  // A batch worth splitting (as below for one matmul: 2^24 multiply-adds, or as much B
-  // as a small-M matmul splits at) is divided by whole matmuls (plan_batch), each then
-  // planned for one thread; except where the threads would get unequal shares (fewer
-  // than 4 matmuls each, not a multiple) and each matmul is large enough to be split
-  // by itself.
+  // A batch worth splitting is divided by whole matmuls (plan_batch), each then planned
+  // for one thread; except where the threads would get unequal shares (fewer than 4
+  // matmuls each, not a multiple) and each matmul is large enough to be split by itself
+  // (below: 2^24 multiply-adds). Worth splitting: 2^23 multiply-adds (~60 us on one
+  // core), or as much B as a small-M matmul splits at. Half the bound for one matmul
+  // (below): attention's 12x128x64x128 (2^23.6) took 197 us on 2 threads unsplit,
+  // ~100 us split.
   bool uneven = Bt % w->threads != 0 && Bt < 4 * w->threads;
   bool batch_split = batched && w->threads > 1 && Bt >= w->threads &&
                      !(uneven && (double)M * N * K >= (double)(1 << 24)) &&
-                     ((double)Bt * M * N * K >= (double)(1 << 24) ||
+                     ((double)Bt * M * N * K >= (double)(1 << 23) ||
                       (double)Bt * K * N * 4 >= (double)JIT__SPLIT_B_BYTES);
 
   // Register tile. Small M: all rows in one tile, as wide in N as the registers allow
