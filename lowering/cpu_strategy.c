@@ -629,8 +629,12 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // Apart compiles slower: gelu(xW+b) 32x768x3072 49 -> 65 ms in a fresh process (the
   // 6x64 tile, and the epilogue's own loop nest).
   bool big_b = K * N * 4 >= (256 << 10);
-  bool apart = big_b && (K * 2 * h.tn * 4 > JIT__PACK_BYTES ||
-                         (h.lanes == 16 && M < 192 && K * N * 4 > h.l2));
+  // Apart too, whatever B's size, when N is between one and four vectors and not a
+  // whole number of them: the fused register tile would be that odd width, which LLVM
+  // legalizes lane by lane (gelu(xW+b) 17x1000x31 took 330 us fused, 40x the matmul).
+  bool odd_n = N % h.lanes != 0 && N > h.lanes && N <= 4 * h.lanes;
+  bool apart = odd_n || (big_b && (K * 2 * h.tn * 4 > JIT__PACK_BYTES ||
+                                   (h.lanes == 16 && M < 192 && K * N * 4 > h.l2)));
   MlirOperation g = small_m || apart || batched ? (MlirOperation){NULL} : epilogue_of(mm);
   bool fused = !mlirOperationIsNull(g) && w->n_fused < 64;
   MlirOperation fill = mlirOpResultGetOwner(mlirOperationGetOperand(mm, 2));
@@ -793,9 +797,7 @@ choose_tile:;
   // N above one vector only: below it most lanes would be masked off, and the plain
   // path's narrow vectors do better (100x100x3: 11 vs 5.5 GFLOP/s).
   bool masked = !packed && !fused && !small_m && split != 1 && N % h.lanes != 0 &&
-                N > h.lanes && N <= 4 * h.lanes && i < 64 &&
-                mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
-                mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
+                N > h.lanes && N <= 4 * h.lanes && i < 64;
   int64_t mv = 0, mtm = 0;
   if (masked) {
     // A power of two of vectors: LLVM widens 3 to 4 and the accumulator spills

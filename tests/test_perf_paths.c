@@ -383,6 +383,17 @@ Test(perf_paths, matmul_masked_narrow_n) {
   check_dense_path(1000, 600, 30, 2, "split M");  // 500 rows a thread
   check_dense_path(1000, 600, 30, 2, "masked N");
   check_dense_path(1000, 600, 30, 2, "blocks [0, 0, 200]");
+  // With an epilogue (apart: a fused tile of that odd width ran 40x slower), and with
+  // f16 inputs (extended in the masked contraction).
+  check_dense_path_act(17, 1000, 31, 1, 1, 2, "17x1000x31, masked N");
+  check_dense_path_act(19, 5, AVX512(9, 17), 1, 1, 1, "masked N");
+  dump_begin();
+  check_dense(17, 1000, 31, 1, TU_F16, 1, 2);
+  check_dense(19, 40, AVX512(13, 29), 1, TU_F16, 0, 0);
+  cr_expect(script_has("17x1000x31, masked N"), "f16 17x1000x31: not masked");
+  cr_expect(script_has(AVX512("19x40x13, masked N", "19x40x29, masked N")),
+            "f16 19x40xN: not masked");
+  dump_end();
   // The masked-off lanes are never stored, so their accumulator steps are plain FMAs:
   // no selects left (jit__cpu_drop_mask_selects), for the full and the rest row tiles.
   static const int no_select[][3] = {{17, 1000, 31}, {130, 257, 20}, {19, 5, 17}};
