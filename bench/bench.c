@@ -994,8 +994,9 @@ static void run_timed_cases(long ncpu) {
     if (g_opt.quick && mm[i][0] * (double)mm[i][1] * mm[i][2] > 3e8) continue;
     for (int t = 1; t <= max_t; t++) case_matmul(0, mm[i][0], mm[i][1], mm[i][2], t, 0);
   }
-  // Attention-sized batches: Q K^T and P V of 12 heads over 128 tokens (head dim 64).
-  static const int bm[][4] = {{12, 128, 64, 128}, {12, 128, 128, 64}};
+  // Attention-sized batches: Q K^T and P V of 12 heads over 128 tokens (head dim 64),
+  // and a decode step's q K^T (one token against 1024).
+  static const int bm[][4] = {{12, 128, 64, 128}, {12, 128, 128, 64}, {12, 1, 64, 1024}};
   for (size_t i = 0; i < sizeof bm / sizeof bm[0]; i++) {
     if (g_opt.quick && i > 0) continue;
     for (int t = 1; t <= max_t; t++) case_matmul(bm[i][0], bm[i][1], bm[i][2], bm[i][3], t, 0);

@@ -226,6 +226,8 @@ typedef struct walk {
   int n_pack;
   int64_t masked[64][3];  // per matmul: vector width V (0: not masked), rows, rest rows
   int n_masked;
+  bool vecmat[64];  // per matmul: a batch of vector x matrix (plan_batch_vecmat)
+  bool any_vecmat;
   int64_t row_bytes, row_input_bytes;  // of the last row loop: one row, the whole input
 } walk;
 
@@ -583,6 +585,92 @@ static void plan_batch(walk *w, int i, int64_t Bt, bool has_fill, bool split) {
               i, i, i, i);
 }
 
+// A batch of vector x matrix products (batch_matmul with M = 1: attention's decode
+// step, q K^T and p V for one token), as the small-M path treats one (plan_matmul): a
+// row of C of 8 vectors at a time kept in registers while k blocks of ~8 rows of B
+// stream past. The batch_matmul is tiled as it is (batch by 1, n by 8 vectors, k) and
+// vectorized with its unit dims, which vector.cast_away_vector_leading_one_dim drops
+// before the contraction becomes FMAs. Threads split the batch when it is worth
+// splitting (as in plan_matmul) and has a matmul per thread.
+static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, int64_t N) {
+  int i = w->n_mm++;
+  jit__text *sb = &w->sb;
+  host h = w->h;
+  set_tag(w->ctx, bm, "jit_mm", i);
+  MlirValue init = mlirOperationGetOperand(bm, 2);
+  MlirOperation fill = mlirOpResultGetOwner(init);
+  bool has_fill = mlirValueIsAOpResult(init) && op_is(fill, "linalg.fill");
+  if (has_fill) set_tag(w->ctx, fill, "jit_f", i);
+  bool split = w->threads > 1 && Bt >= w->threads &&
+               ((double)Bt * N * K >= (double)(1 << 23) ||
+                (double)Bt * K * N * 4 >= (double)JIT__SPLIT_B_BYTES);
+  int64_t tn = 8 * h.lanes < N ? 8 * h.lanes : N;
+  int64_t kb = pick_block(K, 8, 1);
+  bool peel_k = false;
+  if (!kb && K > 16) {
+    kb = 8;
+    peel_k = K % 8 != 0;
+  }
+  if (i < 64) w->vecmat[i] = true;
+  w->any_vecmat = true;
+  if (K * N >= (1 << 20) && kb && kb % 2 == 0) w->unroll_k = true;
+  sb_printf(sb, "  // matmul %d: a batch of %lld vector x matrix 1x%lldx%lld, threads split %s, "
+                "n tile %lld, k blocks %lld\n",
+            i, (long long)Bt, (long long)K, (long long)N, split ? "the batch" : "none",
+            (long long)tn, (long long)kb);
+  sb_printf(sb,
+            "  %%bm%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} attributes "
+            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+            i, i);
+  if (has_fill)
+    sb_printf(sb,
+              "  %%bf%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
+              "{jit_f = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+              i, i);
+  char cur[32];
+  snprintf(cur, sizeof cur, "%%bm%d", i);
+  if (split) {
+    w->parallel = true;
+    sb_printf(sb,
+              "  %%bt%d, %%bp%d = transform.structured.tile_using_forall %%bm%d num_threads "
+              "[%d] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, i, w->threads);
+    if (has_fill)
+      sb_printf(sb,
+                "  %%bpf%d, %%bp%d_1 = transform.structured.fuse_into_containing_op %%bf%d "
+                "into %%bp%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
+                i, i, i, i);
+    snprintf(cur, sizeof cur, "%%bt%d", i);
+  }
+  sb_printf(sb,
+            "  %%b1_%d, %%bl%d = transform.structured.fuse %s tile_sizes [1] : (" ANY
+            ") -> (" ANY ", " ANY ")\n"
+            "  %%bn%d, %%bnl%d = transform.structured.tile_using_for %%b1_%d tile_sizes "
+            "[0, 0, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
+            i, i, cur, i, i, i, (long long)tn);
+  if (N % tn)
+    sb_printf(sb,
+              "  %%bq%d = transform.cast %%bnl%d : " ANY " to !transform.op<\"scf.for\">\n"
+              "  %%bqm%d, %%bqr%d = transform.loop.peel %%bq%d : (!transform.op<\"scf.for\">) "
+              "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
+              i, i, i, i, i);
+  if (kb) {
+    sb_printf(sb,
+              "  %%bk%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} "
+              "attributes {jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+              "  %%bkt%d, %%bkl%d = transform.structured.tile_using_for %%bk%d tile_sizes "
+              "[0, 0, 0, %lld] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, i, i, i, (long long)kb);
+    if (peel_k)
+      sb_printf(sb,
+                "  %%bkq%d = transform.cast %%bkl%d : " ANY " to !transform.op<\"scf.for\">\n"
+                "  %%bkqm%d, %%bkqr%d = transform.loop.peel %%bkq%d : "
+                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
+                "!transform.op<\"scf.for\">)\n",
+                i, i, i, i, i);
+  }
+}
+
 static void plan_matmul(walk *w, MlirOperation mm) {
   MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
   MlirType tb = mlirValueGetType(mlirOperationGetOperand(mm, 1));
@@ -597,8 +685,13 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   int64_t M = mlirShapedTypeGetDimSize(ta, o), K = mlirShapedTypeGetDimSize(ta, o + 1);
   int64_t N = mlirShapedTypeGetDimSize(tb, o + 1);
   // plan_batch folds the unit batch dim of each matmul away, and with it any other
-  // unit dim: with M, N or K = 1 no 2-D matmul is left to plan (that batch_matmul is
-  // lowered to plain loops).
+  // unit dim: with M = 1 (a batch of vector x matrix) plan_batch_vecmat instead; with N
+  // or K = 1 no 2-D matmul is left to plan (that batch_matmul is lowered to plain loops).
+  if (batched && M == 1 && N > 1 && K > 1) {
+    int64_t Bt = mlirShapedTypeGetDimSize(ta, 0);
+    plan_batch_vecmat(w, mm, Bt, K, N);
+    return;
+  }
   if (batched && (M == 1 || N == 1 || K == 1)) return;
   int64_t Bt = batched ? mlirShapedTypeGetDimSize(ta, 0) : 1;
   int i = w->n_mm++;
@@ -1294,6 +1387,18 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   // Vectorize what was tiled: register tiles of the matmuls (as named contractions,
   // which lower to outer products), their epilogues and fills, and elementwise tiles.
   for (int i = 0; i < w.n_mm; i++) {
+    if (i < 64 && w.vecmat[i]) {
+      sb_printf(sb,
+                "  %%vm%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} "
+                "attributes {jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+                "  transform.structured.vectorize %%vm%d {create_named_contraction} : " ANY
+                "\n"
+                "  %%vf%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
+                "{jit_f = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+                "  transform.structured.vectorize %%vf%d : " ANY "\n",
+                i, i, i, i, i, i);
+      continue;
+    }
     if (i < 64 && w.masked[i][0]) {
       // The peeled rest rows first: the full-tile match below would take them too.
       if (w.masked[i][2])
@@ -1363,6 +1468,13 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   if (w.n_masked)
     sb_printf(sb, "  transform.apply_patterns to %%f { "
                   "transform.apply_patterns.vector.lower_masked_transfers } : " ANY "\n");
+  // A batch of vector x matrix (plan_batch_vecmat) was vectorized with its unit dims:
+  // dropped here, so its contraction is a vector x matrix one.
+  if (w.any_vecmat)
+    sb_printf(sb, "  transform.apply_patterns to %%f {\n"
+                  "    transform.apply_patterns.vector.cast_away_vector_leading_one_dim\n"
+                  "  } : " ANY "\n%s",
+              canon);
   sb_printf(sb,
             "  %%fors = transform.structured.match ops{[\"scf.for\"]} in %%f : (" ANY
             ") -> " ANY "\n"

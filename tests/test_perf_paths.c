@@ -437,8 +437,12 @@ static void check_batched(int rx, const int64_t *dx_in, int rw, const int64_t *d
   int64_t dx[8], dw[8];
   memcpy(dx, dx_in, sizeof(int64_t) * (size_t)rx);
   memcpy(dw, dw_in, sizeof(int64_t) * (size_t)rw);
-  if (needle && !kThreadsSplit && strstr(needle, "split the batch"))
-    needle = "split each matmul";
+  if (needle && !kThreadsSplit && strstr(needle, "split")) {
+    if (strstr(needle, "split the batch") && !strstr(needle, "vector x matrix"))
+      needle = "split each matmul";
+    else if (!strstr(needle, "split each matmul"))
+      needle = "threads split none";
+  }
   if (needle) dump_begin();
   jit_context *ctx = ctx_threads(threads);
   jit_graph *g = tu_graph(ctx, "batched");
@@ -521,8 +525,14 @@ Test(perf_paths, batch_matmul_is_a_loop_of_planned_matmuls) {
   // Uneven shares (2 + 1) of matmuls large enough to split by themselves.
   check_bmm(3, 256, 256, 256, 2, TU_F32, "a batch of 3, threads split each matmul");
   check_bmm(3, 256, 256, 256, 2, TU_F32, "threads split M");
-  // A unit M, N or K would fold away with the batch dim: plain loops, exact.
-  check_bmm(4, 1, 768, 129, 1, TU_F32, NULL);
+  // M = 1: a batch of vector x matrix, n tiles of 8 vectors over k blocks (a prime K
+  // peeled), the batch split across threads from 2^23 multiply-adds.
+  check_bmm(12, 1, 64, 1000, 1, TU_F32, "a batch of 12 vector x matrix 1x64x1000");
+  check_bmm(3, 1, 1009, 77, 1, TU_F32, "k blocks 8");
+  check_bmm(4, 1, 768, 3072, 2, TU_F32, "vector x matrix 1x768x3072, threads split the batch");
+  check_bmm(5, 1, 40, 33, 2, TU_F16, "vector x matrix");
+  check_bmm(2, 1, 7, 50, 1, TU_F32, "k blocks 0");
+  // A unit N or K would fold away with the batch dim: plain loops, exact.
   check_bmm(3, 17, 40, 1, 2, TU_F32, NULL);
   check_bmm(2, 5, 1, 9, 1, TU_F16, NULL);
   check_bmm(1, 40, 50, 61, 2, TU_F32, "a batch of 1");
