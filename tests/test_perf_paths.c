@@ -247,6 +247,18 @@ Test(perf_paths, small_m_k_blocks) {
 // Small M keeps the thread's rows of C (read and written by every k block) in half of
 // L1 with n blocks, when they would not fit: 16 KiB / 4 / M columns, a divisor of the
 // thread's N near that; none for a prime N. One row (12 KiB) stays one block.
+// Fewer rows than the register tile: the row of vectors is a power of two (LLVM widened
+// 3 or 6 vectors to 4 or 8 and the accumulator spilled: 10-25x slower).
+Test(perf_paths, small_m_rows_of_power_of_two_vectors) {
+  check_dense_path(4, 768, 3072, 1, AVX512("register tile 4x16", "register tile 4x64"));
+  check_dense_path(2, 768, 3072, 1, AVX512("register tile 2x32", "register tile 2x128"));
+  check_dense_path(7, 768, 3072, 1, AVX512("register tile 6x16", "register tile 7x32"));
+  // Odd N: the rest columns' tiles narrower still; exact.
+  check_dense(2, 300, 1000, 1, TU_F32, 1, 1);
+  check_dense(7, 100, 333, 2, TU_F32, 0, 0);
+  check_dense(5, 64, 97, 1, TU_F16, 1, 2);
+}
+
 Test(perf_paths, small_m_n_blocks) {
   check_dense_path(8, 768, 3072, 1, "blocks [0, 512, 8]");
   check_dense_path(8, 768, 3072, 2, "blocks [0, 512, 8]");  // 1536 columns a thread
