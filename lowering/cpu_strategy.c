@@ -330,7 +330,8 @@ static bool pack_plan(int64_t tM, int64_t tN, int64_t K, int64_t tn, bool fused,
 //   for n block (nc)   pack B[:, n block]   for m tile   for n tile   k; G on the tile
 static void plan_packed(walk *w, int i, const char *root, int64_t tM,
                         int64_t tN, int64_t K, int64_t tm, int64_t tn, int64_t nc,
-                        int64_t kc, bool copy_a, bool fused) {
+                        int64_t kc, bool copy_a, bool fused, const char *a_ty,
+                        const char *b_ty) {
   jit__text *sb = &w->sb;
   char cur[32];
   snprintf(cur, sizeof cur, "%s", root);
@@ -364,7 +365,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
               i, i, cur, (long long)tm, (long long)tn);
   sb_printf(sb,
             "  %%pd%d, %%pp%d, %%pc%d = transform.structured.pad %%rt%d {padding_values = "
-            "[0.0 : f32, 0.0 : f32, 0.0 : f32], padding_dimensions = [1], nofold_flags = "
+            "[0.0 : %s, 0.0 : %s, 0.0 : f32], padding_dimensions = [1], nofold_flags = "
             "[%d, 1, 0], copy_back_op = \"none\"} : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
             "  %%pb%d = transform.get_producer_of_operand %%pd%d[1] : (" ANY ") -> " ANY "\n"
             "  %%hp%d = transform.structured.hoist_pad %%pb%d by 2 loops : (" ANY ") -> " ANY
@@ -377,7 +378,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
             "  transform.apply_patterns to %%hl%d { "
             "transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers } "
             ": " ANY "\n",
-            i, i, i, i, copy_a ? 1 : 0, i, i, i, i, i, i, i, i, i, rows, i, rows,
+            i, i, i, i, a_ty, b_ty, copy_a ? 1 : 0, i, i, i, i, i, i, i, i, i, rows, i, rows,
             (long long)tn, i);
   if (tM % tm)
     sb_printf(sb,
@@ -756,9 +757,10 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // 2 %, 256^3 the same. Unpacked it lost (200x300x300 20 % slower, 100^3 10 %), and
   // with an epilogue it was 3-4x slower (gelu(xW+b) 256x768x3072). Its compile takes
   // ~15 % longer (512^3: 46 ms against 40, a 4.3 KB object against 3.0).
-  bool f32 = mlirTypeIsAF32(mlirShapedTypeGetElementType(ta)) &&
-             mlirTypeIsAF32(mlirShapedTypeGetElementType(tb));
-  bool plain_tile = !small_m && f32 && (h.ptm != h.tm || h.ptn != h.tn);
+  MlirType ea = mlirShapedTypeGetElementType(ta), eb = mlirShapedTypeGetElementType(tb);
+  bool floats = (mlirTypeIsAF32(ea) || mlirTypeIsAF16(ea)) &&
+                (mlirTypeIsAF32(eb) || mlirTypeIsAF16(eb));
+  bool plain_tile = !small_m && floats && (h.ptm != h.tm || h.ptn != h.tn);
   bool plain = plain_tile && !fused;
 choose_tile:;
   int64_t dtm = plain ? h.ptm : h.tm, dtn = plain ? h.ptn : h.tn;  // the default tile
@@ -786,7 +788,7 @@ choose_tile:;
   // Packed B (plan_packed) for f32 matmuls with the default register tile, fused or
   // not: gelu(xW+b) 256x768x3072 unpacked ran at ~40 GFLOP/s (each register tile
   // walking down B's columns 12 KiB apart), packed at ~70 on the same loaded machine.
-  bool can_pack = !small_m && tm == dtm && tn == dtn && f32;
+  bool can_pack = !small_m && tm == dtm && tn == dtn && floats;
   // Small M is bound by streaming B once, so it is split (over N) by the bytes of B
   // rather than by multiply-adds: at 1x768x3072 (9 MiB of B, ~0.25 ms) the second
   // core's share of memory bandwidth pays for the fork/join, while the MLP example's
@@ -926,7 +928,12 @@ choose_tile:;
   // cost more than they saved (8x32 tiles, without them, two compiles interleaved:
   // 1024^3 6-8 % faster at 1 and 2 threads, 768^3 6 %, 512^3 1-4 %; 256^3, gelu(xW+b)
   // 256x768x3072, 128x3072x768 and 64x768x3072 within 1 %).
-  bool copy_a = packed && h.lanes < 16 && tm * pkc * 4 <= (16 << 10);
+  // Nor where A is computed by an op fused into the row tiles (f16 A extended to f32,
+  // emit_mlir.c), whose result already is a copy of the tile's rows: padding that as
+  // well made hoist_pad fail.
+  MlirValue av = mlirOperationGetOperand(mm, 0);
+  bool a_made = mlirValueIsAOpResult(av) && op_is(mlirOpResultGetOwner(av), "linalg.generic");
+  bool copy_a = packed && h.lanes < 16 && !a_made && tm * pkc * 4 <= (16 << 10);
   if (packed) {
     mc = 0;
     nc = pnc;
@@ -977,7 +984,8 @@ choose_tile:;
     snprintf(root, sizeof root, "%%pt%d", i);
   }
   if (packed) {
-    plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc, copy_a, fused);
+    plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc, copy_a, fused,
+                mlirTypeIsAF16(ea) ? "f16" : "f32", mlirTypeIsAF16(eb) ? "f16" : "f32");
     return;
   }
   if (masked) {
@@ -1377,9 +1385,12 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   mlirOperationWalk(module, find_row_roots, &w, MlirWalkPreOrder);
   mlirOperationWalk(module, plan_generic_op, &w, MlirWalkPreOrder);
   out->wide_vectors = w.h.lanes == 16 && w.n_mm == 0;
+  // With scf's loop canonicalization: an affine.min of a tile size in a peeled loop
+  // folds to its constant (a producer fused into the register tiles, such as f16 A's
+  // extension to f32, otherwise kept a dynamic row count that vectorize refuses).
   const char *canon =
-      "  transform.apply_patterns to %f { transform.apply_patterns.canonicalization } "
-      ": " ANY "\n";
+      "  transform.apply_patterns to %f { transform.apply_patterns.canonicalization "
+      "transform.apply_patterns.scf.for_loop_canonicalization } : " ANY "\n";
   sb_printf(sb, "  %%f = transform.structured.match ops{[\"func.func\"]} in %%root : "
                 "(" ANY ") -> " ANY "\n%s",
             canon);
@@ -1789,7 +1800,8 @@ typedef struct stack_walk {
 } stack_walk;
 
 static bool is_pack_type(const jit__cpu_plan *plan, MlirType t) {
-  if (mlirShapedTypeGetRank(t) != 3 || !mlirTypeIsAF32(mlirShapedTypeGetElementType(t)))
+  MlirType e = mlirShapedTypeGetElementType(t);
+  if (mlirShapedTypeGetRank(t) != 3 || !(mlirTypeIsAF32(e) || mlirTypeIsAF16(e)))
     return false;
   for (int p = 0; p < plan->n_pack; p++) {
     bool same = true;

@@ -582,6 +582,28 @@ Test(perf_paths, broadcast_batch_dims_stay_exact) {
   check_batched(4, x3, 3, w3, 1, TU_F16, 1, 2, NULL);
 }
 
+// f16 matmuls with more than one row extend A to f32 first (its own op, fused into the
+// row tiles), and pack their f16 B as f32 ones do: fused (the f16 rounding on the
+// tile) and plain (6x64 on AVX-512); odd rows, both thread counts.
+Test(perf_paths, matmul_f16_packed) {
+  static const int s[][3] = {{96, 512, 384}, {61, 640, 1024}, {37, 300, 200}};
+  for (size_t i = 0; i < sizeof s / sizeof *s; i++) {
+    for (int t = 1; t <= 2; t++) {
+      dump_begin();
+      check_dense(s[i][0], s[i][1], s[i][2], t, TU_F16, t == 2, t == 2 ? 2 : 0);
+      char ext[96];
+      snprintf(ext, sizeof ext, "tensor<%dx%dxf32>, tensor<%dx%dxf16>", s[i][0], s[i][1],
+               s[i][1], s[i][2]);
+      cr_expect(dump_has("-00-graph.mlir", ext), "f16 %dx%dx%d: A not extended first",
+                s[i][0], s[i][1], s[i][2]);
+      if (i < 2)
+        cr_expect(script_has("B packed"), "f16 %dx%dx%d threads=%d: B not packed", s[i][0],
+                  s[i][1], s[i][2], t);
+      dump_end();
+    }
+  }
+}
+
 // The same kernel at 1 and 2 threads gives bit-identical results: no split crosses a
 // reduction dim.
 Test(perf_paths, identical_across_thread_counts) {
