@@ -333,10 +333,10 @@ static void emit_generic(emitter *e, const char *res, int n_loops, const char *i
   jit__text_printf(tb, "%%out: %s):\n", elem_name(out->dt));
 
   const char *result;
+  char xs[2][8];  // the body's inputs; `result` may be one of them, used below
   if (kind == B_COPY && n_in == 1 && ins[0].dt == out->dt) {
     result = "%in0";
   } else {
-    char xs[2][8];
     for (int i = 0; i < n_in && i < 2; i++) {
       if (ins[i].dt == JIT__F16) {
         jit__text_printf(tb, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
