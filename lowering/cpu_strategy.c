@@ -703,7 +703,10 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // short k blocks (a few contiguous streams the prefetcher follows) with the C row
   // in L1, rather than down columns of B per register tile. The epilogue then runs as
   // its own vectorized elementwise op over C, which is in cache anyway.
-  bool small_m = M <= 16;
+  // So are 17 rows when B is larger than half of L2: the packed path needs 18 rows (3
+  // row tiles of 6) and the unpacked one walks down B's columns; 17x768x3072 took 1.54
+  // ms (AVX2 code: 2.84) against 1.13 (1.40) GEMV-like, 17x1024x1024 0.53 against 0.42.
+  bool small_m = M <= 16 || (M < 18 && K * N * 4 > h.l2 / 2);
   // A bias + activation epilogue runs on each register tile while its sums are in
   // registers (fused), except where the matmul is faster without it and the epilogue
   // then costs one pass over C in cache: when B is large (256 KiB or more) and

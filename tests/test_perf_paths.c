@@ -242,6 +242,9 @@ Test(perf_paths, small_m_k_blocks) {
   check_dense_path(5, 1001, 200, 1, "blocks [0, 0, 7]");
   check_dense_path(13, 1009, 100, 1, "blocks [0, 0, 0]");
   check_dense_path_act(9, 390, 301, 1, 1, 2, "blocks [0, 0, 6]");  // epilogue apart
+  // 17 rows with B over half of L2: too few rows to pack B, so GEMV-like too.
+  check_dense_path(17, 768, 3072, 1, "17x768x3072, threads split none, blocks [0, 256, 8]");
+  check_dense_path(17, 100, 64, 1, "17x100x64, threads split none, blocks [0, 0, 0]");
 }
 
 // Small M keeps the thread's rows of C (read and written by every k block) in half of
