@@ -228,6 +228,7 @@ typedef struct walk {
   int n_masked;
   bool vecmat[64];  // per matmul: a batch of vector x matrix (plan_batch_vecmat)
   bool any_vecmat;
+  bool transposes;  // an elementwise op tiled for a transposed read (plan_generic)
   int64_t row_bytes, row_input_bytes;  // of the last row loop: one row, the whole input
 } walk;
 
@@ -1187,6 +1188,25 @@ static void plan_row(walk *w, MlirOperation g) {
   sb_printf(sb, "\n");
 }
 
+// The loop that walks the contiguous (last) dim of one of the generic's inputs, when
+// that is not its last loop (a transposed read), or -1.
+static int transposed_loop(MlirOperation g, int nl) {
+  MlirAttribute maps =
+      mlirOperationGetAttributeByName(g, mlirStringRefCreateFromCString("indexing_maps"));
+  if (mlirAttributeIsNull(maps) || !mlirAttributeIsAArray(maps)) return -1;
+  intptr_t n_in = mlirOperationGetNumOperands(g) - 1;
+  for (intptr_t k = 0; k < n_in && k < mlirArrayAttrGetNumElements(maps); k++) {
+    MlirAffineMap m = mlirAffineMapAttrGetValue(mlirArrayAttrGetElement(maps, k));
+    intptr_t nr = mlirAffineMapGetNumResults(m);
+    if (nr < 1 || mlirAffineMapGetNumDims(m) != nl) continue;
+    MlirAffineExpr e = mlirAffineMapGetResult(m, nr - 1);
+    if (!mlirAffineExprIsADim(e)) continue;
+    int pos = (int)mlirAffineDimExprGetPosition(e);
+    if (pos != nl - 1) return pos;
+  }
+  return -1;
+}
+
 static void plan_generic(walk *w, MlirOperation g) {
   for (int f = 0; f < w->n_fused; f++)
     if (mlirOperationEqual(w->fused[f], g)) return;
@@ -1265,10 +1285,46 @@ static void plan_generic(walk *w, MlirOperation g) {
   int64_t vl = last > V ? V : 0;
   int n_loops = 0;
   int64_t sizes[JIT_MAX_RANK + 2];
+  // An input whose contiguous dim another loop walks (a transpose): tiles of L x L
+  // (L = lanes), each read as L rows of L contiguous elements and transposed in
+  // registers. With 1 x V tiles every element read came from another cache line, the
+  // lines evicted before the next tile used them: a 3072x768 transpose took ~23 ms.
+  int tl = nl >= 2 ? transposed_loop(g, nl) : -1;
+  int64_t L = w->h.lanes;
   for (int l = 0; l < nl; l++) {
     int64_t e = l == 0 ? e0 : ext[l];
     sizes[l] = l == nl - 1 ? vl : (e > 1 ? 1 : 0);
+    if (tl >= 0 && (l == tl || l == nl - 1)) sizes[l] = e > L ? L : 0;
     n_loops += sizes[l] != 0;
+  }
+  if (tl >= 0) {
+    // Peel each tiled loop with a partial last tile, so every tile is static.
+    if (n_loops) {
+      sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
+                    "tile_sizes [",
+                i, i, n_loops, src, i);
+      for (int l = 0; l < nl; l++) sb_printf(sb, "%s%lld", l ? ", " : "", (long long)sizes[l]);
+      sb_printf(sb, "] : (" ANY ") -> ");
+      sb_types(sb, n_loops + 1);
+      sb_printf(sb, "\n");
+      // Inner loop first: peeling the outer one copies the inner loop, which would
+      // leave its handle pointing at only one of the copies.
+      for (int l = nl - 1, li = n_loops - 1; l >= 0; l--) {
+        if (!sizes[l]) continue;
+        int64_t e = l == 0 ? e0 : ext[l];
+        if (sizes[l] > 1 && e % sizes[l])
+          sb_printf(sb,
+                    "  %%ewp%d_%d = transform.cast %%ewl%d#%d : " ANY " to "
+                    "!transform.op<\"scf.for\">\n"
+                    "  %%ewpm%d_%d, %%ewpr%d_%d = transform.loop.peel %%ewp%d_%d : "
+                    "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
+                    "!transform.op<\"scf.for\">)\n",
+                    i, l, i, li, i, l, i, l, i, l);
+        li--;
+      }
+    }
+    w->transposes = true;
+    return;
   }
   if (n_loops) {
     sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
@@ -1504,8 +1560,17 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
             "    transform.apply_patterns.vector.transfer_permutation_patterns\n"
             "    transform.apply_patterns.vector.lower_outerproduct\n"
             "  } : " ANY "\n"
+            "%s"
             "  transform.yield\n}\n}\n",
-            canon);
+            canon,
+            !w.transposes ? ""
+            : w.h.lanes == 16
+                ? "  transform.apply_patterns to %f {\n"
+                  "    transform.apply_patterns.vector.lower_transpose lowering_strategy = "
+                  "\"shuffle_16x16\"\n  } : " ANY "\n"
+                : "  transform.apply_patterns to %f {\n"
+                  "    transform.apply_patterns.vector.lower_transpose lowering_strategy = "
+                  "\"shuffle_1d\"\n  } : " ANY "\n");
   out->n_ops = w.n_mm + w.n_ew + w.n_rd + w.n_row;
   out->n_pack = w.n_pack;
   out->n_masked = w.n_masked;

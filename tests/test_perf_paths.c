@@ -607,6 +607,70 @@ Test(perf_paths, matmul_f16_packed) {
   }
 }
 
+// A transpose (an elementwise op reading its input through a permuted map): L x L
+// tiles (L = lanes), transposed in registers, both loops peeled; exact.
+static void check_transpose_2d(int64_t R, int64_t C, int threads, DLDataType dt) {
+  dump_begin();
+  jit_context *ctx = ctx_threads(threads);
+  jit_graph *g = tu_graph(ctx, "transpose");
+  int64_t d[2] = {R, C}, dout[2];
+  const int perm[2] = {1, 0};
+  jit_output(g, jit_transpose(g, jit_input(g, "x", dt, 2, d), perm));
+  TU_OK(jit_graph_finalize(g));
+  ref_rng rng;
+  ref_rng_seed(&rng, (uint64_t)(R * 31 + C));
+  float *x = tu_malloc(sizeof(float) * (size_t)(R * C));
+  float *want = tu_malloc(sizeof(float) * (size_t)(R * C));
+  ref_rng_fill_signed(&rng, x, R * C);
+  void *px = tu_input_data(dt, x, R * C);
+  ref_transpose(x, 2, d, perm, want, dout);
+  DLTensor in = tu_tensor(px, dt, 2, d);
+  char what[96];
+  snprintf(what, sizeof what, "transpose %lldx%lld %s threads=%d", (long long)R,
+           (long long)C, tu_is_f16(dt) ? "f16" : "f32", threads);
+  tu_run_check(g, &in, 1, dt, 2, dout, want, 0.0, 0.0, NULL, what);
+  cr_expect(script_has(AVX512("tile_sizes [8, 8]", "tile_sizes [16, 16]")),
+            "%s: not tiled for a transposed read", what);
+  dump_end();
+  free(x);
+  free(want);
+  free(px);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(perf_paths, transpose_tiles) {
+  check_transpose_2d(37, 1000, 1, TU_F32);
+  check_transpose_2d(1001, 17, 2, TU_F16);
+  check_transpose_2d(2048, 768, 2, TU_F32);  // split across threads
+  check_transpose_2d(64, 48, 1, TU_F32);
+  // x W^T (a PyTorch Linear's weight layout): the transposed copy of W, then the matmul.
+  const int64_t sx[2] = {3, 300}, sw[2] = {333, 300};
+  jit_context *ctx = ctx_threads(2);
+  jit_graph *g = tu_graph(ctx, "linear");
+  const int perm[2] = {1, 0};
+  jit_value w = jit_transpose(g, jit_input(g, "w", TU_F32, 2, sw), perm);
+  jit_output(g, jit_matmul(g, jit_input(g, "x", TU_F32, 2, sx), w));
+  TU_OK(jit_graph_finalize(g));
+  ref_rng rng;
+  ref_rng_seed(&rng, 5);
+  float *x = tu_malloc(sizeof(float) * 900), *wv = tu_malloc(sizeof(float) * 333 * 300);
+  float *wt = tu_malloc(sizeof(float) * 333 * 300), *want = tu_malloc(sizeof(float) * 999);
+  ref_rng_fill_signed(&rng, x, 900);
+  ref_rng_fill_signed(&rng, wv, 333 * 300);
+  int64_t dwt[2], dc[2], sw2[2] = {333, 300};
+  ref_transpose(wv, 2, sw2, perm, wt, dwt);
+  ref_matmul(x, 2, sx, wt, 2, dwt, want, dc);
+  DLTensor ins[2] = {tu_tensor(wv, TU_F32, 2, sw2), tu_tensor(x, TU_F32, 2, (int64_t *)sx)};
+  tu_run_check(g, ins, 2, TU_F32, 2, dc, want, 1e-5, 2e-6 * 300, NULL, "x W^T 3x300x333");
+  free(x);
+  free(wv);
+  free(wt);
+  free(want);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 // The same kernel at 1 and 2 threads gives bit-identical results: no split crosses a
 // reduction dim.
 Test(perf_paths, identical_across_thread_counts) {
