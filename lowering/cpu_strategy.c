@@ -673,6 +673,121 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
   }
 }
 
+// linalg.matmul reads B through the map (m, n, k) -> (n, k): x W^T with W stored N x K
+// (emit_mlir.c writes that for matmul(x, transpose(W))).
+static bool b_transposed(MlirOperation mm) {
+  MlirAttribute maps =
+      mlirOperationGetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"));
+  if (mlirAttributeIsNull(maps) || !mlirAttributeIsAArray(maps) ||
+      mlirArrayAttrGetNumElements(maps) != 3)
+    return false;
+  static const int want[3][2] = {{0, 2}, {1, 2}, {0, 1}};
+  for (int i = 0; i < 3; i++) {
+    MlirAttribute a = mlirArrayAttrGetElement(maps, i);
+    if (!mlirAttributeIsAAffineMap(a)) return false;
+    MlirAffineMap m = mlirAffineMapAttrGetValue(a);
+    if (mlirAffineMapGetNumDims(m) != 3 || mlirAffineMapGetNumResults(m) != 2) return false;
+    for (int r = 0; r < 2; r++) {
+      MlirAffineExpr e = mlirAffineMapGetResult(m, r);
+      if (!mlirAffineExprIsADim(e) || mlirAffineDimExprGetPosition(e) != want[i][r])
+        return false;
+    }
+  }
+  return true;
+}
+
+// x W^T with W stored N x K, up to 8 rows (emit_mlir.c): each register tile [all rows,
+// one vector of N] steps k by one vector's lanes L, reading B as L rows of L contiguous
+// k and transposing them in registers (16x16 shuffles on AVX-512) before the
+// outer-product FMAs, rather than reading a column of W (K floats apart) per k. No
+// packing and no fused epilogue; threads split N. Tiles of 4 vectors of N made
+// 64x16 transposes, lowered element by element (1x768x3072: 0.87 ms and 335 ms to
+// compile, against 0.47 ms and ~60 ms).
+static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int64_t N) {
+  int i = w->n_mm++;
+  jit__text *sb = &w->sb;
+  host h = w->h;
+  set_tag(w->ctx, mm, "jit_mm", i);
+  MlirValue init = mlirOperationGetOperand(mm, 2);
+  MlirOperation fill = mlirOpResultGetOwner(init);
+  bool has_fill = mlirValueIsAOpResult(init) && op_is(fill, "linalg.fill");
+  if (has_fill) set_tag(w->ctx, fill, "jit_f", i);
+  int64_t L = h.lanes, tn = L, tm = M < 8 ? M : 8;
+  int T = w->threads;
+  bool big = (double)M * N * K >= (double)(1 << 24) ||
+             (M <= 16 && (double)K * N * 4 >= (double)JIT__SPLIT_B_BYTES);
+  bool split = T > 1 && big && N % T == 0 && N / T >= tn;
+  int64_t tN = split ? N / T : N;
+  if (tn > tN) tn = tN;
+  if (tm > M) tm = M;
+  w->transposes = true;
+  if (M * N * K >= (1 << 24)) w->unroll_k = true;
+  sb_printf(sb, "  // matmul %d: %lldx%lldx%lld, B transposed, threads split %s, register "
+                "tile %lldx%lld, k step %lld\n",
+            i, (long long)M, (long long)K, (long long)N, split ? "N" : "none", (long long)tm,
+            (long long)tn, (long long)L);
+  sb_printf(sb,
+            "  %%mm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+            i, i);
+  char cur[32];
+  snprintf(cur, sizeof cur, "%%mm%d", i);
+  if (split) {
+    w->parallel = true;
+    sb_printf(sb,
+              "  %%pt%d, %%pf%d = transform.structured.tile_using_forall %%mm%d tile_sizes "
+              "[0, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, i, (long long)tN);
+    if (has_fill)
+      sb_printf(sb,
+                "  %%fl%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
+                "{jit_f = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+                "  %%pl%d, %%pf%d_2 = transform.structured.fuse_into_containing_op %%fl%d "
+                "into %%pf%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
+                i, i, i, i, i, i);
+    snprintf(cur, sizeof cur, "%%pt%d", i);
+  }
+  bool tile_m = tm < M, tile_n = tn < tN;
+  int nreg = tile_m + tile_n;
+  if (nreg) {
+    sb_printf(sb, "  %%rt%d, %%rl%d:%d = transform.structured.tile_using_for %s tile_sizes "
+                  "[%lld, %lld, 0] : (" ANY ") -> ",
+              i, i, nreg, cur, (long long)(tile_m ? tm : 0), (long long)(tile_n ? tn : 0));
+    sb_types(sb, nreg + 1);
+    sb_printf(sb, "\n");
+    // n first, then m (the m loop is outside: peeling it copies the n loop).
+    if (tile_n && tN % tn)
+      sb_printf(sb,
+                "  %%qn%d = transform.cast %%rl%d#%d : " ANY " to !transform.op<\"scf.for\">\n"
+                "  %%qnm%d, %%qnr%d = transform.loop.peel %%qn%d : "
+                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
+                "!transform.op<\"scf.for\">)\n",
+                i, i, tile_m ? 1 : 0, i, i, i);
+    if (tile_m && M % tm)
+      sb_printf(sb,
+                "  %%qm%d = transform.cast %%rl%d#0 : " ANY " to !transform.op<\"scf.for\">\n"
+                "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : "
+                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
+                "!transform.op<\"scf.for\">)\n",
+                i, i, i, i, i);
+  }
+  if (K > L) {
+    sb_printf(sb,
+              "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+              "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+              "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
+              "[0, 0, %lld] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, i, i, i, (long long)L);
+    if (K % L)
+      sb_printf(sb,
+                "  %%qk%d = transform.cast %%mkl%d : " ANY " to !transform.op<\"scf.for\">\n"
+                "  %%qkm%d, %%qkr%d = transform.loop.peel %%qk%d : "
+                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
+                "!transform.op<\"scf.for\">)\n",
+                i, i, i, i, i);
+  }
+}
+
 static void plan_matmul(walk *w, MlirOperation mm) {
   MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
   MlirType tb = mlirValueGetType(mlirOperationGetOperand(mm, 1));
@@ -696,6 +811,10 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   }
   if (batched && (M == 1 || N == 1 || K == 1)) return;
   int64_t Bt = batched ? mlirShapedTypeGetDimSize(ta, 0) : 1;
+  if (!batched && b_transposed(mm)) {
+    plan_matmul_bt(w, mm, M, K, mlirShapedTypeGetDimSize(tb, 0));
+    return;
+  }
   int i = w->n_mm++;
   jit__text *sb = &w->sb;
   host h = w->h;

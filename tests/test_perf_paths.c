@@ -644,31 +644,81 @@ Test(perf_paths, transpose_tiles) {
   check_transpose_2d(1001, 17, 2, TU_F16);
   check_transpose_2d(2048, 768, 2, TU_F32);  // split across threads
   check_transpose_2d(64, 48, 1, TU_F32);
-  // x W^T (a PyTorch Linear's weight layout): the transposed copy of W, then the matmul.
-  const int64_t sx[2] = {3, 300}, sw[2] = {333, 300};
-  jit_context *ctx = ctx_threads(2);
-  jit_graph *g = tu_graph(ctx, "linear");
+}
+
+// act(x W^T + b) with W stored N x K (a PyTorch Linear's weight) against plain C; with
+// `needle`, the path the script names.
+static void check_linear(int64_t M, int64_t K, int64_t N, int threads, DLDataType dt,
+                         int act, const char *needle) {
+  if (needle && !kThreadsSplit && strstr(needle, "split")) needle = "threads split none";
+  if (needle) dump_begin();
+  int64_t sx[2] = {M, K}, sw[2] = {N, K}, sb[1] = {N}, dwt[2], dc[2];
   const int perm[2] = {1, 0};
-  jit_value w = jit_transpose(g, jit_input(g, "w", TU_F32, 2, sw), perm);
-  jit_output(g, jit_matmul(g, jit_input(g, "x", TU_F32, 2, sx), w));
+  jit_context *ctx = ctx_threads(threads);
+  jit_graph *g = tu_graph(ctx, "linear");
+  jit_value w = jit_transpose(g, jit_input(g, "w", dt, 2, sw), perm);
+  jit_value y = jit_matmul(g, jit_input(g, "x", dt, 2, sx), w);
+  if (act) y = jit_add(g, y, jit_input(g, "b", dt, 1, sb));
+  if (act == 1) y = jit_relu(g, y);
+  if (act == 2) y = jit_gelu(g, y);
+  jit_output(g, y);
   TU_OK(jit_graph_finalize(g));
   ref_rng rng;
-  ref_rng_seed(&rng, 5);
-  float *x = tu_malloc(sizeof(float) * 900), *wv = tu_malloc(sizeof(float) * 333 * 300);
-  float *wt = tu_malloc(sizeof(float) * 333 * 300), *want = tu_malloc(sizeof(float) * 999);
-  ref_rng_fill_signed(&rng, x, 900);
-  ref_rng_fill_signed(&rng, wv, 333 * 300);
-  int64_t dwt[2], dc[2], sw2[2] = {333, 300};
-  ref_transpose(wv, 2, sw2, perm, wt, dwt);
+  ref_rng_seed(&rng, (uint64_t)(M * 7 + K * 11 + N));
+  float *x = tu_malloc(sizeof(float) * (size_t)(M * K));
+  float *wv = tu_malloc(sizeof(float) * (size_t)(N * K));
+  float *wt = tu_malloc(sizeof(float) * (size_t)(N * K));
+  float *bb = tu_malloc(sizeof(float) * (size_t)N);
+  float *want = tu_malloc(sizeof(float) * (size_t)(M * N));
+  ref_rng_fill_signed(&rng, x, M * K);
+  ref_rng_fill_signed(&rng, wv, N * K);
+  ref_rng_fill_signed(&rng, bb, N);
+  bool f16 = tu_is_f16(dt);
+  if (f16) {
+    ref_round_f16_array(x, M * K);
+    ref_round_f16_array(wv, N * K);
+    ref_round_f16_array(bb, N);
+  }
+  ref_transpose(wv, 2, sw, perm, wt, dwt);
   ref_matmul(x, 2, sx, wt, 2, dwt, want, dc);
-  DLTensor ins[2] = {tu_tensor(wv, TU_F32, 2, sw2), tu_tensor(x, TU_F32, 2, (int64_t *)sx)};
-  tu_run_check(g, ins, 2, TU_F32, 2, dc, want, 1e-5, 2e-6 * 300, NULL, "x W^T 3x300x333");
+  for (int64_t i = 0; i < M * N; i++) {
+    double v = want[i] + (act ? bb[i % N] : 0.0);
+    want[i] = act == 1 ? (float)(v > 0 ? v : 0) : act == 2 ? gelu_ref(v) : (float)v;
+  }
+  void *pw = tu_input_data(dt, wv, N * K), *px = tu_input_data(dt, x, M * K);
+  void *pb = tu_input_data(dt, bb, N);
+  DLTensor ins[3] = {tu_tensor(pw, dt, 2, sw), tu_tensor(px, dt, 2, sx),
+                     tu_tensor(pb, dt, 1, sb)};
+  char what[96];
+  snprintf(what, sizeof what, "x W^T %lldx%lldx%lld %s act=%d threads=%d", (long long)M,
+           (long long)K, (long long)N, f16 ? "f16" : "f32", act, threads);
+  double atol = f16 ? 2e-2 * sqrt((double)K) : 2e-6 * K, rtol = f16 ? 1e-2 : 1e-5;
+  tu_run_check(g, ins, act ? 3 : 2, dt, 2, dc, want, rtol, atol, NULL, what);
+  if (needle) {
+    cr_expect(script_has(needle), "%s: script lacks `%s`", what, needle);
+    dump_end();
+  }
   free(x);
   free(wv);
   free(wt);
+  free(bb);
   free(want);
+  free(pw);
+  free(px);
+  free(pb);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
+}
+
+// x W^T with up to 8 rows reads W through a transposed map (16x16 / 8x8 register
+// transposes, k remainders peeled); more rows, and f16, go through W's transposed copy.
+Test(perf_paths, linear_weight_layout) {
+  check_linear(1, 768, 3072, 2, TU_F32, 0, "1x768x3072, B transposed, threads split N");
+  check_linear(3, 100, 45, 1, TU_F32, 2, "3x100x45, B transposed");
+  check_linear(8, 1000, 333, 1, TU_F32, 1, "B transposed, threads split none");
+  check_linear(5, 7, 19, 1, TU_F32, 0, "B transposed");
+  check_linear(9, 300, 333, 2, TU_F32, 1, "matmul 0: 9x300x333, threads split");
+  check_linear(3, 300, 333, 1, TU_F16, 2, NULL);
 }
 
 // The same kernel at 1 and 2 threads gives bit-identical results: no split crosses a
