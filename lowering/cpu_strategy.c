@@ -501,26 +501,83 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
 // Bytes of B from which a small-M matmul is split across threads (plan_matmul).
 #define JIT__SPLIT_B_BYTES (4 << 20)
 
-// linalg.batch_matmul's indexing maps are the default ones (no transposed or
-// broadcast operand): A(b, m, k), B(b, k, n), C(b, m, n) over loops (b, m, n, k).
-static bool batch_maps_plain(MlirOperation bm) {
+// The op's indexing maps are `want` (3 maps of `n_res` plain loop dims each, over
+// `n_dims` loops); an op without the attribute has its default maps, `absent_is`.
+static bool maps_are(MlirOperation op, int n_dims, int n_res, const int *want,
+                     bool absent_is) {
   MlirAttribute maps =
-      mlirOperationGetAttributeByName(bm, mlirStringRefCreateFromCString("indexing_maps"));
-  if (mlirAttributeIsNull(maps)) return true;
-  static const int want[3][3] = {{0, 1, 3}, {0, 3, 2}, {0, 1, 2}};
+      mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("indexing_maps"));
+  if (mlirAttributeIsNull(maps)) return absent_is;
   if (!mlirAttributeIsAArray(maps) || mlirArrayAttrGetNumElements(maps) != 3) return false;
   for (int i = 0; i < 3; i++) {
     MlirAttribute a = mlirArrayAttrGetElement(maps, i);
     if (!mlirAttributeIsAAffineMap(a)) return false;
     MlirAffineMap m = mlirAffineMapAttrGetValue(a);
-    if (mlirAffineMapGetNumDims(m) != 4 || mlirAffineMapGetNumResults(m) != 3) return false;
-    for (int r = 0; r < 3; r++) {
+    if (mlirAffineMapGetNumDims(m) != n_dims || mlirAffineMapGetNumResults(m) != n_res)
+      return false;
+    for (int r = 0; r < n_res; r++) {
       MlirAffineExpr e = mlirAffineMapGetResult(m, r);
-      if (!mlirAffineExprIsADim(e) || mlirAffineDimExprGetPosition(e) != want[i][r])
+      if (!mlirAffineExprIsADim(e) || mlirAffineDimExprGetPosition(e) != want[i * n_res + r])
         return false;
     }
   }
   return true;
+}
+
+// linalg.batch_matmul's indexing maps are the default ones (no transposed or
+// broadcast operand): A(b, m, k), B(b, k, n), C(b, m, n) over loops (b, m, n, k).
+static bool batch_maps_plain(MlirOperation bm) {
+  static const int want[9] = {0, 1, 3, 0, 3, 2, 0, 1, 2};
+  return maps_are(bm, 4, 3, want, true);
+}
+
+// Numbers matmul `mm` (the next i, tagged jit_mm = i) and tags its linalg.fill init,
+// if it has one, jit_f = i.
+static int tag_matmul(walk *w, MlirOperation mm, bool *has_fill) {
+  int i = w->n_mm++;
+  set_tag(w->ctx, mm, "jit_mm", i);
+  MlirValue init = mlirOperationGetOperand(mm, 2);
+  MlirOperation fill = mlirOpResultGetOwner(init);
+  *has_fill = mlirValueIsAOpResult(init) && op_is(fill, "linalg.fill");
+  if (*has_fill) set_tag(w->ctx, fill, "jit_f", i);
+  return i;
+}
+
+// The batch loop of batch_matmul i (found by its tag `mm_tag`, its fill by `fill_tag`):
+// with `split` an scf.forall dividing the batch among the threads (the fill fused in),
+// then a loop over its matmuls one at a time (%b1_i the matmul, %bl_i the loop) with
+// the fill fused into each.
+static void batch_loop(walk *w, int i, const char *mm_tag, const char *fill_tag,
+                       bool has_fill, bool split) {
+  jit__text *sb = &w->sb;
+  sb_printf(sb,
+            "  %%bm%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} attributes "
+            "{%s = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+            i, mm_tag, i);
+  if (has_fill)
+    sb_printf(sb,
+              "  %%bf%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
+              "{%s = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+              i, fill_tag, i);
+  char cur[32];
+  snprintf(cur, sizeof cur, "%%bm%d", i);
+  if (split) {
+    w->parallel = true;
+    sb_printf(sb,
+              "  %%bt%d, %%bp%d = transform.structured.tile_using_forall %%bm%d num_threads "
+              "[%d] : (" ANY ") -> (" ANY ", " ANY ")\n",
+              i, i, i, w->threads);
+    if (has_fill)
+      sb_printf(sb,
+                "  %%bpf%d, %%bp%d_1 = transform.structured.fuse_into_containing_op %%bf%d "
+                "into %%bp%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
+                i, i, i, i);
+    snprintf(cur, sizeof cur, "%%bt%d", i);
+  }
+  sb_printf(sb,
+            "  %%b1_%d, %%bl%d = transform.structured.fuse %s tile_sizes [1] : (" ANY
+            ") -> (" ANY ", " ANY ")\n",
+            i, i, cur);
 }
 
 // Batched matmuls (linalg.batch_matmul [Bt, M, K] x [Bt, K, N]) become a loop over the
@@ -535,34 +592,8 @@ static void plan_batch(walk *w, int i, int64_t Bt, bool has_fill, bool split) {
   jit__text *sb = &w->sb;
   sb_printf(sb, "  // matmul %d: a batch of %lld, threads split %s\n", i, (long long)Bt,
             split ? "the batch" : "each matmul (below)");
-  sb_printf(sb,
-            "  %%bm%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} attributes "
-            "{jit_bm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
-            i, i);
-  if (has_fill)
-    sb_printf(sb,
-              "  %%bf%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
-              "{jit_bf = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
-              i, i);
-  const char *bt = "%%bm%d";
-  if (split) {
-    w->parallel = true;
-    sb_printf(sb,
-              "  %%bt%d, %%bp%d = transform.structured.tile_using_forall %%bm%d num_threads "
-              "[%d] : (" ANY ") -> (" ANY ", " ANY ")\n",
-              i, i, i, w->threads);
-    if (has_fill)
-      sb_printf(sb,
-                "  %%bpf%d, %%bp%d_1 = transform.structured.fuse_into_containing_op %%bf%d "
-                "into %%bp%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
-                i, i, i, i);
-    bt = "%%bt%d";
-  }
-  sb_printf(sb, "  %%b1_%d, %%bl%d = transform.structured.fuse ", i, i);
-  sb_printf(sb, bt, i);
-  sb_printf(sb,
-            " tile_sizes [1] : (" ANY ") -> (" ANY ", " ANY ")\n"
-            "  %%bg%d = transform.structured.generalize %%b1_%d : (" ANY ") -> " ANY "\n",
+  batch_loop(w, i, "jit_bm", "jit_bf", has_fill, split);
+  sb_printf(sb, "  %%bg%d = transform.structured.generalize %%b1_%d : (" ANY ") -> " ANY "\n",
             i, i);
   if (has_fill)
     sb_printf(sb,
@@ -595,14 +626,10 @@ static void plan_batch(walk *w, int i, int64_t Bt, bool has_fill, bool split) {
 // before the contraction becomes FMAs. Threads split the batch when it is worth
 // splitting (as in plan_matmul) and has a matmul per thread.
 static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, int64_t N) {
-  int i = w->n_mm++;
+  bool has_fill;
+  int i = tag_matmul(w, bm, &has_fill);
   jit__text *sb = &w->sb;
   host h = w->h;
-  set_tag(w->ctx, bm, "jit_mm", i);
-  MlirValue init = mlirOperationGetOperand(bm, 2);
-  MlirOperation fill = mlirOpResultGetOwner(init);
-  bool has_fill = mlirValueIsAOpResult(init) && op_is(fill, "linalg.fill");
-  if (has_fill) set_tag(w->ctx, fill, "jit_f", i);
   bool split = w->threads > 1 && Bt >= w->threads &&
                ((double)Bt * N * K >= (double)(1 << 23) ||
                 (double)Bt * K * N * 4 >= (double)JIT__SPLIT_B_BYTES);
@@ -620,36 +647,11 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
                 "n tile %lld, k blocks %lld\n",
             i, (long long)Bt, (long long)K, (long long)N, split ? "the batch" : "none",
             (long long)tn, (long long)kb);
+  batch_loop(w, i, "jit_mm", "jit_f", has_fill, split);
   sb_printf(sb,
-            "  %%bm%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} attributes "
-            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
-            i, i);
-  if (has_fill)
-    sb_printf(sb,
-              "  %%bf%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
-              "{jit_f = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
-              i, i);
-  char cur[32];
-  snprintf(cur, sizeof cur, "%%bm%d", i);
-  if (split) {
-    w->parallel = true;
-    sb_printf(sb,
-              "  %%bt%d, %%bp%d = transform.structured.tile_using_forall %%bm%d num_threads "
-              "[%d] : (" ANY ") -> (" ANY ", " ANY ")\n",
-              i, i, i, w->threads);
-    if (has_fill)
-      sb_printf(sb,
-                "  %%bpf%d, %%bp%d_1 = transform.structured.fuse_into_containing_op %%bf%d "
-                "into %%bp%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
-                i, i, i, i);
-    snprintf(cur, sizeof cur, "%%bt%d", i);
-  }
-  sb_printf(sb,
-            "  %%b1_%d, %%bl%d = transform.structured.fuse %s tile_sizes [1] : (" ANY
-            ") -> (" ANY ", " ANY ")\n"
             "  %%bn%d, %%bnl%d = transform.structured.tile_using_for %%b1_%d tile_sizes "
             "[0, 0, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
-            i, i, cur, i, i, i, (long long)tn);
+            i, i, i, (long long)tn);
   if (N % tn)
     sb_printf(sb,
               "  %%bq%d = transform.cast %%bnl%d : " ANY " to !transform.op<\"scf.for\">\n"
@@ -676,24 +678,8 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
 // linalg.matmul reads B through the map (m, n, k) -> (n, k): x W^T with W stored N x K
 // (emit_mlir.c writes that for matmul(x, transpose(W))).
 static bool b_transposed(MlirOperation mm) {
-  MlirAttribute maps =
-      mlirOperationGetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"));
-  if (mlirAttributeIsNull(maps) || !mlirAttributeIsAArray(maps) ||
-      mlirArrayAttrGetNumElements(maps) != 3)
-    return false;
-  static const int want[3][2] = {{0, 2}, {1, 2}, {0, 1}};
-  for (int i = 0; i < 3; i++) {
-    MlirAttribute a = mlirArrayAttrGetElement(maps, i);
-    if (!mlirAttributeIsAAffineMap(a)) return false;
-    MlirAffineMap m = mlirAffineMapAttrGetValue(a);
-    if (mlirAffineMapGetNumDims(m) != 3 || mlirAffineMapGetNumResults(m) != 2) return false;
-    for (int r = 0; r < 2; r++) {
-      MlirAffineExpr e = mlirAffineMapGetResult(m, r);
-      if (!mlirAffineExprIsADim(e) || mlirAffineDimExprGetPosition(e) != want[i][r])
-        return false;
-    }
-  }
-  return true;
+  static const int want[6] = {0, 2, 1, 2, 0, 1};
+  return maps_are(mm, 3, 2, want, false);
 }
 
 // x W^T with W stored N x K, up to 8 rows (emit_mlir.c): each register tile [all rows,
@@ -704,14 +690,10 @@ static bool b_transposed(MlirOperation mm) {
 // 64x16 transposes, lowered element by element (1x768x3072: 0.87 ms and 335 ms to
 // compile, against 0.47 ms and ~60 ms).
 static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int64_t N) {
-  int i = w->n_mm++;
+  bool has_fill;
+  int i = tag_matmul(w, mm, &has_fill);
   jit__text *sb = &w->sb;
   host h = w->h;
-  set_tag(w->ctx, mm, "jit_mm", i);
-  MlirValue init = mlirOperationGetOperand(mm, 2);
-  MlirOperation fill = mlirOpResultGetOwner(init);
-  bool has_fill = mlirValueIsAOpResult(init) && op_is(fill, "linalg.fill");
-  if (has_fill) set_tag(w->ctx, fill, "jit_f", i);
   int64_t L = h.lanes, tn = L, tm = M < 8 ? M : 8;
   int T = w->threads;
   bool big = (double)M * N * K >= (double)(1 << 24) ||
@@ -1416,51 +1398,30 @@ static void plan_generic(walk *w, MlirOperation g) {
     if (tl >= 0 && (l == tl || l == nl - 1)) sizes[l] = e > L ? L : 0;
     n_loops += sizes[l] != 0;
   }
-  if (tl >= 0) {
-    // Peel each tiled loop with a partial last tile, so every tile is static.
-    if (n_loops) {
-      sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
-                    "tile_sizes [",
-                i, i, n_loops, src, i);
-      for (int l = 0; l < nl; l++) sb_printf(sb, "%s%lld", l ? ", " : "", (long long)sizes[l]);
-      sb_printf(sb, "] : (" ANY ") -> ");
-      sb_types(sb, n_loops + 1);
-      sb_printf(sb, "\n");
-      // Inner loop first: peeling the outer one copies the inner loop, which would
-      // leave its handle pointing at only one of the copies.
-      for (int l = nl - 1, li = n_loops - 1; l >= 0; l--) {
-        if (!sizes[l]) continue;
-        int64_t e = l == 0 ? e0 : ext[l];
-        if (sizes[l] > 1 && e % sizes[l])
-          sb_printf(sb,
-                    "  %%ewp%d_%d = transform.cast %%ewl%d#%d : " ANY " to "
-                    "!transform.op<\"scf.for\">\n"
-                    "  %%ewpm%d_%d, %%ewpr%d_%d = transform.loop.peel %%ewp%d_%d : "
-                    "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
-                    "!transform.op<\"scf.for\">)\n",
-                    i, l, i, li, i, l, i, l, i, l);
-        li--;
-      }
-    }
-    w->transposes = true;
-    return;
-  }
-  if (n_loops) {
-    sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
-                  "tile_sizes [",
-              i, i, n_loops, src, i);
-    for (int l = 0; l < nl; l++) sb_printf(sb, "%s%lld", l ? ", " : "", (long long)sizes[l]);
-    sb_printf(sb, "] : (" ANY ") -> ");
-    sb_types(sb, n_loops + 1);
-    sb_printf(sb, "\n");
-    if (vl && last % vl)
+  if (tl >= 0) w->transposes = true;
+  if (!n_loops) return;
+  sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
+                "tile_sizes [",
+            i, i, n_loops, src, i);
+  for (int l = 0; l < nl; l++) sb_printf(sb, "%s%lld", l ? ", " : "", (long long)sizes[l]);
+  sb_printf(sb, "] : (" ANY ") -> ");
+  sb_types(sb, n_loops + 1);
+  sb_printf(sb, "\n");
+  // Each loop of vector tiles with a partial last tile is peeled, so every tile is
+  // static; the inner loop first: peeling an outer one copies the inner loop, which
+  // would leave its handle on only one of the copies.
+  for (int l = nl - 1, li = n_loops - 1; l >= 0; l--) {
+    if (!sizes[l]) continue;
+    int64_t e = l == 0 ? e0 : ext[l];
+    if (sizes[l] > 1 && e % sizes[l])
       sb_printf(sb,
-                "  %%ewp%d = transform.cast %%ewl%d#%d : " ANY " to "
+                "  %%ewp%d_%d = transform.cast %%ewl%d#%d : " ANY " to "
                 "!transform.op<\"scf.for\">\n"
-                "  %%ewpm%d, %%ewpr%d = transform.loop.peel %%ewp%d : "
+                "  %%ewpm%d_%d, %%ewpr%d_%d = transform.loop.peel %%ewp%d_%d : "
                 "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
                 "!transform.op<\"scf.for\">)\n",
-                i, i, n_loops - 1, i, i, i);
+                i, l, i, li, i, l, i, l, i, l);
+    li--;
   }
 }
 

@@ -475,19 +475,25 @@ static void print_int_list(emitter *e, int n, const int64_t *v) {
   jit__text_printf(&e->tb, "]");
 }
 
-// The f16 result of an f32 accumulator `acc`: one rounding, after the sum.
-static str emit_f16_result(emitter *e, const char *acc, int rank, const int64_t *dims,
-                           bool final) {
+// `x` (`rank`/`dims`, type `from`) converted to `to` (extended, or rounded once).
+static str emit_convert(emitter *e, const char *x, jit__dtype from, jit__dtype to, int rank,
+                        const int64_t *dims, bool final) {
   str empty = value_name(e, false), res = value_name(e, final);
-  emit_empty(e, empty.s, JIT__F16, rank, dims);
-  gen_operand in = {acc, JIT__F32, rank, dims, {0}};
-  gen_operand out = {empty.s, JIT__F16, rank, dims, {0}};
+  emit_empty(e, empty.s, to, rank, dims);
+  gen_operand in = {x, from, rank, dims, {0}};
+  gen_operand out = {empty.s, to, rank, dims, {0}};
   identity_map(&in);
   identity_map(&out);
   char iters[JIT_MAX_RANK];
   memset(iters, 'p', sizeof iters);
   emit_generic(e, res.s, rank, iters, &in, 1, &out, B_COPY, 0);
   return res;
+}
+
+// The f16 result of an f32 accumulator `acc`: one rounding, after the sum.
+static str emit_f16_result(emitter *e, const char *acc, int rank, const int64_t *dims,
+                           bool final) {
+  return emit_convert(e, acc, JIT__F32, JIT__F16, rank, dims, final);
 }
 
 // `x` (`rank`/`dims`, type `dt`) as a new value of shape `to_rank`/`to_dims` (the same
@@ -559,16 +565,7 @@ static jit_status emit_named_matmul(emitter *e, const jit__node *n, const gen_op
   // ~130 GFLOP/s (f32: ~150), 1024^3 from 68 to ~115, 8x768x3072 from 59 to 70.
   jit__dtype a_dt = a->dt;
   if (f16 && e->named_batch && cd[cr - 2] > 1) {
-    str empty = value_name(e, false), ext = value_name(e, false);
-    emit_empty(e, empty.s, JIT__F32, cr, ad);
-    gen_operand in = {an, JIT__F16, cr, ad, {0}};
-    gen_operand out = {empty.s, JIT__F32, cr, ad, {0}};
-    identity_map(&in);
-    identity_map(&out);
-    char iters[JIT_MAX_RANK];
-    memset(iters, 'p', sizeof iters);
-    emit_generic(e, ext.s, cr, iters, &in, 1, &out, B_COPY, 0);
-    as = ext;
+    as = emit_convert(e, an, JIT__F16, JIT__F32, cr, ad, false);
     an = as.s;
     a_dt = JIT__F32;
   }
