@@ -45,6 +45,15 @@ static float gelu_ref(double x) {
   return (float)(0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))));
 }
 
+// want[i] = act(want[i] + b[i % N]) in place (b NULL: no bias); act 0 = none, 1 = relu,
+// 2 = gelu.
+static void bias_act_ref(float *want, int64_t n, int64_t N, const float *b, int act) {
+  for (int64_t i = 0; i < n; i++) {
+    double v = want[i] + (b ? b[i % N] : 0.0);
+    want[i] = act == 1 ? (float)(v > 0 ? v : 0) : act == 2 ? gelu_ref(v) : (float)v;
+  }
+}
+
 // y = act(x W [+ b]) for act 0 = none, 1 = relu, 2 = gelu; checks against ref_matmul.
 static void check_dense(int M, int K, int N, int threads, DLDataType dt, int bias,
                         int act) {
@@ -76,10 +85,7 @@ static void check_dense(int M, int K, int N, int threads, DLDataType dt, int bia
   void *dbias = tu_input_data(dt, bb, N);
   int64_t dc[2];
   ref_matmul(a, 2, sa, b, 2, sb, want, dc);
-  for (int64_t i = 0; i < (int64_t)M * N; i++) {
-    double v = want[i] + (bias ? bb[i % N] : 0.0);
-    want[i] = act == 1 ? (float)(v > 0 ? v : 0) : act == 2 ? gelu_ref(v) : (float)v;
-  }
+  bias_act_ref(want, (int64_t)M * N, N, bias ? bb : NULL, act);
   DLTensor ins[3] = {tu_tensor(da, dt, 2, sa), tu_tensor(db, dt, 2, sb),
                      tu_tensor(dbias, dt, 1, sbias)};
   char what[128];
@@ -491,10 +497,7 @@ static void check_batched(int rx, const int64_t *dx_in, int rw, const int64_t *d
     ref_round_f16_array(bb, N);
   }
   ref_matmul(a, rx, dx, b, rw, dw, want, dc);
-  for (int64_t i = 0; i < nc; i++) {
-    double v = want[i] + (bias ? bb[i % N] : 0.0);
-    want[i] = act == 1 ? (float)(v > 0 ? v : 0) : act == 2 ? gelu_ref(v) : (float)v;
-  }
+  bias_act_ref(want, nc, N, bias ? bb : NULL, act);
   void *da = tu_input_data(dt, a, nx), *db = tu_input_data(dt, b, nw);
   void *dbias = tu_input_data(dt, bb, N);
   DLTensor ins[3] = {tu_tensor(da, dt, rx, dx), tu_tensor(db, dt, rw, dw),
@@ -681,10 +684,7 @@ static void check_linear(int64_t M, int64_t K, int64_t N, int threads, DLDataTyp
   }
   ref_transpose(wv, 2, sw, perm, wt, dwt);
   ref_matmul(x, 2, sx, wt, 2, dwt, want, dc);
-  for (int64_t i = 0; i < M * N; i++) {
-    double v = want[i] + (act ? bb[i % N] : 0.0);
-    want[i] = act == 1 ? (float)(v > 0 ? v : 0) : act == 2 ? gelu_ref(v) : (float)v;
-  }
+  bias_act_ref(want, M * N, N, act ? bb : NULL, act);
   void *pw = tu_input_data(dt, wv, N * K), *px = tu_input_data(dt, x, M * K);
   void *pb = tu_input_data(dt, bb, N);
   DLTensor ins[3] = {tu_tensor(pw, dt, 2, sw), tu_tensor(px, dt, 2, sx),
