@@ -77,6 +77,26 @@ static void sb_types(jit__text *sb, int n) {
   sb_printf(sb, ")");
 }
 
+// Peels the scf.for that handle `loop` holds, its partial last iteration split off
+// into a loop of its own: %<prefix><i> becomes %<prefix><i>m (the whole tiles) and
+// %<prefix><i>r (the rest).
+static void sb_peel(jit__text *sb, const char *prefix, int i, const char *loop) {
+  sb_printf(sb,
+            "  %%%s%d = transform.cast %s : " ANY " to !transform.op<\"scf.for\">\n"
+            "  %%%s%dm, %%%s%dr = transform.loop.peel %%%s%d : (!transform.op<\"scf.for\">) "
+            "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
+            prefix, i, loop, prefix, i, prefix, i, prefix, i);
+}
+
+// The handle "%<prefix><i>", or its result "%<prefix><i>#<sub>" when sub >= 0, in `buf`.
+static const char *handle(char buf[32], const char *prefix, int i, int sub) {
+  if (sub >= 0)
+    snprintf(buf, 32, "%%%s%d#%d", prefix, i, sub);
+  else
+    snprintf(buf, 32, "%%%s%d", prefix, i);
+  return buf;
+}
+
 //===--- Host and shapes -------------------------------------------------===//
 
 // The register file decides the register tile: a TM x TN accumulator plus one row of
@@ -334,6 +354,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
                         int64_t kc, bool copy_a, bool fused, const char *a_ty,
                         const char *b_ty) {
   jit__text *sb = &w->sb;
+  char hb[32];  // handle() text for sb_peel
   char cur[32];
   snprintf(cur, sizeof cur, "%s", root);
   int rows = kc % 8 == 0 ? 8 : kc % 4 == 0 ? 4 : kc % 2 == 0 ? 2 : 1;  // per panel copy
@@ -381,12 +402,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
             ": " ANY "\n",
             i, i, i, i, a_ty, b_ty, copy_a ? 1 : 0, i, i, i, i, i, i, i, i, i, rows, i, rows,
             (long long)tn, i);
-  if (tM % tm)
-    sb_printf(sb,
-              "  %%qm%d = transform.cast %%rl%d#0 : " ANY " to !transform.op<\"scf.for\">\n"
-              "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : (!transform.op<\"scf.for\">) "
-              "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
-              i, i, i, i, i);
+  if (tM % tm) sb_peel(sb, "qm", i, handle(hb, "rl", i, 0));
   // A's register tile [tm, kc] is copied into a contiguous buffer once per m tile (its
   // pad hoisted over the n register loop), so the tile's rows are kc floats apart
   // instead of K: at K = 1024 its 6 rows were 4 KiB apart, all in the same L1 sets as
@@ -452,6 +468,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
 static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t rows,
                         int64_t V, int64_t kc) {
   jit__text *sb = &w->sb;
+  char hb[32];  // handle() text for sb_peel
   int64_t rest = tM % rows;
   char kroot[32];
   if (kc) {
@@ -466,16 +483,14 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
               "  %%rt%d, %%rl%d = transform.structured.tile_using_for %s tile_sizes "
               "[%lld, 0, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, root, (long long)rows);
-    if (rest)
+    if (rest) {
+      sb_peel(sb, "qm", i, handle(hb, "rl", i, -1));
       sb_printf(sb,
-                "  %%qm%d = transform.cast %%rl%d : " ANY " to !transform.op<\"scf.for\">\n"
-                "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : "
-                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
-                "!transform.op<\"scf.for\">)\n"
-                "  %%mr%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%qmr%d : "
+                "  %%mr%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%qm%dr : "
                 "(!transform.op<\"scf.for\">) -> " ANY "\n"
                 "  transform.annotate %%mr%d \"jit_mrest\" : " ANY "\n",
-                i, i, i, i, i, i, i, i);
+                i, i, i);
+    }
   } else {
     rows = tM;
     rest = 0;
@@ -629,6 +644,7 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
   bool has_fill;
   int i = tag_matmul(w, bm, &has_fill);
   jit__text *sb = &w->sb;
+  char hb[32];  // handle() text for sb_peel
   host h = w->h;
   bool split = w->threads > 1 && Bt >= w->threads &&
                ((double)Bt * N * K >= (double)(1 << 23) ||
@@ -652,12 +668,7 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
             "  %%bn%d, %%bnl%d = transform.structured.tile_using_for %%b1_%d tile_sizes "
             "[0, 0, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
             i, i, i, (long long)tn);
-  if (N % tn)
-    sb_printf(sb,
-              "  %%bq%d = transform.cast %%bnl%d : " ANY " to !transform.op<\"scf.for\">\n"
-              "  %%bqm%d, %%bqr%d = transform.loop.peel %%bq%d : (!transform.op<\"scf.for\">) "
-              "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
-              i, i, i, i, i);
+  if (N % tn) sb_peel(sb, "bq", i, handle(hb, "bnl", i, -1));
   if (kb) {
     sb_printf(sb,
               "  %%bk%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} "
@@ -665,13 +676,7 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
               "  %%bkt%d, %%bkl%d = transform.structured.tile_using_for %%bk%d tile_sizes "
               "[0, 0, 0, %lld] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, i, i, i, (long long)kb);
-    if (peel_k)
-      sb_printf(sb,
-                "  %%bkq%d = transform.cast %%bkl%d : " ANY " to !transform.op<\"scf.for\">\n"
-                "  %%bkqm%d, %%bkqr%d = transform.loop.peel %%bkq%d : "
-                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
-                "!transform.op<\"scf.for\">)\n",
-                i, i, i, i, i);
+    if (peel_k) sb_peel(sb, "bkq", i, handle(hb, "bkl", i, -1));
   }
 }
 
@@ -693,6 +698,7 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
   bool has_fill;
   int i = tag_matmul(w, mm, &has_fill);
   jit__text *sb = &w->sb;
+  char hb[32];  // handle() text for sb_peel
   host h = w->h;
   int64_t L = h.lanes, tn = L, tm = M < 8 ? M : 8;
   int T = w->threads;
@@ -738,20 +744,8 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
     sb_types(sb, nreg + 1);
     sb_printf(sb, "\n");
     // n first, then m (the m loop is outside: peeling it copies the n loop).
-    if (tile_n && tN % tn)
-      sb_printf(sb,
-                "  %%qn%d = transform.cast %%rl%d#%d : " ANY " to !transform.op<\"scf.for\">\n"
-                "  %%qnm%d, %%qnr%d = transform.loop.peel %%qn%d : "
-                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
-                "!transform.op<\"scf.for\">)\n",
-                i, i, tile_m ? 1 : 0, i, i, i);
-    if (tile_m && M % tm)
-      sb_printf(sb,
-                "  %%qm%d = transform.cast %%rl%d#0 : " ANY " to !transform.op<\"scf.for\">\n"
-                "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : "
-                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
-                "!transform.op<\"scf.for\">)\n",
-                i, i, i, i, i);
+    if (tile_n && tN % tn) sb_peel(sb, "qn", i, handle(hb, "rl", i, tile_m ? 1 : 0));
+    if (tile_m && M % tm) sb_peel(sb, "qm", i, handle(hb, "rl", i, 0));
   }
   if (K > L) {
     sb_printf(sb,
@@ -760,13 +754,7 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
               "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
               "[0, 0, %lld] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, i, i, i, (long long)L);
-    if (K % L)
-      sb_printf(sb,
-                "  %%qk%d = transform.cast %%mkl%d : " ANY " to !transform.op<\"scf.for\">\n"
-                "  %%qkm%d, %%qkr%d = transform.loop.peel %%qk%d : "
-                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
-                "!transform.op<\"scf.for\">)\n",
-                i, i, i, i, i);
+    if (K % L) sb_peel(sb, "qk", i, handle(hb, "mkl", i, -1));
   }
 }
 
@@ -1153,25 +1141,15 @@ choose_tile:;
   }
   // Peel a register loop only when it has a partial last tile (peeling one without is
   // an error): n first, then m, as measured best.
-  if (ln && en % tn)
-    sb_printf(sb,
-              "  %%qn%d = transform.cast %s : " ANY " to !transform.op<\"scf.for\">\n"
-              "  %%qnm%d, %%qnr%d = transform.loop.peel %%qn%d : (!transform.op<\"scf.for\">) "
-              "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
-              i, ln, i, i, i);
+  if (ln && en % tn) sb_peel(sb, "qn", i, ln);
   if (ln && en % tn && narrow_rest)
     sb_printf(sb,
-              "  %%qnx%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%qnr%d : "
+              "  %%qnx%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%qn%dr : "
               "(!transform.op<\"scf.for\">) -> " ANY "\n"
               "  %%qnxt%d, %%qnxl%d = transform.structured.tile_using_for %%qnx%d "
               "tile_sizes [0, 1, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, i, i, i);
-  if (lm && em % tm)
-    sb_printf(sb,
-              "  %%qm%d = transform.cast %s : " ANY " to !transform.op<\"scf.for\">\n"
-              "  %%qmm%d, %%qmr%d = transform.loop.peel %%qm%d : (!transform.op<\"scf.for\">) "
-              "-> (!transform.op<\"scf.for\">, !transform.op<\"scf.for\">)\n",
-              i, lm, i, i, i);
+  if (lm && em % tm) sb_peel(sb, "qm", i, lm);
   {
     // The k loop inside each register tile (after peeling, so every copy gets one).
     sb_printf(sb,
@@ -1345,6 +1323,7 @@ static void plan_generic(walk *w, MlirOperation g) {
   for (int l = 0; l < nl; l++) numel *= ext[l];
   if (numel < 64 && n_red == 0) return;  // nothing to gain
   jit__text *sb = &w->sb;
+  char hb[32];  // handle() text for sb_peel
   int T = w->threads;
   bool par = T > 1 && nl >= (n_red ? 2 : 1) && ext[0] % T == 0 && ext[0] >= T &&
              numel >= (n_red ? (1 << 18) : (1 << 20));  // see the matmul bound
@@ -1413,14 +1392,11 @@ static void plan_generic(walk *w, MlirOperation g) {
   for (int l = nl - 1, li = n_loops - 1; l >= 0; l--) {
     if (!sizes[l]) continue;
     int64_t e = l == 0 ? e0 : ext[l];
-    if (sizes[l] > 1 && e % sizes[l])
-      sb_printf(sb,
-                "  %%ewp%d_%d = transform.cast %%ewl%d#%d : " ANY " to "
-                "!transform.op<\"scf.for\">\n"
-                "  %%ewpm%d_%d, %%ewpr%d_%d = transform.loop.peel %%ewp%d_%d : "
-                "(!transform.op<\"scf.for\">) -> (!transform.op<\"scf.for\">, "
-                "!transform.op<\"scf.for\">)\n",
-                i, l, i, li, i, l, i, l, i, l);
+    if (sizes[l] > 1 && e % sizes[l]) {
+      char prefix[32];
+      snprintf(prefix, sizeof prefix, "ewp%d_", i);
+      sb_peel(sb, prefix, l, handle(hb, "ewl", i, li));
+    }
     li--;
   }
 }
