@@ -249,6 +249,10 @@ typedef struct walk {
   bool vecmat[64];  // per matmul: a batch of vector x matrix (plan_batch_vecmat)
   bool any_vecmat;
   bool transposes;  // an elementwise op tiled for a transposed read (plan_generic)
+  // Transposes a matmul's plan took: computed by its B packing (plan_packed), or planned
+  // ahead of it (plan_matmul).
+  MlirOperation taken_t[16];
+  int n_taken_t;
   int64_t row_bytes, row_input_bytes;  // of the last row loop: one row, the whole input
 } walk;
 
@@ -352,7 +356,7 @@ static bool pack_plan(int64_t tM, int64_t tN, int64_t K, int64_t tn, bool fused,
 static void plan_packed(walk *w, int i, const char *root, int64_t tM,
                         int64_t tN, int64_t K, int64_t tm, int64_t tn, int64_t nc,
                         int64_t kc, bool copy_a, bool fused, const char *a_ty,
-                        const char *b_ty) {
+                        const char *b_ty, bool b_tr) {
   jit__text *sb = &w->sb;
   char hb[32];  // handle() text for sb_peel
   char cur[32];
@@ -393,15 +397,40 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
             "  %%hp%d = transform.structured.hoist_pad %%pb%d by 2 loops : (" ANY ") -> " ANY
             "\n"
             "  %%hl%d = transform.get_parent_op %%hp%d {op_name = \"scf.for\"} : (" ANY
-            ") -> " ANY "\n"
-            "  %%ht%d, %%htl%d = transform.structured.tile_using_for %%hp%d tile_sizes "
-            "[%d, 0] : (" ANY ") -> (" ANY ", " ANY ")\n"
-            "  transform.structured.vectorize %%ht%d vector_sizes [%d, %lld] : " ANY "\n"
+            ") -> " ANY "\n",
+            i, i, i, i, a_ty, b_ty, copy_a ? 1 : 0, i, i, i, i, i, i);
+  if (b_tr) {
+    // B is a transpose of W (N x K): the panels are copied from W itself in L x L tiles,
+    // each read as L rows of L contiguous k and transposed in registers, the transpose
+    // fused into the packing loop instead of made whole beforehand. The slices between
+    // W and the tile are merged first, so the tile reads the transpose directly.
+    int L = w->h.lanes;
+    w->transposes = true;
+    sb_printf(sb,
+              "  %%ht%d, %%htl%d:2 = transform.structured.tile_using_for %%hp%d tile_sizes "
+              "[%d, %d] : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
+              "  transform.apply_patterns to %%hl%d { "
+              "transform.apply_patterns.tensor.merge_consecutive_insert_extract_slice } : "
+              ANY "\n"
+              "  %%ts%d = transform.get_producer_of_operand %%ht%d[0] : (" ANY ") -> " ANY "\n"
+              "  %%tg%d = transform.get_producer_of_operand %%ts%d[0] : (" ANY ") -> " ANY "\n"
+              "  %%tf%d, %%tfl%d = transform.structured.fuse_into_containing_op %%tg%d into "
+              "%%htl%d#1 : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n"
+              "  transform.structured.vectorize %%tf%d vector_sizes [%d, %d] : " ANY "\n"
+              "  transform.structured.vectorize %%ht%d vector_sizes [%d, %d] : " ANY "\n",
+              i, i, i, L, L, i, i, i, i, i, i, i, i, i, i, L, L, i, L, L);
+  } else {
+    sb_printf(sb,
+              "  %%ht%d, %%htl%d = transform.structured.tile_using_for %%hp%d tile_sizes "
+              "[%d, 0] : (" ANY ") -> (" ANY ", " ANY ")\n"
+              "  transform.structured.vectorize %%ht%d vector_sizes [%d, %lld] : " ANY "\n",
+              i, i, i, rows, i, rows, (long long)tn);
+  }
+  sb_printf(sb,
             "  transform.apply_patterns to %%hl%d { "
             "transform.apply_patterns.tensor.fold_tensor_subset_ops_into_vector_transfers } "
             ": " ANY "\n",
-            i, i, i, i, a_ty, b_ty, copy_a ? 1 : 0, i, i, i, i, i, i, i, i, i, rows, i, rows,
-            (long long)tn, i);
+            i);
   if (tM % tm) sb_peel(sb, "qm", i, handle(hb, "rl", i, 0));
   // A's register tile [tm, kc] is copied into a contiguous buffer once per m tile (its
   // pad hoisted over the n register loop), so the tile's rows are kc floats apart
@@ -516,15 +545,16 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
 // Bytes of B from which a small-M matmul is split across threads (plan_matmul).
 #define JIT__SPLIT_B_BYTES (4 << 20)
 
-// The op's indexing maps are `want` (3 maps of `n_res` plain loop dims each, over
-// `n_dims` loops); an op without the attribute has its default maps, `absent_is`.
-static bool maps_are(MlirOperation op, int n_dims, int n_res, const int *want,
+// The op's indexing maps are `want` (`n_maps` maps of `n_res` plain loop dims each,
+// over `n_dims` loops); an op without the attribute has its default maps, `absent_is`.
+static bool maps_are(MlirOperation op, int n_maps, int n_dims, int n_res, const int *want,
                      bool absent_is) {
   MlirAttribute maps =
       mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("indexing_maps"));
   if (mlirAttributeIsNull(maps)) return absent_is;
-  if (!mlirAttributeIsAArray(maps) || mlirArrayAttrGetNumElements(maps) != 3) return false;
-  for (int i = 0; i < 3; i++) {
+  if (!mlirAttributeIsAArray(maps) || mlirArrayAttrGetNumElements(maps) != n_maps)
+    return false;
+  for (int i = 0; i < n_maps; i++) {
     MlirAttribute a = mlirArrayAttrGetElement(maps, i);
     if (!mlirAttributeIsAAffineMap(a)) return false;
     MlirAffineMap m = mlirAffineMapAttrGetValue(a);
@@ -543,7 +573,7 @@ static bool maps_are(MlirOperation op, int n_dims, int n_res, const int *want,
 // broadcast operand): A(b, m, k), B(b, k, n), C(b, m, n) over loops (b, m, n, k).
 static bool batch_maps_plain(MlirOperation bm) {
   static const int want[9] = {0, 1, 3, 0, 3, 2, 0, 1, 2};
-  return maps_are(bm, 4, 3, want, true);
+  return maps_are(bm, 3, 4, 3, want, true);
 }
 
 // Numbers matmul `mm` (the next i, tagged jit_mm = i) and tags its linalg.fill init,
@@ -680,11 +710,33 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
   }
 }
 
+// `v` is made by a plain 2-D transpose (a generic yielding its one input, read through
+// (d1, d0)) of f32, and read by nothing else than `user`.
+static bool made_by_transpose(MlirValue v, MlirOperation user) {
+  static const int want[4] = {1, 0, 0, 1};
+  if (!mlirValueIsAOpResult(v)) return false;
+  MlirOperation g = mlirOpResultGetOwner(v);
+  if (!op_is(g, "linalg.generic") || mlirOperationGetNumOperands(g) != 2 ||
+      mlirOperationGetNumResults(g) != 1 || !maps_are(g, 2, 2, 2, want, false))
+    return false;
+  MlirOpOperand use = mlirValueGetFirstUse(v);
+  if (mlirOpOperandIsNull(use) || !mlirOperationEqual(mlirOpOperandGetOwner(use), user) ||
+      !mlirOpOperandIsNull(mlirOpOperandGetNextUse(use)))
+    return false;
+  MlirType t = mlirValueGetType(v);
+  if (!static_shaped(t) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(t))) return false;
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(g, 0));
+  MlirOperation y = mlirBlockGetFirstOperation(body);
+  return !mlirOperationIsNull(y) && op_is(y, "linalg.yield") &&
+         mlirOperationGetNumOperands(y) == 1 &&
+         mlirValueEqual(mlirOperationGetOperand(y, 0), mlirBlockGetArgument(body, 0));
+}
+
 // linalg.matmul reads B through the map (m, n, k) -> (n, k): x W^T with W stored N x K
 // (emit_mlir.c writes that for matmul(x, transpose(W))).
 static bool b_transposed(MlirOperation mm) {
   static const int want[6] = {0, 2, 1, 2, 0, 1};
-  return maps_are(mm, 3, 2, want, false);
+  return maps_are(mm, 3, 3, 2, want, false);
 }
 
 // x W^T with W stored N x K, up to 8 rows (emit_mlir.c): each register tile [all rows,
@@ -758,6 +810,10 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
   }
 }
 
+static MlirOperation producer(MlirValue v);
+static int transposed_loop(MlirOperation g, int nl);
+static void plan_generic(walk *w, MlirOperation g);
+
 static void plan_matmul(walk *w, MlirOperation mm) {
   MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
   MlirType tb = mlirValueGetType(mlirOperationGetOperand(mm, 1));
@@ -820,7 +876,12 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // whole number of them: the fused register tile would be that odd width, which LLVM
   // legalizes lane by lane (gelu(xW+b) 17x1000x31 took 330 us fused, 40x the matmul).
   bool odd_n = N % h.lanes != 0 && N > h.lanes && N <= 4 * h.lanes;
-  bool apart = odd_n || (big_b && (K * 2 * h.tn * 4 > JIT__PACK_BYTES ||
+  // And when B is a transpose of W, which B's packing computes (below): the fused path
+  // fuses the transpose into every register tile, where the packing cannot be hoisted
+  // (gelu(xW^T+b) 256x768x3072 failed to compile; apart: 8.6-9.2 ms, as with W K x N).
+  MlirValue bv = mlirOperationGetOperand(mm, 1);
+  bool w_t = !batched && made_by_transpose(bv, mm);
+  bool apart = odd_n || (big_b && (w_t || K * 2 * h.tn * 4 > JIT__PACK_BYTES ||
                                    (h.lanes == 16 && M < 192 && K * N * 4 > h.l2)));
   MlirOperation g = small_m || apart || batched ? (MlirOperation){NULL} : epilogue_of(mm);
   bool fused = !mlirOperationIsNull(g) && w->n_fused < 64;
@@ -1027,16 +1088,37 @@ choose_tile:;
   MlirValue av = mlirOperationGetOperand(mm, 0);
   bool a_made = mlirValueIsAOpResult(av) && op_is(mlirOpResultGetOwner(av), "linalg.generic");
   bool copy_a = packed && h.lanes < 16 && !a_made && tm * pkc * 4 <= (16 << 10);
+  // B made by a transpose of W (x W^T with more than 8 rows, emit_mlir.c) is packed
+  // from W directly when L x L tiles cover the panels (plan_packed).
+  bool b_tr = w_t && packed && !fused && pkc % h.lanes == 0 && w->n_taken_t < 16;
+  if (b_tr) w->taken_t[w->n_taken_t++] = mlirOpResultGetOwner(bv);
+  // Other transposes that make A or B are tiled on their own (L x L tiles, plan_generic)
+  // before this plan: the block and register tiling below fuses an operand's producer
+  // into its loops, where the transpose would run per n block (A: recomputed for each)
+  // in a shape its own plan did not see. (On AVX2, 41x520x1000 x W^T fused the 520x1000
+  // transpose into n blocks of 250 that its 8x8 tiles did not divide, and failed to
+  // vectorize.)
+  for (int k = 0; k < 2 && !batched; k++) {
+    MlirValue v = mlirOperationGetOperand(mm, k);
+    MlirOperation t = producer(v);
+    if ((k == 1 && b_tr) || mlirOperationIsNull(t) || !op_is(t, "linalg.generic") ||
+        w->n_taken_t >= 16 || transposed_loop(t, 2) < 0 ||
+        mlirShapedTypeGetRank(mlirValueGetType(v)) != 2)
+      continue;
+    plan_generic(w, t);
+    w->taken_t[w->n_taken_t++] = t;
+  }
   if (packed) {
     mc = 0;
     nc = pnc;
     kc = pkc;
   }
-  sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s%s, threads split %s, blocks [%lld, %lld, "
-                "%lld], register tile %lldx%lld\n",
+  sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s%s%s, threads split %s, blocks [%lld, "
+                "%lld, %lld], register tile %lldx%lld\n",
             i, (long long)M, (long long)K, (long long)N, fused ? " + epilogue" : "",
-            packed ? (copy_a ? ", B packed, A tiles copied" : ", B packed")
+            packed ? (b_tr ? ", B packed from W^T" : ", B packed")
             : masked ? ", masked N" : "",
+            copy_a ? ", A tiles copied" : "",
             split == 0 ? "M" : split == 1 ? "N" : "none", (long long)mc, (long long)nc,
             (long long)kc, (long long)tm, (long long)tn);
   if (batched) plan_batch(w, i, Bt, has_fill, batch_split);
@@ -1078,7 +1160,7 @@ choose_tile:;
   }
   if (packed) {
     plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc, copy_a, fused,
-                mlirTypeIsAF16(ea) ? "f16" : "f32", mlirTypeIsAF16(eb) ? "f16" : "f32");
+                mlirTypeIsAF16(ea) ? "f16" : "f32", mlirTypeIsAF16(eb) ? "f16" : "f32", b_tr);
     return;
   }
   if (masked) {
@@ -1289,6 +1371,8 @@ static int transposed_loop(MlirOperation g, int nl) {
 static void plan_generic(walk *w, MlirOperation g) {
   for (int f = 0; f < w->n_fused; f++)
     if (mlirOperationEqual(w->fused[f], g)) return;
+  for (int f = 0; f < w->n_taken_t; f++)
+    if (mlirOperationEqual(w->taken_t[f], g)) return;
   if (is_claimed(w, g)) return;
   if (is_row_root(g)) {
     plan_row(w, g);

@@ -711,8 +711,19 @@ static void check_linear(int64_t M, int64_t K, int64_t N, int threads, DLDataTyp
 }
 
 // x W^T with up to 8 rows reads W through a transposed map (16x16 / 8x8 register
-// transposes, k remainders peeled); more rows, and f16, go through W's transposed copy.
+// transposes, k remainders peeled). With more rows, a packed B is packed from W in
+// register-transposed tiles: with n blocks (the transpose fused into each), without
+// (40x1024x512 on AVX-512: one block of all N, k blocks of 128), split across threads,
+// and with an epilogue (then apart). Otherwise (k blocks not whole tiles, B unpacked,
+// f16) W's transposed copy, then the matmul.
 Test(perf_paths, linear_weight_layout) {
+  check_linear(100, 512, 1024, 1, TU_F32, 0, "B packed from W^T");
+  check_linear(40, 1024, 512, 1, TU_F32, 0, "B packed from W^T");
+  check_linear(100, 512, 1024, 2, TU_F32, 0, "B packed from W^T");
+  check_linear(200, 512, 384, 1, TU_F32, 1, "200x512x384, B packed from W^T");
+  check_linear(41, 520, 1024, 1, TU_F32, 0, AVX512("B packed from W^T", "B packed, threads"));
+  check_linear(41, 520, 1000, 1, TU_F32, 0, NULL);
+  check_linear(30, 64, 96, 1, TU_F32, 2, NULL);
   check_linear(1, 768, 3072, 2, TU_F32, 0, "1x768x3072, B transposed, threads split N");
   check_linear(3, 100, 45, 1, TU_F32, 2, "3x100x45, B transposed");
   check_linear(8, 1000, 333, 1, TU_F32, 1, "B transposed, threads split none");
