@@ -501,6 +501,14 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     status = jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
     if (status) goto done;
     jit__dump_op(options, func_name, "02-fused.mlir", mop);
+    char *split = jit__cpu_split_script(ctx, mop, options);
+    if (split) {
+      if (options->dump_dir)
+        jit__dump_text(options, func_name, "02-split-script.mlir", split, strlen(split));
+      status = jit__apply_script(ctx, module, split, diag);
+      free(split);
+      if (status) goto done;
+    }
     if (!jit__cpu_plan_make(ctx, mop, options, &plan)) {
       status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
       goto done;

@@ -39,6 +39,12 @@ typedef struct jit__cpu_plan {
   bool wide_vectors;
 } jit__cpu_plan;
 
+// The script that splits matmuls whose N is not a whole number of register tiles into
+// two (cpu_strategy.c, "Odd N"), to run before jit__cpu_plan_make; NULL when there are
+// none (or out of memory: the matmuls are then planned whole). Free with free().
+char *jit__cpu_split_script(MlirContext ctx, MlirOperation module,
+                            const jit__lower_options *o);
+
 // Tags the module's linalg ops with `jit_s = i` and writes the script that transforms
 // them for the concrete shapes, the host's vector width (`o->features`) and
 // `o->num_threads`. Returns false when out of memory. Thread-safe.

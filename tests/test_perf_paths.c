@@ -283,7 +283,8 @@ Test(perf_paths, small_m_n_blocks) {
 // A that fits in 256 KiB takes kc = K and narrower n blocks; larger A, k blocks, with
 // n blocks as wide as the thread's N when it has few rows (<= 256).
 Test(perf_paths, matmul_packed_b) {
-  check_dense_path(37, 300, 288, 1, AVX512("blocks [0, 144, 300]", "blocks [0, 96, 300]"));
+  check_dense_path(37, 300, AVX512(288, 384), 1,
+                   AVX512("blocks [0, 144, 300]", "blocks [0, 192, 300]"));
   // A 200 KB: kc = K (AVX-512's 6x64 tile needs nc >= 128, so K <= 512 there).
   check_dense_path(50, AVX512(1000, 500), 256, 1,
                    AVX512("blocks [0, 64, 1000]", "blocks [0, 128, 500]"));
@@ -316,7 +317,7 @@ Test(perf_paths, matmul_packed_b) {
 
 // Without n blocks there are no row blocks either (they would only add remainders).
 Test(perf_paths, matmul_no_row_blocks) {
-  check_dense_path(200, 300, 300, 1, "blocks [0, 0, 0]");  // not 4 blocks of 50 rows
+  check_dense_path(200, 250, 256, 1, "blocks [0, 0, 0]");  // not 4 blocks of 50 rows
   check_dense_path(131, 90, 97, 1, "blocks [0, 0, 0]");
   // A's row tiles copied too: whole tiles only (no peel), and a 5-row remainder.
   // nc 160, kc 256; kc 200. AVX-512 hosts copy no A tiles (cpu_strategy.c).
@@ -345,16 +346,16 @@ static void check_unroll(int M, int K, int N, int threads, int act, const char *
 
 Test(perf_paths, k_loops_unrolled) {
   check_unroll(131, 520, 512, 1, 0, "blocks [0, 512, 104]", true);  // kc 104: by 4
-  check_unroll(50, 1002, 400, 1, 0, AVX512("blocks [0, 400, 334]", "blocks [0, 200, 334]"),
-               true);  // unpacked, by 2
+  check_unroll(AVX512(50, 20), 1002, AVX512(400, 1024), 1, 0,
+               AVX512("blocks [0, 400, 334]", "blocks [0, 256, 334]"), true);  // unpacked, by 2
   check_unroll(37, 1001, 512, 1, 0, "blocks [0, 64, 1001]", false); // odd kc = K
   check_unroll(AVX512(64, 192), 768, 384, 1, 2, "epilogue", true);  // gelu epilogue
   check_unroll(256, 256, 256, 2, 0, "B packed", true);
   // Masked narrow N: unrolled below 2^24 too, where the k loop's trip count is even.
   check_unroll(17, 1000, 31, 1, 0, "masked N", true);   // kc 200
   check_unroll(130, 257, 20, 1, 0, "masked N", false);  // K 257
-  check_unroll(37, 300, 288, 1, 0, AVX512("blocks [0, 144, 300]", "blocks [0, 96, 300]"),
-               false);  // 3.2 M: rolled
+  check_unroll(37, 300, AVX512(288, 384), 1, 0,
+               AVX512("blocks [0, 144, 300]", "blocks [0, 192, 300]"), false);  // rolled
 }
 
 // The fused epilogue on packed B: kc = K (the epilogue needs the whole sum), nc as
@@ -568,13 +569,13 @@ Test(perf_paths, batch_matmul_is_a_loop_of_planned_matmuls) {
 Test(perf_paths, batched_x_times_w_is_one_matmul) {
   const int64_t x1[3] = {3, 7, 64}, w1[2] = {64, 48};
   check_batched(3, x1, 2, w1, 1, TU_F32, 0, 0, "matmul 0: 21x64x48,");
-  const int64_t x2[3] = {4, 16, 100}, w2[2] = {100, 300};
-  check_batched(3, x2, 2, w2, 1, TU_F32, 1, 2, "matmul 0: 64x100x300 + epilogue");
+  const int64_t x2[3] = {4, 16, 100}, w2[2] = {100, 288};
+  check_batched(3, x2, 2, w2, 1, TU_F32, 1, 2, "matmul 0: 64x100x288 + epilogue");
   const int64_t x3[3] = {2, 128, 256}, w3[2] = {256, 256};
   check_batched(3, x3, 2, w3, 2, TU_F32, 1, 1, "matmul 0: 256x256x256 + epilogue, B packed");
   const int64_t x4[4] = {2, 3, 5, 33}, w4[2] = {33, 45};
-  check_batched(4, x4, 2, w4, 1, TU_F16, 1, 2, "matmul 0: 30x33x45");
-  check_batched(4, x4, 2, w4, 2, TU_F32, 0, 1, "matmul 0: 30x33x45");
+  check_batched(4, x4, 2, w4, 1, TU_F16, 1, 2, "matmul 0: 30x33x");  // N split on AVX2
+  check_batched(4, x4, 2, w4, 2, TU_F32, 0, 1, "matmul 0: 30x33x");
 }
 
 // Batch dims that broadcast (one operand's is 1, or missing on x) stay a generic
@@ -730,6 +731,27 @@ Test(perf_paths, linear_weight_layout) {
   check_linear(5, 7, 19, 1, TU_F32, 0, "B transposed");
   check_linear(9, 300, 333, 2, TU_F32, 1, "matmul 0: 9x300x333, threads split");
   check_linear(3, 300, 333, 1, TU_F16, 2, NULL);
+}
+
+// N not a whole number of the plain register tile's width (64 columns on AVX-512, 16
+// on AVX2) is split into a matmul over whole tiles and one over the rest (masked
+// between one and four vectors), each planned on its own; threads split both parts as
+// they would the whole. With an epilogue it then runs apart, except where N is whole
+// default tiles (32 columns on AVX-512): 288 stays one fused matmul.
+Test(perf_paths, odd_n_split_in_two) {
+  check_dense_path(128, 300, 1000, 1, AVX512("matmul 1: 128x300x8,", "matmul 1: 128x300x40, masked"));
+  check_dense_path(128, 300, 1000, 2, AVX512("matmul 0: 128x300x992, B packed",
+                                             "matmul 0: 128x300x960, B packed, threads split"));
+  check_dense_path(128, 300, 1000, 2, AVX512("matmul 1: 128x300x8, threads split",
+                                             "matmul 1: 128x300x40, masked N, threads split"));
+  check_dense_path(131, 90, 97, 1, AVX512("matmul 1: 131x90x1,", "matmul 1: 131x90x33, masked"));
+  check_dense_path_act(67, 200, 300, 1, 1, 2, AVX512("matmul 1: 67x200x12", "matmul 1: 67x200x44"));
+  check_dense_path_act(67, 200, 288, 1, 1, 2, "matmul 0: 67x200x288 + epilogue");
+  check_dense_path_act(23, 64, 70, 2, 1, 1, "matmul 1: 23x64x");
+  check_dense_path(16, 64, 70, 1, "matmul 0: 16x64x70");  // few rows: one GEMV-like pass
+  check_linear(100, 256, 999, 1, TU_F32, 1, AVX512("matmul 1: 100x256x7", "matmul 1: 100x256x39"));
+  check_linear(100, 256, 999, 2, TU_F16, 2, "matmul 1: 100x256x");
+  check_dense(45, 130, 333, 1, TU_F16, 1, 2);
 }
 
 // The same kernel at 1 and 2 threads gives bit-identical results: no split crosses a
