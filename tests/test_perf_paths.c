@@ -711,8 +711,9 @@ static void check_linear(int64_t M, int64_t K, int64_t N, int threads, DLDataTyp
   jit_context_destroy(ctx);
 }
 
-// x W^T with up to 8 rows reads W through a transposed map (16x16 / 8x8 register
-// transposes, k remainders peeled). With more rows, a packed B is packed from W in
+// x W^T with up to 16 rows reads W through a transposed map (16x16 / 8x8 register
+// transposes, k remainders peeled; 9-16 rows in two row tiles, each n tile's rows of W
+// read by both). With more rows, a packed B is packed from W in
 // register-transposed tiles: with n blocks (the transpose fused into each), without
 // (40x1024x512 on AVX-512: one block of all N, k blocks of 128), split across threads,
 // and with an epilogue (then apart). Otherwise (k blocks not whole tiles, B unpacked,
@@ -729,7 +730,11 @@ Test(perf_paths, linear_weight_layout) {
   check_linear(3, 100, 45, 1, TU_F32, 2, "3x100x45, B transposed");
   check_linear(8, 1000, 333, 1, TU_F32, 1, "B transposed, threads split none");
   check_linear(5, 7, 19, 1, TU_F32, 0, "B transposed");
-  check_linear(9, 300, 333, 2, TU_F32, 1, "matmul 0: 9x300x333, threads split");
+  check_linear(9, 300, 333, 2, TU_F32, 1, "matmul 0: 9x300x333, B transposed, threads split");
+  check_linear(12, 768, 200, 1, TU_F32, 0, "B transposed, threads split none, register tile 6x");
+  check_linear(13, 100, 77, 1, TU_F32, 2, "B transposed, threads split none, register tile 7x");
+  check_linear(16, 256, 512, 2, TU_F32, 0, "16x256x512, B transposed");
+  check_linear(17, 256, 512, 1, TU_F32, 0, "17x256x512, threads");  // no longer transposed
   check_linear(3, 300, 333, 1, TU_F16, 2, NULL);
 }
 
