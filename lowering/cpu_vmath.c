@@ -113,14 +113,28 @@ static bool is_f32_exp(LLVMValueRef inst, unsigned *lanes) {
 // `reassoc` lets it keep several partial sums in vector lanes. The order then differs
 // from a left-to-right sum (within the tolerance of any f32 sum), but it is fixed by
 // the code, so results are the same on every call and for every thread count.
-// Same address: the same value, or GEPs / extractvalues of the same operands (before
-// O2 the load and the store each compute their own).
+// Same address: the same value, or GEPs / extractvalues / integer index arithmetic of
+// the same operands (before O2 the load and the store each compute their own: a row
+// sum kept as (M, 1) indexes its accumulator with its own `add row, 0` on each side).
+static bool is_index_math(LLVMValueRef v) {
+  if (!LLVMIsAInstruction(v)) return false;
+  switch (LLVMGetInstructionOpcode(v)) {
+    case LLVMAdd: case LLVMSub: case LLVMMul: case LLVMShl: case LLVMOr:
+      return true;
+    default:
+      return false;
+  }
+}
+
 static bool same_address(LLVMValueRef a, LLVMValueRef b, int depth) {
   if (a == b) return true;
   if (depth == 0) return false;
   bool gep = LLVMIsAGetElementPtrInst(a) && LLVMIsAGetElementPtrInst(b);
   bool ev = LLVMIsAExtractValueInst(a) && LLVMIsAExtractValueInst(b);
-  if (!gep && !ev) return false;
+  bool math = is_index_math(a) && is_index_math(b) &&
+              LLVMGetInstructionOpcode(a) == LLVMGetInstructionOpcode(b);
+  if (!gep && !ev && !math) return false;
+  if (gep && LLVMGetGEPSourceElementType(a) != LLVMGetGEPSourceElementType(b)) return false;
   int n = LLVMGetNumOperands(a);
   if (n != LLVMGetNumOperands(b)) return false;
   if (ev) {
@@ -145,7 +159,7 @@ static bool is_accumulate(LLVMValueRef inst) {
     LLVMValueRef ptr = LLVMGetOperand(next, 1);
     for (int k = 0; k < 2; k++) {
       LLVMValueRef op = LLVMGetOperand(inst, (unsigned)k);
-      if (LLVMIsALoadInst(op) && same_address(LLVMGetOperand(op, 0), ptr, 3)) return true;
+      if (LLVMIsALoadInst(op) && same_address(LLVMGetOperand(op, 0), ptr, 4)) return true;
     }
   }
   return false;

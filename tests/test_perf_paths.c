@@ -835,6 +835,104 @@ Test(perf_paths, elementwise_chain) {
   check_chain(2, 600001, 2);
 }
 
+// x + c and gelu(x * c) with c of shape (M, 1): c is read once per row and broadcast
+// (the script drops the tile's unit dims so that it is a load and a broadcast, not a
+// loop of inserts), exact over shapes with 1, primes and rows that are not a whole
+// number of vectors.
+static void check_column_broadcast(int64_t M, int64_t N, int threads, int act) {
+  int64_t sx[2] = {M, N}, sc[2] = {M, 1}, n = M * N;
+  dump_begin();
+  jit_context *ctx = ctx_threads(threads);
+  jit_graph *g = tu_graph(ctx, "colbcast");
+  jit_value x = jit_input(g, "x", TU_F32, 2, sx), c = jit_input(g, "c", TU_F32, 2, sc);
+  jit_output(g, act ? jit_gelu(g, jit_mul(g, x, c)) : jit_add(g, x, c));
+  TU_OK(jit_graph_finalize(g));
+  float *xv = tu_malloc(sizeof(float) * (size_t)n), *cv = tu_malloc(sizeof(float) * (size_t)M);
+  float *want = tu_malloc(sizeof(float) * (size_t)n);
+  ref_rng rng;
+  ref_rng_seed(&rng, (uint64_t)(n + act));
+  ref_rng_fill_signed(&rng, xv, n);
+  ref_rng_fill_signed(&rng, cv, M);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      float v = act ? xv[i * N + j] * cv[i] : xv[i * N + j] + cv[i];
+      want[i * N + j] = act ? gelu_ref(v) : v;
+    }
+  DLTensor ins[2] = {tu_tensor(xv, TU_F32, 2, sx), tu_tensor(cv, TU_F32, 2, sc)};
+  char what[64];
+  snprintf(what, sizeof what, "%s %lldx%lld threads=%d", act ? "gelu(x * c)" : "x + c",
+           (long long)M, (long long)N, threads);
+  tu_run_check(g, ins, 2, TU_F32, 2, sx, want, act ? 1e-5 : 0, act ? 1e-6 : 0, NULL, what);
+  if (N > 1)
+    cr_expect(script_has("cast_away_vector_leading_one_dim"),
+              "%s: the broadcast column is not read as a scalar", what);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  dump_end();
+  free(xv);
+  free(cv);
+  free(want);
+}
+
+Test(perf_paths, column_broadcast) {
+  check_column_broadcast(1, 1, 1, 0);
+  check_column_broadcast(7, 13, 1, 0);
+  check_column_broadcast(97, 1000, 1, 1);
+  check_column_broadcast(2048, 515, 2, 0);  // split across threads
+  check_column_broadcast(3, 4099, 1, 1);
+}
+
+// Layer normalization written with keepdims means, (x - m) * rsqrt(mean((x - m)^2) + e):
+// one row loop with both means fused in (no whole (x - m) on the heap), the row sums
+// vectorized (reassociated), and exact against plain C.
+static void check_layernorm(int64_t M, int64_t N, int threads) {
+  int64_t s[2] = {M, N}, n = M * N;
+  dump_begin();
+  jit_context *ctx = ctx_threads(threads);
+  jit_graph *g = tu_graph(ctx, "layernorm");
+  jit_value x = jit_input(g, "x", TU_F32, 2, s);
+  jit_value d = jit_sub(g, x, jit_reduce_mean(g, x, 1, 1));
+  jit_value var = jit_reduce_mean(g, jit_mul(g, d, d), 1, 1);
+  jit_output(g, jit_mul(g, d, jit_rsqrt(g, jit_add(g, var, jit_scalar(g, 1e-5, TU_F32)))));
+  TU_OK(jit_graph_finalize(g));
+  float *xv = tu_malloc(sizeof(float) * (size_t)n), *want = tu_malloc(sizeof(float) * (size_t)n);
+  ref_rng rng;
+  ref_rng_seed(&rng, (uint64_t)n + 3);
+  ref_rng_fill_signed(&rng, xv, n);
+  for (int64_t i = 0; i < M; i++) {
+    double mean = 0, var2 = 0;
+    for (int64_t j = 0; j < N; j++) mean += xv[i * N + j];
+    mean /= (double)N;
+    for (int64_t j = 0; j < N; j++) var2 += (xv[i * N + j] - mean) * (xv[i * N + j] - mean);
+    var2 /= (double)N;
+    for (int64_t j = 0; j < N; j++)
+      want[i * N + j] = (float)((xv[i * N + j] - mean) / sqrt(var2 + 1e-5));
+  }
+  DLTensor in = tu_tensor(xv, TU_F32, 2, s);
+  char what[64];
+  snprintf(what, sizeof what, "layernorm %lldx%lld threads=%d", (long long)M, (long long)N,
+           threads);
+  tu_run_check(g, &in, 1, TU_F32, 2, s, want, 1e-4, 1e-5, NULL, what);
+  cr_expect(!dump_has("-04-bufferized.mlir", "memref.alloc("), "%s: a heap intermediate",
+            what);
+  if (N >= 64)
+    cr_expect(dump_has("-07-llvm-optimized.ll", "fadd reassoc <"),
+              "%s: row sums not vectorized", what);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  dump_end();
+  free(xv);
+  free(want);
+}
+
+Test(perf_paths, layernorm_one_row_loop) {
+  check_layernorm(1, 1, 1);
+  check_layernorm(3, 37, 1);
+  check_layernorm(97, 1000, 1);
+  check_layernorm(64, 768, 2);
+  check_layernorm(5, 3001, 2);  // rows up to 4000 floats on the stack (softmax_rows)
+}
+
 // exp, tanh, sigmoid, gelu and softmax through the inline exp: accuracy over a wide
 // range, and the special values.
 Test(perf_paths, inline_exp_accuracy_and_specials) {
