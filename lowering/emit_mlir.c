@@ -537,41 +537,30 @@ static str emit_reshape_to(emitter *e, const char *x, jit__dtype dt, int rank,
   return res;
 }
 
-// A matmul as a named op, which the CPU strategy tiles and vectorizes: with `mode` 0
-// linalg.matmul on 2-D operands; with `mode` = nb > 0, x W with x's nb batch dims
-// merged into its rows (one matmul over batch x M rows, which packs W once); with
-// `mode` = -nb, linalg.batch_matmul with both operands' nb (equal) batch dims merged
-// into one. Operands and result go through emit_reshape_to where the ranks differ,
-// and e->flat keeps the named op's result for the consumers (emit_elementwise_flat)
-// and outputs (emit_graph). With f16 inputs the named op extends them to the f32
-// accumulator itself.
+// A matmul as a named op, which the CPU strategy tiles and vectorizes. The operands'
+// first `p` batch dims (equal on both) are merged into the one batch dim of a
+// linalg.batch_matmul (p > 0), and x's next `fold` batch dims, where W's are 1 or
+// absent, into x's rows; with p = 0 it is one linalg.matmul. So x W with x batched is
+// one matmul over batch x M rows (which packs W once); equal batch dims a batch of
+// matmuls; and in between, grouped-query attention's q (B, H, G, S, D) against
+// k^T (B, H, 1, D, S) a batch of B H matmuls of G S rows. Operands and result go
+// through emit_reshape_to where the ranks differ, and e->flat keeps the named op's
+// result for the consumers (emit_elementwise_flat) and outputs (emit_graph). With f16
+// inputs the named op extends them to the f32 accumulator itself.
 static jit_status emit_named_matmul(emitter *e, const jit__node *n, const gen_operand *a,
-                                    const gen_operand *b, int mode) {
+                                    const gen_operand *b, int p, int fold) {
   int r = n->rank;
   bool f16 = n->dtype == JIT__F16;
   int64_t ad[3], bd[3], cd[3];
   const char *an = a->name, *bn = b->name;
   str as, bs;
-  int cr;  // rank of the named op's result
-  // The dims merged into the named op's first one: batch dims and rows (x W), or the
-  // batch dims (batch_matmul).
-  int lead = mode >= 0 ? mode + 1 : -mode;
-  if (mode >= 0) {
-    cr = 2;
-    ad[0] = num_elements(lead, a->dims);
-    ad[1] = a->dims[a->rank - 1];
-    memcpy(bd, b->dims, sizeof(int64_t) * 2);
-    cd[0] = ad[0];
-    cd[1] = bd[1];
-  } else {
-    cr = 3;
-    ad[0] = bd[0] = num_elements(lead, a->dims);
-    memcpy(ad + 1, a->dims + lead, sizeof(int64_t) * 2);
-    memcpy(bd + 1, b->dims + lead, sizeof(int64_t) * 2);
-    cd[0] = ad[0];
-    cd[1] = ad[1];
-    cd[2] = bd[2];
-  }
+  int cr = p ? 3 : 2;  // rank of the named op's result
+  int o = cr - 2;      // its row dim
+  if (p) ad[0] = bd[0] = cd[0] = num_elements(p, a->dims);
+  ad[o] = cd[o] = num_elements(fold, a->dims + p) * a->dims[a->rank - 2];
+  ad[o + 1] = a->dims[a->rank - 1];
+  bd[o] = b->dims[b->rank - 2];
+  bd[o + 1] = cd[o + 1] = b->dims[b->rank - 1];
   if (a->rank != cr) {
     as = emit_reshape_to(e, an, a->dt, a->rank, a->dims, cr, ad, false);
     an = as.s;
@@ -648,15 +637,19 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
       return NULL;
     }
   }
-  if (r == 2 && a.rank == 2 && b.rank == 2) return emit_named_matmul(e, n, &a, &b, 0);
+  if (r == 2 && a.rank == 2 && b.rank == 2) return emit_named_matmul(e, n, &a, &b, 0, 0);
   if (e->named_batch && a.rank == r) {
-    // x W with x batched: the batch dims are more rows of one matmul.
-    bool rows = b.rank == 2;
-    for (int d = 0; d < nb && rows; d++) rows = a.dims[d] == n->dims[d];
-    if (rows) return emit_named_matmul(e, n, &a, &b, nb);
-    bool same = b.rank == r;
-    for (int d = 0; d < nb && same; d++) same = a.dims[d] == n->dims[d] && b.dims[d] == n->dims[d];
-    if (same) return emit_named_matmul(e, n, &a, &b, -nb);
+    // Leading batch dims equal on both operands, then dims where only x has them (W's
+    // are 1 or missing): a batch of matmuls over the first, the rest more rows.
+    int off = nb - (b.rank - 2), p = 0;
+    bool ok = true;
+    for (int d = 0; d < nb && ok; d++) {
+      int64_t bdim = d >= off ? b.dims[d - off] : 1;
+      if (a.dims[d] != n->dims[d]) ok = false;
+      else if (d == p && bdim == n->dims[d]) p++;
+      else ok = bdim == 1;
+    }
+    if (ok) return emit_named_matmul(e, n, &a, &b, p, nb - p);
   }
   str acc = emit_filled_acc(e, "0.0", r, n->dims);
   str mm = value_name(e, !f16);

@@ -580,6 +580,20 @@ Test(perf_paths, batched_x_times_w_is_one_matmul) {
 
 // Batch dims that broadcast (one operand's is 1, or missing on x) stay a generic
 // contraction: exact, not planned.
+// Batch dims where only x has them after equal leading ones (grouped-query attention's
+// q (B, H, G, S, D) against k^T (B, H, 1, D, S)) fold into x's rows: a batch of B H
+// matmuls of G S rows each; W's unit batch dims alone make x W one matmul.
+Test(perf_paths, x_only_batch_dims_fold_into_rows) {
+  const int64_t x1[5] = {2, 3, 4, 9, 20}, w1[5] = {2, 3, 1, 20, 11};
+  check_batched(5, x1, 5, w1, 1, TU_F32, 0, 0, "matmul 0: 36x20x11,");
+  check_batched(5, x1, 5, w1, 2, TU_F32, 1, 2, "matmul 0: 36x20x11");
+  const int64_t x2[4] = {4, 7, 33, 64}, w2[4] = {4, 1, 64, 130};
+  check_batched(4, x2, 4, w2, 2, TU_F32, 1, 1, "matmul 0: 231x64x");
+  check_batched(4, x2, 4, w2, 1, TU_F16, 0, 0, "matmul 0: 231x64x");
+  const int64_t x3[3] = {5, 17, 40}, w3[3] = {1, 40, 72};
+  check_batched(3, x3, 3, w3, 1, TU_F32, 1, 2, "matmul 0: 85x40x");
+}
+
 Test(perf_paths, broadcast_batch_dims_stay_exact) {
   const int64_t x1[3] = {1, 9, 20}, w1[3] = {4, 20, 11};
   check_batched(3, x1, 3, w1, 2, TU_F32, 1, 1, NULL);
