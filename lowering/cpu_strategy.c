@@ -252,8 +252,8 @@ typedef struct walk {
   bool any_vecmat;
   bool transposes;  // an elementwise op tiled for a transposed read (plan_generic)
   bool ew_bcast[64];  // per elementwise op: an input broadcast along its vector dim
-  // Transposes a matmul's plan took: computed by its B packing (plan_packed), or planned
-  // ahead of it (plan_matmul).
+  // Generics a matmul's plan took: a transpose its B packing computes (plan_packed), or
+  // a producer of A or B planned ahead of it (plan_matmul).
   MlirOperation taken_t[16];
   int n_taken_t;
   int64_t row_bytes, row_input_bytes;  // of the last row loop: one row, the whole input
@@ -827,7 +827,19 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
 
 static MlirOperation producer(MlirValue v);
 static int transposed_loop(MlirOperation g, int nl);
+static bool is_row_root(MlirOperation g);
 static void plan_generic(walk *w, MlirOperation g);
+
+// A generic of parallel loops only that reads its inputs in order (no transposed read)
+// and is not a row loop's root.
+static bool plain_elementwise(MlirOperation g) {
+  char it[JIT_MAX_RANK + 2];
+  int nl = read_iterators(g, it, (int)sizeof it);
+  if (nl <= 0) return false;
+  for (int l = 0; l < nl; l++)
+    if (it[l] != 'p') return false;
+  return transposed_loop(g, nl) < 0 && !is_row_root(g);
+}
 
 static void plan_matmul(walk *w, MlirOperation mm) {
   MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
@@ -1113,18 +1125,22 @@ choose_tile:;
   // from W directly when L x L tiles cover the panels (plan_packed).
   bool b_tr = w_t && packed && !fused && pkc % h.lanes == 0 && w->n_taken_t < 16;
   if (b_tr) w->taken_t[w->n_taken_t++] = mlirOpResultGetOwner(bv);
-  // Other transposes that make A or B are tiled on their own (L x L tiles, plan_generic)
-  // before this plan: the block and register tiling below fuses an operand's producer
-  // into its loops, where the transpose would run per n block (A: recomputed for each)
-  // in a shape its own plan did not see. (On AVX2, 41x520x1000 x W^T fused the 520x1000
-  // transpose into n blocks of 250 that its 8x8 tiles did not divide, and failed to
-  // vectorize.)
+  // Generics that make B, and those that make A other than plain elementwise ones, are
+  // planned on their own before this plan: the block and register tiling below fuses
+  // an operand's producer into its loops, where it runs per n block, in a shape its own
+  // plan did not see. A transpose there (x W^T, AVX2: 41x520x1000) failed to vectorize,
+  // its 8x8 tiles not dividing the n blocks of 250 (B's elementwise tiles of 4 vectors
+  // would not divide n blocks of 96 either); a layernorm making A was fused into each
+  // n block (LN(x) W 128x768x3072: 3.85-4.0 ms, ahead 3.74-3.81 and ~10 ms less to
+  // compile). A plain elementwise A (relu(x) W), cheap to redo, stays fused: planned
+  // ahead it cost an intermediate (3.9 -> 4.4 ms). So does f16 A's extension, which
+  // the row tiles compute.
   for (int k = 0; k < 2 && !batched; k++) {
     MlirValue v = mlirOperationGetOperand(mm, k);
     MlirOperation t = producer(v);
     if ((k == 1 && b_tr) || mlirOperationIsNull(t) || !op_is(t, "linalg.generic") ||
-        w->n_taken_t >= 16 || transposed_loop(t, 2) < 0 ||
-        mlirShapedTypeGetRank(mlirValueGetType(v)) != 2)
+        w->n_taken_t >= 16 || mlirShapedTypeGetRank(mlirValueGetType(v)) != 2 ||
+        (k == 0 && plain_elementwise(t)))
       continue;
     plan_generic(w, t);
     w->taken_t[w->n_taken_t++] = t;
@@ -1669,6 +1685,52 @@ char *jit__cpu_split_script(MlirContext ctx, MlirOperation module,
   return s.sb.p;
 }
 
+//===--- Shared fills ----------------------------------------------------===//
+
+// CSE (kPrePipeline) merges the zero fills of equal-shaped accumulators into one
+// linalg.fill with several users: q, k and v projections of one x. Each plan fuses
+// its fill into its own loops, and a fusion that took the shared fill could leave the
+// next plan with nothing to fuse ("could not find next producer": a transformer block
+// at 2 threads, whose row loop had fused the fill it shared with a threaded matmul).
+// Each user gets its own copy before planning.
+typedef struct fill_walk {
+  MlirOperation fills[64];
+  int n;
+} fill_walk;
+
+static MlirWalkResult find_shared_fills(MlirOperation op, void *user) {
+  fill_walk *f = user;
+  if (!op_is(op, "linalg.fill") || mlirOperationGetNumResults(op) != 1 || f->n >= 64)
+    return MlirWalkResultAdvance;
+  MlirOpOperand use = mlirValueGetFirstUse(mlirOperationGetResult(op, 0));
+  if (!mlirOpOperandIsNull(use) && !mlirOpOperandIsNull(mlirOpOperandGetNextUse(use)))
+    f->fills[f->n++] = op;
+  return MlirWalkResultAdvance;
+}
+
+static void unshare_fills(MlirOperation module) {
+  fill_walk f;
+  f.n = 0;
+  mlirOperationWalk(module, find_shared_fills, &f, MlirWalkPreOrder);
+  for (int i = 0; i < f.n; i++) {
+    MlirOperation fill = f.fills[i];
+    MlirOperation owners[64];
+    intptr_t pos[64];
+    int n = 0;
+    for (MlirOpOperand u = mlirValueGetFirstUse(mlirOperationGetResult(fill, 0));
+         !mlirOpOperandIsNull(u) && n < 64; u = mlirOpOperandGetNextUse(u)) {
+      owners[n] = mlirOpOperandGetOwner(u);
+      pos[n++] = (intptr_t)mlirOpOperandGetOperandNumber(u);
+    }
+    MlirBlock block = mlirOperationGetBlock(fill);
+    for (int k = 1; k < n; k++) {
+      MlirOperation copy = mlirOperationClone(fill);
+      mlirBlockInsertOwnedOperationAfter(block, fill, copy);
+      mlirOperationSetOperand(owners[k], pos[k], mlirOperationGetResult(copy, 0));
+    }
+  }
+}
+
 bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_options *o,
                         jit__cpu_plan *out) {
   memset(out, 0, sizeof(*out));
@@ -1683,6 +1745,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
             "module attributes {transform.with_named_sequence} {\n"
             "transform.named_sequence @__transform_main(%%root: " ANY
             " {transform.readonly}) {\n");
+  unshare_fills(module);
   // Matmuls first: they claim their epilogues, which the generic pass then skips.
   mlirOperationWalk(module, plan_op, &w, MlirWalkPreOrder);
   mlirOperationWalk(module, find_row_roots, &w, MlirWalkPreOrder);

@@ -834,6 +834,28 @@ static jit_status emit_transpose(emitter *e, const jit__node *n) {
   return NULL;
 }
 
+// Whether a matmul is within `depth` nodes of node `id`, up through its operands or
+// down through its users.
+static bool matmul_near(const jit__lgraph *g, uint32_t id, int depth, bool up) {
+  if (depth == 0) return false;
+  if (up) {
+    const jit__node *n = &g->nodes[id];
+    for (int i = 0; i < n->n_operands; i++) {
+      uint32_t o = n->operands[i];
+      if (g->nodes[o].op == JIT__OP_MATMUL || matmul_near(g, o, depth - 1, true)) return true;
+    }
+    return false;
+  }
+  for (uint32_t j = id + 1; j < g->n_nodes; j++) {
+    const jit__node *u = &g->nodes[j];
+    for (int i = 0; i < u->n_operands; i++) {
+      if (u->operands[i] != id) continue;
+      if (u->op == JIT__OP_MATMUL || matmul_near(g, j, depth - 1, false)) return true;
+    }
+  }
+  return false;
+}
+
 static jit_status emit_reshape(emitter *e, const jit__node *n) {
   uint32_t src = n->operands[0];
   const jit__node *x = &e->g->nodes[src];
@@ -859,6 +881,15 @@ static jit_status emit_reshape(emitter *e, const jit__node *n) {
       jit__text_printf(&e->tb, "  %s = tensor.collapse_shape %s [] : %s into %s\n", res.s,
                 e->names[src], src_ty.s, to_ty.s);
     }
+    return NULL;
+  }
+  // Near a matmul (CPU): tensor.reshape, a view. linalg-fuse-elementwise-ops moves
+  // collapse/expand_shape through the ops around them, and through a matmul it makes
+  // the matmul a generic of more loops that no strategy plans: an attention block's
+  // q = x Wq + b reshaped to heads ran its projections as plain loops (~5 GFLOP/s).
+  // Elsewhere the reshape pair, which lets elementwise chains fuse across it.
+  if (e->named_batch && (matmul_near(e->g, src, 4, true) || matmul_near(e->g, e->cur, 4, false))) {
+    emit_reshape_to(e, e->names[src], n->dtype, x->rank, x->dims, n->rank, n->dims, true);
     return NULL;
   }
   // Otherwise through 1-D: collapse all dims into one, then expand to the target; a
