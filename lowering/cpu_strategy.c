@@ -742,7 +742,7 @@ static bool b_transposed(MlirOperation mm) {
   return maps_are(mm, 3, 3, 2, want, false);
 }
 
-// x W^T with W stored N x K, up to 16 rows (emit_mlir.c), or imported: each register
+// x W^T with W stored N x K, up to 17 rows (emit_mlir.c), or imported: each register
 // tile [up to 8 rows, one vector of N] steps k by one vector's lanes L, reading B as L
 // rows of L contiguous k and transposing them in registers (16x16 shuffles on AVX-512)
 // before the outer-product FMAs, rather than reading a column of W (K floats apart)
@@ -751,7 +751,7 @@ static bool b_transposed(MlirOperation mm) {
 // compile, against 0.47 ms and ~60 ms). With more than 8 rows the n loop is outside
 // the m loop, so each row tile reads its L rows of W from L1 after the first, not all
 // of W again from memory (16x768x3072: 1.20 ms against 1.34; imported 64x768x3072:
-// 4.1 against 5.7); 9-16 rows are two equal row tiles (12 rows: no peeled rest, 74 ms
+// 4.1 against 5.7); 9-17 rows are two equal row tiles (12 rows: no peeled rest, 74 ms
 // to compile against 114).
 static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int64_t N) {
   bool has_fill;
@@ -760,7 +760,7 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
   char hb[32];  // handle() text for sb_peel
   host h = w->h;
   int64_t L = h.lanes, tn = L, tm = M < 8 ? M : 8;
-  if (M > 8 && M <= 16) tm = (M + 1) / 2;  // two row tiles, no peel when M is even
+  if (M > 8 && M <= 17) tm = (M + 1) / 2;  // two row tiles, no peel when M is even
   int T = w->threads;
   bool big = (double)M * N * K >= (double)(1 << 24) ||
              (M <= 16 && (double)K * N * 4 >= (double)JIT__SPLIT_B_BYTES);
@@ -1121,7 +1121,7 @@ choose_tile:;
   MlirValue av = mlirOperationGetOperand(mm, 0);
   bool a_made = mlirValueIsAOpResult(av) && op_is(mlirOpResultGetOwner(av), "linalg.generic");
   bool copy_a = packed && h.lanes < 16 && !a_made && tm * pkc * 4 <= (16 << 10);
-  // B made by a transpose of W (x W^T with more than 16 rows, emit_mlir.c) is packed
+  // B made by a transpose of W (x W^T with more than 17 rows, emit_mlir.c) is packed
   // from W directly when L x L tiles cover the panels (plan_packed).
   bool b_tr = w_t && packed && !fused && pkc % h.lanes == 0 && w->n_taken_t < 16;
   if (b_tr) w->taken_t[w->n_taken_t++] = mlirOpResultGetOwner(bv);

@@ -613,16 +613,17 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
 
   bool f16 = n->dtype == JIT__F16;
   if (r == 2 && a.rank == 2 && b.rank == 2 && e->named_batch && !f16) {
-    // x W^T (a PyTorch Linear's weight, N x K) with up to 16 rows: linalg.matmul reading
+    // x W^T (a PyTorch Linear's weight, N x K) with up to 17 rows: linalg.matmul reading
     // the transpose's input through a transposed map (cpu_strategy.c, plan_matmul_bt),
     // instead of a transposed copy of W per call: 1x768x3072 0.40 ms against 2.5,
-    // 8x768x3072 0.72 against 2.0, 16x768x3072 1.2 against 2.8. With more rows the
+    // 8x768x3072 0.72 against 2.0, 16x768x3072 1.2 against 2.8, 17x768x3072 (the most
+    // rows the GEMV-like path takes, too few to pack B) 1.1 against 2.5. With more rows the
     // matmul packs B, from W directly (plan_packed): 64x768x3072 2.5 ms, against 4.1
     // through the transposed map. The transpose node's own value is then unused unless
     // something else reads it.
     const jit__node *bn = &e->g->nodes[n->operands[1]];
     if (bn->op == JIT__OP_TRANSPOSE && bn->rank == 2 && bn->perm[0] == 1 && bn->perm[1] == 0 &&
-        n->dims[0] <= 16) {
+        n->dims[0] <= 17) {
       const jit__node *w = &e->g->nodes[bn->operands[0]];
       str acc = emit_filled_acc(e, "0.0", 2, n->dims);
       str mm = value_name(e, true);

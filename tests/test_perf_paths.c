@@ -8,10 +8,12 @@
 // f32 and f16, and compares with the double-accumulating references in ref.c.
 //
 //===----------------------------------------------------------------------===//
-#define _XOPEN_SOURCE 700
+#define _GNU_SOURCE  // RUSAGE_THREAD; implies _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -725,8 +727,8 @@ static void check_linear(int64_t M, int64_t K, int64_t N, int threads, DLDataTyp
   jit_context_destroy(ctx);
 }
 
-// x W^T with up to 16 rows reads W through a transposed map (16x16 / 8x8 register
-// transposes, k remainders peeled; 9-16 rows in two row tiles, each n tile's rows of W
+// x W^T with up to 17 rows reads W through a transposed map (16x16 / 8x8 register
+// transposes, k remainders peeled; 9-17 rows in two row tiles, each n tile's rows of W
 // read by both). With more rows, a packed B is packed from W in
 // register-transposed tiles: with n blocks (the transpose fused into each), without
 // (40x1024x512 on AVX-512: one block of all N, k blocks of 128), split across threads,
@@ -748,7 +750,8 @@ Test(perf_paths, linear_weight_layout) {
   check_linear(12, 768, 200, 1, TU_F32, 0, "B transposed, threads split none, register tile 6x");
   check_linear(13, 100, 77, 1, TU_F32, 2, "B transposed, threads split none, register tile 7x");
   check_linear(16, 256, 512, 2, TU_F32, 0, "16x256x512, B transposed");
-  check_linear(17, 256, 512, 1, TU_F32, 0, "17x256x512, threads");  // no longer transposed
+  check_linear(17, 768, 512, 1, TU_F32, 0, "17x768x512, B transposed");
+  check_linear(18, 256, 512, 1, TU_F32, 0, "18x256x512, B packed from W^T");
   check_linear(3, 300, 333, 1, TU_F16, 2, NULL);
 }
 
@@ -1060,7 +1063,8 @@ static void check_block(blk_dims bd, int threads, bool wt) {
   DLTensor ins[13];
   int n_in = 0;
   jit_input_info info;
-  while (jit_graph_input_info(g, n_in, &info) == NULL) {
+  jit_status past_end;
+  while ((past_end = jit_graph_input_info(g, n_in, &info)) == NULL) {
     cr_assert(n_in < 13);
     char name[8];
     float *data = NULL;
@@ -1076,6 +1080,7 @@ static void check_block(blk_dims bd, int threads, bool wt) {
     memcpy(dims, info.dims, sizeof(int64_t) * (size_t)info.rank);
     ins[n_in++] = tu_tensor(data, TU_F32, info.rank, dims);
   }
+  jit_status_free(past_end);  // the index past the last input
   char what[96];
   snprintf(what, sizeof what, "block S=%lld D=%lld H=%lld F=%lld threads=%d %s", (long long)S,
            (long long)D, (long long)H, (long long)F, threads, wt ? "W^T" : "W");
@@ -1110,6 +1115,82 @@ Test(perf_paths, transformer_block) {
   check_block((blk_dims){33, 128, 2, 200}, 2, false);  // odd F: its matmuls split at N
   check_block((blk_dims){64, 256, 4, 512}, 2, true);   // B packed from W^T
   check_block((blk_dims){64, 256, 4, 512}, 1, false);
+}
+
+// A kernel's large intermediates (here y = relu(LN(LN(x) W1)) W2: LN(x) and its
+// matmul's result, 512 KiB each, made before the matmuls that read them) are freed into
+// the calling thread's cache and reused by its next call (devices/cpu/cpu.c), where
+// glibc returned the top of its heap on each call and the next one first-touched the
+// pages again (~250 page faults a call). Reused blocks hold the last call's data, and
+// the results stay the same; a thread's cached blocks are freed when it exits (the ASan
+// run checks for leaks).
+typedef struct reuse_run {
+  jit_graph *g;
+  DLTensor ins[3];
+  float *out;
+  const float *first;  // the first call's output, or NULL
+  long faults;         // minor page faults over the last calls
+  bool same;
+} reuse_run;
+
+static long minor_faults(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_minflt;
+}
+
+static void *reuse_calls(void *arg) {
+  reuse_run *r = arg;
+  int64_t so[2] = {256, 512};
+  DLTensor out = tu_tensor(r->out, TU_F32, 2, so);
+  for (int i = 0; i < 2; i++) TU_OK(jit_run(r->g, r->ins, 3, &out, 1));
+  long before = minor_faults();
+  for (int i = 0; i < 5; i++) TU_OK(jit_run(r->g, r->ins, 3, &out, 1));
+  r->faults = minor_faults() - before;
+  r->same = !r->first || memcmp(r->out, r->first, sizeof(float) * 256 * 512) == 0;
+  return NULL;
+}
+
+Test(perf_paths, intermediates_reused_across_calls) {
+  int64_t sx[2] = {256, 512}, sw[2] = {512, 512};
+  jit_context *ctx = ctx_threads(1);
+  jit_graph *g = tu_graph(ctx, "reuse");
+  jit_value x = jit_input(g, "a", TU_F32, 2, sx);
+  jit_value y = jit_matmul(g, g_layernorm(g, x), jit_input(g, "b", TU_F32, 2, sw));
+  y = jit_matmul(g, jit_relu(g, g_layernorm(g, y)), jit_input(g, "c", TU_F32, 2, sw));
+  jit_output(g, y);
+  TU_OK(jit_graph_finalize(g));
+  float *v[3], *first = tu_malloc(sizeof(float) * 256 * 512);
+  ref_rng rng;
+  ref_rng_seed(&rng, 5);
+  for (int i = 0; i < 3; i++) {  // x 256x512, W1 and W2 512x512
+    int64_t n = (i ? 512 : 256) * 512;
+    v[i] = tu_malloc(sizeof(float) * (size_t)n);
+    ref_rng_fill_signed(&rng, v[i], n);
+  }
+  reuse_run r = {g, {tu_tensor(v[0], TU_F32, 2, sx), tu_tensor(v[1], TU_F32, 2, sw),
+                     tu_tensor(v[2], TU_F32, 2, sw)}, first, NULL, 0, true};
+  int64_t so[2] = {256, 512};
+  DLTensor out = tu_tensor(first, TU_F32, 2, so);
+  TU_OK(jit_run(g, r.ins, 3, &out, 1));  // compiles; fresh memory for every buffer
+  r.out = tu_malloc(sizeof(float) * 256 * 512);
+  r.first = first;
+  reuse_calls(&r);
+  cr_expect(r.same, "a call reusing buffers gave other results");
+  // ASan's allocator has its own quarantine and page behaviour: counted without it.
+  if (kThreadsSplit)
+    cr_expect(r.faults < 40, "5 calls first-touched %ld pages", r.faults);
+  for (int t = 0; t < 2; t++) {  // other threads, which exit with blocks cached
+    pthread_t th;
+    cr_assert(pthread_create(&th, NULL, reuse_calls, &r) == 0);
+    pthread_join(th, NULL);
+    cr_expect(r.same, "thread %d: other results", t);
+  }
+  for (int i = 0; i < 3; i++) free(v[i]);
+  free(first);
+  free(r.out);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
 }
 
 // exp, tanh, sigmoid, gelu and softmax through the inline exp: accuracy over a wide

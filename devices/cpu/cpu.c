@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,16 +205,122 @@ static void jit__memref_copy(int64_t elem, const jit__unranked *src, const jit__
   }
 }
 
-static LLVMErrorRef jit__define_helpers(LLVMOrcLLJITRef jit) {
+//===--- Intermediate buffers --------------------------------------------===//
+//
+// A kernel's intermediates (memref.alloc after bufferization) are malloc'ed and freed
+// inside each call. Large ones come from mmap, so every call paid for first touching
+// fresh pages (~12 us a 4 KiB page on these VMs): a transformer block with 17 rows and
+// its weights given transposed (transposed copies of 2-9 MiB each) spent most of its
+// 18 ms in page faults. The kernels' malloc and free are these instead: blocks of 64
+// KiB or more, once freed, stay with the thread that freed them (up to 8 blocks and
+// 256 MiB; the least recently freed goes first) and serve its next requests of up to
+// their size, so the same kernel called again reuses the same memory. Smaller blocks
+// go straight to malloc, whose bins already reuse them. A thread's blocks are freed
+// when it exits.
+
+#define JIT__SCRATCH_MIN ((size_t)64 << 10)
+#define JIT__SCRATCH_KEEP ((size_t)256 << 20)
+#define JIT__SCRATCH_SLOTS 8
+
+typedef struct jit__scratch {
+  void *block[JIT__SCRATCH_SLOTS];  // raw blocks, most recently freed last
+  size_t size[JIT__SCRATCH_SLOTS];  // their usable sizes
+  int n;
+  size_t bytes;
+  bool keyed;  // the thread-exit destructor is registered
+} jit__scratch;
+
+static _Thread_local jit__scratch jit__t_scratch;
+static pthread_key_t jit__scratch_key;
+static pthread_once_t jit__scratch_once = PTHREAD_ONCE_INIT;
+
+// Every block starts with its usable size; the kernel aligns what it gets itself
+// (malloc(size + alignment), rounded up).
+#define JIT__SCRATCH_HDR 16
+
+static void jit__scratch_release(void *arg) {
+  jit__scratch *c = arg;
+  for (int i = 0; i < c->n; i++) free(c->block[i]);
+  c->n = 0;
+  c->bytes = 0;
+}
+
+static void jit__scratch_key_init(void) {
+  pthread_key_create(&jit__scratch_key, jit__scratch_release);
+}
+
+static void *jit__kernel_malloc(size_t n) {
+  jit__scratch *c = &jit__t_scratch;
+  if (n >= JIT__SCRATCH_MIN) {
+    int best = -1;
+    for (int i = 0; i < c->n; i++)
+      if (c->size[i] >= n && c->size[i] / 2 <= n && (best < 0 || c->size[i] < c->size[best]))
+        best = i;
+    if (best >= 0) {
+      char *raw = c->block[best];
+      c->bytes -= c->size[best];
+      c->n--;
+      memmove(c->block + best, c->block + best + 1, sizeof(void *) * (size_t)(c->n - best));
+      memmove(c->size + best, c->size + best + 1, sizeof(size_t) * (size_t)(c->n - best));
+      return raw + JIT__SCRATCH_HDR;
+    }
+  }
+  if (n > SIZE_MAX - JIT__SCRATCH_HDR) return NULL;
+  char *raw = malloc(n + JIT__SCRATCH_HDR);
+  if (!raw) return NULL;
+  memcpy(raw, &n, sizeof n);
+  return raw + JIT__SCRATCH_HDR;
+}
+
+static void jit__kernel_free(void *p) {
+  if (!p) return;
+  char *raw = (char *)p - JIT__SCRATCH_HDR;
+  size_t n;
+  memcpy(&n, raw, sizeof n);
+  jit__scratch *c = &jit__t_scratch;
+  if (n < JIT__SCRATCH_MIN || n > JIT__SCRATCH_KEEP) {
+    free(raw);
+    return;
+  }
+  if (!c->keyed) {
+    pthread_once(&jit__scratch_once, jit__scratch_key_init);
+    pthread_setspecific(jit__scratch_key, c);
+    c->keyed = true;
+  }
+  while (c->n > 0 && (c->n == JIT__SCRATCH_SLOTS || c->bytes + n > JIT__SCRATCH_KEEP)) {
+    free(c->block[0]);  // the least recently freed
+    c->bytes -= c->size[0];
+    c->n--;
+    memmove(c->block, c->block + 1, sizeof(void *) * (size_t)c->n);
+    memmove(c->size, c->size + 1, sizeof(size_t) * (size_t)c->n);
+  }
+  c->block[c->n] = raw;
+  c->size[c->n++] = n;
+  c->bytes += n;
+}
+
+static LLVMOrcCSymbolMapPair jit__absolute(LLVMOrcLLJITRef jit, const char *name,
+                                           LLVMOrcExecutorAddress addr) {
   LLVMOrcCSymbolMapPair sym;
-  sym.Name = LLVMOrcLLJITMangleAndIntern(jit, "memrefCopy");
-  union { void (*f)(int64_t, const jit__unranked *, const jit__unranked *); LLVMOrcExecutorAddress a; } u;
-  u.a = 0;
-  u.f = jit__memref_copy;
-  sym.Sym.Address = u.a;
+  sym.Name = LLVMOrcLLJITMangleAndIntern(jit, name);
+  sym.Sym.Address = addr;
   sym.Sym.Flags.GenericFlags = LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
   sym.Sym.Flags.TargetFlags = 0;
-  LLVMOrcMaterializationUnitRef mu = LLVMOrcAbsoluteSymbols(&sym, 1);
+  return sym;
+}
+
+static LLVMErrorRef jit__define_helpers(LLVMOrcLLJITRef jit) {
+  union { void (*f)(int64_t, const jit__unranked *, const jit__unranked *); LLVMOrcExecutorAddress a; } copy;
+  union { void *(*f)(size_t); LLVMOrcExecutorAddress a; } alloc;
+  union { void (*f)(void *); LLVMOrcExecutorAddress a; } release;
+  copy.a = alloc.a = release.a = 0;
+  copy.f = jit__memref_copy;
+  alloc.f = jit__kernel_malloc;
+  release.f = jit__kernel_free;
+  LLVMOrcCSymbolMapPair syms[3] = {jit__absolute(jit, "memrefCopy", copy.a),
+                                   jit__absolute(jit, "malloc", alloc.a),
+                                   jit__absolute(jit, "free", release.a)};
+  LLVMOrcMaterializationUnitRef mu = LLVMOrcAbsoluteSymbols(syms, 3);
   return LLVMOrcJITDylibDefine(LLVMOrcLLJITGetMainJITDylib(jit), mu);  // takes mu
 }
 
