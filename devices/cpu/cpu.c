@@ -299,6 +299,15 @@ static void jit__kernel_free(void *p) {
   c->bytes += n;
 }
 
+// LLVM may fold a malloc and a zeroing memset of the same size into calloc, which
+// must then come from here too (its block goes to jit__kernel_free).
+static void *jit__kernel_calloc(size_t count, size_t size) {
+  if (size && count > SIZE_MAX / size) return NULL;
+  void *p = jit__kernel_malloc(count * size);
+  if (p) memset(p, 0, count * size);
+  return p;
+}
+
 static LLVMOrcCSymbolMapPair jit__absolute(LLVMOrcLLJITRef jit, const char *name,
                                            LLVMOrcExecutorAddress addr) {
   LLVMOrcCSymbolMapPair sym;
@@ -312,15 +321,18 @@ static LLVMOrcCSymbolMapPair jit__absolute(LLVMOrcLLJITRef jit, const char *name
 static LLVMErrorRef jit__define_helpers(LLVMOrcLLJITRef jit) {
   union { void (*f)(int64_t, const jit__unranked *, const jit__unranked *); LLVMOrcExecutorAddress a; } copy;
   union { void *(*f)(size_t); LLVMOrcExecutorAddress a; } alloc;
+  union { void *(*f)(size_t, size_t); LLVMOrcExecutorAddress a; } zalloc;
   union { void (*f)(void *); LLVMOrcExecutorAddress a; } release;
-  copy.a = alloc.a = release.a = 0;
+  copy.a = alloc.a = zalloc.a = release.a = 0;
   copy.f = jit__memref_copy;
   alloc.f = jit__kernel_malloc;
+  zalloc.f = jit__kernel_calloc;
   release.f = jit__kernel_free;
-  LLVMOrcCSymbolMapPair syms[3] = {jit__absolute(jit, "memrefCopy", copy.a),
+  LLVMOrcCSymbolMapPair syms[4] = {jit__absolute(jit, "memrefCopy", copy.a),
                                    jit__absolute(jit, "malloc", alloc.a),
+                                   jit__absolute(jit, "calloc", zalloc.a),
                                    jit__absolute(jit, "free", release.a)};
-  LLVMOrcMaterializationUnitRef mu = LLVMOrcAbsoluteSymbols(syms, 3);
+  LLVMOrcMaterializationUnitRef mu = LLVMOrcAbsoluteSymbols(syms, 4);
   return LLVMOrcJITDylibDefine(LLVMOrcLLJITGetMainJITDylib(jit), mu);  // takes mu
 }
 
