@@ -545,8 +545,16 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
 // Half of L1d: the most of C a small-M matmul keeps across its k blocks.
 #define JIT__L1_HALF (16 << 10)
 
-// Bytes of B from which a small-M matmul is split across threads (plan_matmul).
-#define JIT__SPLIT_B_BYTES (4 << 20)
+// Bytes of B from which a small-M matmul (or a batch of them) is split across threads
+// (plan_matmul): more than one core's L2 holds, and at least 2 MiB. Then the second
+// core's share of memory bandwidth, and its own L2, pay for the fork/join; below, the
+// split lost or gained nothing (1x256x1024, 1 MiB: 7.9 us unsplit, 8.9 split; the MLP
+// example's 7x784x256). From 4 MiB it was: 1x512x1024 34 -> 30 us split, 4x768x768
+// 73 -> 55 us, a decode step's q K^T 12x1x64x1024 (3 MiB of K) 111 -> 18 us (each
+// core's half of K then stays in its L2 across calls; oneDNN 58 us).
+static double split_b_bytes(host h) {
+  return (double)(h.l2 > (2 << 20) ? h.l2 : (2 << 20));
+}
 
 // The op's indexing maps are `want` (`n_maps` maps of `n_res` plain loop dims each,
 // over `n_dims` loops); an op without the attribute has its default maps, `absent_is`.
@@ -681,7 +689,7 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
   host h = w->h;
   bool split = w->threads > 1 && Bt >= w->threads &&
                ((double)Bt * N * K >= (double)(1 << 23) ||
-                (double)Bt * K * N * 4 >= (double)JIT__SPLIT_B_BYTES);
+                (double)Bt * K * N * 4 >= split_b_bytes(h));
   int64_t tn = 8 * h.lanes < N ? 8 * h.lanes : N;
   int64_t kb = pick_block(K, 8, 1);
   bool peel_k = false;
@@ -763,7 +771,7 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
   if (M > 8 && M <= 17) tm = (M + 1) / 2;  // two row tiles, no peel when M is even
   int T = w->threads;
   bool big = (double)M * N * K >= (double)(1 << 24) ||
-             (M <= 16 && (double)K * N * 4 >= (double)JIT__SPLIT_B_BYTES);
+             (M <= 16 && (double)K * N * 4 >= split_b_bytes(h));
   bool split = T > 1 && big && N % T == 0 && N / T >= tn;
   int64_t tN = split ? N / T : N;
   if (tn > tN) tn = tN;
@@ -927,7 +935,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   bool batch_split = batched && w->threads > 1 && Bt >= w->threads &&
                      !(uneven && (double)M * N * K >= (double)(1 << 24)) &&
                      ((double)Bt * M * N * K >= (double)(1 << 23) ||
-                      (double)Bt * K * N * 4 >= (double)JIT__SPLIT_B_BYTES);
+                      (double)Bt * K * N * 4 >= split_b_bytes(h));
 
   // Register tile. Small M: all rows in one tile, as wide in N as the registers allow
   // (M = 1 is a GEMV: TN = 8 vectors of B per k step).
@@ -982,7 +990,7 @@ choose_tile:;
   if (!mlirAttributeIsNull(wn) && mlirAttributeIsAInteger(wn)) whole_n = mlirIntegerAttrGetValueInt(wn);
   if ((double)M * whole_n * K >= (double)(1 << 24)) w->unroll_k = true;
   bool big = (double)M * whole_n * K >= (double)(1 << 24) ||
-             (small_m && (double)K * N * 4 >= (double)(JIT__SPLIT_B_BYTES));
+             (small_m && (double)K * N * 4 >= split_b_bytes(h));
   int64_t pnc = 0, pkc = 0;
   if (can_pack && T > 1 && big) {
     // Packed: splitting N gives each thread its own half of B to pack and read once;

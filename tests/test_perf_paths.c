@@ -198,6 +198,16 @@ static bool host_avx512(void) { return false; }
 #endif
 #define AVX512(avx2, avx512) (host_avx512() ? (avx512) : (avx2))
 
+// This machine's L2 per core as the library reads it (devices/cpu/cpu.c), or 512 KiB
+// when unknown (cpu_strategy.c's default).
+static long host_l2(void) {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2 > 0) return l2;
+#endif
+  return 512 << 10;
+}
+
 // Whether this machine's L2 holds more than twice a 256 KiB B (cpu_strategy.c splits
 // plain matmuls whose B fits there over M).
 static bool host_big_l2(void) {
@@ -242,6 +252,10 @@ Test(perf_paths, small_m_split_by_bytes) {
   check_dense_path(1, 1031, 1018, 2, "split N");   // 509 a thread: 7 x 64 + 61
   check_dense_path_act(1, 1024, 1030, 2, 1, 2, "split N");  // gelu(xW+b), M = 1
   check_dense_path(7, 784, 256, 2, "threads split none");
+  // From as much B as one core's L2 holds, and 2 MiB: 2.3 MiB here.
+  check_dense_path(4, 768, 768, 2,
+                   host_l2() <= (2304 << 10) ? "split N" : "threads split none");
+  check_dense_path(1, 256, 1024, 2, "threads split none");  // 1 MiB
 }
 
 // Small M walks B in k blocks of ~8 rows: a divisor of K near 8, or none for prime K.
@@ -551,6 +565,10 @@ Test(perf_paths, batch_matmul_is_a_loop_of_planned_matmuls) {
   check_bmm(12, 1, 64, 1000, 1, TU_F32, "a batch of 12 vector x matrix 1x64x1000");
   check_bmm(3, 1, 1009, 77, 1, TU_F32, "k blocks 8");
   check_bmm(4, 1, 768, 3072, 2, TU_F32, "vector x matrix 1x768x3072, threads split the batch");
+  // Or from as much B as one core's L2 holds, and 2 MiB (a decode step's q K^T, 3 MiB).
+  check_bmm(12, 1, 64, 1024, 2, TU_F32,
+            host_l2() <= (3 << 20) ? "1x64x1024, threads split the batch"
+                                   : "1x64x1024, threads split none");
   check_bmm(5, 1, 40, 33, 2, TU_F16, "vector x matrix");
   check_bmm(2, 1, 7, 50, 1, TU_F32, "k blocks 0");
   // A unit N or K would fold away with the batch dim: plain loops, exact.
