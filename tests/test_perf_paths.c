@@ -567,8 +567,8 @@ Test(perf_paths, batch_matmul_is_a_loop_of_planned_matmuls) {
   check_bmm(4, 1, 768, 3072, 2, TU_F32, "vector x matrix 1x768x3072, threads split the batch");
   // Or from as much B as one core's L2 holds, and 2 MiB (a decode step's q K^T, 3 MiB).
   check_bmm(12, 1, 64, 1024, 2, TU_F32,
-            host_l2() <= (3 << 20) ? "1x64x1024, threads split the batch"
-                                   : "1x64x1024, threads split none");
+            host_l2() <= (3 << 20) ? "vector x matrix 1x64x1024, threads split the batch"
+                                   : "vector x matrix 1x64x1024, threads split none");
   check_bmm(5, 1, 40, 33, 2, TU_F16, "vector x matrix");
   check_bmm(2, 1, 7, 50, 1, TU_F32, "k blocks 0");
   // A unit N or K would fold away with the batch dim: plain loops, exact.
