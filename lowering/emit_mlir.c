@@ -151,6 +151,7 @@ typedef struct emitter {
     int axis;
     bool set;
   } *squeezed;
+  uint8_t *mm_up, *mm_down;  // per node: steps to a matmul (matmul_distances)
 } emitter;
 
 // The name for the next value of the current node: its final value gets %v<i> so dumps
@@ -835,26 +836,26 @@ static jit_status emit_transpose(emitter *e, const jit__node *n) {
   return NULL;
 }
 
-// Whether a matmul is within `depth` nodes of node `id`, up through its operands or
-// down through its users.
-static bool matmul_near(const jit__lgraph *g, uint32_t id, int depth, bool up) {
-  if (depth == 0) return false;
-  if (up) {
-    const jit__node *n = &g->nodes[id];
-    for (int i = 0; i < n->n_operands; i++) {
-      uint32_t o = n->operands[i];
-      if (g->nodes[o].op == JIT__OP_MATMUL || matmul_near(g, o, depth - 1, true)) return true;
-    }
-    return false;
+// Per node, the fewest steps to a matmul up through operands (mm_up) and down through
+// users (mm_down), capped at 255; a matmul itself is 0. One pass each way: operands
+// come before their users.
+static void matmul_distances(const jit__lgraph *g, uint8_t *up, uint8_t *down) {
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    const jit__node *n = &g->nodes[i];
+    int d = 255;
+    if (n->op == JIT__OP_MATMUL) d = 0;
+    for (int k = 0; k < n->n_operands && d; k++)
+      if (up[n->operands[k]] + 1 < d) d = up[n->operands[k]] + 1;
+    up[i] = (uint8_t)d;
+    down[i] = n->op == JIT__OP_MATMUL ? 0 : 255;
   }
-  for (uint32_t j = id + 1; j < g->n_nodes; j++) {
-    const jit__node *u = &g->nodes[j];
-    for (int i = 0; i < u->n_operands; i++) {
-      if (u->operands[i] != id) continue;
-      if (u->op == JIT__OP_MATMUL || matmul_near(g, j, depth - 1, false)) return true;
+  for (uint32_t i = g->n_nodes; i-- > 0;) {
+    const jit__node *n = &g->nodes[i];
+    for (int k = 0; k < n->n_operands; k++) {
+      uint8_t *o = &down[n->operands[k]];
+      if (down[i] + 1 < *o) *o = (uint8_t)(down[i] + 1);
     }
   }
-  return false;
 }
 
 static jit_status emit_reshape(emitter *e, const jit__node *n) {
@@ -884,12 +885,12 @@ static jit_status emit_reshape(emitter *e, const jit__node *n) {
     }
     return NULL;
   }
-  // Near a matmul (CPU): tensor.reshape, a view. linalg-fuse-elementwise-ops moves
+  // Within four steps of a matmul (CPU): tensor.reshape, a view. The fusion pass moves
   // collapse/expand_shape through the ops around them, and through a matmul it makes
   // the matmul a generic of more loops that no strategy plans: an attention block's
   // q = x Wq + b reshaped to heads ran its projections as plain loops (~5 GFLOP/s).
   // Elsewhere the reshape pair, which lets elementwise chains fuse across it.
-  if (e->named_batch && (matmul_near(e->g, src, 4, true) || matmul_near(e->g, e->cur, 4, false))) {
+  if (e->named_batch && (e->mm_up[src] <= 4 || e->mm_down[e->cur] <= 4)) {
     emit_reshape_to(e, e->names[src], n->dtype, x->rank, x->dims, n->rank, n->dims, true);
     return NULL;
   }
@@ -1087,16 +1088,21 @@ jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
   e.names = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.names);
   e.flat = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.flat);
   e.squeezed = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.squeezed);
-  if (!e.names || !e.flat || !e.squeezed) {
+  e.mm_up = calloc(graph->n_nodes ? graph->n_nodes : 1, 2);
+  if (!e.names || !e.flat || !e.squeezed || !e.mm_up) {
     free(e.names);
     free(e.flat);
     free(e.squeezed);
+    free(e.mm_up);
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
   }
+  e.mm_down = e.mm_up + graph->n_nodes;
+  matmul_distances(graph, e.mm_up, e.mm_down);
   jit_status s = emit_graph(&e, func_name);
   free(e.names);
   free(e.flat);
   free(e.squeezed);
+  free(e.mm_up);
   if (!s && e.tb.oom) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
   if (s) {
     free(e.tb.p);

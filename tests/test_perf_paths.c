@@ -1127,6 +1127,39 @@ static void check_block(blk_dims bd, int threads, bool wt) {
   dump_end();
 }
 
+// A reshape right after a matmul (heads split straight from x W) is a view: the matmul
+// stays a linalg.matmul (the fusion pass had made it a generic of more loops when
+// nothing after the reshape was a matmul), and the result is exact.
+Test(perf_paths, reshape_after_matmul_keeps_it) {
+  int64_t sx[2] = {37, 96}, sw[2] = {96, 80}, sh[3] = {37, 5, 16}, dc[2];
+  dump_begin();
+  jit_context *ctx = ctx_threads(1);
+  jit_graph *g = tu_graph(ctx, "reshape_mm");
+  jit_value a = jit_input(g, "a", TU_F32, 2, sx);  // inputs in this order
+  jit_value b = jit_input(g, "b", TU_F32, 2, sw);
+  jit_value h = jit_reshape(g, jit_matmul(g, a, b), 3, sh);
+  jit_output(g, jit_add(g, h, jit_scalar(g, 1.0, TU_F32)));
+  TU_OK(jit_graph_finalize(g));
+  float *x = tu_malloc(sizeof(float) * 37 * 96), *w = tu_malloc(sizeof(float) * 96 * 80);
+  float *want = tu_malloc(sizeof(float) * 37 * 80);
+  ref_rng rng;
+  ref_rng_seed(&rng, 11);
+  ref_rng_fill_signed(&rng, x, 37 * 96);
+  ref_rng_fill_signed(&rng, w, 96 * 80);
+  ref_matmul(x, 2, sx, w, 2, sw, want, dc);
+  for (int i = 0; i < 37 * 80; i++) want[i] += 1.0f;
+  DLTensor ins[2] = {tu_tensor(x, TU_F32, 2, sx), tu_tensor(w, TU_F32, 2, sw)};
+  tu_run_check(g, ins, 2, TU_F32, 3, sh, want, 1e-5, 1e-4, NULL, "reshape after matmul");
+  cr_expect(!dump_has("-02-fused.mlir", "\"reduction\"]"),
+            "the matmul before a reshape became a generic");
+  free(x);
+  free(w);
+  free(want);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  dump_end();
+}
+
 Test(perf_paths, transformer_block) {
   check_block((blk_dims){7, 48, 3, 96}, 1, false);
   check_block((blk_dims){7, 48, 3, 96}, 2, true);
