@@ -47,6 +47,22 @@ static float gelu_ref(double x) {
   return (float)(0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))));
 }
 
+// tu_run_check for a matmul's result: inputs in [-1, 1] make each sum of K products
+// ~sqrt(K) in magnitude; f32 summation in another order than the double reference
+// differs by ~K * 2^-24 relative, and f16 results by their rounding.
+static void check_matmul_result(jit_graph *g, const DLTensor *ins, int n_in, DLDataType dt,
+                                int rank, const int64_t *dims, const float *want, int64_t K,
+                                const char *what) {
+  bool f16 = tu_is_f16(dt);
+  double atol = f16 ? 2e-2 * sqrt((double)K) : 2e-6 * (double)K, rtol = f16 ? 1e-2 : 1e-5;
+  tu_run_check(g, ins, n_in, dt, rank, dims, want, rtol, atol, NULL, what);
+}
+
+// free() for each of the n buffers.
+static void free_bufs(void *const *p, int n) {
+  for (int i = 0; i < n; i++) free(p[i]);
+}
+
 // want[i] = act(want[i] + b[i % N]) in place (b NULL: no bias); act 0 = none, 1 = relu,
 // 2 = gelu.
 static void bias_act_ref(float *want, int64_t n, int64_t N, const float *b, int act) {
@@ -94,18 +110,8 @@ static void check_dense(int M, int K, int N, int threads, DLDataType dt, int bia
   snprintf(what, sizeof what, "%s%s %dx%dx%d %s threads=%d", bias ? "bias+" : "",
            act == 1 ? "relu" : act == 2 ? "gelu" : "matmul", M, K, N,
            tu_is_f16(dt) ? "f16" : "f32", threads);
-  // Inputs in [-1, 1]: the sum of K products has magnitude ~sqrt(K); f32 summation in
-  // a different order than the double reference differs by ~K * 2^-24 relative.
-  double f16 = tu_is_f16(dt);
-  double atol = f16 ? 2e-2 * sqrt((double)K) : 2e-6 * K, rtol = f16 ? 1e-2 : 1e-5;
-  tu_run_check(g, ins, bias ? 3 : 2, dt, 2, sc, want, rtol, atol, NULL, what);
-  free(a);
-  free(b);
-  free(bb);
-  free(want);
-  free(da);
-  free(db);
-  free(dbias);
+  check_matmul_result(g, ins, bias ? 3 : 2, dt, 2, sc, want, K, what);
+  free_bufs((void *[]){a, b, bb, want, da, db, dbias}, 7);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
@@ -523,19 +529,12 @@ static void check_batched(int rx, const int64_t *dx_in, int rw, const int64_t *d
   snprintf(what, sizeof what, "batched %s rank %d x rank %d, K=%lld N=%lld, %s threads=%d",
            act == 1 ? "relu" : act == 2 ? "gelu" : "matmul", rx, rw, (long long)K,
            (long long)N, f16 ? "f16" : "f32", threads);
-  double atol = f16 ? 2e-2 * sqrt((double)K) : 2e-6 * K, rtol = f16 ? 1e-2 : 1e-5;
-  tu_run_check(g, ins, bias ? 3 : 2, dt, rc, dc, want, rtol, atol, NULL, what);
+  check_matmul_result(g, ins, bias ? 3 : 2, dt, rc, dc, want, K, what);
   if (needle) {
     cr_expect(script_has(needle), "%s: script lacks `%s`", what, needle);
     dump_end();
   }
-  free(a);
-  free(b);
-  free(bb);
-  free(want);
-  free(da);
-  free(db);
-  free(dbias);
+  free_bufs((void *[]){a, b, bb, want, da, db, dbias}, 7);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
@@ -727,20 +726,12 @@ static void check_linear(int64_t M, int64_t K, int64_t N, int threads, DLDataTyp
   char what[96];
   snprintf(what, sizeof what, "x W^T %lldx%lldx%lld %s act=%d threads=%d", (long long)M,
            (long long)K, (long long)N, f16 ? "f16" : "f32", act, threads);
-  double atol = f16 ? 2e-2 * sqrt((double)K) : 2e-6 * K, rtol = f16 ? 1e-2 : 1e-5;
-  tu_run_check(g, ins, act ? 3 : 2, dt, 2, dc, want, rtol, atol, NULL, what);
+  check_matmul_result(g, ins, act ? 3 : 2, dt, 2, dc, want, K, what);
   if (needle) {
     cr_expect(script_has(needle), "%s: script lacks `%s`", what, needle);
     dump_end();
   }
-  free(x);
-  free(wv);
-  free(wt);
-  free(bb);
-  free(want);
-  free(pw);
-  free(px);
-  free(pb);
+  free_bufs((void *[]){x, wv, wt, bb, want, pw, px, pb}, 8);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
