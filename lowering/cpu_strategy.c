@@ -986,8 +986,10 @@ choose_tile:;
   // as the whole would be (210x600x160 at 2 threads, a 128 and a 32 column part:
   // 281 us on one thread, 150 split).
   int64_t whole_n = N;
-  MlirAttribute wn = mlirOperationGetAttributeByName(mm, mlirStringRefCreateFromCString("jit_n"));
-  if (!mlirAttributeIsNull(wn) && mlirAttributeIsAInteger(wn)) whole_n = mlirIntegerAttrGetValueInt(wn);
+  MlirAttribute wn =
+      mlirOperationGetAttributeByName(mm, mlirStringRefCreateFromCString("jit_n"));
+  if (!mlirAttributeIsNull(wn) && mlirAttributeIsAInteger(wn))
+    whole_n = mlirIntegerAttrGetValueInt(wn);
   if ((double)M * whole_n * K >= (double)(1 << 24)) w->unroll_k = true;
   bool big = (double)M * whole_n * K >= (double)(1 << 24) ||
              (small_m && (double)K * N * 4 >= split_b_bytes(h));

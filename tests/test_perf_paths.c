@@ -770,7 +770,8 @@ Test(perf_paths, linear_weight_layout) {
 // they would the whole. With an epilogue it then runs apart, except where N is whole
 // default tiles (32 columns on AVX-512): 288 stays one fused matmul.
 Test(perf_paths, odd_n_split_in_two) {
-  check_dense_path(128, 300, 1000, 1, AVX512("matmul 1: 128x300x8,", "matmul 1: 128x300x40, masked"));
+  check_dense_path(128, 300, 1000, 1,
+                   AVX512("matmul 1: 128x300x8,", "matmul 1: 128x300x40, masked"));
   check_dense_path(128, 300, 1000, 2, AVX512("matmul 0: 128x300x992, B packed",
                                              "matmul 0: 128x300x960, B packed, threads split"));
   check_dense_path(128, 300, 1000, 2, AVX512("matmul 1: 128x300x8, threads split",
@@ -975,7 +976,8 @@ static void ref_layernorm_rows(float *x, int64_t M, int64_t N) {
     mean /= (double)N;
     for (int64_t j = 0; j < N; j++) var += (x[i * N + j] - mean) * (x[i * N + j] - mean);
     var /= (double)N;
-    for (int64_t j = 0; j < N; j++) x[i * N + j] = (float)((x[i * N + j] - mean) / sqrt(var + 1e-5));
+    for (int64_t j = 0; j < N; j++)
+      x[i * N + j] = (float)((x[i * N + j] - mean) / sqrt(var + 1e-5));
   }
 }
 

@@ -313,13 +313,17 @@ static LLVMOrcCSymbolMapPair jit__absolute(LLVMOrcLLJITRef jit, const char *name
   LLVMOrcCSymbolMapPair sym;
   sym.Name = LLVMOrcLLJITMangleAndIntern(jit, name);
   sym.Sym.Address = addr;
-  sym.Sym.Flags.GenericFlags = LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
+  sym.Sym.Flags.GenericFlags =
+      LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
   sym.Sym.Flags.TargetFlags = 0;
   return sym;
 }
 
 static LLVMErrorRef jit__define_helpers(LLVMOrcLLJITRef jit) {
-  union { void (*f)(int64_t, const jit__unranked *, const jit__unranked *); LLVMOrcExecutorAddress a; } copy;
+  union {
+    void (*f)(int64_t, const jit__unranked *, const jit__unranked *);
+    LLVMOrcExecutorAddress a;
+  } copy;
   union { void *(*f)(size_t); LLVMOrcExecutorAddress a; } alloc;
   union { void *(*f)(size_t, size_t); LLVMOrcExecutorAddress a; } zalloc;
   union { void (*f)(void *); LLVMOrcExecutorAddress a; } release;
