@@ -343,31 +343,35 @@ static jit_status jit__add_entry(LLVMContextRef llctx, LLVMModuleRef mod,
   return NULL;
 }
 
-// LLVM's part when MLIR has vectorized the kernel's ops: the vector code needs
-// cleaning up (allocas, redundant loads, loop-invariant address arithmetic), the
-// loops of its fills vectorizing (and SLP + vector-combine for what MLIR left in
-// narrow vectors), not O2's repeated instcombine/GVN rounds, inliner and loop passes.
-// Measured: "LLVM IR + O2" 30-55 ms -> 4-17 ms on the matmul and fused gelu(xW+b)
-// kernels of the benchmark, at the same kernel speed. Kernels that leave loops to LLVM's vectorizers keep O2: softmax's rows were
-// 1.5x slower with this pipeline (3-4x without its loop-vectorize).
-static const char kLightLLVMPipeline[] =
-    "function(sroa,early-cse<memssa>,instcombine,simplifycfg,loop-mssa(licm),gvn,"
-    "loop-vectorize,slp-vectorizer,vector-combine,instcombine,simplifycfg)";
-
-// The same, then the unrolling of the loops that jit__cpu_unroll_k_loops marked (every
-// other loop is marked unroll.disable; no full unrolling by size either).
-static const char kLightUnrollLLVMPipeline[] =
-    "function(sroa,early-cse<memssa>,instcombine,simplifycfg,loop-mssa(licm),gvn,"
-    "loop-vectorize,slp-vectorizer,vector-combine,instcombine,simplifycfg,"
-    "loop-unroll<O2;no-partial;no-runtime;no-upperbound;no-profile-peeling;"
-    "full-unroll-max=0>)";
+// LLVM's part: the vector code MLIR made needs cleaning up (allocas, redundant loads,
+// loop-invariant address arithmetic), the loops of its fills vectorizing (and SLP +
+// vector-combine for what MLIR left in narrow vectors), not O2's repeated
+// instcombine/GVN rounds, inliner and loop passes. Measured: "LLVM IR + passes" 30-55
+// ms -> 4-17 ms on the matmul and fused gelu(xW+b) kernels of the benchmark, at the
+// same kernel speed.
+// Kernels that leave loops to LLVM's loop vectorizer (row reductions: softmax,
+// layernorm) need those loops rotated first: without loop-rotate softmax's rows were
+// 6x slower (4096x1024: 14 ms against 2.4). They went through O2 before, at the same
+// speed: its IndVarSimplify alone took ~75 ms of an encoder block's ~165 ("LLVM IR +
+// passes" 55-63 ms now; the block's whole compile ~400 -> ~300 ms, softmax 64x1024 ~15
+// -> ~11 ms).
+// %s: "loop(loop-rotate)," for such kernels; %s: the unrolling of the loops that
+// jit__cpu_unroll_k_loops marked (every other loop is marked unroll.disable; no full
+// unrolling by size either).
+static const char kLLVMPipeline[] =
+    "function(sroa,early-cse<memssa>,instcombine,simplifycfg,loop-mssa(licm),%sgvn,"
+    "loop-vectorize,slp-vectorizer,vector-combine,instcombine,simplifycfg%s)";
+static const char kRotate[] = "loop(loop-rotate),";
+static const char kUnrollK[] =
+    ",loop-unroll<O2;no-partial;no-runtime;no-upperbound;no-profile-peeling;"
+    "full-unroll-max=0>";
 
 // After bufferization: whether `op` holds a linalg op that MLIR did not vectorize and
 // that is more than a fill, e.g. a reduction left to LLVM's loop vectorizer. (A fill
-// becomes a store loop, which kLightLLVMPipeline vectorizes, and a memref.copy of
+// becomes a store loop, which kLLVMPipeline vectorizes, and a memref.copy of
 // contiguous rows a memcpy.) A fill's body is skipped: counting the linalg.yield in it
 // once sent every kernel with a fill left (plain matmuls, small-M gelu) through O2,
-// ~20-30 ms more per compile at the same kernel speed.
+// then the pipeline for such kernels, ~20-30 ms more per compile at the same speed.
 static MlirWalkResult jit__find_unvectorized(MlirOperation op, void *user) {
   MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
   if (name.length <= 7 || memcmp(name.data, "linalg.", 7) != 0) return MlirWalkResultAdvance;
@@ -380,9 +384,9 @@ static MlirWalkResult jit__find_unvectorized(MlirOperation op, void *user) {
 // After the passes: divisions by a row's sum become multiplications by its reciprocal;
 // and streaming kernels get their non-temporal stores and row prefetches
 // (jit__cpu_stream_rows).
-// `light`: kLightLLVMPipeline instead of O2; with `unroll`, kLightUnrollLLVMPipeline.
+// `rows`: kLLVMPipeline with its loops rotated; `unroll`: with the k-loop unrolling.
 static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_options *o,
-                                      const jit__cpu_plan *plan, bool light, bool unroll,
+                                      const jit__cpu_plan *plan, bool rows, bool unroll,
                                       jit__artifact *out) {
   char *err = NULL;
   LLVMTargetRef target;
@@ -402,22 +406,20 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
   LLVMSetModuleDataLayout(mod, dl);
   LLVMDisposeTargetData(dl);
 
-  // O2, not O3: the vector code MLIR made needs no more unrolling, and O3's loop
-  // unrolling made objects ~10x larger and compiles ~3x slower for no measured gain.
   jit_status status = NULL;
   LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
   // MLIR already unrolled what should be (vector tiles); LLVM fully unrolling small
   // constant-trip loops around them multiplied object size and compile time by ~5x
   // for odd shapes (e.g. 7 rows).
   LLVMPassBuilderOptionsSetLoopUnrolling(po, 0);
-  out->llvm_passes = o->opt_level <= 0 ? "O0"
-                     : light            ? (unroll ? "light + k-unroll" : "light")
-                                        : "O2";
-  LLVMErrorRef lerr = LLVMRunPasses(
-      mod, o->opt_level <= 0 ? "default<O0>"
-           : light           ? (unroll ? kLightUnrollLLVMPipeline : kLightLLVMPipeline)
-                             : "default<O2>",
-      tm, po);
+  static const char *const names[2][2] = {
+      {"light", "light + k-unroll"}, {"light + rotate", "light + rotate + k-unroll"}};
+  out->llvm_passes = o->opt_level <= 0 ? "O0" : names[rows][unroll];
+  char pipeline[sizeof kLLVMPipeline + sizeof kRotate + sizeof kUnrollK];
+  snprintf(pipeline, sizeof pipeline, kLLVMPipeline, rows ? kRotate : "",
+           unroll ? kUnrollK : "");
+  LLVMErrorRef lerr =
+      LLVMRunPasses(mod, o->opt_level <= 0 ? "default<O0>" : pipeline, tm, po);
   LLVMDisposePassBuilderOptions(po);
   if (!lerr && o->opt_level > 0) jit__cpu_hoist_reciprocals(mod);
   if (!lerr && o->opt_level > 0 && (plan->stream || plan->row_prefetch))
@@ -492,8 +494,8 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   jit_status status = NULL;
   jit__cpu_plan plan;
   memset(&plan, 0, sizeof plan);
-  bool light = false;   // kLightLLVMPipeline
-  bool unroll = false;  // kLightUnrollLLVMPipeline
+  bool rows = false;    // loops left to LLVM's vectorizer (kRotate)
+  bool unroll = false;  // k loops to unroll (kUnrollK)
   plan.threads = 1;
   LLVMContextRef llctx = NULL;
   LLVMModuleRef mod = NULL;
@@ -536,9 +538,8 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   if (options->opt_level > 0) {
     bool left = false;
     mlirOperationWalk(mop, jit__find_unvectorized, &left, MlirWalkPreOrder);
-    light = !left;
-    // Only on the light path: marking loops unroll.disable would change what O2 does.
-    unroll = light && plan.unroll_k && jit__cpu_unroll_k_loops(ctx, mop) > 0;
+    rows = left;
+    unroll = plan.unroll_k && jit__cpu_unroll_k_loops(ctx, mop) > 0;
   }
   char omp_pipeline[sizeof(kToLLVMPipelineOmp) + 16];
   snprintf(omp_pipeline, sizeof omp_pipeline, kToLLVMPipelineOmp, plan.threads);
@@ -570,7 +571,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   if (status) goto done;
   if (plan.wide_vectors) jit__cpu_prefer_wide_vectors(mod);
   jit__dump_llvm(options, func_name, "06-llvm.ll", mod);
-  status = jit__llvm_to_object(mod, options, &plan, light, unroll, out);
+  status = jit__llvm_to_object(mod, options, &plan, rows, unroll, out);
   jit__dump_llvm(options, func_name, "07-llvm-optimized.ll", mod);
   out->ms_llvm_opt = jit__lower_ms() - t1 - out->ms_codegen;
 

@@ -118,7 +118,7 @@ typedef struct jit__artifact {
   double ms_mlir;         // context, parse, fusion, tiling/vectorization, to LLVM dialect
   double ms_llvm_opt;     // translation to LLVM IR and LLVM's passes
   double ms_codegen;      // machine code emission
-  const char *llvm_passes;  // LLVM pipeline: "O2", "light", "light + k-unroll", "O0"
+  const char *llvm_passes;  // LLVM pipeline: "light" [+ rotate] [+ k-unroll], or "O0"
 } jit__artifact;
 
 // Frees what `artifact` owns (not the struct itself). NULL is a no-op.
