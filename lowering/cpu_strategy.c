@@ -1091,8 +1091,11 @@ choose_tile:;
 
   // Narrow N that is not a whole number of vectors (17x1000x31): plan_masked.
   // N above one vector only: below it most lanes would be masked off, and the plain
-  // path's narrow vectors do better (100x100x3: 11 vs 5.5 GFLOP/s).
-  bool masked = !packed && !fused && !small_m && split != 1 && N % h.lanes != 0 &&
+  // path's narrow vectors do better (100x100x3: 11 vs 5.5 GFLOP/s). Small M too: its
+  // tile, all rows by N, was one vector of N lanes, which LLVM split lane by lane
+  // (7x256x17 17 us against 0.8 masked; 16x256x31 81 against 1.7; 1x256x17 3.5 against
+  // 0.4).
+  bool masked = !packed && !fused && split != 1 && N % h.lanes != 0 &&
                 N > h.lanes && N <= 4 * h.lanes && i < 64;
   int64_t mv = 0, mtm = 0;
   if (masked) {
@@ -1640,7 +1643,10 @@ static MlirWalkResult plan_generic_op(MlirOperation op, void *user) {
 // then planned as any other matmul, the first with whole tiles (packed where B is
 // large), the second as a narrow matmul (masked below four vectors). Planned whole,
 // the block and tile sizes had to divide N's odd factors: 128x768x1000 ran in n blocks
-// of 250 with 8x16 register tiles, at ~0.5x OpenBLAS.
+// of 250 with 8x16 register tiles, at ~0.5x OpenBLAS. Small M as well (all rows in
+// one tile): one vector of N lanes per row at N <= 128 (1x768x100 46 us against 4.4
+// split), and whole vectors with the rest one column at a time above (16x2048x1000 1.33
+// ms against 0.95, 8x768x1000 197 against 183 us; 1x768x1000 the same on one thread).
 typedef struct split_walk {
   MlirContext ctx;
   host h;
@@ -1659,9 +1665,9 @@ static MlirWalkResult find_odd_n(MlirOperation op, void *user) {
   if (!static_shaped(ta) || !static_shaped(tb) || mlirShapedTypeGetRank(ta) != 2 ||
       mlirShapedTypeGetRank(tb) != 2)
     return MlirWalkResultAdvance;
-  int64_t M = mlirShapedTypeGetDimSize(ta, 0), N = mlirShapedTypeGetDimSize(tb, 1);
+  int64_t N = mlirShapedTypeGetDimSize(tb, 1);
   int64_t w = s->h.ptn, rest = N % w;
-  if (M <= 16 || N <= w || N <= 4 * s->h.lanes || !rest)
+  if (N <= w || N <= 4 * s->h.lanes || !rest)
     return MlirWalkResultAdvance;
   if (N % s->h.tn == 0 && !mlirOperationIsNull(epilogue_of(op))) return MlirWalkResultAdvance;
   int j = s->n++;

@@ -290,13 +290,32 @@ Test(perf_paths, small_m_rows_of_power_of_two_vectors) {
   check_dense(5, 64, 97, 1, TU_F16, 1, 2);
 }
 
+// Few rows and an N between one and four vectors, not a whole number of them: one
+// masked tile (it was one vector of N lanes, which LLVM split lane by lane: 7x256x17
+// ran at 3.5 GFLOP/s). Above four vectors the rest after the split (odd_n_split_in_two)
+// is such a tile.
+Test(perf_paths, small_m_narrow_n_masked) {
+  check_dense_path(7, 256, 17, 1, "matmul 0: 7x256x17, masked N");
+  check_dense_path(1, 256, 17, 1, "matmul 0: 1x256x17, masked N");
+  check_dense_path(16, 256, 31, 2, "matmul 0: 16x256x31, masked N");
+  check_dense_path(13, 61, AVX512(29, 53), 1, "masked N");
+  check_dense_path(1, 768, 100, 1, AVX512("matmul 1: 1x768x4,", "matmul 1: 1x768x36, masked N"));
+  check_dense_path(3, 97, 1000, 2, AVX512("matmul 1: 3x97x8,", "matmul 1: 3x97x40, masked N"));
+  check_dense(5, 64, 23, 1, TU_F16, 1, 2);
+  check_dense(1, 130, 47, 2, TU_F16, 0, 0);
+  check_dense(9, 33, 19, 1, TU_F32, 1, 1);
+}
+
 Test(perf_paths, small_m_n_blocks) {
   check_dense_path(8, 768, 3072, 1, "blocks [0, 512, 8]");
   check_dense_path(8, 768, 3072, 2, "blocks [0, 512, 8]");  // 1536 columns a thread
-  check_dense_path(16, 200, 1000, 1, "blocks [0, 250, 8]");  // 15 x 16 + 10 a block
-  check_dense_path(11, 97, 2053, 1, "blocks [0, 0, 0]");     // prime N and K
-  // gelu(xW+b); the tile is 6 x 64 on AVX-512, and no multiple of 64 divides 2000.
-  check_dense_path_act(6, 300, 2000, 1, 1, 2, AVX512("blocks [0, 400, 6]", "blocks [0, 500, 6]"));
+  // N split at the last whole tile first (odd_n_split_in_two): 960 (992) and 40 (8).
+  check_dense_path(16, 200, 1000, 1, AVX512("blocks [0, 496, 8]", "blocks [0, 192, 8]"));
+  check_dense_path(11, 97, 2053, 1, "matmul 1: 11x97x5, threads split none, blocks [0, 0, 0]");
+  // gelu(xW+b); on AVX-512 N is split at 1984 (31 x 64; the epilogue then runs apart).
+  check_dense_path_act(6, 300, 2000, 1, 1, 2,
+                       AVX512("blocks [0, 400, 6]", "matmul 0: 6x300x1984, threads split none, "
+                                                    "blocks [0, 496, 6]"));
 }
 
 // B packed into panels (plan_packed): B too large for L2, enough rows to reuse it.
@@ -791,7 +810,7 @@ Test(perf_paths, odd_n_split_in_two) {
   check_dense_path_act(67, 200, 300, 1, 1, 2, AVX512("matmul 1: 67x200x12", "matmul 1: 67x200x44"));
   check_dense_path_act(67, 200, 288, 1, 1, 2, "matmul 0: 67x200x288 + epilogue");
   check_dense_path_act(23, 64, 70, 2, 1, 1, "matmul 1: 23x64x");
-  check_dense_path(16, 64, 70, 1, "matmul 0: 16x64x70");  // few rows: one GEMV-like pass
+  check_dense_path(16, 64, 70, 1, "matmul 1: 16x64x6,");  // few rows too
   check_linear(100, 256, 999, 1, TU_F32, 1, AVX512("matmul 1: 100x256x7", "matmul 1: 100x256x39"));
   check_linear(100, 256, 999, 2, TU_F16, 2, "matmul 1: 100x256x");
   check_dense(45, 130, 333, 1, TU_F16, 1, 2);
