@@ -750,6 +750,51 @@ static bool b_transposed(MlirOperation mm) {
   return maps_are(mm, 3, 3, 2, want, false);
 }
 
+// The multiply and add of matmul `mm`'s body allowed to fuse into one FMA (LLVM
+// contracts them only with this flag); the vector ops made from the body keep it.
+static void contract_body(MlirContext ctx, MlirOperation mm) {
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(mm, 0));
+  MlirAttribute contract =
+      mlirAttributeParseGet(ctx, mlirStringRefCreateFromCString("#arith.fastmath<contract>"));
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op))
+    if (op_is(op, "arith.mulf") || op_is(op, "arith.addf"))
+      mlirOperationSetAttributeByName(op, mlirStringRefCreateFromCString("fastmath"), contract);
+}
+
+// Register tiles of x W^T as dot products along k (plan_matmul_bt): each [tm, tn] tile
+// of matmul i keeps tm x tn vectors of partial sums, one lane per k mod L
+// (tile_reduction_using_for), adds x's L contiguous k times W's (both read as they are
+// stored) into them per step, and reduces each vector across its lanes once at the
+// end. Vectorized here; the peeled tiles' sizes folded first (canonicalization), as
+// vectorize needs them static.
+static void plan_matmul_dot(walk *w, int i, int64_t L) {
+  sb_printf(&w->sb,
+            "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+            "  %%dfn%d = transform.get_parent_op %%mmr%d {op_name = \"func.func\", "
+            "deduplicate} : (" ANY ") -> " ANY "\n"
+            "  transform.apply_patterns to %%dfn%d { transform.apply_patterns.canonicalization "
+            "transform.apply_patterns.scf.for_loop_canonicalization } : " ANY "\n"
+            "  %%mmd%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+            "  %%dfl%d, %%dsp%d, %%dcb%d, %%dlp%d = transform.structured."
+            "tile_reduction_using_for %%mmd%d by tile_sizes = [0, 0, %lld] : (" ANY
+            ") -> (" ANY ", " ANY ", " ANY ", " ANY ")\n"
+            "  transform.structured.vectorize %%dsp%d : " ANY "\n"
+            "  transform.structured.vectorize %%dcb%d : " ANY "\n"
+            "  transform.structured.vectorize %%dfl%d : " ANY "\n"
+            "  %%dpl%d = transform.get_parent_op %%dlp%d {deduplicate} : (" ANY ") -> " ANY
+            "\n"
+            "  transform.apply_patterns to %%dpl%d {\n"
+            "    transform.apply_patterns.vector.transfer_permutation_patterns\n"
+            "    transform.apply_patterns.vector.cast_away_vector_leading_one_dim\n"
+            "    transform.apply_patterns.vector.lower_multi_reduction "
+            "lowering_strategy = \"innerreduction\"\n"
+            "  } : " ANY "\n",
+            i, i, i, i, i, i, i, i, i, i, i, i, (long long)L, i, i, i, i, i, i);
+}
+
 // x W^T with W stored N x K, up to 17 rows (emit_mlir.c), or imported: each register
 // tile [up to 8 rows, one vector of N] steps k by one vector's lanes L, reading B as L
 // rows of L contiguous k and transposing them in registers (16x16 shuffles on AVX-512)
@@ -761,6 +806,16 @@ static bool b_transposed(MlirOperation mm) {
 // of W again from memory (16x768x3072: 1.20 ms against 1.34; imported 64x768x3072:
 // 4.1 against 5.7); 9-17 rows are two equal row tiles (12 rows: no peeled rest, 74 ms
 // to compile against 114).
+//
+// With K a whole number of vectors and long enough for the tiles' final reductions
+// across lanes to matter little (16 vectors, 48 for more rows), the tiles are dot
+// products instead (plan_matmul_dot): no transposes. f16 W, whose 16x16 transposes cost
+// more than its halved bytes saved (it was copied transposed per call instead), with up
+// to 4 rows or K >= 48 vectors: 1x768x3072 1.0 ms -> 0.20 (x W: 0.19), 8x768x3072 1.26
+// -> 0.58 (0.51), 16x768x3072 1.83 -> 1.09, 4x256x1000 73 -> 44 us; f32 with one row,
+// or up to 4 and K >= 48 vectors: 1x768x3072 0.39 -> 0.35, 4x768x512 49 -> 44 us (2-4
+// rows with K = 256 or 512: 5-25 % slower than the transposes; 8 and 16 rows at K =
+// 768 the same). AVX2 code alike (f32 1x768x3072 0.49 -> 0.34).
 static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int64_t N) {
   bool has_fill;
   int i = tag_matmul(w, mm, &has_fill);
@@ -769,6 +824,15 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
   host h = w->h;
   int64_t L = h.lanes, tn = L, tm = M < 8 ? M : 8;
   if (M > 8 && M <= 17) tm = (M + 1) / 2;  // two row tiles, no peel when M is even
+  MlirType eb = mlirShapedTypeGetElementType(mlirValueGetType(mlirOperationGetOperand(mm, 1)));
+  bool f16_b = mlirTypeIsAF16(eb), long_k = K >= 48 * L;
+  bool dot = M <= 17 && K % L == 0 && K >= 16 * L &&
+             (M == 1 || (f16_b ? M <= 4 || long_k : M <= 4 && long_k));
+  if (dot) {
+    tm = M < 4 ? M : 4;
+    tn = h.acc / tm < 8 ? h.acc / tm : 8;
+    contract_body(w->ctx, mm);
+  }
   int T = w->threads;
   bool big = (double)M * N * K >= (double)(1 << 24) ||
              (M <= 16 && (double)K * N * 4 >= split_b_bytes(h));
@@ -776,12 +840,12 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
   int64_t tN = split ? N / T : N;
   if (tn > tN) tn = tN;
   if (tm > M) tm = M;
-  w->transposes = true;
+  if (!dot) w->transposes = true;
   if (M * N * K >= (1 << 24)) w->unroll_k = true;
-  sb_printf(sb, "  // matmul %d: %lldx%lldx%lld, B transposed, threads split %s, register "
+  sb_printf(sb, "  // matmul %d: %lldx%lldx%lld, B transposed%s, threads split %s, register "
                 "tile %lldx%lld, k step %lld\n",
-            i, (long long)M, (long long)K, (long long)N, split ? "N" : "none", (long long)tm,
-            (long long)tn, (long long)L);
+            i, (long long)M, (long long)K, (long long)N, dot ? ", dot products" : "",
+            split ? "N" : "none", (long long)tm, (long long)tn, (long long)L);
   sb_printf(sb,
             "  %%mm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
             "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
@@ -821,6 +885,10 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
       if (tile_n && tN % tn) sb_peel(sb, "qn", i, handle(hb, "rl", i, 0));
       if (tile_m && M % tm) sb_peel(sb, "qm", i, handle(hb, "rl", i, 0));
     }
+  }
+  if (dot) {
+    plan_matmul_dot(w, i, L);
+    return;
   }
   if (K > L) {
     sb_printf(sb,

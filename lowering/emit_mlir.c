@@ -652,7 +652,8 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
     return node_error(e, "matmul operand has more batch dims than the result");
 
   bool f16 = n->dtype == JIT__F16;
-  if (r == 2 && a.rank == 2 && b.rank == 2 && e->named_batch && !f16) {
+  if (r == 2 && a.rank == 2 && b.rank == 2 && e->named_batch &&
+      (!f16 || (k % 16 == 0 && k >= 256 && (n->dims[0] <= 4 || k >= 768)))) {
     // x W^T (a PyTorch Linear's weight, N x K) with up to 17 rows: linalg.matmul reading
     // the transpose's input through a transposed map (cpu_strategy.c, plan_matmul_bt),
     // instead of a transposed copy of W per call: 1x768x3072 0.40 ms against 2.5,
@@ -660,13 +661,15 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
     // rows the GEMV-like path takes, too few to pack B) 1.1 against 2.5. With more rows the
     // matmul packs B, from W directly (plan_packed): 64x768x3072 2.5 ms, against 4.1
     // through the transposed map. The transpose node's own value is then unused unless
-    // something else reads it.
+    // something else reads it. f16 when K is a whole number of vectors (16 covers AVX2's
+    // 8 too), where the strategy's tiles are dot products (plan_matmul_dot): 1x768x3072
+    // 0.20 ms against 1.0 for the transposed copy, 8x768x3072 0.59 against 1.3.
     const jit__node *bn = &e->g->nodes[n->operands[1]];
     if (bn->op == JIT__OP_TRANSPOSE && bn->rank == 2 && bn->perm[0] == 1 && bn->perm[1] == 0 &&
         n->dims[0] <= 17) {
       const jit__node *w = &e->g->nodes[bn->operands[0]];
       str acc = emit_filled_acc(e, "0.0", 2, n->dims);
-      str mm = value_name(e, true);
+      str mm = value_name(e, !f16);
       str acc_ty = tensor_type(JIT__F32, 2, n->dims);
       jit__text_printf(&e->tb,
                        "  %s = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, "
@@ -675,6 +678,7 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
                        mm.s, a.name, e->names[bn->operands[0]],
                        tensor_type(a.dt, 2, a.dims).s, tensor_type(w->dtype, 2, w->dims).s,
                        acc.s, acc_ty.s, acc_ty.s);
+      if (f16) emit_f16_result(e, mm.s, 2, n->dims, true);
       return NULL;
     }
   }
