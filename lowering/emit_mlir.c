@@ -615,7 +615,8 @@ static int matmul_batch_prefix(const gen_operand *a, const gen_operand *b,
     else if (bdim != 1)
       return -1;
   }
-  return p;
+  // A batch of one matmul (x (1, 1, K) times a 2-D W) is that matmul: its rows fold.
+  return num_elements(p, n->dims) == 1 ? 0 : p;
 }
 
 // Matmul operand `op` copied out to the batch dims of the result `n` (its own last two
@@ -640,6 +641,41 @@ static str emit_batch_broadcast(emitter *e, const gen_operand *op, const jit__no
   return res;
 }
 
+// x (`a`, its batch dims folded into `rows`) times W^T where `bn` transposes W (N x K):
+// linalg.matmul reading W through the map (m, n, k) -> (n, k) (emit_matmul says when).
+// Reshaped views of x and of the result where x is batched, as in emit_named_matmul.
+static jit_status emit_matmul_bt(emitter *e, const jit__node *n, const gen_operand *a,
+                                 int64_t rows, const jit__node *bn) {
+  int r = n->rank;
+  bool f16 = n->dtype == JIT__F16, reshape = r != 2;
+  const jit__node *w = &e->g->nodes[bn->operands[0]];
+  int64_t ad[2] = {rows, a->dims[a->rank - 1]}, cd[2] = {rows, n->dims[r - 1]};
+  const char *an = a->name;
+  str as;
+  if (a->rank != 2) {
+    as = emit_reshape_to(e, an, a->dt, a->rank, a->dims, 2, ad, false);
+    an = as.s;
+  }
+  str acc = emit_filled_acc(e, "0.0", 2, cd);
+  str mm = value_name(e, !f16 && !reshape);
+  str acc_ty = tensor_type(JIT__F32, 2, cd);
+  jit__text_printf(&e->tb,
+                   "  %s = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, "
+                   "affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>] "
+                   "ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                   mm.s, an, e->names[bn->operands[0]], tensor_type(a->dt, 2, ad).s,
+                   tensor_type(w->dtype, 2, w->dims).s, acc.s, acc_ty.s, acc_ty.s);
+  str res = f16 ? emit_f16_result(e, mm.s, 2, cd, !reshape) : mm;
+  if (reshape) {
+    emit_reshape_to(e, res.s, n->dtype, 2, cd, r, n->dims, true);
+    struct flat_value *f = &e->flat[e->cur];
+    f->name = res;
+    f->rank = 2;
+    memcpy(f->dims, cd, sizeof cd);
+  }
+  return NULL;
+}
+
 static jit_status emit_matmul(emitter *e, const jit__node *n) {
   gen_operand a = node_operand(e, n->operands[0]), b = node_operand(e, n->operands[1]);
   int r = n->rank;
@@ -652,36 +688,24 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
     return node_error(e, "matmul operand has more batch dims than the result");
 
   bool f16 = n->dtype == JIT__F16;
-  if (r == 2 && a.rank == 2 && b.rank == 2 && e->named_batch &&
-      (!f16 || (k % 16 == 0 && k >= 256 && (n->dims[0] <= 4 || k >= 768)))) {
-    // x W^T (a PyTorch Linear's weight, N x K) with up to 17 rows: linalg.matmul reading
-    // the transpose's input through a transposed map (cpu_strategy.c, plan_matmul_bt),
-    // instead of a transposed copy of W per call: 1x768x3072 0.40 ms against 2.5,
-    // 8x768x3072 0.72 against 2.0, 16x768x3072 1.2 against 2.8, 17x768x3072 (the most
-    // rows the GEMV-like path takes, too few to pack B) 1.1 against 2.5. With more rows the
-    // matmul packs B, from W directly (plan_packed): 64x768x3072 2.5 ms, against 4.1
-    // through the transposed map. The transpose node's own value is then unused unless
-    // something else reads it. f16 when K is a whole number of vectors (16 covers AVX2's
-    // 8 too), where the strategy's tiles are dot products (plan_matmul_dot): 1x768x3072
-    // 0.20 ms against 1.0 for the transposed copy, 8x768x3072 0.59 against 1.3.
-    const jit__node *bn = &e->g->nodes[n->operands[1]];
-    if (bn->op == JIT__OP_TRANSPOSE && bn->rank == 2 && bn->perm[0] == 1 && bn->perm[1] == 0 &&
-        n->dims[0] <= 17) {
-      const jit__node *w = &e->g->nodes[bn->operands[0]];
-      str acc = emit_filled_acc(e, "0.0", 2, n->dims);
-      str mm = value_name(e, !f16);
-      str acc_ty = tensor_type(JIT__F32, 2, n->dims);
-      jit__text_printf(&e->tb,
-                       "  %s = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, "
-                       "affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>] "
-                       "ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
-                       mm.s, a.name, e->names[bn->operands[0]],
-                       tensor_type(a.dt, 2, a.dims).s, tensor_type(w->dtype, 2, w->dims).s,
-                       acc.s, acc_ty.s, acc_ty.s);
-      if (f16) emit_f16_result(e, mm.s, 2, n->dims, true);
-      return NULL;
-    }
-  }
+  // x W^T (a PyTorch Linear's weight, N x K) with up to 17 rows: linalg.matmul reading
+  // the transpose's input through a transposed map (cpu_strategy.c, plan_matmul_bt),
+  // instead of a transposed copy of W per call: 1x768x3072 0.40 ms against 2.5,
+  // 8x768x3072 0.72 against 2.0, 16x768x3072 1.2 against 2.8, 17x768x3072 (the most
+  // rows the GEMV-like path takes, too few to pack B) 1.1 against 2.5. With more rows the
+  // matmul packs B, from W directly (plan_packed): 64x768x3072 2.5 ms, against 4.1
+  // through the transposed map. The transpose node's own value is then unused unless
+  // something else reads it. f16 when K is a whole number of vectors (16 covers AVX2's
+  // 8 too), where the strategy's tiles are dot products (plan_matmul_dot): 1x768x3072
+  // 0.20 ms against 1.0 for the transposed copy, 8x768x3072 0.59 against 1.3. A batched
+  // x (a decode step's (B, 1, D)) is its rows: 4x1x768 times W^T took 2.9 ms, against
+  // 0.44 for 4x768.
+  const jit__node *bn = &e->g->nodes[n->operands[1]];
+  int64_t rows = num_elements(a.rank - 1, a.dims);
+  if (e->named_batch && b.rank == 2 && bn->op == JIT__OP_TRANSPOSE && bn->rank == 2 &&
+      bn->perm[0] == 1 && bn->perm[1] == 0 && rows <= 17 &&
+      (!f16 || (k % 16 == 0 && k >= 256 && (rows <= 4 || k >= 768))))
+    return emit_matmul_bt(e, n, &a, rows, bn);
   if (r == 2 && a.rank == 2 && b.rank == 2) return emit_named_matmul(e, n, &a, &b, 0, 0);
   if (e->named_batch) {
     // Leading batch dims equal on both operands, then dims where only x has them (W's

@@ -592,7 +592,7 @@ Test(perf_paths, batch_matmul_is_a_loop_of_planned_matmuls) {
   // A unit N or K would fold away with the batch dim: plain loops, exact.
   check_bmm(3, 17, 40, 1, 2, TU_F32, NULL);
   check_bmm(2, 5, 1, 9, 1, TU_F16, NULL);
-  check_bmm(1, 40, 50, 61, 2, TU_F32, "a batch of 1");
+  check_bmm(1, 40, 50, 61, 2, TU_F32, "matmul 0: 40x50x");  // a batch of one: its matmul
   check_bmm(2, 64, 64, 64, 2, TU_F32, "a batch of 2, threads split each matmul");
   check_bmm(3, 17, 33, 45, 1, TU_F16, "a batch of 3");
   check_bmm(7, 13, 20, 11, 2, TU_F16, "a batch of 7");
@@ -715,16 +715,20 @@ Test(perf_paths, transpose_tiles) {
 
 // act(x W^T + b) with W stored N x K (a PyTorch Linear's weight) against plain C; with
 // `needle`, the path the script names.
-static void check_linear(int64_t M, int64_t K, int64_t N, int threads, DLDataType dt,
-                         int act, const char *needle) {
+// act(x W^T [+ b]) with W stored N x K (a PyTorch Linear's weight) and x of rank `rx`
+// (`dx`, K last); as check_batched otherwise.
+static void check_linear_x(int rx, const int64_t *dx, int64_t N, int threads, DLDataType dt,
+                           int act, const char *needle) {
   if (needle && !kThreadsSplit && strstr(needle, "split")) needle = "threads split none";
   if (needle) dump_begin();
-  int64_t sx[2] = {M, K}, sw[2] = {N, K}, sb[1] = {N}, dwt[2], dc[2];
+  int64_t K = dx[rx - 1], M = 1;
+  for (int d = 0; d < rx - 1; d++) M *= dx[d];
+  int64_t sw[2] = {N, K}, sb[1] = {N}, dwt[2], dc[8];
   const int perm[2] = {1, 0};
   jit_context *ctx = ctx_threads(threads);
   jit_graph *g = tu_graph(ctx, "linear");
   jit_value w = jit_transpose(g, jit_input(g, "w", dt, 2, sw), perm);
-  jit_value y = jit_matmul(g, jit_input(g, "x", dt, 2, sx), w);
+  jit_value y = jit_matmul(g, jit_input(g, "x", dt, rx, dx), w);
   if (act) y = jit_add(g, y, jit_input(g, "b", dt, 1, sb));
   if (act == 1) y = jit_relu(g, y);
   if (act == 2) y = jit_gelu(g, y);
@@ -747,16 +751,19 @@ static void check_linear(int64_t M, int64_t K, int64_t N, int threads, DLDataTyp
     ref_round_f16_array(bb, N);
   }
   ref_transpose(wv, 2, sw, perm, wt, dwt);
-  ref_matmul(x, 2, sx, wt, 2, dwt, want, dc);
+  int rc = ref_matmul(x, rx, dx, wt, 2, dwt, want, dc);
+  cr_assert_eq(rc, rx);
   bias_act_ref(want, M * N, N, act ? bb : NULL, act);
   void *pw = tu_input_data(dt, wv, N * K), *px = tu_input_data(dt, x, M * K);
   void *pb = tu_input_data(dt, bb, N);
-  DLTensor ins[3] = {tu_tensor(pw, dt, 2, sw), tu_tensor(px, dt, 2, sx),
+  int64_t sx[8];
+  memcpy(sx, dx, sizeof(int64_t) * (size_t)rx);
+  DLTensor ins[3] = {tu_tensor(pw, dt, 2, sw), tu_tensor(px, dt, rx, sx),
                      tu_tensor(pb, dt, 1, sb)};
-  char what[96];
-  snprintf(what, sizeof what, "x W^T %lldx%lldx%lld %s act=%d threads=%d", (long long)M,
-           (long long)K, (long long)N, f16 ? "f16" : "f32", act, threads);
-  check_matmul_result(g, ins, act ? 3 : 2, dt, 2, dc, want, K, what);
+  char what[128];
+  snprintf(what, sizeof what, "x W^T rank %d, %lldx%lldx%lld %s act=%d threads=%d", rx,
+           (long long)M, (long long)K, (long long)N, f16 ? "f16" : "f32", act, threads);
+  check_matmul_result(g, ins, act ? 3 : 2, dt, rc, dc, want, K, what);
   if (needle) {
     cr_expect(script_has(needle), "%s: script lacks `%s`", what, needle);
     dump_end();
@@ -764,6 +771,12 @@ static void check_linear(int64_t M, int64_t K, int64_t N, int threads, DLDataTyp
   free_bufs((void *[]){x, wv, wt, bb, want, pw, px, pb}, 8);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
+}
+
+static void check_linear(int64_t M, int64_t K, int64_t N, int threads, DLDataType dt,
+                         int act, const char *needle) {
+  const int64_t dx[2] = {M, K};
+  check_linear_x(2, dx, N, threads, dt, act, needle);
 }
 
 // x W^T with up to 17 rows reads W through a transposed map (16x16 / 8x8 register
@@ -808,6 +821,22 @@ Test(perf_paths, linear_dot_products) {
   check_linear(3, 768, 130, 2, TU_F32, 2, "3x768x130, B transposed, dot products");
   check_linear(4, 256, 1000, 1, TU_F32, 0, "4x256x1000, B transposed, threads");
   check_linear(5, 240, 64, 1, TU_F16, 0, NULL);
+}
+
+// x W^T with x batched (a decode step's (B, 1, D), a short sequence): its batch dims are
+// more rows, so up to 17 of them read W through the transposed map (4x1x768 times W^T
+// took 2.9 ms as a transposed copy of W and a batch, against 0.44 as 4 rows); x (1, 1,
+// K) times a 2-D W is one vector x matrix, not a batch of one.
+Test(perf_paths, linear_batched_rows) {
+  const int64_t x1[3] = {4, 1, 768}, x2[3] = {2, 8, 100}, x3[4] = {1, 3, 1, 512};
+  const int64_t x4[3] = {3, 7, 64}, x5[3] = {1, 1, 96};
+  check_linear_x(3, x1, 300, 2, TU_F32, 0, "4x768x300, B transposed");
+  check_linear_x(3, x1, 257, 1, TU_F16, 2, "4x768x257, B transposed, dot products");
+  check_linear_x(3, x2, 45, 1, TU_F32, 1, "16x100x45, B transposed");
+  check_linear_x(4, x3, 64, 1, TU_F32, 0, "3x512x64, B transposed");
+  check_linear_x(3, x4, 33, 1, TU_F32, 2, NULL);  // 21 rows: W^T its own op (B small)
+  check_linear_x(3, x5, 130, 1, TU_F32, 0, "1x96x130, B transposed");
+  check_batched(3, x5, 2, (const int64_t[]){96, 130}, 1, TU_F32, 0, 0, "matmul 0: 1x96x128,");
 }
 
 // N not a whole number of the plain register tile's width (64 columns on AVX-512, 16
