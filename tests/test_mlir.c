@@ -872,6 +872,43 @@ Test(mlir, matmul_transposed_b) {
   jit_context_destroy(ctx);
 }
 
+// Imported linalg.batch_matmul with B read through (b, n, k): dot products along k
+// with few rows or a long K, unplanned loops otherwise; exact either way, over odd N
+// and rows that are not a whole number of register tiles.
+Test(mlir, batch_matmul_transposed_b, .init = make_dir, .fini = remove_dir) {
+  jit_context *ctx = make_ctx(2, g_dir);
+  jit_graph *g = load(ctx, "batch_matmul_transposed_b.mlir", NULL);
+  static const int64_t shapes[][4] = {{12, 1, 64, 100}, {3, 17, 256, 45}, {4, 37, 64, 50}};
+  for (int t = 0; t < 3; t++) {
+    int64_t B = shapes[t][0], M = shapes[t][1], K = shapes[t][2], N = shapes[t][3];
+    float *a = malloc(sizeof(float) * B * M * K), *w = malloc(sizeof(float) * B * N * K),
+          *want = malloc(sizeof(float) * B * M * N);
+    fill(a, B * M * K, 61 + t);
+    fill(w, B * N * K, 71 + t);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+          double acc = 0;
+          for (int64_t k = 0; k < K; k++)
+            acc += (double)a[(b * M + i) * K + k] * w[(b * N + j) * K + k];
+          want[(b * M + i) * N + j] = (float)acc;
+        }
+    int64_t sa[3] = {B, M, K}, sw[3] = {B, N, K};
+    DLTensor in[2] = {tu_tensor(a, TU_F32, 3, sa), tu_tensor(w, TU_F32, 3, sw)};
+    int rank;
+    int64_t shape[8];
+    remove_dir();  // this shape's dumps only
+    cr_assert(mkdir(g_dir, 0700) == 0);
+    float *got = run1(g, in, 2, 1, 0, shape, &rank);
+    cr_expect(rank == 3 && shape[0] == B && shape[1] == M && shape[2] == N);
+    expect_close(got, want, B * M * N, 2e-6f * (float)K, "q K^T");
+    expect_dump("-03-transform-script.mlir", "B transposed, dot products", t < 2);
+    free(a), free(w), free(want), free(got);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 // An unwritable dump directory does not fail the compile.
 Test(mlir, dump_failure_is_harmless) {
   jit_context *ctx = make_ctx(2, "/nonexistent/dir/for/dumps");
