@@ -718,27 +718,61 @@ static jit_status emit_batch_matmul_bt(emitter *e, const jit__node *n, const gen
   return NULL;
 }
 
-// x (M x K) times a vector w (K x 1): M dot products of x's rows with w, as w^T x^T, a
-// one-row x W^T that reads x through the transposed map (plan_matmul_bt's dot
-// products, split across threads over x's rows): 128x768 16 -> 5.6 us, 4096x1024 0.91
-// -> 0.68 ms (2 threads 0.36). As linalg.matmul with N = 1 its register tiles were
-// columns of one lane, unthreaded.
+// Whether x (`a`) times `b` making `n` is emit_matvec's: b a 2-D vector (K x 1) and K
+// of 256 or more (the 2-D dot products' bound), or a batch of vectors with all batch
+// dims equal on x, b and the result, and K of 256 or more (f16: 64; f32 12x1000x64
+// times 12x64x1 took 160 us against 128 unplanned on one thread, 52 against 129 on 2).
+static bool is_matvec(const gen_operand *a, const gen_operand *b, const jit__node *n) {
+  int64_t k = a->dims[a->rank - 1];
+  if (b->rank == 2) return k >= 256 && b->dims[1] == 1;
+  if (a->rank != n->rank || b->rank != n->rank || k < (a->dt == JIT__F16 ? 64 : 256))
+    return false;
+  for (int d = 0; d < n->rank - 2; d++)
+    if (a->dims[d] != n->dims[d] || b->dims[d] != n->dims[d]) return false;
+  return true;
+}
+
+// x (..., M, K) times a vector w (K x 1, or batched as x is: (..., K, 1)): dot products
+// of x's rows with w, as w^T x^T, a one-row x W^T that reads x through the transposed
+// map: plan_matmul_bt's dot products split across threads over x's rows (x's batch
+// dims folded into them when w is 2-D), or plan_batch_dot's for a batch. 128x768 16 ->
+// 5.8 us, 4096x1024 0.82 -> 0.65 ms (2 threads 0.86 -> 0.35), 4x128x768 times 4x768x1
+// 32 -> 24 us (f16 93 -> 18), times a 2-D 768x1 63 -> 24. As a matmul with N = 1 its
+// register tiles were columns of one lane, unthreaded, and a batch of them was not
+// planned at all.
 static jit_status emit_matvec(emitter *e, const jit__node *n, const gen_operand *a,
                               const gen_operand *b) {
-  bool f16 = n->dtype == JIT__F16;
-  int64_t m = a->dims[0], k = a->dims[1], wd[2] = {1, k}, cd[2] = {1, m};
-  str ws = emit_reshape_to(e, b->name, b->dt, 2, b->dims, 2, wd, false);
-  str acc = emit_filled_acc(e, "0.0", 2, cd);
+  bool f16 = n->dtype == JIT__F16, batch = b->rank > 2;
+  int r = n->rank, cr = batch ? 3 : 2;
+  int64_t k = a->dims[a->rank - 1];
+  int64_t bt = batch ? num_elements(r - 2, n->dims) : 1;
+  int64_t rows = batch ? n->dims[r - 2] : num_elements(a->rank - 1, a->dims);
+  int64_t wd[3] = {bt, 1, k}, xd[3] = {bt, rows, k}, cd[3] = {bt, 1, rows};
+  const int64_t *w3 = batch ? wd : wd + 1, *x3 = batch ? xd : xd + 1, *c3 = batch ? cd : cd + 1;
+  str ws = emit_reshape_to(e, b->name, b->dt, b->rank, b->dims, cr, w3, false);
+  const char *xn = a->name;
+  str xs;
+  if (a->rank != cr) {
+    xs = emit_reshape_to(e, xn, a->dt, a->rank, a->dims, cr, x3, false);
+    xn = xs.s;
+  }
+  str acc = emit_filled_acc(e, "0.0", cr, c3);
   str mm = value_name(e, false);
-  str acc_ty = tensor_type(JIT__F32, 2, cd);
+  str acc_ty = tensor_type(JIT__F32, cr, c3);
   jit__text_printf(&e->tb,
-                   "  %s = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, "
-                   "affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>] "
-                   "ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
-                   mm.s, ws.s, a->name, tensor_type(b->dt, 2, wd).s,
-                   tensor_type(a->dt, 2, a->dims).s, acc.s, acc_ty.s, acc_ty.s);
-  str res = f16 ? emit_f16_result(e, mm.s, 2, cd, false) : mm;
-  emit_reshape_to(e, res.s, n->dtype, 2, cd, 2, n->dims, true);
+                   batch ? "  %s = linalg.batch_matmul indexing_maps = ["
+                           "affine_map<(b, m, n, k) -> (b, m, k)>, "
+                           "affine_map<(b, m, n, k) -> (b, n, k)>, "
+                           "affine_map<(b, m, n, k) -> (b, m, n)>] "
+                         : "  %s = linalg.matmul indexing_maps = ["
+                           "affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
+                           "affine_map<(m, n, k) -> (m, n)>] ",
+                   mm.s);
+  jit__text_printf(&e->tb, "ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n", ws.s, xn,
+                   tensor_type(b->dt, cr, w3).s, tensor_type(a->dt, cr, x3).s, acc.s,
+                   acc_ty.s, acc_ty.s);
+  str res = f16 ? emit_f16_result(e, mm.s, cr, c3, false) : mm;
+  emit_reshape_to(e, res.s, n->dtype, cr, c3, r, n->dims, true);
   return NULL;
 }
 
@@ -784,8 +818,7 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
       bn->perm[0] == 1 && bn->perm[1] == 0 && rows <= 17 &&
       (!f16 || (k % 16 == 0 && k >= 256 && (rows <= 4 || k >= 768))))
     return emit_matmul_bt(e, n, &a, rows, bn);
-  if (r == 2 && a.rank == 2 && b.rank == 2 && nn == 1 && e->named_batch && k % 16 == 0 &&
-      k >= 256)
+  if (e->named_batch && nn == 1 && k % 16 == 0 && is_matvec(&a, &b, n))
     return emit_matvec(e, n, &a, &b);
   if (r == 2 && a.rank == 2 && b.rank == 2) return emit_named_matmul(e, n, &a, &b, 0, 0);
   // A batch of x W^T with W stored (batch..., N, K) and up to 4 rows (a decode step's

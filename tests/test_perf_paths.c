@@ -901,7 +901,8 @@ Test(perf_paths, linear_dot_products) {
 
 // x times a vector w (K x 1) with K a multiple of 16 and 256 or more: x's rows dot w,
 // planned as the one-row w^T x^T reading x through the transposed map (it was a
-// matmul of one-lane columns, unthreaded: 128x768x1 16 us against 5.8 now).
+// matmul of one-lane columns, unthreaded: 128x768x1 16 us against 5.8 now); a batch of
+// them (K >= 256, f16 64) as a batch of such (it was not planned).
 Test(perf_paths, matrix_times_vector_dot_products) {
   check_dense_path(128, 768, 1, 2, "1x768x128, B transposed, dot products");
   check_dense_path(2048, 1024, 1, 2, "1x1024x2048, B transposed, dot products, threads split N");
@@ -910,6 +911,13 @@ Test(perf_paths, matrix_times_vector_dot_products) {
   check_dense_path_act(33, 512, 1, 1, 1, 2, "1x512x33, B transposed, dot products");
   check_dense(45, 256, 1, 2, TU_F16, 1, 1);
   check_dense(45, 250, 1, 1, TU_F32, 0, 0);  // K not a multiple of 16: the matmul
+  // Batched x: folded into rows against a 2-D w, a batch against a batch of vectors.
+  const int64_t x1[3] = {4, 33, 256}, w1[2] = {256, 1}, w2[3] = {4, 256, 1};
+  const int64_t x3[4] = {2, 3, 17, 64}, w3[4] = {2, 3, 64, 1};
+  check_batched(3, x1, 2, w1, 1, TU_F32, 1, 0, "1x256x132, B transposed, dot products");
+  check_batched(3, x1, 3, w2, 2, TU_F32, 0, 1, "a batch of 4 1x256x33, B transposed, dot");
+  check_batched(4, x3, 4, w3, 1, TU_F16, 0, 0, "a batch of 6 1x64x17, B transposed, dot");
+  check_batched(4, x3, 4, w3, 1, TU_F32, 0, 0, NULL);  // f32 K < 256: unplanned loops
 }
 
 // x W^T with x batched (a decode step's (B, 1, D), a short sequence): its batch dims are
