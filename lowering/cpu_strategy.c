@@ -674,6 +674,15 @@ static void plan_batch(walk *w, int i, int64_t Bt, bool has_fill, bool split) {
               i, i, i, i);
 }
 
+// Whether a batch of Bt matmuls M x K x N is split across the threads, a matmul per
+// thread: when it has one for each and is worth splitting by multiply-adds or by the
+// bytes of B (as in plan_matmul).
+static bool batch_split(const walk *w, int64_t Bt, int64_t M, int64_t K, int64_t N) {
+  return w->threads > 1 && Bt >= w->threads &&
+         ((double)Bt * M * N * K >= (double)(1 << 23) ||
+          (double)Bt * K * N * 4 >= split_b_bytes(w->h));
+}
+
 // A batch of vector x matrix products (batch_matmul with M = 1: attention's decode
 // step, q K^T and p V for one token), as the small-M path treats one (plan_matmul): a
 // row of C of 8 vectors at a time kept in registers while k blocks of ~8 rows of B
@@ -687,9 +696,7 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
   jit__text *sb = &w->sb;
   char hb[32];  // handle() text for sb_peel
   host h = w->h;
-  bool split = w->threads > 1 && Bt >= w->threads &&
-               ((double)Bt * N * K >= (double)(1 << 23) ||
-                (double)Bt * K * N * 4 >= split_b_bytes(h));
+  bool split = batch_split(w, Bt, 1, K, N);
   int64_t tn = 8 * h.lanes < N ? 8 * h.lanes : N;
   int64_t kb = pick_block(K, 8, 1);
   bool peel_k = false;
@@ -819,9 +826,7 @@ static void plan_batch_dot(walk *w, MlirOperation bm, int64_t Bt, int64_t M, int
   jit__text *sb = &w->sb;
   char hb[32];  // handle() text for sb_peel
   host h = w->h;
-  bool split = w->threads > 1 && Bt >= w->threads &&
-               ((double)Bt * M * N * K >= (double)(1 << 23) ||
-                (double)Bt * K * N * 4 >= split_b_bytes(h));
+  bool split = batch_split(w, Bt, M, K, N);
   int64_t tm = M < 4 ? M : 4, tn = h.acc / tm < 8 ? h.acc / tm : 8;
   if (tn > N) tn = N;
   contract_body(w->ctx, bm);

@@ -641,80 +641,78 @@ static str emit_batch_broadcast(emitter *e, const gen_operand *op, const jit__no
   return res;
 }
 
+// x (`xd`: rows x K, or a batch of them when `cr` is 3) times W^T for W stored `wd`
+// (cols x K): a linalg.matmul (linalg.batch_matmul) reading W through the transposed
+// map into `cd`, the f16 result rounded once, then reshaped to `n`'s dims where they
+// differ; with `flat`, e->flat keeps the op's result for the consumers, as in
+// emit_named_matmul.
+static void emit_bt_op(emitter *e, const jit__node *n, int cr, const char *xn, jit__dtype xdt,
+                       const int64_t *xd, const char *wn, jit__dtype wdt, const int64_t *wd,
+                       const int64_t *cd, bool flat) {
+  int r = n->rank;
+  bool f16 = n->dtype == JIT__F16;
+  bool reshape = r != cr || memcmp(cd, n->dims, sizeof(int64_t) * (size_t)cr) != 0;
+  str acc = emit_filled_acc(e, "0.0", cr, cd);
+  str mm = value_name(e, !f16 && !reshape);
+  str acc_ty = tensor_type(JIT__F32, cr, cd);
+  jit__text_printf(&e->tb,
+                   cr == 3 ? "  %s = linalg.batch_matmul indexing_maps = ["
+                             "affine_map<(b, m, n, k) -> (b, m, k)>, "
+                             "affine_map<(b, m, n, k) -> (b, n, k)>, "
+                             "affine_map<(b, m, n, k) -> (b, m, n)>] "
+                           : "  %s = linalg.matmul indexing_maps = ["
+                             "affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
+                             "affine_map<(m, n, k) -> (m, n)>] ",
+                   mm.s);
+  jit__text_printf(&e->tb, "ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n", xn, wn,
+                   tensor_type(xdt, cr, xd).s, tensor_type(wdt, cr, wd).s, acc.s, acc_ty.s,
+                   acc_ty.s);
+  str res = f16 ? emit_f16_result(e, mm.s, cr, cd, !reshape) : mm;
+  if (!reshape) return;
+  emit_reshape_to(e, res.s, n->dtype, cr, cd, r, n->dims, true);
+  if (!flat) return;
+  struct flat_value *f = &e->flat[e->cur];
+  f->name = res;
+  f->rank = cr;
+  memcpy(f->dims, cd, sizeof(int64_t) * (size_t)cr);
+}
+
 // x (`a`, its batch dims folded into `rows`) times W^T where `bn` transposes W (N x K):
-// linalg.matmul reading W through the map (m, n, k) -> (n, k) (emit_matmul says when).
-// Reshaped views of x and of the result where x is batched, as in emit_named_matmul.
+// emit_bt_op on a 2-D view of x (emit_matmul says when).
 static jit_status emit_matmul_bt(emitter *e, const jit__node *n, const gen_operand *a,
                                  int64_t rows, const jit__node *bn) {
-  int r = n->rank;
-  bool f16 = n->dtype == JIT__F16, reshape = r != 2;
   const jit__node *w = &e->g->nodes[bn->operands[0]];
-  int64_t ad[2] = {rows, a->dims[a->rank - 1]}, cd[2] = {rows, n->dims[r - 1]};
+  int64_t ad[2] = {rows, a->dims[a->rank - 1]}, cd[2] = {rows, n->dims[n->rank - 1]};
   const char *an = a->name;
   str as;
   if (a->rank != 2) {
     as = emit_reshape_to(e, an, a->dt, a->rank, a->dims, 2, ad, false);
     an = as.s;
   }
-  str acc = emit_filled_acc(e, "0.0", 2, cd);
-  str mm = value_name(e, !f16 && !reshape);
-  str acc_ty = tensor_type(JIT__F32, 2, cd);
-  jit__text_printf(&e->tb,
-                   "  %s = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, "
-                   "affine_map<(m, n, k) -> (n, k)>, affine_map<(m, n, k) -> (m, n)>] "
-                   "ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
-                   mm.s, an, e->names[bn->operands[0]], tensor_type(a->dt, 2, ad).s,
-                   tensor_type(w->dtype, 2, w->dims).s, acc.s, acc_ty.s, acc_ty.s);
-  str res = f16 ? emit_f16_result(e, mm.s, 2, cd, !reshape) : mm;
-  if (reshape) {
-    emit_reshape_to(e, res.s, n->dtype, 2, cd, r, n->dims, true);
-    struct flat_value *f = &e->flat[e->cur];
-    f->name = res;
-    f->rank = 2;
-    memcpy(f->dims, cd, sizeof cd);
-  }
+  emit_bt_op(e, n, 2, an, a->dt, ad, e->names[bn->operands[0]], w->dtype, w->dims, cd, true);
   return NULL;
 }
 
 // A batch of x W^T where `bn` transposes the last two dims of W (batch..., N, K), all
-// batch dims equal on both: one linalg.batch_matmul over the merged batch reading W
-// through (b, m, n, k) -> (b, n, k) (cpu_strategy.c, plan_batch_dot), through reshaped
-// views where the batch has more than one dim.
+// batch dims equal on both: emit_bt_op's linalg.batch_matmul over the merged batch
+// (cpu_strategy.c, plan_batch_dot), through reshaped views where the batch has more
+// than one dim.
 static jit_status emit_batch_matmul_bt(emitter *e, const jit__node *n, const gen_operand *a,
                                        const jit__node *bn) {
   int r = n->rank;
-  bool f16 = n->dtype == JIT__F16;
   const jit__node *w = &e->g->nodes[bn->operands[0]];
   int64_t bt = num_elements(r - 2, n->dims), m = n->dims[r - 2], nn = n->dims[r - 1];
   int64_t k = a->dims[r - 1];
   int64_t ad[3] = {bt, m, k}, wd[3] = {bt, nn, k}, cd[3] = {bt, m, nn};
   const char *an = a->name, *wn = e->names[bn->operands[0]];
   str as, ws;
-  bool reshape = r != 3;
-  if (reshape) {
+  if (r != 3) {
     as = emit_reshape_to(e, an, a->dt, r, a->dims, 3, ad, false);
     ws = emit_reshape_to(e, wn, w->dtype, r, w->dims, 3, wd, false);
     an = as.s;
     wn = ws.s;
   }
-  str acc = emit_filled_acc(e, "0.0", 3, cd);
-  str mm = value_name(e, !f16 && !reshape);
-  str acc_ty = tensor_type(JIT__F32, 3, cd);
-  jit__text_printf(&e->tb,
-                   "  %s = linalg.batch_matmul indexing_maps = ["
-                   "affine_map<(b, m, n, k) -> (b, m, k)>, affine_map<(b, m, n, k) -> (b, n, k)>, "
-                   "affine_map<(b, m, n, k) -> (b, m, n)>] ins(%s, %s : %s, %s) outs(%s : %s) -> "
-                   "%s\n",
-                   mm.s, an, wn, tensor_type(a->dt, 3, ad).s, tensor_type(w->dtype, 3, wd).s,
-                   acc.s, acc_ty.s, acc_ty.s);
-  str res = f16 ? emit_f16_result(e, mm.s, 3, cd, !reshape) : mm;
-  if (reshape) {
-    emit_reshape_to(e, res.s, n->dtype, 3, cd, r, n->dims, true);
-    struct flat_value *f = &e->flat[e->cur];
-    f->name = res;
-    f->rank = 3;
-    memcpy(f->dims, cd, sizeof cd);
-  }
+  emit_bt_op(e, n, 3, an, a->dt, ad, wn, w->dtype, wd, cd, true);
   return NULL;
 }
 
@@ -742,7 +740,7 @@ static bool is_matvec(const gen_operand *a, const gen_operand *b, const jit__nod
 // planned at all.
 static jit_status emit_matvec(emitter *e, const jit__node *n, const gen_operand *a,
                               const gen_operand *b) {
-  bool f16 = n->dtype == JIT__F16, batch = b->rank > 2;
+  bool batch = b->rank > 2;
   int r = n->rank, cr = batch ? 3 : 2;
   int64_t k = a->dims[a->rank - 1];
   int64_t bt = batch ? num_elements(r - 2, n->dims) : 1;
@@ -756,23 +754,8 @@ static jit_status emit_matvec(emitter *e, const jit__node *n, const gen_operand 
     xs = emit_reshape_to(e, xn, a->dt, a->rank, a->dims, cr, x3, false);
     xn = xs.s;
   }
-  str acc = emit_filled_acc(e, "0.0", cr, c3);
-  str mm = value_name(e, false);
-  str acc_ty = tensor_type(JIT__F32, cr, c3);
-  jit__text_printf(&e->tb,
-                   batch ? "  %s = linalg.batch_matmul indexing_maps = ["
-                           "affine_map<(b, m, n, k) -> (b, m, k)>, "
-                           "affine_map<(b, m, n, k) -> (b, n, k)>, "
-                           "affine_map<(b, m, n, k) -> (b, m, n)>] "
-                         : "  %s = linalg.matmul indexing_maps = ["
-                           "affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
-                           "affine_map<(m, n, k) -> (m, n)>] ",
-                   mm.s);
-  jit__text_printf(&e->tb, "ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n", ws.s, xn,
-                   tensor_type(b->dt, cr, w3).s, tensor_type(a->dt, cr, x3).s, acc.s,
-                   acc_ty.s, acc_ty.s);
-  str res = f16 ? emit_f16_result(e, mm.s, cr, c3, false) : mm;
-  emit_reshape_to(e, res.s, n->dtype, cr, c3, r, n->dims, true);
+  // (1, rows) and n's (rows, 1) differ in dims: no e->flat.
+  emit_bt_op(e, n, cr, ws.s, b->dt, w3, xn, a->dt, x3, c3, false);
   return NULL;
 }
 
