@@ -213,6 +213,10 @@ static int dnnl_ok(dnnl_status_t s) { return s == dnnl_success; }
 // Matmul (M,K) x (K,N) [+ bias(N)] [-> gelu_tanh], f32, plain row-major layouts
 // (oneDNN 2.x C API: descriptors are structs initialized in place); with nb > 0, a
 // batch of nb: (nb,M,K) x (nb,K,N), no bias.
+// With g_wt, W is stored transposed, N x K (nb x N x K): x W^T, PyTorch's Linear weight
+// and attention's key cache layout; every peer and graph reads it so (the cases' "W^T").
+static int g_wt;
+
 static int dnnl_matmul_create(dnnl_case *c, int64_t nb, int64_t M, int64_t K, int64_t N,
                               float *a, float *b, float *bias, float *out, int gelu) {
   memset(c, 0, sizeof *c);
@@ -221,11 +225,11 @@ static int dnnl_matmul_create(dnnl_case *c, int64_t nb, int64_t M, int64_t K, in
   dnnl_dims_t ba = {nb, M, K}, bb = {nb, K, N}, bc = {nb, M, N};
   if (nb > 0) {
     dnnl_memory_desc_init_by_tag(&ad, 3, ba, dnnl_f32, dnnl_abc);
-    dnnl_memory_desc_init_by_tag(&bd, 3, bb, dnnl_f32, dnnl_abc);
+    dnnl_memory_desc_init_by_tag(&bd, 3, bb, dnnl_f32, g_wt ? dnnl_acb : dnnl_abc);
     dnnl_memory_desc_init_by_tag(&cd, 3, bc, dnnl_f32, dnnl_abc);
   } else {
     dnnl_memory_desc_init_by_tag(&ad, 2, da, dnnl_f32, dnnl_ab);
-    dnnl_memory_desc_init_by_tag(&bd, 2, db, dnnl_f32, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&bd, 2, db, dnnl_f32, g_wt ? dnnl_ba : dnnl_ab);
     dnnl_memory_desc_init_by_tag(&cd, 2, dc, dnnl_f32, dnnl_ab);
   }
   dnnl_memory_desc_init_by_tag(&biasd, 2, dbias, dnnl_f32, dnnl_ab);
@@ -318,7 +322,7 @@ typedef struct jit_case {
   DLTensor in[3], out[1];
   int n_in;
   double compile_ms;
-  int64_t shapes[4][3];  // what in[] and out[] point to (dense_case)
+  int64_t shapes[5][3];  // what in[] and out[] point to (dense_case)
 } jit_case;
 
 static jit_context *make_ctx(int threads) {
@@ -427,8 +431,9 @@ static void blas_run(void *user) {
   blas_mm *m = user;
   size_t sa = (size_t)m->M * m->K, sb = (size_t)m->K * m->N, sc = (size_t)m->M * m->N;
   for (int i = 0; i < (m->nb > 0 ? m->nb : 1); i++)
-    g_blas.sgemm(101 /*row major*/, 111 /*no trans*/, 111, m->M, m->N, m->K, 1.0f,
-                 m->a + i * sa, m->K, m->b + i * sb, m->N, 0.0f, m->c + i * sc, m->N);
+    g_blas.sgemm(101 /*row major*/, 111 /*no trans*/, g_wt ? 112 /*trans*/ : 111, m->M,
+                 m->N, m->K, 1.0f, m->a + i * sa, m->K, m->b + i * sb, g_wt ? m->K : m->N,
+                 0.0f, m->c + i * sc, m->N);
   if (m->bias)
     for (int i = 0; i < m->M; i++) {
       float *row = m->c + (size_t)i * m->N;
@@ -453,10 +458,18 @@ static void dense_case(jit_case *jc, jit_context *ctx, int nb, int M, int K, int
   if (nb > 0) sa[0] = sb[0] = sc[0] = nb;
   sa[o] = sc[o] = M, sa[o + 1] = sb[o] = K, sb[o + 1] = sbias[0] = sc[o + 1] = N;
   jit_value x = jit_input(jc->g, "x", F32, r, sa);
-  jit_value w = jit_input(jc->g, "w", F32, r, sb);
+  int64_t *swt = jc->shapes[4];  // W as stored with g_wt: its last two dims swapped
+  memcpy(swt, sb, sizeof(int64_t) * (size_t)r);
+  int perm[3] = {0, 1, 2};
+  if (g_wt) {
+    swt[o] = N, swt[o + 1] = K;
+    perm[o] = o + 1, perm[o + 1] = o;
+  }
+  jit_value w = jit_input(jc->g, "w", F32, r, swt);
+  if (g_wt) w = jit_transpose(jc->g, w, perm);
   jit_value y = jit_matmul(jc->g, x, w);
   jc->in[0] = tensor(a, r, sa);
-  jc->in[1] = tensor(b, r, sb);
+  jc->in[1] = tensor(b, r, swt);
   jc->n_in = 2;
   if (gelu) {
     jit_value bb = jit_input(jc->g, "b", F32, 1, sbias);
@@ -473,12 +486,13 @@ static void dense_case(jit_case *jc, jit_context *ctx, int nb, int M, int K, int
 // (OpenBLAS: one sgemm each; oneDNN: a 3-D matmul primitive).
 static void case_matmul(int nb, int M, int K, int N, int threads, int gelu) {
   char name[48];
+  const char *wt = g_wt ? " W^T" : "";
   if (gelu)
-    snprintf(name, sizeof name, "gelu(xW+b) %dx%dx%d", M, K, N);
+    snprintf(name, sizeof name, "gelu(xW+b) %dx%dx%d%s", M, K, N, wt);
   else if (nb > 0)
-    snprintf(name, sizeof name, "batch matmul %dx%dx%dx%d", nb, M, K, N);
+    snprintf(name, sizeof name, "batch %s%dx%dx%dx%d%s", g_wt ? "" : "matmul ", nb, M, K, N, wt);
   else
-    snprintf(name, sizeof name, "matmul %dx%dx%d", M, K, N);
+    snprintf(name, sizeof name, "matmul %dx%dx%d%s", M, K, N, wt);
   if (!wanted(name)) return;
   size_t n = nb > 0 ? (size_t)nb : 1;
   row *r = new_row(name, threads, "GFLOP/s", 2.0 * n * M * N * K);
@@ -1001,6 +1015,15 @@ static void run_timed_cases(long ncpu) {
     if (g_opt.quick && i > 0) continue;
     for (int t = 1; t <= max_t; t++) case_matmul(bm[i][0], bm[i][1], bm[i][2], bm[i][3], t, 0);
   }
+  // The same with W stored transposed (N x K; the batch's keys (12, 1024, 64)).
+  static const int wt[][4] = {{0, 1, 768, 3072}, {0, 8, 768, 3072}, {0, 64, 768, 3072},
+                              {12, 1, 64, 1024}};
+  g_wt = 1;
+  for (size_t i = 0; i < sizeof wt / sizeof wt[0]; i++) {
+    if (g_opt.quick && i != 1) continue;
+    for (int t = 1; t <= max_t; t++) case_matmul(wt[i][0], wt[i][1], wt[i][2], wt[i][3], t, 0);
+  }
+  g_wt = 0;
   static const int gm[] = {1, 32, 256};
   for (int i = 0; i < 3; i++) {
     if (g_opt.quick && gm[i] > 32) continue;
