@@ -877,14 +877,14 @@ static void plan_batch_dot(walk *w, MlirOperation bm, int64_t Bt, int64_t M, int
 // to compile against 114).
 //
 // With K a whole number of vectors and long enough for the tiles' final reductions
-// across lanes to matter little (16 vectors, 48 for more rows), the tiles are dot
+// across lanes to matter little (16 vectors; 8 with up to 4 rows), the tiles are dot
 // products instead (plan_matmul_dot): no transposes. f16 W, whose 16x16 transposes cost
-// more than its halved bytes saved (it was copied transposed per call instead), with up
-// to 4 rows or K >= 48 vectors: 1x768x3072 1.0 ms -> 0.20 (x W: 0.19), 8x768x3072 1.26
-// -> 0.58 (0.51), 16x768x3072 1.83 -> 1.09, 4x256x1000 73 -> 44 us; f32 with one row,
-// or up to 4 and K >= 48 vectors: 1x768x3072 0.39 -> 0.35, 4x768x512 49 -> 44 us (2-4
-// rows with K = 256 or 512: 5-25 % slower than the transposes; 8 and 16 rows at K =
-// 768 the same). AVX2 code alike (f32 1x768x3072 0.49 -> 0.34).
+// more than its halved bytes saved (it was copied transposed per call instead):
+// 1x768x3072 1.0 ms -> 0.20 (x W: 0.19), 8x768x3072 1.26 -> 0.48, 16x768x3072 1.83 ->
+// 0.82, 8x256x1000 98 -> 54 us; f32 1x768x3072 0.39 -> 0.35, 8x768x3072 0.66 -> 0.56,
+// 16x768x3072 1.12 -> 1.00, 4x128x1000 16 -> 15 us, 12x256x768 64 -> 54; AVX2 code
+// 1.3-1.9x (16x768x3072 1.58 -> 0.99 ms). Shorter K lost to the transposes (8x128x512
+// 12 against 14 us, 4x64x1000 8.4 against 9.9, 3x32x1000 4.2 against 6.1).
 static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int64_t N) {
   bool has_fill;
   int i = tag_matmul(w, mm, &has_fill);
@@ -893,10 +893,7 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
   host h = w->h;
   int64_t L = h.lanes, tn = L, tm = M < 8 ? M : 8;
   if (M > 8 && M <= 17) tm = (M + 1) / 2;  // two row tiles, no peel when M is even
-  MlirType eb = mlirShapedTypeGetElementType(mlirValueGetType(mlirOperationGetOperand(mm, 1)));
-  bool f16_b = mlirTypeIsAF16(eb), long_k = K >= 48 * L;
-  bool dot = M <= 17 && K % L == 0 && K >= 16 * L &&
-             (M == 1 || (f16_b ? M <= 4 || long_k : M <= 4 && long_k));
+  bool dot = M <= 17 && K % L == 0 && (K >= 16 * L || (M <= 4 && K >= 8 * L));
   if (dot) {
     tm = M < 4 ? M : 4;
     tn = h.acc / tm < 8 ? h.acc / tm : 8;

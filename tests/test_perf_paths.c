@@ -873,10 +873,10 @@ Test(perf_paths, linear_weight_layout) {
   check_linear(1, 768, 3072, 2, TU_F32, 0,
                "1x768x3072, B transposed, dot products, threads split N");
   check_linear(3, 100, 45, 1, TU_F32, 2, "3x100x45, B transposed");
-  check_linear(8, 1000, 333, 1, TU_F32, 1, "B transposed, threads split none");
+  check_linear(8, 1000, 333, 1, TU_F32, 1, "8x1000x333, B transposed");
   check_linear(5, 7, 19, 1, TU_F32, 0, "B transposed");
   check_linear(9, 300, 333, 2, TU_F32, 1, "matmul 0: 9x300x333, B transposed, threads split");
-  check_linear(12, 768, 200, 1, TU_F32, 0, "B transposed, threads split none, register tile 6x");
+  check_linear(12, 766, 200, 1, TU_F32, 0, "B transposed, threads split none, register tile 6x");
   check_linear(13, 100, 77, 1, TU_F32, 2, "B transposed, threads split none, register tile 7x");
   check_linear(16, 256, 512, 2, TU_F32, 0, "16x256x512, B transposed");
   check_linear(17, 768, 512, 1, TU_F32, 0, "17x768x512, B transposed");
@@ -884,9 +884,9 @@ Test(perf_paths, linear_weight_layout) {
   check_linear(3, 300, 333, 1, TU_F16, 2, NULL);
 }
 
-// x W^T with few rows and a long K: register tiles of dot products along k
-// (plan_matmul_dot), f16 (before, W^T was copied per call: 1x768x3072 1.0 ms against
-// 0.20) and f32 with one row or a K of 48 vectors; peeled row and column tiles, an
+// x W^T with up to 17 rows and K of 16 vectors or more (8 with up to 4 rows): register
+// tiles of dot products along k (plan_matmul_dot), f16 (before, W^T was copied per
+// call: 1x768x3072 1.0 ms against 0.20) and f32; peeled row and column tiles, an
 // epilogue, both thread counts. Shorter K keeps the transposes, and f16 the copy.
 Test(perf_paths, linear_dot_products) {
   check_linear(1, 768, 3072, 2, TU_F16, 0, "1x768x3072, B transposed, dot products");
@@ -895,7 +895,9 @@ Test(perf_paths, linear_dot_products) {
   check_linear(17, 768, 40, 2, TU_F16, 0, "17x768x40, B transposed, dot products");
   check_linear(1, 512, 37, 1, TU_F32, 0, "1x512x37, B transposed, dot products");
   check_linear(3, 768, 130, 2, TU_F32, 2, "3x768x130, B transposed, dot products");
-  check_linear(4, 256, 1000, 1, TU_F32, 0, "4x256x1000, B transposed, threads");
+  check_linear(4, 256, 1000, 1, TU_F32, 0, "4x256x1000, B transposed, dot products");
+  check_linear(16, 256, 130, 2, TU_F32, 1, "16x256x130, B transposed, dot products");
+  check_linear(8, 64, 512, 1, TU_F32, 0, "8x64x512, B transposed, threads");  // K short
   check_linear(5, 240, 64, 1, TU_F16, 0, NULL);
 }
 
