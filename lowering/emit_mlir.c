@@ -793,9 +793,8 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
   // something else reads it. f16 when K is a multiple of 16 and at least 256 (128 with
   // up to 4 rows), where the strategy's tiles are dot products on AVX-512 and AVX2
   // (plan_matmul_dot): 1x768x3072 0.20 ms against 1.0 for the transposed copy,
-  // 8x768x3072 0.48 against 1.3. A batched
-  // x (a decode step's (B, 1, D)) is its rows: 4x1x768 times W^T took 2.9 ms, against
-  // 0.44 for 4x768.
+  // 8x768x3072 0.48 against 1.3. A batched x (a decode step's (B, 1, D)) is its rows:
+  // 4x1x768 times W^T took 2.9 ms, against 0.44 for 4x768.
   const jit__node *bn = &e->g->nodes[n->operands[1]];
   int64_t rows = num_elements(a.rank - 1, a.dims);
   if (e->named_batch && b.rank == 2 && bn->op == JIT__OP_TRANSPOSE && bn->rank == 2 &&
