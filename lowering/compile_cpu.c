@@ -564,6 +564,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   if (options->opt_level > 0) {
     jit__cpu_expand_exp(mod);
     jit__cpu_mark_reductions(mod);
+    jit__cpu_tree_reductions(mod);
   }
   snprintf(out->entry, sizeof(out->entry), "%s_entry", func_name);
   out->n_args = n_args;

@@ -84,6 +84,11 @@ int jit__cpu_expand_exp(LLVMModuleRef mod);
 // safe here). Returns the number marked.
 int jit__cpu_mark_reductions(LLVMModuleRef mod);
 
+// Reduces runs of reassociable vector reductions (llvm.vector.reduce.fadd, reassoc) in
+// one block together, as one shuffle-and-add tree (the dot-product tiles' sums,
+// plan_matmul_dot). Run before the LLVM passes. Returns the number of reductions.
+int jit__cpu_tree_reductions(LLVMModuleRef mod);
+
 // Replaces each f32 vector division by a value computed outside the division's block
 // with a multiplication by its reciprocal, computed once (cpu_vmath.c). Run after O2,
 // which has vectorized and hoisted the divisor. Returns the number replaced.

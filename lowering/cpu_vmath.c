@@ -9,7 +9,8 @@
 // built in the exponent bits), within 2 ulp of expf on its normal range. +inf, -inf,
 // NaN and 0 are exact; results below ~1e-38 flush to 0.
 // The other LLVM-IR rewrites of CPU kernels live here too: reassociable reduction adds,
-// reciprocals of row sums, streaming stores and row prefetches.
+// reciprocals of row sums, streaming stores and row prefetches, several vector
+// reductions as one tree.
 //
 //===----------------------------------------------------------------------===//
 #include <stdlib.h>
@@ -480,4 +481,133 @@ int jit__cpu_prefer_wide_vectors(LLVMModuleRef mod) {
     n++;
   }
   return n;
+}
+
+//===--- Reductions of several vectors at once -----------------------------===//
+
+// Whether `i` is a reassociable llvm.vector.reduce.fadd of an f32 vector; its lanes.
+static unsigned reduce_fadd_lanes(LLVMValueRef i) {
+  if (!LLVMIsACallInst(i) || !LLVMCanValueUseFastMathFlags(i) ||
+      !(LLVMGetFastMathFlags(i) & LLVMFastMathAllowReassoc))
+    return 0;
+  LLVMValueRef fn = LLVMGetCalledValue(i);
+  size_t len = 0;
+  const char *name = fn ? LLVMGetValueName2(fn, &len) : NULL;
+  if (!name || len < 22 || memcmp(name, "llvm.vector.reduce.fadd", 23) != 0) return 0;
+  LLVMTypeRef t = LLVMTypeOf(LLVMGetOperand(i, 1));
+  if (LLVMGetTypeKind(t) != LLVMVectorTypeKind ||
+      LLVMGetTypeKind(LLVMGetElementType(t)) != LLVMFloatTypeKind)
+    return 0;
+  return LLVMGetVectorSize(t);
+}
+
+// shufflevector of x and y (or x alone when y is NULL) by `mask` (`n` lanes; -1: poison).
+static LLVMValueRef shuffle(LLVMBuilderRef b, LLVMContextRef ctx, LLVMValueRef x,
+                            LLVMValueRef y, const int *mask, unsigned n) {
+  LLVMValueRef m[64];
+  LLVMTypeRef i32 = LLVMInt32TypeInContext(ctx);
+  for (unsigned l = 0; l < n; l++)
+    m[l] = mask[l] < 0 ? LLVMGetPoison(i32) : LLVMConstInt(i32, (unsigned)mask[l], 0);
+  if (!y) y = LLVMGetPoison(LLVMTypeOf(x));
+  return LLVMBuildShuffleVector(b, x, y, LLVMConstVector(m, n), "");
+}
+
+// The n (a power of two, 2 <= n <= L) reductions `calls` of L-lane vectors as one tree:
+// pairs of vectors are halved into one (the low halves of each group of lanes against
+// the high halves, x's groups before y's) until one vector holds n groups of L/n lanes,
+// whose groups are then halved in place to one lane each. About 3 shuffles and adds
+// per sum against 8 for one 16-lane reduction alone. Reassociation is allowed there.
+static void tree_reduce(LLVMBuilderRef b, LLVMContextRef ctx, LLVMValueRef *calls,
+                        unsigned n, unsigned L) {
+  LLVMValueRef last = calls[n - 1], v[64] = {NULL};
+  LLVMPositionBuilderBefore(b, last);
+  LLVMFastMathFlags fm = LLVMGetFastMathFlags(last);
+  for (unsigned i = 0; i < n; i++) v[i] = LLVMGetOperand(calls[i], 1);
+  int lo[64], hi[64];
+  unsigned groups = 1, w = L;
+  for (unsigned cnt = n; cnt > 1; cnt /= 2, groups *= 2, w /= 2) {
+    unsigned l = 0;
+    for (unsigned src = 0; src < 2; src++)
+      for (unsigned g = 0; g < groups; g++)
+        for (unsigned t = 0; t < w / 2; t++, l++) {
+          lo[l] = (int)(src * L + g * w + t);
+          hi[l] = (int)(src * L + g * w + w / 2 + t);
+        }
+    for (unsigned i = 0; i < cnt / 2; i++) {
+      LLVMValueRef s = LLVMBuildFAdd(b, shuffle(b, ctx, v[2 * i], v[2 * i + 1], lo, L),
+                                     shuffle(b, ctx, v[2 * i], v[2 * i + 1], hi, L), "");
+      LLVMSetFastMathFlags(s, fm);
+      v[i] = s;
+    }
+  }
+  LLVMValueRef r = v[0];  // n groups of w lanes
+  for (; w > 1; w /= 2) {
+    for (unsigned l = 0; l < L; l++) lo[l] = hi[l] = -1;
+    for (unsigned g = 0; g < n; g++)
+      for (unsigned t = 0; t < w / 2; t++) {
+        lo[g * (w / 2) + t] = (int)(g * w + t);
+        hi[g * (w / 2) + t] = (int)(g * w + w / 2 + t);
+      }
+    r = LLVMBuildFAdd(b, shuffle(b, ctx, r, NULL, lo, L), shuffle(b, ctx, r, NULL, hi, L), "");
+    LLVMSetFastMathFlags(r, fm);
+  }
+  LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx);
+  for (unsigned i = 0; i < n; i++) {
+    LLVMValueRef sum = LLVMBuildExtractElement(b, r, LLVMConstInt(i64, i, 0), "");
+    LLVMValueRef res = LLVMBuildFAdd(b, LLVMGetOperand(calls[i], 0), sum, "");
+    LLVMSetFastMathFlags(res, fm);
+    LLVMReplaceAllUsesWith(calls[i], res);
+  }
+  for (unsigned i = 0; i < n; i++) LLVMInstructionEraseFromParent(calls[i]);
+}
+
+// Tree-reduces the run `run[0..n)` in chunks of the largest powers of two (>= 2).
+static int flush_run(LLVMBuilderRef b, LLVMContextRef ctx, LLVMValueRef *run, unsigned n,
+                     unsigned L) {
+  unsigned done = 0;
+  while (n - done >= 2) {
+    unsigned c = 1;
+    while (c * 2 <= n - done) c *= 2;
+    tree_reduce(b, ctx, run + done, c, L);
+    done += c;
+  }
+  return (int)(done);
+}
+
+// Whether instruction `i` uses one of run[0..n).
+static bool uses_any(LLVMValueRef i, LLVMValueRef *run, unsigned n) {
+  for (int k = 0; k < LLVMGetNumOperands(i); k++)
+    for (unsigned j = 0; j < n; j++)
+      if (LLVMGetOperand(i, k) == run[j]) return true;
+  return false;
+}
+
+int jit__cpu_tree_reductions(LLVMModuleRef mod) {
+  LLVMContextRef ctx = LLVMGetModuleContext(mod);
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(ctx);
+  int count = 0;
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn)) {
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb;
+         bb = LLVMGetNextBasicBlock(bb)) {
+      // A run: reductions of one width in this block, none of them used yet.
+      LLVMValueRef run[64];
+      unsigned n = 0, L = 0;
+      for (LLVMValueRef i = LLVMGetFirstInstruction(bb); i;) {
+        LLVMValueRef next = LLVMGetNextInstruction(i);
+        unsigned lanes = reduce_fadd_lanes(i);
+        if (n && (uses_any(i, run, n) || (lanes && (lanes != L || n == L)))) {
+          count += flush_run(b, ctx, run, n, L);
+          n = 0;
+        }
+        if (lanes && lanes <= 64) {
+          run[n++] = i;
+          L = lanes;
+        }
+        i = next;
+      }
+      if (n) count += flush_run(b, ctx, run, n, L);
+    }
+  }
+  LLVMDisposeBuilder(b);
+  return count;
 }
