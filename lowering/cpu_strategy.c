@@ -877,14 +877,15 @@ static void plan_batch_dot(walk *w, MlirOperation bm, int64_t Bt, int64_t M, int
 // to compile against 114).
 //
 // With K a whole number of vectors and long enough for the tiles' final reductions
-// across lanes to matter little (16 vectors; 8 with up to 4 rows), the tiles are dot
-// products instead (plan_matmul_dot): no transposes. f16 W, whose 16x16 transposes cost
-// more than its halved bytes saved (it was copied transposed per call instead):
-// 1x768x3072 1.0 ms -> 0.20 (x W: 0.19), 8x768x3072 1.26 -> 0.48, 16x768x3072 1.83 ->
-// 0.82, 8x256x1000 98 -> 54 us; f32 1x768x3072 0.39 -> 0.35, 8x768x3072 0.66 -> 0.56,
-// 16x768x3072 1.12 -> 1.00, 4x128x1000 16 -> 15 us, 12x256x768 64 -> 54; AVX2 code
-// 1.3-1.9x (16x768x3072 1.58 -> 0.99 ms). Shorter K lost to the transposes (8x128x512
-// 12 against 14 us, 4x64x1000 8.4 against 9.9, 3x32x1000 4.2 against 6.1).
+// across lanes to matter little (2 vectors with up to 4 rows, 4 with up to 12, else 8),
+// the tiles are dot products instead (plan_matmul_dot): no transposes. f16 W, whose
+// 16x16 transposes cost more than its halved bytes saved (it was copied transposed per
+// call instead): 1x768x3072 1.0 ms -> 0.18 (x W: 0.19), 8x768x3072 1.26 -> 0.48,
+// 16x768x3072 1.83 -> 0.79, 4x64x1000 15.5 -> 7.5 us, 3x32x1000 7.4 -> 3.8; f32
+// 1x768x3072 0.39 -> 0.34, 16x768x3072 1.12 -> 0.86, 16x256x512 42 -> 35 us, 12x64x256
+// 5.2 -> 4.7, 3x32x1000 3.9 -> 3.5; AVX2 code 1.3-1.9x (16x768x3072 1.58 -> 0.99 ms).
+// Shorter K lost to the transposes (9x32x200 2.0 against 1.7 us, 17x64x300 f16 9.6
+// against 8.5 for the copy).
 static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int64_t N) {
   bool has_fill;
   int i = tag_matmul(w, mm, &has_fill);
@@ -893,7 +894,7 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
   host h = w->h;
   int64_t L = h.lanes, tn = L, tm = M < 8 ? M : 8;
   if (M > 8 && M <= 17) tm = (M + 1) / 2;  // two row tiles, no peel when M is even
-  bool dot = M <= 17 && K % L == 0 && (K >= 16 * L || (M <= 4 && K >= 8 * L));
+  bool dot = M <= 17 && K % L == 0 && K >= (M <= 4 ? 2 : M <= 12 ? 4 : 8) * L;
   if (dot) {
     tm = M < 4 ? M : 4;
     tn = h.acc / tm < 8 ? h.acc / tm : 8;

@@ -790,16 +790,16 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
   // rows the GEMV-like path takes, too few to pack B) 1.1 against 2.5. With more rows the
   // matmul packs B, from W directly (plan_packed): 64x768x3072 2.5 ms, against 4.1
   // through the transposed map. The transpose node's own value is then unused unless
-  // something else reads it. f16 when K is a multiple of 16 and at least 256 (128 with
-  // up to 4 rows), where the strategy's tiles are dot products on AVX-512 and AVX2
-  // (plan_matmul_dot): 1x768x3072 0.20 ms against 1.0 for the transposed copy,
+  // something else reads it. f16 when K is a multiple of 16 and at least 32 (64 above
+  // 4 rows, 128 above 12), where the strategy's tiles are dot products on AVX-512 and
+  // AVX2 (plan_matmul_dot): 1x768x3072 0.18 ms against 1.0 for the transposed copy,
   // 8x768x3072 0.48 against 1.3. A batched x (a decode step's (B, 1, D)) is its rows:
   // 4x1x768 times W^T took 2.9 ms, against 0.44 for 4x768.
   const jit__node *bn = &e->g->nodes[n->operands[1]];
   int64_t rows = num_elements(a.rank - 1, a.dims);
   if (e->named_batch && b.rank == 2 && bn->op == JIT__OP_TRANSPOSE && bn->rank == 2 &&
       bn->perm[0] == 1 && bn->perm[1] == 0 && rows <= 17 &&
-      (!f16 || (k % 16 == 0 && (k >= 256 || (rows <= 4 && k >= 128)))))
+      (!f16 || (k % 16 == 0 && k >= (rows <= 4 ? 32 : rows <= 12 ? 64 : 128))))
     return emit_matmul_bt(e, n, &a, rows, bn);
   if (e->named_batch && nn == 1 && k % 16 == 0 && is_matvec(&a, &b, n))
     return emit_matvec(e, n, &a, &b);

@@ -894,10 +894,11 @@ Test(perf_paths, linear_weight_layout) {
   check_linear(3, 300, 333, 1, TU_F16, 2, NULL);
 }
 
-// x W^T with up to 17 rows and K of 16 vectors or more (8 with up to 4 rows): register
-// tiles of dot products along k (plan_matmul_dot), f16 (before, W^T was copied per
-// call: 1x768x3072 1.0 ms against 0.20) and f32; peeled row and column tiles, an
-// epilogue, both thread counts. Shorter K keeps the transposes, and f16 the copy.
+// x W^T with up to 17 rows and K of 2 vectors or more (4 above 4 rows, 8 above 12):
+// register tiles of dot products along k (plan_matmul_dot), f16 (before, W^T was
+// copied per call: 1x768x3072 1.0 ms against 0.18) and f32; peeled row and column
+// tiles, an epilogue, both thread counts. Shorter K keeps the transposes, and f16 the
+// copy.
 Test(perf_paths, linear_dot_products) {
   check_linear(1, 768, 3072, 2, TU_F16, 0, "1x768x3072, B transposed, dot products");
   check_linear(4, 256, 1000, 1, TU_F16, 2, "4x256x1000, B transposed, dot products");
@@ -907,7 +908,10 @@ Test(perf_paths, linear_dot_products) {
   check_linear(3, 768, 130, 2, TU_F32, 2, "3x768x130, B transposed, dot products");
   check_linear(4, 256, 1000, 1, TU_F32, 0, "4x256x1000, B transposed, dot products");
   check_linear(16, 256, 130, 2, TU_F32, 1, "16x256x130, B transposed, dot products");
-  check_linear(8, 64, 512, 1, TU_F32, 0, "8x64x512, B transposed, threads");  // K short
+  check_linear(9, 32, 200, 1, TU_F32, 0,  // K short for 9 rows (AVX-512: 2 vectors)
+               AVX512("9x32x200, B transposed, dot products", "9x32x200, B transposed, threads"));
+  check_linear(12, 64, 256, 2, TU_F16, 1, "12x64x256, B transposed, dot products");
+  check_linear(3, 32, 1000, 1, TU_F16, 0, "3x32x1000, B transposed, dot products");
   check_linear(5, 240, 64, 1, TU_F16, 0, NULL);
 }
 
