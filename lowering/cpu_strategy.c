@@ -482,9 +482,13 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
 
 //===--- Masked narrow N -------------------------------------------------===//
 
+// Bytes of B in one k block of a masked narrow-N matmul on AVX2 (plan_masked): most
+// of L1d.
+#define JIT__MASKED_B_BYTES (24 << 10)
+
 // N below four vectors and not a multiple of one (17x1000x31): the whole row of C is
 // one register tile of V = N rounded up to whole vectors, rows = as many as the
-// accumulator registers hold (3 at V = 32 on AVX2, up to 8 on AVX-512), vectorized
+// accumulator registers hold (3 at V = 32 on AVX2, up to 12 on AVX-512), vectorized
 // with masks. The last vector of each B row is a masked load and C is read and written
 // once per tile with masks (hoisted out of the k loop like any accumulator). Peeling N
 // instead left 15 of 31 columns to narrower vectors and one-column loops, at ~20
@@ -493,10 +497,14 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
 // add and select on 1-lane vectors, which LLVM's SLP pass spent ~35 ms recombining
 // (17x1000x31 on AVX-512: 58-63 ms to compile, 22-29 ms now). The selects that keep
 // the masked-off lanes go (jit__cpu_drop_mask_selects): 11.3 -> 7.5 us.
-// When B (K x V) outgrows L1, k blocks of kc rows (B's block ~24 KiB) come first, so
-// every row tile reads the block from L1 rather than all of B from L2: 17x1000x31
-// (kc 200) ~8-10 % faster, two compiles interleaved in one process. C is read and
-// written once per k block; each sum keeps its order, so the results do not change.
+// On AVX2, when B (K x V) outgrows L1, k blocks of kc rows (B's block ~24 KiB) come
+// first, so every row tile reads the block from L1 rather than all of B from L2:
+// 17x1000x31 13.0 us against 13.7-14.2 unblocked. C is read and written once per k
+// block; each sum keeps its order, so the results do not change. Not on AVX-512: with
+// up to 12-row tiles LLVM spilled accumulators in the blocked loops (9 rows: 9.4 us
+// against 6.2), and unblocked was as fast or faster everywhere measured: 64x4000x60
+// 172 us against 193, 40x8000x40 (2.5 MiB of B) 224 against 237, 64x1000x60 42-44
+// against 45-47.
 static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t rows,
                         int64_t V, int64_t kc) {
   jit__text *sb = &w->sb;
@@ -538,9 +546,6 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
   w->masked[i][2] = rest;
   w->n_masked++;
 }
-
-// Bytes of B in one k block of a masked narrow-N matmul (plan_masked): most of L1d.
-#define JIT__MASKED_B_BYTES (24 << 10)
 
 // Half of L1d: the most of C a small-M matmul keeps across its k blocks.
 #define JIT__L1_HALF (16 << 10)
@@ -1249,12 +1254,16 @@ choose_tile:;
     int64_t nv = (N + h.lanes - 1) / h.lanes;
     if (nv == 3) nv = 4;
     mv = nv * h.lanes;
-    mtm = h.acc / nv < 8 ? h.acc / nv : 8;
+    // As many rows as the accumulator registers hold: 12 at 2 vectors on AVX-512
+    // (fewer tiles, so fewer reads of each B row): 12x1000x31 4.3 us against 7.4 for
+    // 8 + 4 rows, 17x1000x31 (12 + 5) 6.1-6.7 against 6.7-7.2 (6 + 6 + 5), 64x1000x31
+    // and 1000x600x30 2-6 % faster.
+    mtm = h.acc / nv;
     if (mtm > tM) mtm = tM;
     // A row tile needs 8 independent FMAs per k step (two FMA ports, 4 cycles each) or
     // its k loop waits on their latency: a 1-row rest at 2 vectors ran at half speed,
     // ~15 % of 17x1000x31 (8 + 8 + 1 rows). So the tile height that leaves no rest, or
-    // the fewest rows short of that in the rest, down to that minimum: 6 + 6 + 5.
+    // the fewest rows short of that in the rest, down to that minimum: 12 + 5.
     int64_t least = (8 + nv - 1) / nv, best_short = -1;
     for (int64_t r = mtm; r >= least && r >= 1; r--) {
       int64_t rest = tM % r, shortfall = rest && rest < least ? least - rest : 0;
@@ -1264,7 +1273,7 @@ choose_tile:;
       }
     }
     mc = nc = 0;
-    kc = pick_block(K, JIT__MASKED_B_BYTES / 4 / mv, 1);
+    kc = h.lanes < 16 ? pick_block(K, JIT__MASKED_B_BYTES / 4 / mv, 1) : 0;
     tm = mtm;
     tn = mv;
   }

@@ -393,7 +393,7 @@ Test(perf_paths, k_loops_unrolled) {
   check_unroll(AVX512(64, 192), 768, 384, 1, 2, "epilogue", true);  // gelu epilogue
   check_unroll(256, 256, 256, 2, 0, "B packed", true);
   // Masked narrow N: unrolled below 2^24 too, where the k loop's trip count is even.
-  check_unroll(17, 1000, 31, 1, 0, "masked N", true);   // kc 200
+  check_unroll(17, 1000, 31, 1, 0, "masked N", true);   // K 1000 (AVX2: kc 200)
   check_unroll(130, 257, 20, 1, 0, "masked N", false);  // K 257
   check_unroll(37, 300, AVX512(288, 384), 1, 0,
                AVX512("blocks [0, 144, 300]", "blocks [0, 192, 300]"), false);  // rolled
@@ -434,18 +434,24 @@ Test(perf_paths, fused_packed_b) {
 }
 
 // N between one and four vectors, not a multiple of one (plan_masked): the whole row of
-// C as one masked register tile, a peeled rest of rows, at 1 and 2 threads; k blocks
-// when B outgrows L1 (24 KiB blocks).
+// C as one masked register tile, a peeled rest of rows, at 1 and 2 threads; on AVX2 k
+// blocks when B outgrows L1 (24 KiB blocks). AVX-512 takes up to 12 rows a tile (24
+// accumulators) and no k blocks: 12 + 5 rows, 11 + 11 + 11 + 4, 12 alone.
 Test(perf_paths, matmul_masked_narrow_n) {
-  check_dense_path(17, 1000, 31, 1, "masked N, threads split none, blocks [0, 0, 200]");
-  check_dense_path(37, 2000, 27, 1, "masked N, threads split none, blocks [0, 0, 200]");
+  check_dense_path(17, 1000, 31, 1,
+                   AVX512("masked N, threads split none, blocks [0, 0, 200], register tile 3x32",
+                          "masked N, threads split none, blocks [0, 0, 0], register tile 12x32"));
+  check_dense_path(37, 2000, 27, 1,
+                   AVX512("masked N, threads split none, blocks [0, 0, 200], register tile 3x32",
+                          "masked N, threads split none, blocks [0, 0, 0], register tile 11x32"));
+  check_dense_path(12, 1000, 31, 1, AVX512("register tile 3x32", "register tile 12x32"));
   check_dense_path(130, 257, 20, 1, "masked N, threads split none, blocks [0, 0, 0]");
   // A rest row; 1 valid lane in the last vector. N above one vector (8 or 16 lanes).
   check_dense_path(97, 61, AVX512(13, 29), 1, "masked N");
   check_dense_path(19, 5, AVX512(9, 17), 1, "masked N");
   check_dense_path(1000, 600, 30, 2, "split M");  // 500 rows a thread
   check_dense_path(1000, 600, 30, 2, "masked N");
-  check_dense_path(1000, 600, 30, 2, "blocks [0, 0, 200]");
+  check_dense_path(1000, 600, 30, 2, AVX512("blocks [0, 0, 200]", "blocks [0, 0, 0], register tile 12x32"));
   // With an epilogue (apart: a fused tile of that odd width ran 40x slower), and with
   // f16 inputs (extended in the masked contraction).
   check_dense_path_act(17, 1000, 31, 1, 1, 2, "17x1000x31, masked N");
