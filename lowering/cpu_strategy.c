@@ -734,8 +734,8 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
 }
 
 // `v` is made by a plain 2-D transpose (a generic yielding its one input, read through
-// (d1, d0)) of f32, and read by nothing else than `user`.
-static bool made_by_transpose(MlirValue v, MlirOperation user) {
+// (d1, d0)) of f32 (or of f16 too, with `f16`), and read by nothing else than `user`.
+static bool made_by_transpose(MlirValue v, MlirOperation user, bool f16) {
   static const int want[4] = {1, 0, 0, 1};
   if (!mlirValueIsAOpResult(v)) return false;
   MlirOperation g = mlirOpResultGetOwner(v);
@@ -747,7 +747,8 @@ static bool made_by_transpose(MlirValue v, MlirOperation user) {
       !mlirOpOperandIsNull(mlirOpOperandGetNextUse(use)))
     return false;
   MlirType t = mlirValueGetType(v);
-  if (!static_shaped(t) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(t))) return false;
+  MlirType et = static_shaped(t) ? mlirShapedTypeGetElementType(t) : t;
+  if (!static_shaped(t) || !(mlirTypeIsAF32(et) || (f16 && mlirTypeIsAF16(et)))) return false;
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(g, 0));
   MlirOperation y = mlirBlockGetFirstOperation(body);
   return !mlirOperationIsNull(y) && op_is(y, "linalg.yield") &&
@@ -899,6 +900,7 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
   host h = w->h;
   int64_t L = h.lanes, tn = L, tm = M < 8 ? M : 8;
   if (M > 8 && M <= 17) tm = (M + 1) / 2;  // two row tiles, no peel when M is even
+  // jit__cpu_bt_map (emit_mlir.c) sends f16 here only where this holds on AVX-512 and AVX2.
   bool dot = M <= 17 && K % L == 0 && K >= (M <= 4 ? 2 : M <= 12 ? 4 : 8) * L;
   if (dot) {
     tm = M < 4 ? M : 4;
@@ -1065,7 +1067,7 @@ static void plan_matmul(walk *w, MlirOperation mm) {
   // fuses the transpose into every register tile, where the packing cannot be hoisted
   // (gelu(xW^T+b) 256x768x3072 failed to compile; apart: 8.6-9.2 ms, as with W K x N).
   MlirValue bv = mlirOperationGetOperand(mm, 1);
-  bool w_t = !batched && made_by_transpose(bv, mm);
+  bool w_t = !batched && made_by_transpose(bv, mm, false);
   bool apart = odd_n || (big_b && (w_t || K * 2 * h.tn * 4 > JIT__PACK_BYTES ||
                                    (h.lanes == 16 && M < 192 && K * N * 4 > h.l2)));
   MlirOperation g = small_m || apart || batched ? (MlirOperation){NULL} : epilogue_of(mm);
@@ -1900,6 +1902,114 @@ static void unshare_fills(MlirOperation module) {
     }
   }
 }
+
+//===--- x W^T as imported ------------------------------------------------===//
+
+// Imported MLIR writes x W^T (W stored N x K, as a PyTorch Linear keeps it) either as a
+// matmul reading W through the map (n, k), or as a transpose of W (linalg.transpose,
+// generalized by then) feeding a plain matmul. The fast form depends on the rows, as
+// emit_mlir.c chooses it for graphs (jit__cpu_bt_map): up to 17 rows read W through
+// the map (plan_matmul_bt's dot products or in-register transposes); more rows pack B
+// from W (plan_packed's b_tr), which needs the transpose as B's producer. Each form is
+// rewritten into the other where it is the slow one: 8x768x3072 as transpose + matmul
+// 2.06 ms -> 0.47 (a transposed copy of W per call), 64x768x3072 through the map 3.3-3.4
+// ms -> 2.1.
+
+// The transpose generic for (N x K) -> (K x N) of element type `et`, from text: its
+// tensor.empty and linalg.generic are cloned out of a parsed function, and their
+// operands set by the caller.
+static bool clone_transpose(MlirContext ctx, MlirType w_type, MlirOperation before,
+                            MlirValue w, MlirValue *out) {
+  char et[32], text[1400];
+  int64_t n = mlirShapedTypeGetDimSize(w_type, 0), k = mlirShapedTypeGetDimSize(w_type, 1);
+  MlirType e = mlirShapedTypeGetElementType(w_type);
+  if (mlirTypeIsAF32(e)) snprintf(et, sizeof et, "f32");
+  else if (mlirTypeIsAF16(e)) snprintf(et, sizeof et, "f16");
+  else return false;
+  snprintf(text, sizeof text,
+           "func.func @t(%%w: tensor<%lldx%lldx%s>) -> tensor<%lldx%lldx%s> {\n"
+           "  %%e = tensor.empty() : tensor<%lldx%lldx%s>\n"
+           "  %%t = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, "
+           "affine_map<(d0, d1) -> (d0, d1)>], iterator_types = [\"parallel\", "
+           "\"parallel\"]} ins(%%w : tensor<%lldx%lldx%s>) outs(%%e : tensor<%lldx%lldx%s>) {\n"
+           "  ^bb0(%%a: %s, %%b: %s):\n    linalg.yield %%a : %s\n"
+           "  } -> tensor<%lldx%lldx%s>\n"
+           "  return %%t : tensor<%lldx%lldx%s>\n}\n",
+           (long long)n, (long long)k, et, (long long)k, (long long)n, et, (long long)k,
+           (long long)n, et, (long long)n, (long long)k, et, (long long)k, (long long)n, et,
+           et, et, et, (long long)k, (long long)n, et, (long long)k, (long long)n, et);
+  MlirModule m = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
+  if (mlirModuleIsNull(m)) return false;
+  MlirOperation fn = mlirBlockGetFirstOperation(mlirModuleGetBody(m));
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(fn, 0));
+  MlirOperation empty = mlirBlockGetFirstOperation(body);
+  MlirOperation gen = mlirOperationGetNextInBlock(empty);
+  MlirOperation e2 = mlirOperationClone(empty), g2 = mlirOperationClone(gen);
+  MlirBlock block = mlirOperationGetBlock(before);
+  mlirBlockInsertOwnedOperationBefore(block, before, e2);
+  mlirBlockInsertOwnedOperationBefore(block, before, g2);
+  mlirOperationSetOperand(g2, 0, w);
+  mlirOperationSetOperand(g2, 1, mlirOperationGetResult(e2, 0));
+  mlirModuleDestroy(m);
+  *out = mlirOperationGetResult(g2, 0);
+  return true;
+}
+
+typedef struct bt_walk {
+  MlirOperation mm[64];
+  int n;
+} bt_walk;
+
+static MlirWalkResult find_2d_matmuls(MlirOperation op, void *user) {
+  bt_walk *b = user;
+  if (op_is(op, "linalg.matmul") && b->n < 64) b->mm[b->n++] = op;
+  return MlirWalkResultAdvance;
+}
+
+static void normalize_bt(MlirContext ctx, MlirOperation module) {
+  static const int plain[6] = {0, 2, 2, 1, 0, 1};
+  bt_walk b;
+  b.n = 0;
+  mlirOperationWalk(module, find_2d_matmuls, &b, MlirWalkPreOrder);
+  for (int i = 0; i < b.n; i++) {
+    MlirOperation mm = b.mm[i];
+    if (mlirOperationGetNumOperands(mm) != 3 || mlirOperationGetNumResults(mm) != 1) continue;
+    MlirValue x = mlirOperationGetOperand(mm, 0), bv = mlirOperationGetOperand(mm, 1);
+    MlirType tx = mlirValueGetType(x), tb = mlirValueGetType(bv);
+    if (!static_shaped(tx) || !static_shaped(tb) || mlirShapedTypeGetRank(tx) != 2 ||
+        mlirShapedTypeGetRank(tb) != 2)
+      continue;
+    int64_t rows = mlirShapedTypeGetDimSize(tx, 0), k = mlirShapedTypeGetDimSize(tx, 1);
+    bool f16 = mlirTypeIsAF16(mlirShapedTypeGetElementType(tb));
+    bool want_map = jit__cpu_bt_map(rows, k, f16);
+    if (want_map && maps_are(mm, 3, 3, 2, plain, true) && made_by_transpose(bv, mm, true)) {
+      // transpose + matmul -> the matmul reading W through (n, k).
+      MlirOperation t = mlirOpResultGetOwner(bv);
+      MlirAttribute maps = mlirAttributeParseGet(
+          ctx, mlirStringRefCreateFromCString(
+                   "[affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
+                   "affine_map<(m, n, k) -> (m, n)>]"));
+      if (mlirAttributeIsNull(maps)) continue;
+      mlirOperationSetOperand(mm, 1, mlirOperationGetOperand(t, 0));
+      mlirOperationSetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"),
+                                      maps);
+      mlirOperationDestroy(t);  // its only use was the matmul's B
+    } else if (!want_map && b_transposed(mm)) {
+      // The matmul reading W through (n, k) -> a transpose of W and a plain matmul.
+      MlirValue wt;
+      MlirAttribute maps = mlirAttributeParseGet(
+          ctx, mlirStringRefCreateFromCString(
+                   "[affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (k, n)>, "
+                   "affine_map<(m, n, k) -> (m, n)>]"));
+      if (mlirAttributeIsNull(maps) || !clone_transpose(ctx, tb, mm, bv, &wt)) continue;
+      mlirOperationSetOperand(mm, 1, wt);
+      mlirOperationSetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"),
+                                      maps);
+    }
+  }
+}
+
+void jit__cpu_normalize(MlirContext ctx, MlirOperation module) { normalize_bt(ctx, module); }
 
 bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_options *o,
                         jit__cpu_plan *out) {

@@ -39,6 +39,11 @@ typedef struct jit__cpu_plan {
   bool wide_vectors;
 } jit__cpu_plan;
 
+// Rewrites `module`'s 2-D x W^T (W stored N x K) into the form that is fast for its
+// rows (jit__cpu_bt_map): a transpose of W feeding a matmul into the matmul reading W
+// through (n, k), or the reverse. To run before jit__cpu_split_script.
+void jit__cpu_normalize(MlirContext ctx, MlirOperation module);
+
 // The script that splits matmuls whose N is not a whole number of register tiles into
 // two (cpu_strategy.c, "Odd N"), to run before jit__cpu_plan_make; NULL when there are
 // none (or out of memory: the matmuls are then planned whole). Free with free().
@@ -73,10 +78,10 @@ int jit__cpu_unroll_k_loops(MlirContext ctx, MlirOperation module);
 // replaced.
 int jit__cpu_drop_mask_selects(MlirOperation module);
 
-// Replaces every call of llvm.exp on f32 scalars or vectors in `mod` by an inline
-// polynomial (Cephes expf, within 2 ulp; exact at 0, +-inf and NaN), so that the loop
-// and SLP vectorizers can widen it instead of calling libm's expf per lane. Returns
-// the number of calls replaced.
+// Replaces every call of llvm.exp on f32 (or f16, computed in f32 and rounded once)
+// scalars or vectors in `mod` by an inline polynomial (Cephes expf, within 2 ulp; exact
+// at 0, +-inf and NaN), so that the loop and SLP vectorizers can widen it instead of
+// calling libm's expf per lane. Returns the number of calls replaced.
 int jit__cpu_expand_exp(LLVMModuleRef mod);
 
 // Marks the fadd of every scalar accumulate-into-memory reduction step in `mod`

@@ -91,7 +91,7 @@ static LLVMValueRef build_exp(vm *v, LLVMValueRef x) {
   return LLVMBuildFMul(b, LLVMBuildFMul(b, y, pow2, ""), cf(v, 2.0), "");
 }
 
-static bool is_f32_exp(LLVMValueRef inst, unsigned *lanes) {
+static bool is_exp(LLVMValueRef inst, unsigned *lanes, bool *half) {
   if (!LLVMIsACallInst(inst)) return false;
   LLVMValueRef callee = LLVMGetCalledValue(inst);
   if (!callee || !LLVMIsAFunction(callee)) return false;
@@ -104,7 +104,8 @@ static bool is_f32_exp(LLVMValueRef inst, unsigned *lanes) {
     *lanes = LLVMGetVectorSize(t);
     t = LLVMGetElementType(t);
   }
-  return LLVMGetTypeKind(t) == LLVMFloatTypeKind;
+  *half = LLVMGetTypeKind(t) == LLVMHalfTypeKind;
+  return LLVMGetTypeKind(t) == LLVMFloatTypeKind || *half;
 }
 
 // Scalar reductions (sum, mean, softmax's denominator, batch-matmul inner products)
@@ -189,13 +190,19 @@ int jit__cpu_expand_exp(LLVMModuleRef mod) {
       while (inst) {
         LLVMValueRef next = LLVMGetNextInstruction(inst);
         unsigned lanes;
-        if (is_f32_exp(inst, &lanes)) {
+        bool half;
+        if (is_exp(inst, &lanes, &half)) {
           v.lanes = lanes;
           LLVMTypeRef f = LLVMFloatTypeInContext(v.ctx), i = LLVMInt32TypeInContext(v.ctx);
           v.ty = lanes ? LLVMVectorType(f, lanes) : f;
           v.ity = lanes ? LLVMVectorType(i, lanes) : i;
           LLVMPositionBuilderBefore(v.b, inst);
-          LLVMValueRef r = build_exp(&v, LLVMGetOperand(inst, 0));
+          LLVMValueRef x = LLVMGetOperand(inst, 0);
+          // f16 (imported f16 math, which stays f16): in f32, rounded once to f16, rather
+          // than LLVM's libm call per lane (exp(x + y^T) 1024^2 f16: 2.1 ms -> 0.2).
+          if (half) x = LLVMBuildFPExt(v.b, x, v.ty, "");
+          LLVMValueRef r = build_exp(&v, x);
+          if (half) r = LLVMBuildFPTrunc(v.b, r, LLVMTypeOf(inst), "");
           LLVMReplaceAllUsesWith(inst, r);
           LLVMInstructionEraseFromParent(inst);
           count++;
@@ -205,6 +212,15 @@ int jit__cpu_expand_exp(LLVMModuleRef mod) {
     }
   }
   LLVMDisposeBuilder(v.b);
+  // The intrinsics' declarations, now unused.
+  for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn;) {
+    LLVMValueRef next = LLVMGetNextFunction(fn);
+    size_t len = 0;
+    const char *name = LLVMGetValueName2(fn, &len);
+    if (len > 9 && strncmp(name, "llvm.exp.", 9) == 0 && !LLVMGetFirstUse(fn))
+      LLVMDeleteFunction(fn);
+    fn = next;
+  }
   return count;
 }
 

@@ -771,6 +771,13 @@ static bool swaps_last_two(const jit__node *bn, const gen_operand *a, const jit_
   return bn->perm[r - 2] == r - 1 && bn->perm[r - 1] == r - 2;
 }
 
+// Declared in lower.h: up to 17 rows (plan_matmul_bt); f16 only where its tiles are
+// dot products (its `dot`, with L = 16 on AVX-512 and 8 on AVX2), as f16's 16x16
+// transposes cost more than a transposed copy of W.
+bool jit__cpu_bt_map(int64_t rows, int64_t k, bool f16) {
+  return rows <= 17 && (!f16 || (k % 16 == 0 && k >= (rows <= 4 ? 32 : rows <= 12 ? 64 : 128)));
+}
+
 static jit_status emit_matmul(emitter *e, const jit__node *n) {
   gen_operand a = node_operand(e, n->operands[0]), b = node_operand(e, n->operands[1]);
   int r = n->rank;
@@ -792,14 +799,14 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
   // through the transposed map. The transpose node's own value is then unused unless
   // something else reads it. f16 when K is a multiple of 16 and at least 32 (64 above
   // 4 rows, 128 above 12), where the strategy's tiles are dot products on AVX-512 and
-  // AVX2 (plan_matmul_dot): 1x768x3072 0.18 ms against 1.0 for the transposed copy,
+  // AVX2 (plan_matmul_dot; the rule is jit__cpu_bt_map, which the strategy also applies
+  // to imported modules): 1x768x3072 0.18 ms against 1.0 for the transposed copy,
   // 8x768x3072 0.48 against 1.3. A batched x (a decode step's (B, 1, D)) is its rows:
   // 4x1x768 times W^T took 2.9 ms, against 0.44 for 4x768.
   const jit__node *bn = &e->g->nodes[n->operands[1]];
   int64_t rows = num_elements(a.rank - 1, a.dims);
   if (e->named_batch && b.rank == 2 && bn->op == JIT__OP_TRANSPOSE && bn->rank == 2 &&
-      bn->perm[0] == 1 && bn->perm[1] == 0 && rows <= 17 &&
-      (!f16 || (k % 16 == 0 && k >= (rows <= 4 ? 32 : rows <= 12 ? 64 : 128))))
+      bn->perm[0] == 1 && bn->perm[1] == 0 && jit__cpu_bt_map(rows, k, f16))
     return emit_matmul_bt(e, n, &a, rows, bn);
   if (e->named_batch && nn == 1 && k % 16 == 0 && is_matvec(&a, &b, n))
     return emit_matvec(e, n, &a, &b);

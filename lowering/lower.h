@@ -138,4 +138,10 @@ jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
 jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
                            const jit__lower_options *options, jit__artifact *out);
 
+// Whether x W^T with `rows` rows of x (W stored N x K, of f16 or f32) is best read
+// through the transposed map (n, k) rather than as a transpose of W and a plain matmul
+// (cpu_strategy.c, plan_matmul_bt): emit_mlir.c writes graphs that way, and the CPU
+// strategy rewrites imported modules to it (jit__cpu_normalize).
+bool jit__cpu_bt_map(int64_t rows, int64_t k, bool f16);
+
 #endif  // JITML_LOWERING_LOWER_H_
