@@ -767,7 +767,8 @@ Test(perf_paths, matmul_f16_packed) {
 }
 
 // A transpose (an elementwise op reading its input through a permuted map): L x L
-// tiles (L = lanes), transposed in registers, both loops peeled; exact.
+// tiles (L = lanes), transposed in registers, both loops peeled, the partial tiles in
+// rows of one (when either extent is not a multiple of L); exact.
 static void check_transpose_2d(int64_t R, int64_t C, int threads, DLDataType dt) {
   dump_begin();
   jit_context *ctx = ctx_threads(threads);
@@ -790,6 +791,11 @@ static void check_transpose_2d(int64_t R, int64_t C, int threads, DLDataType dt)
   tu_run_check(g, &in, 1, dt, 2, dout, want, 0.0, 0.0, NULL, what);
   cr_expect(script_has(AVX512("tile_sizes [8, 8]", "tile_sizes [16, 16]")),
             "%s: not tiled for a transposed read", what);
+  int64_t L = AVX512(8, 16);
+  bool partial = (R > L && R % L) || (C > L && C % L);
+  cr_expect(script_has("jit_ewrest} in %f") == partial &&
+                script_has("tile_using_for %vq0 tile_sizes [1, 0]") == partial,
+            "%s: partial tiles %s in rows of one", what, partial ? "not" : "but");
   dump_end();
   free(x);
   free(want);
@@ -803,6 +809,7 @@ Test(perf_paths, transpose_tiles) {
   check_transpose_2d(1001, 17, 2, TU_F16);
   check_transpose_2d(2048, 768, 2, TU_F32);  // split across threads
   check_transpose_2d(64, 48, 1, TU_F32);
+  check_transpose_2d(333, 77, 1, TU_F32);
 }
 
 // act(x W^T + b) with W stored N x K (a PyTorch Linear's weight) against plain C; with
