@@ -286,11 +286,12 @@ static jit_status jit__run_own_pipeline(MlirContext ctx, MlirModule module,
   return jit__run_pipeline(ctx, module, pipeline, diag, stage, false);
 }
 
+// Applies the transform `script` to `module`; `what` names it in errors.
 static jit_status jit__apply_script(MlirContext ctx, MlirModule module,
-                                    const char *script, jit__diag *diag) {
+                                    const char *script, const char *what, jit__diag *diag) {
   MlirModule tmod = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(script));
   if (mlirModuleIsNull(tmod))
-    return JIT_ERR(JIT_INTERNAL, "matmul transform script does not parse: %s",
+    return JIT_ERR(JIT_INTERNAL, "%s: transform script does not parse: %s", what,
                    diag->buf);
   MlirOperation entry = {NULL};
   for (MlirOperation op = mlirBlockGetFirstOperation(mlirModuleGetBody(tmod));
@@ -303,7 +304,7 @@ static jit_status jit__apply_script(MlirContext ctx, MlirModule module,
   mlirTransformOptionsDestroy(topts);
   mlirModuleDestroy(tmod);
   if (mlirLogicalResultIsFailure(r))
-    return JIT_ERR(JIT_COMPILE_ERROR, "matmul tiling/vectorization failed: %s",
+    return JIT_ERR(JIT_COMPILE_ERROR, "%s failed: %s", what,
                    diag->len ? diag->buf : "(no diagnostic)");
   return NULL;
 }
@@ -362,7 +363,7 @@ static jit_status jit__generalize_named(MlirContext ctx, MlirModule module,
     free(sb.p);
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
   }
-  jit_status s = jit__apply_script(ctx, module, sb.p, diag);
+  jit_status s = jit__apply_script(ctx, module, sb.p, "generalizing named ops", diag);
   free(sb.p);
   return s;
 }
@@ -569,7 +570,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     if (split) {
       if (options->dump_dir)
         jit__dump_text(options, func_name, "02-split-script.mlir", split, strlen(split));
-      status = jit__apply_script(ctx, module, split, diag);
+      status = jit__apply_script(ctx, module, split, "splitting matmuls at odd N", diag);
       free(split);
       if (status) goto done;
     }
@@ -580,7 +581,8 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     if (options->dump_dir)
       jit__dump_text(options, func_name, "03-transform-script.mlir", plan.script,
                      strlen(plan.script));
-    if (plan.n_ops > 0 && (status = jit__apply_script(ctx, module, plan.script, diag)))
+    if (plan.n_ops > 0 && (status = jit__apply_script(ctx, module, plan.script,
+                                                      "tiling/vectorization", diag)))
       goto done;
     if (plan.n_masked > 0) jit__cpu_drop_mask_selects(mop);
     jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
