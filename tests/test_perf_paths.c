@@ -633,6 +633,28 @@ static void check_bmm(int64_t Bt, int64_t M, int64_t K, int64_t N, int threads,
   check_batched(3, dx, 3, dw, threads, dt, 0, 0, needle);
 }
 
+// Without k blocks the fill is fused into the register tiles (their sums start at zero
+// in registers, cpu_strategy.c): peeled rows, threads, a batch; with k blocks it stays
+// its own pass. Exact either way. (With an epilogue, f16's rounding included, the fill
+// was already fused with the tiles.)
+static void check_fill_fused(int M, int K, int N, int threads, DLDataType dt, bool fused) {
+  dump_begin();
+  check_dense(M, K, N, threads, dt, 0, 0);
+  cr_expect(script_has("%vff0 = transform.structured.match ops{[\"linalg.fill\"]}") == fused,
+            "%dx%dx%d threads=%d: fill %s the register tiles", M, K, N, threads,
+            fused ? "not fused into" : "fused into");
+  dump_end();
+}
+
+Test(perf_paths, fill_fused_into_register_tiles) {
+  check_fill_fused(128, 32, 128, 1, TU_F32, true);
+  check_fill_fused(131, 90, 128, 1, TU_F32, true);  // peeled rows
+  check_fill_fused(512, 64, 512, 2, TU_F32, true);  // split over threads
+  check_fill_fused(67, 1000, 256, 1, TU_F32, false);  // k blocks of 200
+  const int64_t dx[3] = {12, 128, 64}, dw[3] = {12, 64, 128};
+  check_batched(3, dx, 3, dw, 2, TU_F32, 0, 0, "%vff0 = transform.structured.match");
+}
+
 // Equal batch dims on both operands: linalg.batch_matmul, a loop over the batch whose
 // body is a 2-D matmul planned like any other (masked, packed, small M), the batch
 // split across threads by whole matmuls when there is enough work.
