@@ -651,6 +651,11 @@ Test(perf_paths, fill_fused_into_register_tiles) {
   check_fill_fused(131, 90, 128, 1, TU_F32, true);  // peeled rows
   check_fill_fused(512, 64, 512, 2, TU_F32, true);  // split over threads
   check_fill_fused(67, 1000, 256, 1, TU_F32, false);  // k blocks of 200
+  // Packed B without k blocks (256^3: kc = K), peeled rows (4 of 256 in 6-row tiles on
+  // AVX-512); with k blocks (512^3) not.
+  check_fill_fused(256, 256, 256, 1, TU_F32, true);
+  check_fill_fused(256, 256, 256, 2, TU_F32, true);
+  check_fill_fused(512, 512, 512, 1, TU_F32, false);
   const int64_t dx[3] = {12, 128, 64}, dw[3] = {12, 64, 128};
   check_batched(3, dx, 3, dw, 2, TU_F32, 0, 0, "%vff0 = transform.structured.match");
 }
