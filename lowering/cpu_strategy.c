@@ -301,13 +301,13 @@ static MlirOperation epilogue_of(MlirOperation mm) {
 // With `whole_k` (a fused epilogue, which needs the finished sum in the register tile),
 // kc = K always and nc is the widest that lets a K x nc block fit.
 static bool pack_blocks(int64_t tN, int64_t K, int64_t tn, bool whole_k, int64_t most,
-                        int64_t least, int64_t *out_nc, int64_t *out_kc) {
+                        int64_t least, int64_t bytes, int64_t *out_nc, int64_t *out_kc) {
   int64_t nc = 0;
-  if (whole_k && most > JIT__PACK_BYTES / 4 / K) most = JIT__PACK_BYTES / 4 / K;
+  if (whole_k && most > bytes / 4 / K) most = bytes / 4 / K;
   for (int64_t d = tN < most ? tN : most; d >= 2 * tn && !nc; d--)
     if (d % tn == 0 && tN % d == 0) nc = d;
   if (!nc) return false;
-  int64_t budget = JIT__PACK_BYTES / 4 / nc, kc = 0;
+  int64_t budget = bytes / 4 / nc, kc = 0;
   if (K <= budget) {
     kc = K;
   } else if (!whole_k) {
@@ -331,16 +331,32 @@ static bool pack_blocks(int64_t tN, int64_t K, int64_t tn, bool whole_k, int64_t
 // instead of 256 and 256): 0.89x instead of 0.68x OpenBLAS at 1 thread, 0.93x instead
 // of 0.82x at 2 (nc 384, kc 128; medians of 4-5 interleaved runs). With many rows it
 // loses: 512^3 at nc 512, kc 128 took 4.9 ms against 3.6.
-static bool pack_plan(int64_t tM, int64_t tN, int64_t K, int64_t tn, bool fused,
+// Where half of `l2` is more than JIT__PACK_BYTES (AVX-512 hosts with 2 MiB of L2, as
+// the Xeon; l2 is 0 otherwise), kc = K too with a B block of up to half of L2 (nc up to 256, at least two
+// panels): C is then written once, its fill fused into the register tiles, and no k
+// loop re-reads the tiles' sums. Against nc = kc = 256, interleaved: 512^3 1.22-1.24 ms
+// against 1.31-1.38 (2 threads 0.68-0.70 against 0.71-0.75), 1024^3 10.4-10.8 ms
+// against 11.5 (2 threads 5.4-5.6 against 5.6-5.8), 768^3 4.4-4.6 against 4.8-4.9,
+// 1024x512x512 2.67-2.73 against 2.97, 512x512x1024 2.87-2.98 against 3.16-3.23,
+// 263x520x512 654 us against 681-724, 512x320x512 at 2 threads 413 against 445-610;
+// 320x512x512 the same. Not with fewer than 128 rows a thread, whose B block serves
+// too few register tiles (67x1000x256 195-210 us against 184-186, 37x1001x512 344
+// against 307-314, 20x1002x1024 570 against 512-533). The block is then too large for the stack (JIT__STACK_BYTES):
+// it is a heap block, which the CPU runtime keeps for the thread's next call.
+static bool pack_plan(int64_t tM, int64_t tN, int64_t K, int64_t tn, bool fused, int64_t l2,
                       int64_t *out_nc, int64_t *out_kc) {
   if ((fused || tM * K * 4 <= JIT__PACK_BYTES) &&
-      pack_blocks(tN, K, tn, true, 256, 0, out_nc, out_kc))
+      pack_blocks(tN, K, tn, true, 256, 0, JIT__PACK_BYTES, out_nc, out_kc))
     return true;
   if (fused) return false;
-  if (tM <= 256 && tN <= 1024 && pack_blocks(tN, K, tn, false, tN, 64, out_nc, out_kc) &&
+  if (l2 / 2 > JIT__PACK_BYTES && tM >= 128 &&
+      pack_blocks(tN, K, tn, true, 256, 0, l2 / 2, out_nc, out_kc))
+    return true;
+  if (tM <= 256 && tN <= 1024 &&
+      pack_blocks(tN, K, tn, false, tN, 64, JIT__PACK_BYTES, out_nc, out_kc) &&
       *out_nc == tN)
     return true;
-  return pack_blocks(tN, K, tn, false, 256, 32, out_nc, out_kc);
+  return pack_blocks(tN, K, tn, false, 256, 32, JIT__PACK_BYTES, out_nc, out_kc);
 }
 
 // GotoBLAS-style loops for a plain f32 matmul whose B does not fit in L2:
@@ -1159,6 +1175,9 @@ choose_tile:;
   bool big = (double)M * whole_n * K >= (double)(1 << 24) ||
              (small_m && (double)K * N * 4 >= split_b_bytes(h));
   int64_t pnc = 0, pkc = 0;
+  // The L2 that pack_plan may fill half of with a whole-K block: measured on AVX-512
+  // only (the AVX2 tiles' blocks were chosen on a 512 KiB L2).
+  int64_t big_l2 = h.lanes == 16 ? h.l2 : 0;
   if (can_pack && T > 1 && big) {
     // Packed: splitting N gives each thread its own half of B to pack and read once;
     // splitting M has both threads pack all of B. So N, unless A (M x K) is the
@@ -1173,7 +1192,7 @@ choose_tile:;
     // against split N, 256^3 24-45 % faster, 320^3 18 %, 384^3 22 %, 192x256x512 15 %,
     // 256x256x512 12 %, 256x512x256 7 % (64x768x3072, 9 MiB of B: 23 % slower; with
     // an epilogue 256^3 3 % slower, so not there either).
-    bool n_ok = N % T == 0 && pack_plan(M, N / T, K, tn, fused, &pnc, &pkc);
+    bool n_ok = N % T == 0 && pack_plan(M, N / T, K, tn, fused, big_l2, &pnc, &pkc);
     bool m_ok = M % T == 0 && M / T >= 3 * tm;
     bool b_fits = K * N * 4 < h.l2 / 2 && !fused && M / T >= 64;
     bool prefer_m = M > N || (M == N && !fused && M / T >= 256) || b_fits;
@@ -1195,7 +1214,7 @@ choose_tile:;
   // proportion to its part. Smaller Bs (160x256x128, 192^3) gained nothing and took
   // ~14 ms more to compile.
   bool packed = can_pack && K * N * 4 >= (256 << 10) && tM >= 3 * tm &&
-                pack_plan(tM, tN, K, tn, fused, &pnc, &pkc);
+                pack_plan(tM, tN, K, tn, fused, big_l2, &pnc, &pkc);
   if (plain && !packed) {
     plain = false;  // the default tile after all (above)
     goto choose_tile;

@@ -224,6 +224,10 @@ static bool host_big_l2(void) {
 #endif
 }
 
+// Packed B in whole-K blocks of up to half of L2 for 128 rows a thread or more
+// (cpu_strategy.c, pack_plan): AVX-512 hosts with more than 512 KiB of L2.
+#define WHOLE_K(other, whole) (host_avx512() && host_big_l2() ? (whole) : (other))
+
 static const int kShapes[][3] = {
     {1, 1, 1},     {1, 7, 13},     {1, 768, 96},  {2, 33, 17},   {3, 64, 100},
     {5, 33, 17},   {8, 96, 200},   {16, 64, 64},  {17, 1000, 31}, {17, 31, 1000},
@@ -332,8 +336,11 @@ Test(perf_paths, matmul_packed_b) {
   check_dense_path(67, 1000, 256, 1, "blocks [0, 256, 200]");   // A 268 KB: kc 200
   check_dense_path(97, AVX512(520, 400), AVX512(512, 1024), 1,  // 8 n blocks
                    AVX512("blocks [0, 64, 520]", "blocks [0, 128, 400]"));
-  check_dense_path(131, 520, 512, 1, "blocks [0, 512, 104]");   // few rows: all of N
-  check_dense_path(263, 520, 512, 1, "blocks [0, 256, 104]");   // many: two n blocks
+  check_dense_path(127, 520, 512, 1, "blocks [0, 512, 104]");   // few rows: all of N
+  check_dense_path(131, 520, 512, 1,
+                   WHOLE_K("blocks [0, 512, 104]", "blocks [0, 256, 520]"));
+  check_dense_path(263, 520, 512, 1,                             // many: two n blocks
+                   WHOLE_K("blocks [0, 256, 104]", "blocks [0, 256, 520]"));
   check_dense_path(45, 3000, 768, 2, "threads split N, blocks [0, 384, 120]");
   // One 2-panel block (3 row tiles at least, so 24 rows on AVX-512).
   check_dense_path(AVX512(19, 29), 3280, AVX512(32, 64), 1,
@@ -353,7 +360,11 @@ Test(perf_paths, matmul_packed_b) {
                    AVX512("threads split N, blocks [0, 144, 320]",
                           "threads split N, blocks [0, 192, 320]"));
   // M = N with 256 rows a thread or more: split M (each thread packs all of B).
-  check_dense_path(512, 320, 512, 2, "threads split M, blocks [0, 512, 80]");
+  check_dense_path(512, 320, 512, 2, WHOLE_K("threads split M, blocks [0, 512, 80]",
+                                             "threads split M, blocks [0, 256, 320]"));
+  check_dense_path(512, 512, 512, 1, WHOLE_K("blocks [0, 256, 256]", "blocks [0, 256, 512]"));
+  check_dense_path(1024, 1024, 1024, 1,
+                   WHOLE_K("blocks [0, 256, 256]", "blocks [0, 256, 1024]"));
 }
 
 // Without n blocks there are no row blocks either (they would only add remainders).
@@ -386,7 +397,7 @@ static void check_unroll(int M, int K, int N, int threads, int act, const char *
 }
 
 Test(perf_paths, k_loops_unrolled) {
-  check_unroll(131, 520, 512, 1, 0, "blocks [0, 512, 104]", true);  // kc 104: by 4
+  check_unroll(127, 520, 512, 1, 0, "blocks [0, 512, 104]", true);  // kc 104: by 4
   check_unroll(AVX512(50, 20), 1002, AVX512(400, 1024), 1, 0,
                AVX512("blocks [0, 400, 334]", "blocks [0, 256, 334]"), true);  // unpacked, by 2
   check_unroll(37, 1001, 512, 1, 0, "blocks [0, 64, 1001]", false); // odd kc = K
@@ -655,7 +666,7 @@ Test(perf_paths, fill_fused_into_register_tiles) {
   // AVX-512); with k blocks (512^3) not.
   check_fill_fused(256, 256, 256, 1, TU_F32, true);
   check_fill_fused(256, 256, 256, 2, TU_F32, true);
-  check_fill_fused(512, 512, 512, 1, TU_F32, false);
+  check_fill_fused(512, 512, 512, 1, TU_F32, WHOLE_K(false, true));  // k blocks, or not
   const int64_t dx[3] = {12, 128, 64}, dw[3] = {12, 64, 128};
   check_batched(3, dx, 3, dw, 2, TU_F32, 0, 0, "%vff0 = transform.structured.match");
 }
