@@ -2037,7 +2037,7 @@ static MlirWalkResult find_2d_matmuls(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-static void normalize_bt(MlirContext ctx, MlirOperation module) {
+void jit__cpu_normalize(MlirContext ctx, MlirOperation module) {
   static const int plain[6] = {0, 2, 2, 1, 0, 1};
   bt_walk b;
   b.n = 0;
@@ -2080,7 +2080,6 @@ static void normalize_bt(MlirContext ctx, MlirOperation module) {
   }
 }
 
-void jit__cpu_normalize(MlirContext ctx, MlirOperation module) { normalize_bt(ctx, module); }
 
 bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_options *o,
                         jit__cpu_plan *out) {
