@@ -67,28 +67,25 @@ static LLVMValueRef build_exp(vm *v, LLVMValueRef x) {
   LLVMValueRef hi = cf(v, 89.5), lo = cf(v, -87.33654022216797);
   LLVMValueRef xc = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, x, hi, ""), hi, x, "");
   xc = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, xc, lo, ""), lo, xc, "");
-  // n = round(x / ln 2) by adding 1.5 * 2^23: the sum's low mantissa bits are n, so no
-  // round and no float-to-int conversion (which is also poison for NaN in LLVM IR).
-  // r = x - n ln 2 with ln 2 split so n * C1 is exact.
-  LLVMValueRef magic = cf(v, 12582912.0);
+  // n = round(x / ln 2) by adding 1.5 * 2^23 + 126: the sum's low mantissa bits are
+  // n + 126, so no round and no float-to-int conversion (which is also poison for NaN in
+  // LLVM IR). r = x - n ln 2 with ln 2 split so n * C1 is exact.
+  LLVMValueRef magic = cf(v, 12582912.0 + 126.0);
   LLVMValueRef sum = fmuladd(v, xc, cf(v, 1.44269504088896341), magic);
   LLVMValueRef fx = LLVMBuildFSub(b, sum, magic, "");
   LLVMValueRef r = fmuladd(v, fx, cf(v, -0.693359375), xc);
   r = fmuladd(v, fx, cf(v, 2.12194440e-4), r);
-  LLVMValueRef z = LLVMBuildFMul(b, r, r, "");
-  LLVMValueRef p = cf(v, 1.9875691500E-4);
-  static const double c[] = {1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2,
-                             1.6666665459E-1, 5.0000001201E-1};
-  for (int i = 0; i < 5; i++) p = fmuladd(v, p, r, cf(v, c[i]));
-  LLVMValueRef y = fmuladd(v, p, z, r);
-  y = LLVMBuildFAdd(b, y, cf(v, 1.0), "");
-  // 2^(n-1) * 2, so n = 128 (x near the top of the range) stays finite when it should.
-  // The sum's bits are 0x4B400000 + n, and 0x4B400000 << 23 wraps to 0: the shift
-  // leaves n << 23.
+  // 2 exp(r) = 2 + r (2 + r 2p(r)), Horner to the end (no r^2, no separate + 1), with
+  // the doubling (see below) folded into Cephes' coefficients, where it is exact.
+  static const double c[] = {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3,
+                             4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1, 1.0, 1.0};
+  LLVMValueRef y = cf(v, 2 * c[0]);
+  for (int i = 1; i < 8; i++) y = fmuladd(v, y, r, cf(v, 2 * c[i]));
+  // 2^(n-1) * 2 exp(r), so n = 128 (x near the top of the range) stays finite when it
+  // should. The sum's bits are 0x4B400000 + 126 + n, and 0x4B400000 << 23 wraps to 0:
+  // the shift leaves (n - 1 + 127) << 23, the exponent field of 2^(n-1).
   LLVMValueRef bits = LLVMBuildShl(b, LLVMBuildBitCast(b, sum, v->ity, ""), ci(v, 23), "");
-  LLVMValueRef pow2 = LLVMBuildBitCast(b, LLVMBuildAdd(b, bits, ci(v, 126 << 23), ""),
-                                       v->ty, "");
-  return LLVMBuildFMul(b, LLVMBuildFMul(b, y, pow2, ""), cf(v, 2.0), "");
+  return LLVMBuildFMul(b, y, LLVMBuildBitCast(b, bits, v->ty, ""), "");
 }
 
 static bool is_exp(LLVMValueRef inst, unsigned *lanes, bool *half) {
