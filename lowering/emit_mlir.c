@@ -191,9 +191,10 @@ typedef enum body_kind {
   B_NEG, B_EXP, B_LOG, B_TANH, B_SIGMOID, B_RELU, B_GELU, B_SQRT, B_RSQRT,
   B_ACC_SUM,  // out + x
   B_ACC_MAX,  // max(out, x)
-  B_ACC_MAXNUM,  // max(out, x), a NaN x ignored (llvm.maxnum, which LLVM vectorizes as
-                 // a reduction); for softmax, whose row a NaN still turns all NaN,
-                 // through its exp and sum
+  B_ACC_MAXNUM,  // max(out, x) for softmax, as llvm.maxnum with no NaN checks (nnan:
+                 // one vmaxps per vector, no test for NaN and no scalar tail; 64x1024
+                 // in cache 17.5 -> 15.6 us). Whatever max a row with a NaN gets, the
+                 // NaN turns the row all NaN through its exp and sum, as it should
   B_ACC_MAC,  // out + x * y
   B_EXP_SUB,  // exp(x - y)
   B_DIV_BY,   // x / constant
@@ -289,7 +290,7 @@ static const char *emit_body(emitter *e, body_kind kind, const char *x, const ch
       jit__text_printf(tb, "    %%t0 = arith.maximumf %s, %s : f32\n", out, x);
       return "%t0";
     case B_ACC_MAXNUM:
-      jit__text_printf(tb, "    %%t0 = arith.maxnumf %s, %s : f32\n", out, x);
+      jit__text_printf(tb, "    %%t0 = arith.maxnumf %s, %s fastmath<nnan> : f32\n", out, x);
       return "%t0";
     case B_ACC_MAC:
       jit__text_printf(tb,
