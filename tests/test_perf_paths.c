@@ -1553,6 +1553,43 @@ Test(perf_paths, softmax_rows) {
   }
 }
 
+// Rows with special values, whose max is taken without NaN checks (a NaN still turns
+// its row all NaN, through the exp and the sum, as in the reference): a NaN early in
+// the row and one in its last partial vector, -inf entries (masked attention), a row
+// all -inf (NaN: -inf - -inf), a +inf entry, +-1e30, and an ordinary row after them.
+Test(perf_paths, softmax_special_rows) {
+  static const int64_t widths[] = {37, 1031};
+  enum { kRows = 8 };
+  for (size_t k = 0; k < sizeof widths / sizeof *widths; k++) {
+    int64_t c = widths[k], s[2] = {kRows, c}, n = kRows * c;
+    float *x = tu_malloc(sizeof(float) * (size_t)n), *want = tu_malloc(sizeof(float) * (size_t)n);
+    ref_rng rng;
+    ref_rng_seed(&rng, (uint64_t)n);
+    ref_rng_fill(&rng, x, n, -10.0f, 10.0f);
+    x[0 * c + 3] = NAN;
+    x[1 * c + c - 2] = NAN;
+    for (int64_t j = 0; j < c; j += 3) x[2 * c + j] = -INFINITY;
+    for (int64_t j = 0; j < c; j++) x[3 * c + j] = -INFINITY;
+    x[4 * c + c / 2] = INFINITY;
+    x[5 * c + 1] = 1e30f;
+    x[6 * c + c - 1] = -1e30f;
+    ref_softmax(x, 2, s, 1, want);
+    cr_assert(isnan(want[0]) && isnan(want[c]) && isnan(want[3 * c]) && !isnan(want[2 * c + 1]));
+    for (int t = 1; t <= 2; t++) {
+      jit_context *ctx = ctx_threads(t);
+      jit_graph *g = tu_graph(ctx, "softmax");
+      jit_output(g, jit_softmax(g, jit_input(g, "x", TU_F32, 2, s), 1));
+      TU_OK(jit_graph_finalize(g));
+      DLTensor in = tu_tensor(x, TU_F32, 2, s);
+      tu_run_check(g, &in, 1, TU_F32, 2, s, want, 1e-5, 1e-7, NULL, "softmax, special rows");
+      jit_graph_destroy(g);
+      jit_context_destroy(ctx);
+    }
+    free(x);
+    free(want);
+  }
+}
+
 // Rows split across threads: each thread runs whole row loops (max, exp, sum and the
 // division fused), with no full-size intermediate on the heap, and the result does
 // not depend on the thread count (every row is reduced by one thread, in one order).
