@@ -133,27 +133,36 @@ static void dump_end(void) {
   g_dump_dir[0] = 0;
 }
 
-// Whether the dumped stage `suffix` (its first 256 KiB) of a kernel compiled while
-// g_dump_dir was set holds `needle`.
-static bool dump_has(const char *suffix, const char *needle) {
+// The text (its first 256 KiB) of the `index`-th dumped stage `suffix` of the kernels
+// compiled while g_dump_dir was set, in a static buffer; NULL past the last.
+static const char *dump_text(const char *suffix, int index) {
   DIR *d = opendir(g_dump_dir);
   cr_assert(d, "cannot open %s", g_dump_dir);
-  bool found = false;
-  for (struct dirent *e; (e = readdir(d)) && !found;) {
+  static char buf[1 << 18];
+  const char *text = NULL;
+  for (struct dirent *e; (e = readdir(d)) && !text;) {
     size_t n = strlen(e->d_name), m = strlen(suffix);
-    if (n < m || strcmp(e->d_name + n - m, suffix)) continue;
+    if (n < m || strcmp(e->d_name + n - m, suffix) || index-- > 0) continue;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", g_dump_dir, e->d_name);
     FILE *f = fopen(path, "rb");
     cr_assert(f);
-    static char buf[1 << 18];
     size_t len = fread(buf, 1, sizeof buf - 1, f);
     buf[len] = 0;
     fclose(f);
-    found = strstr(buf, needle) != NULL;
+    text = buf;
   }
   closedir(d);
-  return found;
+  return text;
+}
+
+// Whether the dumped stage `suffix` of a kernel compiled while g_dump_dir was set
+// holds `needle`.
+static bool dump_has(const char *suffix, const char *needle) {
+  const char *text;
+  for (int i = 0; (text = dump_text(suffix, i)); i++)
+    if (strstr(text, needle)) return true;
+  return false;
 }
 
 // Whether the transform script holds `needle` (the strategy writes a comment naming
@@ -1650,6 +1659,24 @@ static float *alloc_out(int64_t n) {
   return p;
 }
 
+// Whether the LLVM basic block (blank-line delimited in the printed IR) holding the
+// first `anchor` in the optimized IR also holds `needle`, and not `absent`.
+static bool ll_block_has(const char *anchor, const char *needle, const char *absent) {
+  const char *text = dump_text("-07-llvm-optimized.ll", 0), *at;
+  if (!text || !(at = strstr(text, anchor))) return false;
+  const char *start = at, *end = strstr(at, "\n\n");
+  while (start > text && !(start[-1] == '\n' && start - 1 > text && start[-2] == '\n')) start--;
+  if (!end) end = at + strlen(at);
+  size_t len = (size_t)(end - start);
+  char *block = malloc(len + 1);
+  cr_assert(block);
+  memcpy(block, start, len);
+  block[len] = 0;
+  bool ok = strstr(block, needle) && !strstr(block, absent);
+  free(block);
+  return ok;
+}
+
 // Large outputs written once go straight to memory (non-temporal stores, fenced; whole
 // vectors where an address is aligned at run time, 8 bytes at a time where not), and a
 // large row loop prefetches its next row; small ones keep plain stores, so the next
@@ -1687,6 +1714,11 @@ static void check_softmax_streams(int64_t rows, int64_t cols, bool streams) {
     cr_expect(dump_has("-07-llvm-optimized.ll", "@llvm.prefetch") == streams,
               "softmax %lldx%lld threads=%d: next row %sprefetched", (long long)rows,
               (long long)cols, t, streams ? "not " : "");
+    // From the row's second pass, its exp (which multiplies), not from its max.
+    if (streams)
+      cr_expect(ll_block_has("call void @llvm.prefetch", " fmul ", "@llvm.maxnum"),
+                "softmax %lldx%lld threads=%d: next row not prefetched from the exp pass",
+                (long long)rows, (long long)cols, t);
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
     dump_end();
