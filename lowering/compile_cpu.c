@@ -564,7 +564,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     if ((status = jit__generalize_named(ctx, module, diag))) goto done;
     status = jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
     if (status) goto done;
-    jit__cpu_normalize(ctx, mop);
+    jit__cpu_normalize(ctx, mop, options);
     jit__dump_op(options, func_name, "02-fused.mlir", mop);
     char *split = jit__cpu_split_script(ctx, mop, options);
     if (split) {
@@ -573,6 +573,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
       status = jit__apply_script(ctx, module, split, "splitting matmuls at odd N", diag);
       free(split);
       if (status) goto done;
+      jit__cpu_normalize(ctx, mop, options);
     }
     if (!jit__cpu_plan_make(ctx, mop, options, &plan)) {
       status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");

@@ -41,8 +41,10 @@ typedef struct jit__cpu_plan {
 
 // Rewrites `module`'s 2-D x W^T (W stored N x K) into the form that is fast for its
 // rows (jit__cpu_bt_map): a transpose of W feeding a matmul into the matmul reading W
-// through (n, k), or the reverse. To run before jit__cpu_split_script.
-void jit__cpu_normalize(MlirContext ctx, MlirOperation module);
+// through (n, k), or the reverse; a matmul that jit__cpu_split_script splits reads W
+// through (n, k) until it is split. To run before jit__cpu_split_script, and again
+// after it.
+void jit__cpu_normalize(MlirContext ctx, MlirOperation module, const jit__lower_options *o);
 
 // The script that splits matmuls whose N is not a whole number of register tiles into
 // two (cpu_strategy.c, "Odd N"), to run before jit__cpu_plan_make; NULL when there are

@@ -939,6 +939,14 @@ Test(perf_paths, linear_weight_layout) {
   check_linear(200, 512, 384, 1, TU_F32, 1, "200x512x384, B packed from W^T");
   check_linear(41, 520, 1024, 1, TU_F32, 0, AVX512("B packed from W^T", "B packed, threads"));
   check_linear(41, 520, 1000, 1, TU_F32, 0, NULL);
+  // N not a whole number of register tiles (1000: 960 + 40 on AVX-512, 992 + 8 on
+  // AVX2): split while still reading W through (n, k), so the whole-tile part packs B
+  // from its own rows of W (it read slices of a whole transposed copy of W before).
+  const char *odd = AVX512("64x512x992, B packed from W^T", "64x512x960, B packed from W^T");
+  check_linear(64, 512, 1000, 1, TU_F32, 0, odd);
+  check_linear(64, 512, 1000, 2, TU_F32, 2, odd);
+  check_linear(64, 512, 1000, 1, TU_F16, 1, odd);
+  check_linear(130, 100, 1001, 2, TU_F32, 0, NULL);
   check_linear(30, 64, 96, 1, TU_F32, 2, NULL);
   check_linear(1, 768, 3072, 2, TU_F32, 0,
                "1x768x3072, B transposed, dot products, threads split N");
