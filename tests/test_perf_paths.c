@@ -705,6 +705,14 @@ Test(perf_paths, batch_matmul_is_a_loop_of_planned_matmuls) {
                                    : "vector x matrix 1x64x1024, threads split none");
   check_bmm(5, 1, 40, 33, 2, TU_F16, "vector x matrix");
   check_bmm(2, 1, 7, 50, 1, TU_F32, "k blocks 0");
+  // The n tiles inside the k blocks, so each k block streams whole rows of B; a prime
+  // K and an N of 2 tiles + 44 peeled.
+  const char *k_outer = AVX512("%bn0, %bnl0 = transform.structured.tile_using_for %bk0 "
+                               "tile_sizes [0, 0, 64, 0]",
+                               "%bn0, %bnl0 = transform.structured.tile_using_for %bk0 "
+                               "tile_sizes [0, 0, 128, 0]");
+  check_bmm(2, 1, 2048, 1024, 1, TU_F32, k_outer);
+  check_bmm(2, 1, 1031, 300, 2, TU_F32, k_outer);
   // A unit N or K would fold away with the batch dim: plain loops, exact.
   check_bmm(3, 17, 40, 1, 2, TU_F32, NULL);
   check_bmm(2, 5, 1, 9, 1, TU_F16, NULL);
