@@ -565,6 +565,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     status = jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
     if (status) goto done;
     jit__cpu_normalize(ctx, mop, options);
+    jit__cpu_split_k(ctx, mop, options);
     jit__dump_op(options, func_name, "02-fused.mlir", mop);
     char *split = jit__cpu_split_script(ctx, mop, options);
     if (split) {

@@ -1949,6 +1949,184 @@ char *jit__cpu_split_script(MlirContext ctx, MlirOperation module,
   return s.sb.p;
 }
 
+//===--- Small M split over K ----------------------------------------------===//
+
+// A small-M matmul worth splitting across threads (plan_matmul: by the bytes of B) is
+// split over N there, each thread streaming its columns of every row of B. Where a
+// thread's part of a row is under a page (N x 4 / T < 4 KiB), that reads B in short
+// pieces a page apart: the hardware prefetcher, which stops at page ends, restarts on
+// each, and a thread's pieces all sit at the same page offsets, so in part of the L2
+// sets only. Those split worse than on one thread (4x768x768: 63 us on one, 68 on two)
+// or little better (1x1024x1024 141 -> 90-111 us), where x W^T, whose threads each read
+// whole rows of W, took 23 and 38. So those matmuls are split over K instead, before
+// planning: C = init + sum over t of P[t], P = A[:, t K/T : (t+1) K/T] x B[t K/T ...]
+// as a batch_matmul of T (B's rows are a free reshape, A's columns a small copy when
+// M > 1), each thread one of its matmuls (plan_batch / plan_batch_vecmat split the
+// batch by the same bytes of B), then one pass adding the T partial Cs into C.
+
+// Parses `text`, a func.func of `n_args` arguments, and inlines its body before
+// `before`, `args` for its arguments: *out is what it returns. False when `text` does
+// not parse.
+static bool inline_text(MlirContext ctx, const char *text, MlirOperation before,
+                        const MlirValue *args, int n_args, MlirValue *out) {
+  MlirModule m = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
+  if (mlirModuleIsNull(m)) return false;
+  MlirOperation fn = mlirBlockGetFirstOperation(mlirModuleGetBody(m));
+  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(fn, 0));
+  enum { kMax = 64 };
+  MlirValue from[kMax], to[kMax];
+  int n = 0;
+  for (int i = 0; i < n_args && n < kMax; i++, n++) {
+    from[n] = mlirBlockGetArgument(body, i);
+    to[n] = args[i];
+  }
+  bool ok = false;
+  MlirBlock block = mlirOperationGetBlock(before);
+  for (MlirOperation op = mlirBlockGetFirstOperation(body); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op)) {
+    if (op_is(op, "func.return")) {
+      MlirValue r = mlirOperationGetOperand(op, 0);
+      for (int j = 0; j < n && !ok; j++)
+        if (mlirValueEqual(from[j], r)) {
+          *out = to[j];
+          ok = true;
+        }
+      break;
+    }
+    MlirOperation c = mlirOperationClone(op);
+    for (intptr_t k = 0; k < mlirOperationGetNumOperands(c); k++)
+      for (int j = 0; j < n; j++)
+        if (mlirValueEqual(from[j], mlirOperationGetOperand(c, k))) {
+          mlirOperationSetOperand(c, k, to[j]);
+          break;
+        }
+    mlirBlockInsertOwnedOperationBefore(block, before, c);
+    for (intptr_t k = 0; k < mlirOperationGetNumResults(c) && n < kMax; k++, n++) {
+      from[n] = mlirOperationGetResult(op, k);
+      to[n] = mlirOperationGetResult(c, k);
+    }
+  }
+  mlirModuleDestroy(m);
+  return ok;
+}
+
+// The text of the K split (above) of M x K x N into T parts, as a func.func of A, B and
+// C's init returning C.
+static void k_split_text(jit__text *t, int64_t M, int64_t K, int64_t N, int T) {
+  long long m = M, k = K, n = N, kt = K / T, tt = T;
+  sb_printf(t, "func.func @ks(%%a: tensor<%lldx%lldxf32>, %%b: tensor<%lldx%lldxf32>, "
+               "%%c: tensor<%lldx%lldxf32>) -> tensor<%lldx%lldxf32> {\n",
+            m, k, k, n, m, n, m, n);
+  if (M == 1) {
+    sb_printf(t, "  %%a1 = tensor.collapse_shape %%a [[0, 1]] : tensor<1x%lldxf32> into "
+                 "tensor<%lldxf32>\n"
+                 "  %%at = tensor.expand_shape %%a1 [[0, 1, 2]] output_shape [%lld, 1, %lld] "
+                 ": tensor<%lldxf32> into tensor<%lldx1x%lldxf32>\n",
+              k, k, tt, kt, k, tt, kt);
+  } else {
+    sb_printf(t,
+              "  %%a3 = tensor.expand_shape %%a [[0], [1, 2]] output_shape [%lld, %lld, %lld] "
+              ": tensor<%lldx%lldxf32> into tensor<%lldx%lldx%lldxf32>\n"
+              "  %%ae = tensor.empty() : tensor<%lldx%lldx%lldxf32>\n"
+              "  %%at = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d1, d0, "
+              "d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = "
+              "[\"parallel\", \"parallel\", \"parallel\"]} ins(%%a3 : tensor<%lldx%lldx%lldxf32>) "
+              "outs(%%ae : tensor<%lldx%lldx%lldxf32>) {\n"
+              "  ^bb0(%%x: f32, %%y: f32):\n    linalg.yield %%x : f32\n"
+              "  } -> tensor<%lldx%lldx%lldxf32>\n",
+              m, tt, kt, m, k, m, tt, kt, tt, m, kt, m, tt, kt, tt, m, kt, tt, m, kt);
+  }
+  sb_printf(t,
+            "  %%b3 = tensor.expand_shape %%b [[0, 1], [2]] output_shape [%lld, %lld, %lld] : "
+            "tensor<%lldx%lldxf32> into tensor<%lldx%lldx%lldxf32>\n"
+            "  %%z = arith.constant 0.0 : f32\n"
+            "  %%pe = tensor.empty() : tensor<%lldx%lldx%lldxf32>\n"
+            "  %%pf = linalg.fill ins(%%z : f32) outs(%%pe : tensor<%lldx%lldx%lldxf32>) -> "
+            "tensor<%lldx%lldx%lldxf32>\n"
+            "  %%p = linalg.batch_matmul ins(%%at, %%b3 : tensor<%lldx%lldx%lldxf32>, "
+            "tensor<%lldx%lldx%lldxf32>) outs(%%pf : tensor<%lldx%lldx%lldxf32>) -> "
+            "tensor<%lldx%lldx%lldxf32>\n",
+            tt, kt, n, k, n, tt, kt, n, tt, m, n, tt, m, n, tt, m, n, tt, m, kt, tt, kt, n,
+            tt, m, n, tt, m, n);
+  for (int i = 0; i < T; i++)
+    sb_printf(t,
+              "  %%s%d = tensor.extract_slice %%p[%d, 0, 0] [1, %lld, %lld] [1, 1, 1] : "
+              "tensor<%lldx%lldx%lldxf32> to tensor<%lldx%lldxf32>\n",
+              i, i, m, n, tt, m, n, m, n);
+  sb_printf(t, "  %%r = linalg.generic {indexing_maps = [");
+  for (int i = 0; i <= T; i++)
+    sb_printf(t, "%saffine_map<(d0, d1) -> (d0, d1)>", i ? ", " : "");
+  sb_printf(t, "], iterator_types = [\"parallel\", \"parallel\"]} ins(");
+  for (int i = 0; i < T; i++) sb_printf(t, "%s%%s%d", i ? ", " : "", i);
+  sb_printf(t, " : ");
+  for (int i = 0; i < T; i++) sb_printf(t, "%stensor<%lldx%lldxf32>", i ? ", " : "", m, n);
+  sb_printf(t, ") outs(%%c : tensor<%lldx%lldxf32>) {\n  ^bb0(", m, n);
+  for (int i = 0; i < T; i++) sb_printf(t, "%%x%d: f32, ", i);
+  sb_printf(t, "%%o: f32):\n    %%u0 = arith.addf %%o, %%x0 : f32\n");
+  for (int i = 1; i < T; i++)
+    sb_printf(t, "    %%u%d = arith.addf %%u%d, %%x%d : f32\n", i, i - 1, i);
+  sb_printf(t, "    linalg.yield %%u%d : f32\n  } -> tensor<%lldx%lldxf32>\n"
+               "  return %%r : tensor<%lldx%lldxf32>\n}\n",
+            T - 1, m, n, m, n);
+}
+
+// Whether `mm` is a small-M f32 matmul that is split over K at `threads` (above).
+static bool splits_k(const host *h, MlirOperation mm, int threads) {
+  static const int plain[6] = {0, 2, 2, 1, 0, 1};
+  if (threads < 2 || threads > 8 || !op_is(mm, "linalg.matmul") ||
+      mlirOperationGetNumOperands(mm) != 3 || mlirOperationGetNumResults(mm) != 1 ||
+      !maps_are(mm, 3, 3, 2, plain, true))
+    return false;
+  MlirType t[3];
+  for (int i = 0; i < 3; i++) {
+    t[i] = mlirValueGetType(mlirOperationGetOperand(mm, i));
+    if (!static_shaped(t[i]) || mlirShapedTypeGetRank(t[i]) != 2 ||
+        !mlirTypeIsAF32(mlirShapedTypeGetElementType(t[i])))
+      return false;
+  }
+  int64_t M = mlirShapedTypeGetDimSize(t[0], 0), K = mlirShapedTypeGetDimSize(t[0], 1);
+  int64_t N = mlirShapedTypeGetDimSize(t[1], 1);
+  return M <= 16 && K % threads == 0 && K / threads >= 64 && N % h->lanes == 0 &&
+         N * 4 / threads < 4096 && (double)K * N * 4 >= split_b_bytes(*h);
+}
+
+typedef struct ks_walk {
+  const host *h;
+  int threads;
+  MlirOperation mm[16];
+  int n;
+} ks_walk;
+
+static MlirWalkResult find_k_splits(MlirOperation op, void *user) {
+  ks_walk *k = user;
+  if (k->n < 16 && splits_k(k->h, op, k->threads)) k->mm[k->n++] = op;
+  return MlirWalkResultAdvance;
+}
+
+int jit__cpu_split_k(MlirContext ctx, MlirOperation module, const jit__lower_options *o) {
+  host h = host_of(o);
+  ks_walk k = {&h, o->num_threads > 1 ? o->num_threads : 1, {{NULL}}, 0};
+  mlirOperationWalk(module, find_k_splits, &k, MlirWalkPreOrder);
+  int done = 0;
+  for (int i = 0; i < k.n; i++) {
+    MlirOperation mm = k.mm[i];
+    MlirValue args[3];
+    for (int j = 0; j < 3; j++) args[j] = mlirOperationGetOperand(mm, j);
+    MlirType ta = mlirValueGetType(args[0]), tb = mlirValueGetType(args[1]);
+    jit__text t = {0};
+    k_split_text(&t, mlirShapedTypeGetDimSize(ta, 0), mlirShapedTypeGetDimSize(ta, 1),
+                 mlirShapedTypeGetDimSize(tb, 1), k.threads);
+    MlirValue c;
+    bool ok = !t.oom && inline_text(ctx, t.p, mm, args, 3, &c);
+    free(t.p);
+    if (!ok) continue;  // planned whole, split over N
+    mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(mm, 0), c);
+    mlirOperationDestroy(mm);
+    done++;
+  }
+  return done;
+}
+
 //===--- Shared fills ----------------------------------------------------===//
 
 // CSE (kPrePipeline) merges the zero fills of equal-shaped accumulators into one

@@ -266,15 +266,33 @@ Test(perf_paths, matmul_threads_split_n_and_m) {
 // remainders of the per-thread half that are not whole register tiles or vectors.
 // The MLP example's 7x784x256 stays on one thread.
 Test(perf_paths, small_m_split_by_bytes) {
-  check_dense_path(1, 1024, 1024, 2, "split N");
+  check_dense_path(1, 768, 3072, 2, "split N");
   check_dense_path(3, 1000, 1100, 2, "split N");   // 550 columns a thread: 17 x 32 + 6
   check_dense_path(1, 1031, 1018, 2, "split N");   // 509 a thread: 7 x 64 + 61
   check_dense_path_act(1, 1024, 1030, 2, 1, 2, "split N");  // gelu(xW+b), M = 1
   check_dense_path(7, 784, 256, 2, "threads split none");
-  // From as much B as one core's L2 holds, and 2 MiB: 2.3 MiB here.
+  // From as much B as one core's L2 holds, and 2 MiB: 2.3 MiB here (split over K,
+  // below).
   check_dense_path(4, 768, 768, 2,
-                   host_l2() <= (2304 << 10) ? "split N" : "threads split none");
+                   host_l2() <= (2304 << 10) ? "a batch of 2, threads split the batch"
+                                             : "threads split none");
   check_dense_path(1, 256, 1024, 2, "threads split none");  // 1 MiB
+}
+
+// Split so, where a thread would get under a page (4 KiB) of each row of B, small M is
+// split over K instead: a batch of T matmuls of K / T, a thread each, and their sum
+// (vector x matrix for M = 1); with bias + activation after it. Not on one thread, and
+// not for an N that is not a whole number of vectors (split over N, above).
+Test(perf_paths, small_m_split_over_k) {
+  check_dense_path(1, 1024, 1024, 2,
+                   "a batch of 2 vector x matrix 1x512x1024, threads split the batch");
+  check_dense_path(16, 1024, 1024, 2, "a batch of 2, threads split the batch");
+  check_dense_path(16, 1024, 1024, 2, "matmul 0: 16x512x1024, threads split none");
+  check_dense_path_act(3, 768, 1536, 2, 1, 2, "a batch of 2, threads split the batch");
+  check_dense_path_act(1, 2048, 512, 2, 1, 1, "vector x matrix 1x1024x512");
+  check_dense_path(7, 1000, 784, 2, "a batch of 2, threads split the batch");
+  check_dense_path(1, 1024, 1024, 1, "1x1024x1024, threads split none");
+  check_dense_path(2, 1024, 1001, 2, "split N");
 }
 
 // Small M walks B in k blocks of ~8 rows: a divisor of K near 8, or none for prime K.
