@@ -922,6 +922,47 @@ jit_status jit__mlir_result_shapes(const jit__mlir_module *m, const jit__node *a
   return s;
 }
 
+// The `n_in` inputs of `fn` get `bufferization.writable = false` (kept with their other
+// argument attributes), the `n_out` out-arguments after them none: a body whose op
+// writes into an input tensor (linalg.matmul outs(%c), tensor.insert_slice into %x)
+// then writes into a copy, not into the caller's input buffer, which one-shot
+// bufferization otherwise reuses in place.
+static jit_status jit__inputs_read_only(MlirContext ctx, MlirOperation fn, intptr_t n_in,
+                                        intptr_t n_out) {
+  MlirAttribute old = mlirOperationGetAttributeByName(fn, jit__sr("arg_attrs"));
+  bool have = !mlirAttributeIsNull(old) && mlirAttributeIsAArray(old);
+  MlirAttribute *dicts = malloc(sizeof(MlirAttribute) * (size_t)(n_in + n_out + 1));
+  if (!dicts) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  MlirIdentifier key = mlirIdentifierGet(ctx, jit__sr("bufferization.writable"));
+  jit_status s = NULL;
+  for (intptr_t i = 0; i < n_in + n_out && !s; i++) {
+    MlirAttribute d = have && i < mlirArrayAttrGetNumElements(old)
+                          ? mlirArrayAttrGetElement(old, i)
+                          : mlirAttributeGetNull();
+    intptr_t n = !mlirAttributeIsNull(d) && mlirAttributeIsADictionary(d)
+                     ? mlirDictionaryAttrGetNumElements(d)
+                     : 0;
+    MlirNamedAttribute *el = malloc(sizeof(MlirNamedAttribute) * (size_t)(n + 1));
+    if (!el) {
+      s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+      break;
+    }
+    intptr_t k = 0;
+    for (intptr_t j = 0; j < n; j++) {
+      MlirNamedAttribute a = mlirDictionaryAttrGetElement(d, j);
+      if (!mlirIdentifierEqual(a.name, key)) el[k++] = a;
+    }
+    if (i < n_in) el[k++] = mlirNamedAttributeGet(key, mlirBoolAttrGet(ctx, 0));
+    dicts[i] = mlirDictionaryAttrGet(ctx, k, el);
+    free(el);
+  }
+  if (!s)
+    mlirOperationSetAttributeByName(fn, jit__sr("arg_attrs"),
+                                    mlirArrayAttrGet(ctx, n_in + n_out, dicts));
+  free(dicts);
+  return s;
+}
+
 // Results -> memref out-arguments written by materialize_in_destination.
 static jit_status jit__to_destination_passing(MlirContext ctx, MlirOperation fn) {
   MlirBlock body = jit__func_body(fn);
@@ -962,7 +1003,7 @@ static jit_status jit__to_destination_passing(MlirContext ctx, MlirOperation fn)
   mlirOperationSetOperands(ret, 0, NULL);
   jit__set_func_type(ctx, fn, n_in + n_out, types, 0, NULL);
   free(types);
-  return NULL;
+  return jit__inputs_read_only(ctx, fn, n_in, n_out);
 }
 
 jit_status jit__mlir_compile_cpu(const jit__mlir_module *m, const jit__node *args,
