@@ -2014,42 +2014,44 @@ static bool inline_text(MlirContext ctx, const char *text, MlirOperation before,
 
 // The text of the K split (above) of M x K x N into T parts, as a func.func of A, B and
 // C's init returning C.
-static void k_split_text(jit__text *t, int64_t M, int64_t K, int64_t N, int T) {
+static void k_split_text(jit__text *t, int64_t M, int64_t K, int64_t N, int T,
+                         const char *ea, const char *eb) {
   long long m = M, k = K, n = N, kt = K / T, tt = T;
-  sb_printf(t, "func.func @ks(%%a: tensor<%lldx%lldxf32>, %%b: tensor<%lldx%lldxf32>, "
+  sb_printf(t, "func.func @ks(%%a: tensor<%lldx%lldx%s>, %%b: tensor<%lldx%lldx%s>, "
                "%%c: tensor<%lldx%lldxf32>) -> tensor<%lldx%lldxf32> {\n",
-            m, k, k, n, m, n, m, n);
+            m, k, ea, k, n, eb, m, n, m, n);
   if (M == 1) {
-    sb_printf(t, "  %%a1 = tensor.collapse_shape %%a [[0, 1]] : tensor<1x%lldxf32> into "
-                 "tensor<%lldxf32>\n"
+    sb_printf(t, "  %%a1 = tensor.collapse_shape %%a [[0, 1]] : tensor<1x%lldx%s> into "
+                 "tensor<%lldx%s>\n"
                  "  %%at = tensor.expand_shape %%a1 [[0, 1, 2]] output_shape [%lld, 1, %lld] "
-                 ": tensor<%lldxf32> into tensor<%lldx1x%lldxf32>\n",
-              k, k, tt, kt, k, tt, kt);
+                 ": tensor<%lldx%s> into tensor<%lldx1x%lldx%s>\n",
+              k, ea, k, ea, tt, kt, k, ea, tt, kt, ea);
   } else {
     sb_printf(t,
               "  %%a3 = tensor.expand_shape %%a [[0], [1, 2]] output_shape [%lld, %lld, %lld] "
-              ": tensor<%lldx%lldxf32> into tensor<%lldx%lldx%lldxf32>\n"
-              "  %%ae = tensor.empty() : tensor<%lldx%lldx%lldxf32>\n"
+              ": tensor<%lldx%lldx%s> into tensor<%lldx%lldx%lldx%s>\n"
+              "  %%ae = tensor.empty() : tensor<%lldx%lldx%lldx%s>\n"
               "  %%at = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d1, d0, "
               "d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = "
-              "[\"parallel\", \"parallel\", \"parallel\"]} ins(%%a3 : tensor<%lldx%lldx%lldxf32>) "
-              "outs(%%ae : tensor<%lldx%lldx%lldxf32>) {\n"
-              "  ^bb0(%%x: f32, %%y: f32):\n    linalg.yield %%x : f32\n"
-              "  } -> tensor<%lldx%lldx%lldxf32>\n",
-              m, tt, kt, m, k, m, tt, kt, tt, m, kt, m, tt, kt, tt, m, kt, tt, m, kt);
+              "[\"parallel\", \"parallel\", \"parallel\"]} ins(%%a3 : "
+              "tensor<%lldx%lldx%lldx%s>) outs(%%ae : tensor<%lldx%lldx%lldx%s>) {\n"
+              "  ^bb0(%%x: %s, %%y: %s):\n    linalg.yield %%x : %s\n"
+              "  } -> tensor<%lldx%lldx%lldx%s>\n",
+              m, tt, kt, m, k, ea, m, tt, kt, ea, tt, m, kt, ea, m, tt, kt, ea, tt, m, kt, ea,
+              ea, ea, ea, tt, m, kt, ea);
   }
   sb_printf(t,
             "  %%b3 = tensor.expand_shape %%b [[0, 1], [2]] output_shape [%lld, %lld, %lld] : "
-            "tensor<%lldx%lldxf32> into tensor<%lldx%lldx%lldxf32>\n"
+            "tensor<%lldx%lldx%s> into tensor<%lldx%lldx%lldx%s>\n"
             "  %%z = arith.constant 0.0 : f32\n"
             "  %%pe = tensor.empty() : tensor<%lldx%lldx%lldxf32>\n"
             "  %%pf = linalg.fill ins(%%z : f32) outs(%%pe : tensor<%lldx%lldx%lldxf32>) -> "
             "tensor<%lldx%lldx%lldxf32>\n"
-            "  %%p = linalg.batch_matmul ins(%%at, %%b3 : tensor<%lldx%lldx%lldxf32>, "
-            "tensor<%lldx%lldx%lldxf32>) outs(%%pf : tensor<%lldx%lldx%lldxf32>) -> "
+            "  %%p = linalg.batch_matmul ins(%%at, %%b3 : tensor<%lldx%lldx%lldx%s>, "
+            "tensor<%lldx%lldx%lldx%s>) outs(%%pf : tensor<%lldx%lldx%lldxf32>) -> "
             "tensor<%lldx%lldx%lldxf32>\n",
-            tt, kt, n, k, n, tt, kt, n, tt, m, n, tt, m, n, tt, m, n, tt, m, kt, tt, kt, n,
-            tt, m, n, tt, m, n);
+            tt, kt, n, k, n, eb, tt, kt, n, eb, tt, m, n, tt, m, n, tt, m, n, tt, m, kt, ea,
+            tt, kt, n, eb, tt, m, n, tt, m, n);
   for (int i = 0; i < T; i++)
     sb_printf(t,
               "  %%s%d = tensor.extract_slice %%p[%d, 0, 0] [1, %lld, %lld] [1, 1, 1] : "
@@ -2072,7 +2074,8 @@ static void k_split_text(jit__text *t, int64_t M, int64_t K, int64_t N, int T) {
             T - 1, m, n, m, n);
 }
 
-// Whether `mm` is a small-M f32 matmul that is split over K at `threads` (above).
+// Whether `mm` is a small-M matmul (f32 or f16 A and B, f32 C) split over K at
+// `threads` (above).
 static bool splits_k(const host *h, MlirOperation mm, int threads) {
   static const int plain[6] = {0, 2, 2, 1, 0, 1};
   if (threads < 2 || threads > 8 || !op_is(mm, "linalg.matmul") ||
@@ -2082,14 +2085,16 @@ static bool splits_k(const host *h, MlirOperation mm, int threads) {
   MlirType t[3];
   for (int i = 0; i < 3; i++) {
     t[i] = mlirValueGetType(mlirOperationGetOperand(mm, i));
+    MlirType e = static_shaped(t[i]) ? mlirShapedTypeGetElementType(t[i]) : t[i];
     if (!static_shaped(t[i]) || mlirShapedTypeGetRank(t[i]) != 2 ||
-        !mlirTypeIsAF32(mlirShapedTypeGetElementType(t[i])))
+        !(mlirTypeIsAF32(e) || (i < 2 && mlirTypeIsAF16(e))))
       return false;
   }
   int64_t M = mlirShapedTypeGetDimSize(t[0], 0), K = mlirShapedTypeGetDimSize(t[0], 1);
   int64_t N = mlirShapedTypeGetDimSize(t[1], 1);
+  int64_t eb = mlirTypeIsAF16(mlirShapedTypeGetElementType(t[1])) ? 2 : 4;
   return M <= 16 && K % threads == 0 && K / threads >= 64 && N % h->lanes == 0 &&
-         N * 4 / threads < 4096 && (double)K * N * 4 >= split_b_bytes(*h);
+         N * eb / threads < 4096 && (double)K * N * 4 >= split_b_bytes(*h);
 }
 
 typedef struct ks_walk {
@@ -2117,7 +2122,9 @@ int jit__cpu_split_k(MlirContext ctx, MlirOperation module, const jit__lower_opt
     MlirType ta = mlirValueGetType(args[0]), tb = mlirValueGetType(args[1]);
     jit__text t = {0};
     k_split_text(&t, mlirShapedTypeGetDimSize(ta, 0), mlirShapedTypeGetDimSize(ta, 1),
-                 mlirShapedTypeGetDimSize(tb, 1), k.threads);
+                 mlirShapedTypeGetDimSize(tb, 1), k.threads,
+                 mlirTypeIsAF16(mlirShapedTypeGetElementType(ta)) ? "f16" : "f32",
+                 mlirTypeIsAF16(mlirShapedTypeGetElementType(tb)) ? "f16" : "f32");
     MlirValue c;
     bool ok = !t.oom && inline_text(ctx, t.p, mm, args, 3, &c);
     free(t.p);

@@ -181,14 +181,19 @@ static const bool kThreadsSplit = true;
 
 // check_dense, and that the kernel took the path whose script comment has `needle`
 // (a "split" needle is only checked where kernels use threads).
-static void check_dense_path_act(int M, int K, int N, int threads, int bias, int act,
-                                 const char *needle) {
+static void check_dense_path_dt(int M, int K, int N, int threads, DLDataType dt, int bias,
+                                int act, const char *needle) {
   if (!kThreadsSplit && strstr(needle, "split")) needle = "threads split none";
   dump_begin();
-  check_dense(M, K, N, threads, TU_F32, bias, act);
-  cr_expect(script_has(needle), "%dx%dx%d threads=%d: script lacks `%s`", M, K, N,
-            threads, needle);
+  check_dense(M, K, N, threads, dt, bias, act);
+  cr_expect(script_has(needle), "%dx%dx%d %s threads=%d: script lacks `%s`", M, K, N,
+            tu_is_f16(dt) ? "f16" : "f32", threads, needle);
   dump_end();
+}
+
+static void check_dense_path_act(int M, int K, int N, int threads, int bias, int act,
+                                 const char *needle) {
+  check_dense_path_dt(M, K, N, threads, TU_F32, bias, act, needle);
 }
 
 static void check_dense_path(int M, int K, int N, int threads, const char *needle) {
@@ -293,6 +298,13 @@ Test(perf_paths, small_m_split_over_k) {
   check_dense_path(7, 1000, 784, 2, "a batch of 2, threads split the batch");
   check_dense_path(1, 1024, 1024, 1, "1x1024x1024, threads split none");
   check_dense_path(2, 1024, 1001, 2, "split N");
+  // f16 B (and A, which stays f16 for one row): its rows are half as long, so N = 2048
+  // (and 1x768x3072) splits over K too.
+  check_dense_path_dt(1, 1024, 2048, 2, TU_F16, 0, 0,
+                      "a batch of 2 vector x matrix 1x512x2048, threads split the batch");
+  check_dense_path_dt(1, 768, 3072, 2, TU_F16, 1, 2, "a batch of 2 vector x matrix");
+  check_dense_path_dt(5, 1024, 1024, 2, TU_F16, 1, 1, "a batch of 2, threads split the batch");
+  check_dense_path_dt(1, 768, 3072, 2, TU_F32, 0, 0, "split N");
 }
 
 // Small M walks B in k blocks of ~8 rows: a divisor of K near 8, or none for prime K.
