@@ -1960,7 +1960,11 @@ char *jit__cpu_split_script(MlirContext ctx, MlirOperation module,
 // each, and a thread's pieces all sit at the same page offsets, so in part of the L2
 // sets only. Those split worse than on one thread (4x768x768: 63 us on one, 68 on two)
 // or little better (1x1024x1024 141 -> 90-111 us), where x W^T, whose threads each read
-// whole rows of W, took 23 and 38. So those matmuls are split over K instead, before
+// whole rows of W, took 23 and 38. From 4 rows, split over K was as fast or faster at
+// any N (2 threads, split over N -> K: 4x768x3072 237 -> 187 us, 8x768x3072 245 -> 220,
+// 16x1024x4096 1.00 -> 0.81 ms, 16x4096x4096 4.2 -> 3.6; 4x4096x4096 and 4x1024x4096
+// the same); with 1 or 2 rows and a page a thread or more, over N stayed faster
+// (1x4096x4096 1.09 against 1.18 ms). So those matmuls are split over K instead, before
 // planning: C = init + sum over t of P[t], P = A[:, t K/T : (t+1) K/T] x B[t K/T ...]
 // as a batch_matmul of T (B's rows are a free reshape, A's columns a small copy when
 // M > 1), each thread one of its matmuls (plan_batch / plan_batch_vecmat split the
@@ -2075,7 +2079,7 @@ static void k_split_text(jit__text *t, int64_t M, int64_t K, int64_t N, int T,
 }
 
 // Whether `mm` is a small-M matmul (f32 or f16 A and B, f32 C) split over K at
-// `threads` (above).
+// `threads` (above): 4 rows or more, or under a page of each row of B a thread.
 static bool splits_k(const host *h, MlirOperation mm, int threads) {
   static const int plain[6] = {0, 2, 2, 1, 0, 1};
   if (threads < 2 || threads > 8 || !op_is(mm, "linalg.matmul") ||
@@ -2094,7 +2098,7 @@ static bool splits_k(const host *h, MlirOperation mm, int threads) {
   int64_t N = mlirShapedTypeGetDimSize(t[1], 1);
   int64_t eb = mlirTypeIsAF16(mlirShapedTypeGetElementType(t[1])) ? 2 : 4;
   return M <= 16 && K % threads == 0 && K / threads >= 64 && N % h->lanes == 0 &&
-         N * eb / threads < 4096 && (double)K * N * 4 >= split_b_bytes(*h);
+         (N * eb / threads < 4096 || M >= 4) && (double)K * N * 4 >= split_b_bytes(*h);
 }
 
 typedef struct ks_walk {

@@ -46,10 +46,11 @@ typedef struct jit__cpu_plan {
 // after it.
 void jit__cpu_normalize(MlirContext ctx, MlirOperation module, const jit__lower_options *o);
 
-// Rewrites each small-M f32 matmul of `module` whose split across `o->num_threads`
-// threads over N would leave each thread under a page of each row of B into a
-// batch_matmul of the K parts and a sum of their results (cpu_strategy.c, "Small M
-// split over K"). To run before jit__cpu_split_script. Returns the number rewritten.
+// Rewrites each small-M matmul of `module` split across `o->num_threads` threads that
+// is faster split over K than over N (4 rows or more, or under a page of each row of
+// B a thread) into a batch_matmul of the K parts and a sum of their results
+// (cpu_strategy.c, "Small M split over K"). To run before jit__cpu_split_script.
+// Returns the number rewritten.
 int jit__cpu_split_k(MlirContext ctx, MlirOperation module, const jit__lower_options *o);
 
 // The script that splits matmuls whose N is not a whole number of register tiles into

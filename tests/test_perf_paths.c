@@ -284,8 +284,8 @@ Test(perf_paths, small_m_split_by_bytes) {
   check_dense_path(1, 256, 1024, 2, "threads split none");  // 1 MiB
 }
 
-// Split so, where a thread would get under a page (4 KiB) of each row of B, small M is
-// split over K instead: a batch of T matmuls of K / T, a thread each, and their sum
+// From 4 rows, or where a thread would get under a page (4 KiB) of each row of B split
+// so, small M is split over K instead: a batch of T matmuls of K / T, a thread each, and their sum
 // (vector x matrix for M = 1); with bias + activation after it. Not on one thread, and
 // not for an N that is not a whole number of vectors (split over N, above).
 Test(perf_paths, small_m_split_over_k) {
@@ -298,6 +298,10 @@ Test(perf_paths, small_m_split_over_k) {
   check_dense_path(7, 1000, 784, 2, "a batch of 2, threads split the batch");
   check_dense_path(1, 1024, 1024, 1, "1x1024x1024, threads split none");
   check_dense_path(2, 1024, 1001, 2, "split N");
+  // From 4 rows over K at any N; fewer rows with a page or more a thread over N.
+  check_dense_path(4, 768, 3072, 2, "a batch of 2, threads split the batch");
+  check_dense_path(8, 768, 3072, 2, "matmul 0: 8x384x3072, threads split none");
+  check_dense_path(2, 1024, 4096, 2, "2x1024x4096, threads split N");
   // f16 B (and A, which stays f16 for one row): its rows are half as long, so N = 2048
   // (and 1x768x3072) splits over K too.
   check_dense_path_dt(1, 1024, 2048, 2, TU_F16, 0, 0,
