@@ -302,6 +302,7 @@ Test(perf_paths, small_m_split_over_k) {
   check_dense_path(4, 768, 3072, 2, "a batch of 2, threads split the batch");
   check_dense_path(8, 768, 3072, 2, "matmul 0: 8x384x3072, threads split none");
   check_dense_path(2, 1024, 4096, 2, "2x1024x4096, threads split N");
+  check_dense_path_act(17, 768, 3072, 2, 1, 2, "matmul 0: 17x384x3072, threads split none");
   // f16 B (and A, which stays f16 for one row): its rows are half as long, so N = 2048
   // (and 1x768x3072) splits over K too.
   check_dense_path_dt(1, 1024, 2048, 2, TU_F16, 0, 0,
