@@ -1,7 +1,7 @@
 // linalg.batch_matmul reading B (batch x N x K) through (b, n, k): attention's q K^T
 // with the keys stored as a key cache is. With few rows, or a long K, the CPU strategy
-// plans it as a batch of dot products along k (plan_batch_dot); otherwise its loops
-// stay unplanned (LLVM vectorizes them).
+// plans it as a batch of dot products along k (plan_batch_dot); otherwise as a
+// transpose of B and a plain batch_matmul (jit__cpu_normalize).
 func.func @bmt(%a: tensor<?x?x?xf32> {jit.dims = ["B", "M", "K"]}, %b: tensor<?x?x?xf32> {jit.dims = ["B", "N", "K"]}) -> tensor<?x?x?xf32> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
