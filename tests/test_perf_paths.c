@@ -272,9 +272,9 @@ Test(perf_paths, matmul_threads_split_n_and_m) {
 // The MLP example's 7x784x256 stays on one thread.
 Test(perf_paths, small_m_split_by_bytes) {
   check_dense_path(1, 768, 3072, 2, "split N");
-  check_dense_path(3, 1000, 1100, 2, "split N");   // 550 columns a thread: 17 x 32 + 6
+  check_dense_path(14, 1000, 1100, 2, "split N");  // 550 columns a thread: 17 x 32 + 6
   check_dense_path(1, 1031, 1018, 2, "split N");   // 509 a thread: 7 x 64 + 61
-  check_dense_path_act(1, 1024, 1030, 2, 1, 2, "split N");  // gelu(xW+b), M = 1
+  check_dense_path_act(1, 1025, 1030, 2, 1, 2, "split N");  // gelu(xW+b), M = 1, odd K
   check_dense_path(7, 784, 256, 2, "threads split none");
   // From as much B as one core's L2 holds, and 2 MiB: 2.3 MiB here (split over K,
   // below).
@@ -286,8 +286,7 @@ Test(perf_paths, small_m_split_by_bytes) {
 
 // From 4 rows, or where a thread would get under a page (4 KiB) of each row of B split
 // so, small M is split over K instead: a batch of T matmuls of K / T, a thread each, and their sum
-// (vector x matrix for M = 1); with bias + activation after it. Not on one thread, and
-// not for an N that is not a whole number of vectors (split over N, above).
+// (vector x matrix for M = 1); with bias + activation after it. Not on one thread.
 Test(perf_paths, small_m_split_over_k) {
   check_dense_path(1, 1024, 1024, 2,
                    "a batch of 2 vector x matrix 1x512x1024, threads split the batch");
@@ -297,7 +296,10 @@ Test(perf_paths, small_m_split_over_k) {
   check_dense_path_act(1, 2048, 512, 2, 1, 1, "vector x matrix 1x1024x512");
   check_dense_path(7, 1000, 784, 2, "a batch of 2, threads split the batch");
   check_dense_path(1, 1024, 1024, 1, "1x1024x1024, threads split none");
-  check_dense_path(2, 1024, 1001, 2, "split N");
+  // N not a whole number of vectors: over K up to 12 rows, over N from 13.
+  check_dense_path(2, 1024, 1001, 2, "a batch of 2, threads split the batch");
+  check_dense_path_act(3, 1000, 1100, 2, 1, 2, "a batch of 2, threads split the batch");
+  check_dense_path(13, 1024, 1001, 2, "split N");
   // From 4 rows over K at any N; fewer rows with a page or more a thread over N.
   check_dense_path(4, 768, 3072, 2, "a batch of 2, threads split the batch");
   check_dense_path(8, 768, 3072, 2, "matmul 0: 8x384x3072, threads split none");
