@@ -285,15 +285,18 @@ Test(perf_paths, small_m_split_by_bytes) {
 }
 
 // From 4 rows, or where a thread would get under a page (4 KiB) of each row of B split
-// so, small M is split over K instead: a batch of T matmuls of K / T, a thread each, and their sum
-// (vector x matrix for M = 1); with bias + activation after it. Not on one thread.
+// so, small M is split over K instead: a batch of T matmuls of K / T, a thread each,
+// and their sum (vector x matrix for M = 1); with bias + activation after it. Not on
+// one thread (nor in ASan builds, whose kernels are single-threaded: every needle
+// here names its thread split).
 Test(perf_paths, small_m_split_over_k) {
   check_dense_path(1, 1024, 1024, 2,
                    "a batch of 2 vector x matrix 1x512x1024, threads split the batch");
   check_dense_path(16, 1024, 1024, 2, "a batch of 2, threads split the batch");
   check_dense_path(16, 1024, 1024, 2, "matmul 0: 16x512x1024, threads split none");
   check_dense_path_act(3, 768, 1536, 2, 1, 2, "a batch of 2, threads split the batch");
-  check_dense_path_act(1, 2048, 512, 2, 1, 1, "vector x matrix 1x1024x512");
+  check_dense_path_act(1, 2048, 512, 2, 1, 1,
+                       "vector x matrix 1x1024x512, threads split the batch");
   check_dense_path(7, 1000, 784, 2, "a batch of 2, threads split the batch");
   check_dense_path(1, 1024, 1024, 1, "1x1024x1024, threads split none");
   // N not a whole number of vectors: over K up to 12 rows, over N from 13.
@@ -309,7 +312,8 @@ Test(perf_paths, small_m_split_over_k) {
   // (and 1x768x3072) splits over K too.
   check_dense_path_dt(1, 1024, 2048, 2, TU_F16, 0, 0,
                       "a batch of 2 vector x matrix 1x512x2048, threads split the batch");
-  check_dense_path_dt(1, 768, 3072, 2, TU_F16, 1, 2, "a batch of 2 vector x matrix");
+  check_dense_path_dt(1, 768, 3072, 2, TU_F16, 1, 2,
+                      "a batch of 2 vector x matrix 1x384x3072, threads split the batch");
   check_dense_path_dt(5, 1024, 1024, 2, TU_F16, 1, 1, "a batch of 2, threads split the batch");
   check_dense_path_dt(1, 768, 3072, 2, TU_F32, 0, 0, "split N");
 }
