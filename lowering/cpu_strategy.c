@@ -775,14 +775,16 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
   if (N % tn) sb_peel(sb, "bq", i, handle(hb, "bnl", i, -1));
 }
 
-// `v` is made by a plain 2-D transpose (a generic yielding its one input, read through
-// (d1, d0)) of f32 (or of f16 too, with `f16`), and read by nothing else than `user`.
+// `v` is made by a plain transpose of the last two dims of a 2-D (or, batched, 3-D)
+// tensor (a generic yielding its one input, read through (d1, d0) or (d0, d2, d1)) of
+// f32 (or of f16 too, with `f16`), and read by nothing else than `user`.
 static bool made_by_transpose(MlirValue v, MlirOperation user, bool f16) {
-  static const int want[4] = {1, 0, 0, 1};
+  static const int want[4] = {1, 0, 0, 1}, want3[6] = {0, 2, 1, 0, 1, 2};
   if (!mlirValueIsAOpResult(v)) return false;
   MlirOperation g = mlirOpResultGetOwner(v);
   if (!op_is(g, "linalg.generic") || mlirOperationGetNumOperands(g) != 2 ||
-      mlirOperationGetNumResults(g) != 1 || !maps_are(g, 2, 2, 2, want, false))
+      mlirOperationGetNumResults(g) != 1 ||
+      !(maps_are(g, 2, 2, 2, want, false) || maps_are(g, 2, 3, 3, want3, false)))
     return false;
   MlirOpOperand use = mlirValueGetFirstUse(v);
   if (mlirOpOperandIsNull(use) || !mlirOperationEqual(mlirOpOperandGetOwner(use), user) ||
@@ -870,13 +872,15 @@ static bool batch_b_transposed(MlirOperation bm) {
 }
 
 // Whether a batch of M x K x N reading B through (b, n, k) is planned as dot products
-// along k (plan_batch_dot): few rows, or a long K with up to 64 rows. Otherwise K is
-// transposed first (jit__cpu_normalize). Imported, 1 thread, dot products against the
-// transpose: 12x4x64x1024 113 us against 362, 12x8x256x1024 0.59 ms against 1.86,
-// 12x32x256x128 192 us against 272, 12x64x256x128 409 against 400, 12x128x256x128 892
-// against 714; 12x128x64x128 (short K) unplanned loops 649 us, transposed 133.
+// along k (plan_batch_dot): few rows, or a long K with up to 48 rows. Otherwise K is
+// transposed first (jit__cpu_normalize, either way). Dot products against the
+// transpose, 1 thread (2): 12x4x64x1024 113 us against 362, 12x8x256x512 292 (156)
+// against 859 (439), 12x32x256x128 196 (92) against 283 (96), 12x48x256x256 628 (297)
+// against 748 (369), 12x48x256x128 308 (143) against 336 (126), 12x64x256x128 413
+// (192) against 404 (158), 12x128x256x128 892 against 714; 12x128x64x128 (short K)
+// unplanned loops 649 us, transposed 133.
 static bool batch_dot_rows(const host *h, int64_t M, int64_t K) {
-  return K % h->lanes == 0 && (M <= 4 || (K >= 16 * h->lanes && M <= 64));
+  return K % h->lanes == 0 && (M <= 4 || (K >= 16 * h->lanes && M <= 48));
 }
 
 // A batch of x W^T with few rows (a decode step's q K^T: 12 heads of 1x64 against
@@ -2320,6 +2324,21 @@ void jit__cpu_normalize(MlirContext ctx, MlirOperation module, const jit__lower_
         mlirOperationSetOperand(mm, 1, wt);
         mlirOperationSetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"),
                                         maps);
+      } else if (batch_maps_plain(mm) && batch_dot_planned(&h, mm) &&
+                 made_by_transpose(bv, mm, true)) {
+        // And the reverse: a transpose of K feeding a plain batch (emit_mlir.c's q K^T
+        // above 4 rows) that the dot products take, reading K as stored: 12x8x256x512
+        // 859 -> 292 us, 12x32x256x128 283 -> 196 (1 thread).
+        MlirOperation tr = mlirOpResultGetOwner(bv);
+        MlirAttribute bt_maps = mlirAttributeParseGet(
+            ctx, mlirStringRefCreateFromCString(
+                     "[affine_map<(b, m, n, k) -> (b, m, k)>, affine_map<(b, m, n, k) -> "
+                     "(b, n, k)>, affine_map<(b, m, n, k) -> (b, m, n)>]"));
+        if (mlirAttributeIsNull(bt_maps)) continue;
+        mlirOperationSetOperand(mm, 1, mlirOperationGetOperand(tr, 0));
+        mlirOperationSetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"),
+                                        bt_maps);
+        mlirOperationDestroy(tr);  // its only use was the batch's B
       }
       continue;
     }
