@@ -2231,8 +2231,8 @@ static void unshare_fills(MlirOperation module) {
 // ms -> 2.1.
 
 // The transpose generic for ([batch x] N x K) -> ([batch x] K x N) of element type
-// `et`, from text: its tensor.empty and linalg.generic are cloned out of a parsed
-// function, and their operands set by the caller.
+// `et` applied to `w`, inserted before `before` (from text, inline_text); its result
+// in *out.
 static bool clone_transpose(MlirContext ctx, MlirType w_type, MlirOperation before,
                             MlirValue w, MlirValue *out) {
   char et[32], text[1600], in[64], res[64];
@@ -2263,21 +2263,7 @@ static bool clone_transpose(MlirContext ctx, MlirType w_type, MlirOperation befo
            "  } -> %s\n"
            "  return %%t : %s\n}\n",
            in, res, res, maps, iters, in, res, et, et, et, res, res);
-  MlirModule m = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
-  if (mlirModuleIsNull(m)) return false;
-  MlirOperation fn = mlirBlockGetFirstOperation(mlirModuleGetBody(m));
-  MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(fn, 0));
-  MlirOperation empty = mlirBlockGetFirstOperation(body);
-  MlirOperation gen = mlirOperationGetNextInBlock(empty);
-  MlirOperation e2 = mlirOperationClone(empty), g2 = mlirOperationClone(gen);
-  MlirBlock block = mlirOperationGetBlock(before);
-  mlirBlockInsertOwnedOperationBefore(block, before, e2);
-  mlirBlockInsertOwnedOperationBefore(block, before, g2);
-  mlirOperationSetOperand(g2, 0, w);
-  mlirOperationSetOperand(g2, 1, mlirOperationGetResult(e2, 0));
-  mlirModuleDestroy(m);
-  *out = mlirOperationGetResult(g2, 0);
-  return true;
+  return inline_text(ctx, text, before, &w, 1, out);
 }
 
 typedef struct bt_walk {
