@@ -1,0 +1,180 @@
+//===--- test_cpu_rewrites.c - the CPU strategy's IR rewrites, directly ---===//
+//
+// The rewrites jit__cpu_split_k and jit__cpu_normalize make before planning, called on
+// parsed modules with the options a 2-thread AVX-512 host would give. ASan builds run
+// every kernel on one thread (devices/cpu/cpu.c), so there the graph tests never reach
+// the K split: this runs its C (IR built from text, inline_text) under the sanitizers
+// too. The rewritten module must verify and hold the expected ops. The lowering is
+// internal (hidden in libjitml.so), so this executable compiles its sources itself.
+//
+//===----------------------------------------------------------------------===//
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mlir-c/IR.h>
+#include <mlir-c/RegisterEverything.h>
+
+#include "lowering/cpu_strategy.h"
+
+typedef struct text_buf {
+  char *p;
+  size_t len;
+} text_buf;
+
+static void append(MlirStringRef s, void *user) {
+  text_buf *b = user;
+  char *q = realloc(b->p, b->len + s.length + 1);
+  cr_assert(q);
+  memcpy(q + b->len, s.data, s.length);
+  b->len += s.length;
+  q[b->len] = 0;
+  b->p = q;
+}
+
+static MlirContext make_ctx(void) {
+  MlirDialectRegistry registry = mlirDialectRegistryCreate();
+  mlirRegisterAllDialects(registry);
+  MlirContext ctx = mlirContextCreateWithRegistry(registry, false);
+  mlirDialectRegistryDestroy(registry);
+  return ctx;
+}
+
+static jit__lower_options options(int threads) {
+  jit__lower_options o;
+  memset(&o, 0, sizeof o);
+  o.opt_level = 2;
+  o.triple = "x86_64-unknown-linux-gnu";
+  o.cpu = "skylake-avx512";
+  o.features = "+avx2,+fma,+avx512f";
+  o.l2_bytes = 2 << 20;
+  o.num_threads = threads;
+  return o;
+}
+
+// Parses `text`, runs `rewrite` (split_k when true, else normalize), and returns the
+// printed module (malloc'ed) after checking that it verifies; *count: what split_k
+// returned.
+static char *rewrite(const char *text, bool split_k, int threads, int *count) {
+  MlirContext ctx = make_ctx();
+  MlirModule m = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
+  cr_assert(!mlirModuleIsNull(m), "fixture does not parse");
+  MlirOperation op = mlirModuleGetOperation(m);
+  jit__lower_options o = options(threads);
+  int n = 0;
+  if (split_k) n = jit__cpu_split_k(ctx, op, &o);
+  else jit__cpu_normalize(ctx, op, &o);
+  if (count) *count = n;
+  cr_expect(mlirOperationVerify(op), "the rewritten module does not verify");
+  text_buf b = {NULL, 0};
+  mlirOperationPrint(op, append, &b);
+  mlirModuleDestroy(m);
+  mlirContextDestroy(ctx);
+  return b.p;
+}
+
+static char *matmul_text(int M, int K, int N, const char *ea, const char *eb) {
+  char *t = malloc(2048);
+  cr_assert(t);
+  snprintf(t, 2048,
+           "func.func @f(%%a: tensor<%dx%dx%s>, %%b: tensor<%dx%dx%s>) -> tensor<%dx%dxf32> {\n"
+           "  %%z = arith.constant 0.0 : f32\n"
+           "  %%e = tensor.empty() : tensor<%dx%dxf32>\n"
+           "  %%c = linalg.fill ins(%%z : f32) outs(%%e : tensor<%dx%dxf32>) -> "
+           "tensor<%dx%dxf32>\n"
+           "  %%r = linalg.matmul ins(%%a, %%b : tensor<%dx%dx%s>, tensor<%dx%dx%s>) "
+           "outs(%%c : tensor<%dx%dxf32>) -> tensor<%dx%dxf32>\n"
+           "  return %%r : tensor<%dx%dxf32>\n}\n",
+           M, K, ea, K, N, eb, M, N, M, N, M, N, M, N, M, K, ea, K, N, eb, M, N, M, N, M, N);
+  return t;
+}
+
+// Small M at 2 threads: a batch_matmul of the two K halves and their sum, which
+// verifies; f32 and f16, one row (A reshaped) and more (A's halves copied).
+Test(cpu_rewrites, small_m_split_over_k) {
+  static const struct {
+    int M, K, N;
+    const char *ea, *eb;
+  } cases[] = {{1, 1024, 1024, "f32", "f32"}, {4, 768, 768, "f32", "f32"},
+               {1, 1024, 2048, "f16", "f16"}, {5, 1024, 1024, "f32", "f16"},
+               {3, 1000, 1100, "f32", "f32"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *text = matmul_text(cases[i].M, cases[i].K, cases[i].N, cases[i].ea, cases[i].eb);
+    int n = 0;
+    char *out = rewrite(text, true, 2, &n);
+    cr_expect(n == 1, "%dx%dx%d: %d rewritten", cases[i].M, cases[i].K, cases[i].N, n);
+    cr_expect(strstr(out, "linalg.batch_matmul") && !strstr(out, "linalg.matmul"),
+              "%dx%dx%d: no batch of K halves:\n%s", cases[i].M, cases[i].K, cases[i].N, out);
+    char want[64];
+    snprintf(want, sizeof want, "tensor<2x%dx%dx%s>", cases[i].K / 2, cases[i].N, cases[i].eb);
+    cr_expect(strstr(out, want), "%dx%dx%d: B's halves are not %s", cases[i].M, cases[i].K,
+              cases[i].N, want);
+    free(out);
+    free(text);
+  }
+}
+
+// Not on one thread, not with K odd, not for rows that are not small M.
+Test(cpu_rewrites, split_k_leaves_others) {
+  static const int cases[][4] = {{1, 1024, 1024, 1}, {1, 1023, 1024, 2}, {64, 1024, 1024, 2}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *text = matmul_text(cases[i][0], cases[i][1], cases[i][2], "f32", "f32");
+    int n = -1;
+    char *out = rewrite(text, true, cases[i][3], &n);
+    cr_expect(n == 0 && strstr(out, "linalg.matmul") && !strstr(out, "batch_matmul"),
+              "%dx%dx%d threads=%d was rewritten", cases[i][0], cases[i][1], cases[i][2],
+              cases[i][3]);
+    free(out);
+    free(text);
+  }
+}
+
+static const char kBatchBt[] =
+    "func.func @f(%a: tensor<12x128x64xf32>, %b: tensor<12x128x64xf32>) -> "
+    "tensor<12x128x128xf32> {\n"
+    "  %z = arith.constant 0.0 : f32\n"
+    "  %e = tensor.empty() : tensor<12x128x128xf32>\n"
+    "  %c = linalg.fill ins(%z : f32) outs(%e : tensor<12x128x128xf32>) -> "
+    "tensor<12x128x128xf32>\n"
+    "  %r = linalg.batch_matmul indexing_maps = [affine_map<(b, m, n, k) -> (b, m, k)>, "
+    "affine_map<(b, m, n, k) -> (b, n, k)>, affine_map<(b, m, n, k) -> (b, m, n)>] "
+    "ins(%a, %b : tensor<12x128x64xf32>, tensor<12x128x64xf32>) outs(%c : "
+    "tensor<12x128x128xf32>) -> tensor<12x128x128xf32>\n"
+    "  return %r : tensor<12x128x128xf32>\n}\n";
+
+static const char kBatchTransposeOfK[] =
+    "func.func @f(%a: tensor<12x8x256xf32>, %b: tensor<12x512x256xf32>) -> "
+    "tensor<12x8x512xf32> {\n"
+    "  %z = arith.constant 0.0 : f32\n"
+    "  %te = tensor.empty() : tensor<12x256x512xf32>\n"
+    "  %t = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2, d1)>, "
+    "affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = [\"parallel\", "
+    "\"parallel\", \"parallel\"]} ins(%b : tensor<12x512x256xf32>) outs(%te : "
+    "tensor<12x256x512xf32>) {\n"
+    "  ^bb0(%x: f32, %y: f32):\n    linalg.yield %x : f32\n  } -> tensor<12x256x512xf32>\n"
+    "  %e = tensor.empty() : tensor<12x8x512xf32>\n"
+    "  %c = linalg.fill ins(%z : f32) outs(%e : tensor<12x8x512xf32>) -> "
+    "tensor<12x8x512xf32>\n"
+    "  %r = linalg.batch_matmul ins(%a, %t : tensor<12x8x256xf32>, tensor<12x256x512xf32>) "
+    "outs(%c : tensor<12x8x512xf32>) -> tensor<12x8x512xf32>\n"
+    "  return %r : tensor<12x8x512xf32>\n}\n";
+
+// q K^T read through (b, n, k) with 128 rows and a short K: a transpose of K and a
+// plain batch; a transpose of K feeding 8 rows with K = 256: the batch reads K as
+// stored, the transpose gone.
+Test(cpu_rewrites, batched_transposed_b_both_ways) {
+  char *out = rewrite(kBatchBt, false, 1, NULL);
+  cr_expect(strstr(out, "linalg.generic") && strstr(out, "tensor<12x64x128xf32>"),
+            "no transpose of K:\n%s", out);
+  // (b, m, n, k) -> (b, n, k), as printed.
+  cr_expect(!strstr(out, "(d0, d1, d2, d3) -> (d0, d2, d3)"),
+            "the batch still reads K through (b, n, k):\n%s", out);
+  cr_log_info("%s", out);
+  free(out);
+  out = rewrite(kBatchTransposeOfK, false, 2, NULL);
+  cr_expect(!strstr(out, "linalg.generic"), "the transpose of K is left:\n%s", out);
+  cr_expect(strstr(out, "ins(%arg0, %arg1 : tensor<12x8x256xf32>, tensor<12x512x256xf32>)"),
+            "the batch does not read K as stored:\n%s", out);
+  free(out);
+}
