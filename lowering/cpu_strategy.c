@@ -2284,6 +2284,43 @@ static bool batch_dot_planned(const host *h, MlirOperation bm) {
   return batch_dot_rows(h, mlirShapedTypeGetDimSize(ta, 1), mlirShapedTypeGetDimSize(ta, 2));
 }
 
+// matmul / batch_matmul maps: B read as W (N x K, through (n, k)), or plainly (K x N).
+static const char kMapsBt[] =
+    "[affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
+    "affine_map<(m, n, k) -> (m, n)>]";
+static const char kMapsPlain[] =
+    "[affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (k, n)>, "
+    "affine_map<(m, n, k) -> (m, n)>]";
+static const char kBatchMapsBt[] =
+    "[affine_map<(b, m, n, k) -> (b, m, k)>, affine_map<(b, m, n, k) -> (b, n, k)>, "
+    "affine_map<(b, m, n, k) -> (b, m, n)>]";
+static const char kBatchMapsPlain[] =
+    "[affine_map<(b, m, n, k) -> (b, m, k)>, affine_map<(b, m, n, k) -> (b, k, n)>, "
+    "affine_map<(b, m, n, k) -> (b, m, n)>]";
+
+// `mm`, whose B is made by a transpose (made_by_transpose), reads the transpose's input
+// instead through `maps`; the transpose, B's only use, goes.
+static void read_b_as_stored(MlirContext ctx, MlirOperation mm, const char *maps) {
+  MlirAttribute a = mlirAttributeParseGet(ctx, mlirStringRefCreateFromCString(maps));
+  if (mlirAttributeIsNull(a)) return;
+  MlirOperation t = mlirOpResultGetOwner(mlirOperationGetOperand(mm, 1));
+  mlirOperationSetOperand(mm, 1, mlirOperationGetOperand(t, 0));
+  mlirOperationSetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"), a);
+  mlirOperationDestroy(t);
+}
+
+// `mm`, reading its B through (n, k), reads a transpose of B (clone_transpose) through
+// `maps` instead.
+static void read_b_transposed(MlirContext ctx, MlirOperation mm, const char *maps) {
+  MlirValue bv = mlirOperationGetOperand(mm, 1), wt;
+  MlirType tb = mlirValueGetType(bv);
+  MlirAttribute a = mlirAttributeParseGet(ctx, mlirStringRefCreateFromCString(maps));
+  if (mlirAttributeIsNull(a) || !static_shaped(tb) || !clone_transpose(ctx, tb, mm, bv, &wt))
+    return;
+  mlirOperationSetOperand(mm, 1, wt);
+  mlirOperationSetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"), a);
+}
+
 void jit__cpu_normalize(MlirContext ctx, MlirOperation module, const jit__lower_options *o) {
   static const int plain[6] = {0, 2, 2, 1, 0, 1};
   host h = host_of(o);
@@ -2293,43 +2330,24 @@ void jit__cpu_normalize(MlirContext ctx, MlirOperation module, const jit__lower_
   for (int i = 0; i < b.n; i++) {
     MlirOperation mm = b.mm[i];
     if (mlirOperationGetNumOperands(mm) != 3 || mlirOperationGetNumResults(mm) != 1) continue;
+    MlirValue bv = mlirOperationGetOperand(mm, 1);
     if (op_is(mm, "linalg.batch_matmul")) {
       // Imported q K^T (K stored batch x N x K, read through (b, n, k)) that is not
       // planned as dot products (batch_dot_rows): a transpose of K and a plain
       // batch_matmul, planned as the graph's are (K^T planned ahead). Its loops were
       // left unplanned: 12x128x64x128 649 us against 133, 12x512x64x512 13.6 ms
       // against 2.1, 4x37x64x50 27 us against 10.
-      MlirValue bv = mlirOperationGetOperand(mm, 1), wt;
-      MlirType tb = mlirValueGetType(bv);
-      MlirAttribute maps = mlirAttributeParseGet(
-          ctx, mlirStringRefCreateFromCString(
-                   "[affine_map<(b, m, n, k) -> (b, m, k)>, affine_map<(b, m, n, k) -> "
-                   "(b, k, n)>, affine_map<(b, m, n, k) -> (b, m, n)>]"));
-      if (batch_b_transposed(mm) && !batch_dot_planned(&h, mm) && static_shaped(tb) &&
-          !mlirAttributeIsNull(maps) && clone_transpose(ctx, tb, mm, bv, &wt)) {
-        mlirOperationSetOperand(mm, 1, wt);
-        mlirOperationSetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"),
-                                        maps);
-      } else if (batch_maps_plain(mm) && batch_dot_planned(&h, mm) &&
-                 made_by_transpose(bv, mm, true)) {
-        // And the reverse: a transpose of K feeding a plain batch (emit_mlir.c's q K^T
-        // above 4 rows) that the dot products take, reading K as stored: 12x8x256x512
-        // 859 -> 292 us, 12x32x256x128 283 -> 196 (1 thread).
-        MlirOperation tr = mlirOpResultGetOwner(bv);
-        MlirAttribute bt_maps = mlirAttributeParseGet(
-            ctx, mlirStringRefCreateFromCString(
-                     "[affine_map<(b, m, n, k) -> (b, m, k)>, affine_map<(b, m, n, k) -> "
-                     "(b, n, k)>, affine_map<(b, m, n, k) -> (b, m, n)>]"));
-        if (mlirAttributeIsNull(bt_maps)) continue;
-        mlirOperationSetOperand(mm, 1, mlirOperationGetOperand(tr, 0));
-        mlirOperationSetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"),
-                                        bt_maps);
-        mlirOperationDestroy(tr);  // its only use was the batch's B
-      }
+      // And the reverse: a transpose of K feeding a plain batch (emit_mlir.c's q K^T
+      // above 4 rows) that the dot products take, reading K as stored: 12x8x256x512
+      // 859 -> 292 us, 12x32x256x128 283 -> 196 (1 thread).
+      if (batch_b_transposed(mm) && !batch_dot_planned(&h, mm))
+        read_b_transposed(ctx, mm, kBatchMapsPlain);
+      else if (batch_maps_plain(mm) && batch_dot_planned(&h, mm) &&
+               made_by_transpose(bv, mm, true))
+        read_b_as_stored(ctx, mm, kBatchMapsBt);
       continue;
     }
-    MlirValue x = mlirOperationGetOperand(mm, 0), bv = mlirOperationGetOperand(mm, 1);
-    MlirType tx = mlirValueGetType(x), tb = mlirValueGetType(bv);
+    MlirType tx = mlirValueGetType(mlirOperationGetOperand(mm, 0)), tb = mlirValueGetType(bv);
     if (!static_shaped(tx) || !static_shaped(tb) || mlirShapedTypeGetRank(tx) != 2 ||
         mlirShapedTypeGetRank(tb) != 2)
       continue;
@@ -2344,30 +2362,10 @@ void jit__cpu_normalize(MlirContext ctx, MlirOperation module, const jit__lower_
     bool want_map = jit__cpu_bt_map(rows, k, f16) ||
                     (static_shaped(tc) && mlirShapedTypeGetRank(tc) == 2 &&
                      splits_at_odd_n(&h, mm, mlirShapedTypeGetDimSize(tc, 1)));
-    if (want_map && maps_are(mm, 3, 3, 2, plain, true) && made_by_transpose(bv, mm, true)) {
-      // transpose + matmul -> the matmul reading W through (n, k).
-      MlirOperation t = mlirOpResultGetOwner(bv);
-      MlirAttribute maps = mlirAttributeParseGet(
-          ctx, mlirStringRefCreateFromCString(
-                   "[affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
-                   "affine_map<(m, n, k) -> (m, n)>]"));
-      if (mlirAttributeIsNull(maps)) continue;
-      mlirOperationSetOperand(mm, 1, mlirOperationGetOperand(t, 0));
-      mlirOperationSetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"),
-                                      maps);
-      mlirOperationDestroy(t);  // its only use was the matmul's B
-    } else if (!want_map && b_transposed(mm)) {
-      // The matmul reading W through (n, k) -> a transpose of W and a plain matmul.
-      MlirValue wt;
-      MlirAttribute maps = mlirAttributeParseGet(
-          ctx, mlirStringRefCreateFromCString(
-                   "[affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (k, n)>, "
-                   "affine_map<(m, n, k) -> (m, n)>]"));
-      if (mlirAttributeIsNull(maps) || !clone_transpose(ctx, tb, mm, bv, &wt)) continue;
-      mlirOperationSetOperand(mm, 1, wt);
-      mlirOperationSetAttributeByName(mm, mlirStringRefCreateFromCString("indexing_maps"),
-                                      maps);
-    }
+    if (want_map && maps_are(mm, 3, 3, 2, plain, true) && made_by_transpose(bv, mm, true))
+      read_b_as_stored(ctx, mm, kMapsBt);  // transpose + matmul -> W through (n, k)
+    else if (!want_map && b_transposed(mm))
+      read_b_transposed(ctx, mm, kMapsPlain);  // -> a transpose of W and a plain matmul
   }
 }
 
