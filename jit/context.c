@@ -111,6 +111,11 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
              "JITML_CPU_FEATURES: `%s` turned nothing off (only \"-feature\" items for "
              "features this machine has count); ignored",
              t->features_ignored);
+  if (t->l2_ignored)
+    jit__log(ctx, JIT_LOG_WARNING,
+             "JITML_CPU_L2: `%s` is not a size from 16K to 1024M (bytes, or a number with "
+             "a K or M suffix); ignored",
+             t->l2_ignored);
   size_t cap = strlen(t->features) + 1024;
   ctx->target_text = malloc(cap);
   if (!ctx->target_text) {

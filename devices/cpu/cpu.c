@@ -2,6 +2,7 @@
 #include "devices/cpu/cpu.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -87,6 +88,27 @@ static char *jit__features_without(char *host, const char *off, char **ignored) 
   return out;
 }
 
+// $JITML_CPU_L2: the L2 per core the CPU plans assume, in place of the one the C
+// library reads (which is 0 on some hosts and VMs, and only one machine's answer):
+// bytes, or a whole number with a K or M suffix (KiB, MiB), from 16K to 1024M. It is
+// part of every kernel's key, as the detected size is. Plans depend on it (cache
+// blocks, thread splits), so the test suite pins it and runs again with other sizes,
+// and a benchmark can ask what a host with another L2 would get. Returns the bytes,
+// or 0 for text that is not such a size.
+static long jit__parse_l2(const char *text) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (errno || end == text || v <= 0) return 0;
+  long long unit = 1;
+  if (*end == 'K' || *end == 'k') unit = 1 << 10, end++;
+  else if (*end == 'M' || *end == 'm') unit = 1 << 20, end++;
+  if (*end == 'i' && unit > 1 && end[1] == 'B') end += 2;  // "512KiB", "2MiB"
+  if (*end || v > (1LL << 30) / unit) return 0;
+  v *= unit;
+  return v >= (16 << 10) ? (long)v : 0;
+}
+
 static void jit__llvm_init(void) {
   LLVMInitializeNativeTarget();
   LLVMInitializeNativeAsmPrinter();
@@ -101,6 +123,12 @@ static void jit__llvm_init(void) {
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
   jit__host.l2_bytes = l2 > 0 ? l2 : 0;
 #endif
+  const char *l2_env = getenv("JITML_CPU_L2");
+  if (l2_env && *l2_env) {
+    long given = jit__parse_l2(l2_env);
+    if (given > 0) jit__host.l2_bytes = given;
+    else jit__host.l2_ignored = strdup(l2_env);  // for the process, like the rest
+  }
 }
 
 void jit__llvm_init_once(void) { pthread_once(&jit__llvm_once, jit__llvm_init); }

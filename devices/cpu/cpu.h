@@ -23,9 +23,13 @@ typedef struct jit__cpu_target {
   const char *triple;
   const char *cpu;
   const char *features;
-  long l2_bytes;  // L2 per core as the C library reads it; 0 when unknown
+  // L2 per core as the C library reads it, or as $JITML_CPU_L2 says (cpu.c); 0 when
+  // unknown.
+  long l2_bytes;
   // Items of $JITML_CPU_FEATURES that turned nothing off (comma-separated), or NULL.
   const char *features_ignored;
+  // $JITML_CPU_L2 when it is not a size cpu.c takes (then ignored), or NULL.
+  const char *l2_ignored;
 } jit__cpu_target;
 const jit__cpu_target *jit__cpu_host_target(void);
 // Initializes LLVM's native target once per process (pthread_once). Thread-safe.
