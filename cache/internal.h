@@ -18,7 +18,7 @@
 #include <sys/uio.h>
 
 #include "cache/cache.h"
-#include "jit/status.h"
+#include "base/status.h"
 
 //===--- Entry file format ----------------------------------------------------===//
 //

@@ -28,7 +28,7 @@
 #include <xxhash.h>
 
 #include "jit/internal.h"
-#include "jit/text.h"
+#include "base/text.h"
 #include "lowering/import.h"
 
 // Bindings whose output shapes are remembered (oldest replaced first).

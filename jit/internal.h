@@ -9,7 +9,7 @@
 
 #include "cache/cache.h"
 #include "devices/cpu/cpu.h"
-#include "jit/status.h"
+#include "base/status.h"
 #include "jitml.h"
 #include "lowering/lower.h"
 #include "lowering/ptxas.h"

@@ -2,7 +2,7 @@
 //
 // A thin layer over the public API: an op is a named, owned graph; a call turns the
 // borrowed DLManagedTensors into DLTensor views and runs jit_run_alloc / jit_run. The
-// only internal header used is jit/status.h, to make statuses.
+// only internal header used is base/status.h, to make statuses.
 //
 // Output dtypes come from jit_output_dtype, output shapes from jit_output_shape: the
 // shape function compiles nothing.
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jit/status.h"
+#include "base/status.h"
 
 struct jit_op {
   jit_graph *graph;

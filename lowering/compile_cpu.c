@@ -35,8 +35,8 @@
 #include <mlir-c/RegisterEverything.h>
 #include <mlir-c/Target/LLVMIR.h>
 
-#include "jit/status.h"
-#include "jit/text.h"
+#include "base/status.h"
+#include "base/text.h"
 #include "lowering/cpu_strategy.h"
 #include "lowering/import.h"
 #include "lowering/lower.h"

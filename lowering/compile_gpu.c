@@ -42,8 +42,8 @@
 #include <mlir-c/RegisterEverything.h>
 #include <mlir-c/Target/LLVMIR.h>
 
-#include "jit/status.h"
-#include "jit/text.h"
+#include "base/status.h"
+#include "base/text.h"
 #include "lowering/gpu.h"
 #include "lowering/gpu_tiled.h"
 

@@ -56,12 +56,12 @@
 #include <mlir-c/AffineExpr.h>
 #include <mlir-c/AffineMap.h>
 
-#include "jit/status.h"
-#include "jit/text.h"
+#include "base/status.h"
+#include "base/text.h"
 
 //===--- Text ------------------------------------------------------------===//
 
-// jit/text.h's printf under a short name: the script is written in hundreds of calls.
+// base/text.h's printf under a short name: the script is written in hundreds of calls.
 static void sb_printf(jit__text *sb, const char *fmt, ...) JIT__PRINTF(2, 3);
 static void sb_printf(jit__text *sb, const char *fmt, ...) {
   va_list ap;

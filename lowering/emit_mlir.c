@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jit/status.h"
-#include "jit/text.h"
+#include "base/status.h"
+#include "base/text.h"
 #include "lowering/lower.h"
 
 //===--- Names -------------------------------------------------------------===//

@@ -46,7 +46,7 @@
 #include <mlir-c/BuiltinAttributes.h>
 #include <mlir-c/BuiltinTypes.h>
 
-#include "jit/text.h"
+#include "base/text.h"
 #include "jitml.h"
 
 //===--- Small helpers ---------------------------------------------------===//

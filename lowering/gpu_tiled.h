@@ -22,7 +22,7 @@
 
 #include <mlir-c/IR.h>
 
-#include "jit/status.h"
+#include "base/status.h"
 
 typedef enum jit__tiled_kind {
   JIT__TILED_NONE = 0,  // not recognised: use the plain mapping

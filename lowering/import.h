@@ -24,7 +24,7 @@
 #include <mlir-c/IR.h>
 #include <mlir-c/Pass.h>
 
-#include "jit/status.h"
+#include "base/status.h"
 #include "lowering/lower.h"
 
 // The fixed name the entry function gets in the canonical form.

@@ -28,7 +28,7 @@
 #include <mlir-c/Pass.h>
 #include <mlir-c/Support.h>
 
-#include "jit/text.h"
+#include "base/text.h"
 #include "lowering/import.h"
 
 // The dialects an imported body may use (the contract); builtin for the module.

@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "jit/status.h"
+#include "base/status.h"
 
 extern char **environ;
 

@@ -3,7 +3,7 @@
 // Round trips, hits in a fresh process, every kind of damaged entry, a writer killed
 // mid-write, read-only/refused directories, eviction, 8 processes x 4 threads racing
 // on shared keys, and bundles. The cache is tested through its internal header: this
-// executable compiles cache/*.c and jit/status.c itself (libjitml hides them), see
+// executable compiles cache/*.c and base/status.c itself (libjitml hides them), see
 // tests/CMakeLists.txt.
 //
 // Tests run as root in CI containers, where permission bits do not stop writes, so

@@ -18,7 +18,7 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 
-#include "jit/status.h"
+#include "base/status.h"
 
 struct jit__cpu_device {
   // ORC is internally thread-safe, but adding an object and looking it up are two

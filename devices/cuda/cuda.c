@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jit/status.h"
+#include "base/status.h"
 
 // Shared by both builds: a pure table, no driver needed.
 int jit__cu_ptx_max_for_driver(int v) {

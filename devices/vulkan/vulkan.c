@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jit/status.h"
+#include "base/status.h"
 
 #if !defined(JITML_HAVE_VULKAN) || !JITML_HAVE_VULKAN
 

@@ -6,8 +6,8 @@
 // the tests that compile internal sources need nothing more to link.
 //
 //===----------------------------------------------------------------------===//
-#ifndef JITML_JIT_TEXT_H_
-#define JITML_JIT_TEXT_H_
+#ifndef JITML_BASE_TEXT_H_
+#define JITML_BASE_TEXT_H_
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jit/status.h"
+#include "base/status.h"
 
 typedef struct jit__text {
   char *p;     // NUL-terminated once anything was written; NULL before
@@ -70,4 +70,4 @@ static inline void jit__text_printf(jit__text *t, const char *fmt, ...) {
   va_end(ap);
 }
 
-#endif  // JITML_JIT_TEXT_H_
+#endif  // JITML_BASE_TEXT_H_

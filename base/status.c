@@ -1,5 +1,5 @@
 //===--- status.c - jit_status ---------------------------------------------===//
-#include "status.h"
+#include "base/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>

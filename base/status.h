@@ -4,8 +4,8 @@
 // message, and the file:line where it was made; context is prefixed on the way up.
 //
 //===----------------------------------------------------------------------===//
-#ifndef JITML_JIT_STATUS_H_
-#define JITML_JIT_STATUS_H_
+#ifndef JITML_BASE_STATUS_H_
+#define JITML_BASE_STATUS_H_
 
 #include <stdarg.h>
 
@@ -44,4 +44,4 @@ jit_status jit__status_annotate(jit_status status, const char *fmt, ...)
     if (jit__s) return jit__s;       \
   } while (0)
 
-#endif  // JITML_JIT_STATUS_H_
+#endif  // JITML_BASE_STATUS_H_
