@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "base/hex.h"
 #include "cache/internal.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -31,15 +32,6 @@ typedef struct find_note {
   bool found;          // the object was found
   char path[4096];     // its file ("" for the main program)
 } find_note;
-
-static void hex_into(char *out, const uint8_t *bytes, size_t n) {
-  static const char digits[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = digits[bytes[i] >> 4];
-    out[2 * i + 1] = digits[bytes[i] & 15];
-  }
-  out[2 * n] = '\0';
-}
 
 static int visit_object(struct dl_phdr_info *info, size_t size, void *data) {
   find_note *f = data;
@@ -69,7 +61,7 @@ static int visit_object(struct dl_phdr_info *info, size_t size, void *data) {
       if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 && memcmp(name, "GNU", 4) == 0 &&
           nh.n_descsz > 0 && nh.n_descsz <= 32) {
         memcpy(g_build_id, "gnu-", 4);
-        hex_into(g_build_id + 4, desc, nh.n_descsz);
+        jit__hex_encode(desc, nh.n_descsz, g_build_id + 4);
         return 1;
       }
       p = next;
@@ -97,7 +89,7 @@ static bool hash_file(const char *path) {
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(state));
     memcpy(g_build_id, "xxh3-", 5);
-    hex_into(g_build_id + 5, c.digest, 16);
+    jit__hex_encode(c.digest, 16, g_build_id + 5);
   }
   XXH3_freeState(state);
   close(fd);

@@ -193,14 +193,14 @@ jit_status jit__cache_export(jit__cache *cache, const char *bundle_path, uint64_
 
   uint8_t header[BUNDLE_HEADER_SIZE] = {0};
   memcpy(header, BUNDLE_MAGIC, 8);
-  jit__put_u32(header + 8, BUNDLE_VERSION);
-  jit__put_u32(header + 12, JIT__CACHE_FORMAT_VERSION);
-  jit__put_u64(header + 16, w.count);
-  jit__put_u64(header + 24, w.manifest.len);
+  jit__le_put_u32(header + 8, BUNDLE_VERSION);
+  jit__le_put_u32(header + 12, JIT__CACHE_FORMAT_VERSION);
+  jit__le_put_u64(header + 16, w.count);
+  jit__le_put_u64(header + 24, w.manifest.len);
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, XXH3_128bits(w.manifest.data, w.manifest.len));
   memcpy(header + 32, c.digest, 16);
-  jit__put_u64(header + 48, XXH3_64bits(header, 48));
+  jit__le_put_u64(header + 48, XXH3_64bits(header, 48));
   if (jit__cache_write_full(out, header, sizeof(header)) != 0 ||
       jit__cache_write_full(out, w.manifest.data, w.manifest.len) != 0 ||
       copy_fd(w.spool, out) != 0 || fsync(out) != 0 || rename(tmp, bundle_path) != 0) {
@@ -321,11 +321,11 @@ jit_status jit__cache_import(jit__cache *cache, const char *bundle_path, uint64_
     snprintf(why, sizeof(why), "not a libjitml cache bundle (bad magic)");
     goto refuse;
   }
-  if (jit__get_u64(header + 48) != XXH3_64bits(header, 48)) {
+  if (jit__le_get_u64(header + 48) != XXH3_64bits(header, 48)) {
     snprintf(why, sizeof(why), "header checksum mismatch");
     goto refuse;
   }
-  uint32_t version = jit__get_u32(header + 8), format = jit__get_u32(header + 12);
+  uint32_t version = jit__le_get_u32(header + 8), format = jit__le_get_u32(header + 12);
   if (version != BUNDLE_VERSION || format != JIT__CACHE_FORMAT_VERSION) {
     snprintf(why, sizeof(why),
              "bundle version %" PRIu32 " with entry format %" PRIu32
@@ -333,7 +333,7 @@ jit_status jit__cache_import(jit__cache *cache, const char *bundle_path, uint64_
              version, format, BUNDLE_VERSION, JIT__CACHE_FORMAT_VERSION);
     goto refuse;
   }
-  uint64_t n = jit__get_u64(header + 16), manifest_size = jit__get_u64(header + 24);
+  uint64_t n = jit__le_get_u64(header + 16), manifest_size = jit__le_get_u64(header + 24);
   uint64_t file_size = (uint64_t)st.st_size;
   if (manifest_size > BUNDLE_MAX_MANIFEST || manifest_size > file_size - BUNDLE_HEADER_SIZE ||
       n > (file_size - BUNDLE_HEADER_SIZE - manifest_size) / JIT__CACHE_HEADER_SIZE) {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "base/hex.h"
 #include "cache/internal.h"
 
 //===--- Small helpers ----------------------------------------------------------===//
@@ -74,28 +75,10 @@ void jit__cache_log_once(jit__cache *cache, unsigned event, jit_log_level level,
   va_end(ap);
 }
 
-void jit__cache_key_hex(const uint8_t key[16], char out[33]) {
-  static const char digits[] = "0123456789abcdef";
-  for (int i = 0; i < 16; i++) {
-    out[2 * i] = digits[key[i] >> 4];
-    out[2 * i + 1] = digits[key[i] & 15];
-  }
-  out[32] = '\0';
-}
-
-static int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;  // upper case is refused: every name this module writes is lower case
-}
+void jit__cache_key_hex(const uint8_t key[16], char out[33]) { jit__hex_encode(key, 16, out); }
 
 bool jit__cache_parse_key_hex(const char *hex, uint8_t key[16]) {
-  for (int i = 0; i < 16; i++) {
-    int hi = hex_value(hex[2 * i]), lo = hi < 0 ? -1 : hex_value(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    key[i] = (uint8_t)(hi << 4 | lo);
-  }
-  return true;
+  return jit__hex_decode(hex, 16, key);
 }
 
 bool jit__cache_parse_entry_name(const char *name, uint8_t key[16]) {
@@ -144,15 +127,15 @@ void jit__cache_header_encode(const jit__cache_header *h,
                               uint8_t out[JIT__CACHE_HEADER_SIZE]) {
   memset(out, 0, JIT__CACHE_HEADER_SIZE);
   memcpy(out, JIT__CACHE_MAGIC, 8);
-  jit__put_u32(out + 8, h->version);
-  jit__put_u32(out + 12, JIT__CACHE_HEADER_SIZE);
+  jit__le_put_u32(out + 8, h->version);
+  jit__le_put_u32(out + 12, JIT__CACHE_HEADER_SIZE);
   memcpy(out + 16, h->key, 16);
-  jit__put_u32(out + 32, h->kind);
-  jit__put_u64(out + 40, h->meta_size);
-  jit__put_u64(out + 48, h->components_size);
-  jit__put_u64(out + 56, h->payload_size);
+  jit__le_put_u32(out + 32, h->kind);
+  jit__le_put_u64(out + 40, h->meta_size);
+  jit__le_put_u64(out + 48, h->components_size);
+  jit__le_put_u64(out + 56, h->payload_size);
   memcpy(out + 64, h->body_hash, 16);
-  jit__put_u64(out + 80, XXH3_64bits(out, 80));
+  jit__le_put_u64(out + 80, XXH3_64bits(out, 80));
 }
 
 static bool valid_kind(uint32_t kind) {
@@ -165,27 +148,27 @@ bool jit__cache_header_decode(const uint8_t in[JIT__CACHE_HEADER_SIZE],
     snprintf(why, why_size, "bad magic (not a libjitml cache entry)");
     return false;
   }
-  h->version = jit__get_u32(in + 8);
+  h->version = jit__le_get_u32(in + 8);
   if (h->version != JIT__CACHE_FORMAT_VERSION) {
     snprintf(why, why_size, "format version %" PRIu32 ", this library reads %d",
              h->version, JIT__CACHE_FORMAT_VERSION);
     return false;
   }
-  if (jit__get_u64(in + 80) != XXH3_64bits(in, 80)) {
+  if (jit__le_get_u64(in + 80) != XXH3_64bits(in, 80)) {
     snprintf(why, why_size, "header checksum mismatch");
     return false;
   }
-  uint32_t header_size = jit__get_u32(in + 12), flags = jit__get_u32(in + 36);
-  if (header_size != JIT__CACHE_HEADER_SIZE || flags != 0 || jit__get_u64(in + 88) != 0) {
+  uint32_t header_size = jit__le_get_u32(in + 12), flags = jit__le_get_u32(in + 36);
+  if (header_size != JIT__CACHE_HEADER_SIZE || flags != 0 || jit__le_get_u64(in + 88) != 0) {
     snprintf(why, why_size, "unexpected header size %" PRIu32 " or flags %" PRIu32,
              header_size, flags);
     return false;
   }
   memcpy(h->key, in + 16, 16);
-  h->kind = jit__get_u32(in + 32);
-  h->meta_size = jit__get_u64(in + 40);
-  h->components_size = jit__get_u64(in + 48);
-  h->payload_size = jit__get_u64(in + 56);
+  h->kind = jit__le_get_u32(in + 32);
+  h->meta_size = jit__le_get_u64(in + 40);
+  h->components_size = jit__le_get_u64(in + 48);
+  h->payload_size = jit__le_get_u64(in + 56);
   memcpy(h->body_hash, in + 64, 16);
   if (!valid_kind(h->kind)) {
     snprintf(why, why_size, "unknown payload kind %" PRIu32, h->kind);

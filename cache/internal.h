@@ -18,6 +18,7 @@
 #include <sys/uio.h>
 
 #include "cache/cache.h"
+#include "base/bytes.h"
 #include "base/status.h"
 
 //===--- Entry file format ----------------------------------------------------===//
@@ -60,23 +61,6 @@ typedef struct jit__cache_header {
   uint8_t body_hash[16];
 } jit__cache_header;
 
-// Little-endian fields, whatever the host's byte order.
-static inline void jit__put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void jit__put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint32_t jit__get_u32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-static inline uint64_t jit__get_u64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
 
 // Writes `h` (with the magic, header size and header checksum) into `out`.
 void jit__cache_header_encode(const jit__cache_header *h,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hex.h"
 #include "jit/internal.h"
 
 static const char *jit__kind_name(jit__payload_kind k) {
@@ -36,7 +37,7 @@ static bool jit__list_visit(void *user, const jit__cache_entry *e, const char *p
                             uint64_t size, int64_t atime) {
   jit__list_ctx *l = user;
   char hex[33];
-  jit__key_hex(e->key, hex);
+  jit__hex_encode(e->key, 16, hex);
   jit_cache_entry_info info = {hex, jit__kind_name(e->kind),
                                e->components ? e->components : "", size, atime};
   return l->fn(l->user, &info) != 0;
@@ -185,7 +186,7 @@ static bool jit__explain_visit(void *user, const jit__cache_entry *e, const char
                                uint64_t size, int64_t atime) {
   jit__explain *x = user;
   char hex[33];
-  jit__key_hex(e->key, hex);
+  jit__hex_encode(e->key, 16, hex);
   if (strcmp(hex, x->want_key) == 0) x->exact = true;
   char fp[64];
   jit__component(e->components ? e->components : "", "graph", fp, sizeof fp);
@@ -241,7 +242,7 @@ jit_status jit_cache_explain(jit_graph *g, const DLTensor *inputs, int n_inputs,
   }
   x->g = g;
   x->want = want;
-  jit__key_hex(key, x->want_key);
+  jit__hex_encode(key, 16, x->want_key);
   jit__component(want, "graph", x->graph_fp, sizeof x->graph_fp);
   jit_context *ctx = g->ctx;
   jit__text out = {0};

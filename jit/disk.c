@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/hex.h"
+#include "base/clock.h"
 #include "cache/cache.h"
 #include "jit/internal.h"
 
@@ -81,23 +83,13 @@ static bool jit__meta_decode(const void *meta, size_t size, uint32_t n_args,
 
 //===--- Key components --------------------------------------------------===//
 
-static void jit__hex(const uint8_t *bytes, size_t n, char *out) {
-  static const char digits[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = digits[bytes[i] >> 4];
-    out[2 * i + 1] = digits[bytes[i] & 15];
-  }
-  out[2 * n] = 0;
-}
-
-void jit__key_hex(const uint8_t key[16], char out[33]) { jit__hex(key, 16, out); }
 
 char *jit__key_components(const jit_graph *g, const jit_device *d, const DLTensor *inputs) {
   size_t cap = 1024 + strlen(d->target_text) + g->n_inputs * 256;
   char *s = malloc(cap);
   if (!s) return NULL;
   char fp[33];
-  jit__hex(g->fingerprint, 16, fp);
+  jit__hex_encode(g->fingerprint, 16, fp);
   size_t n = (size_t)snprintf(s, cap, "format=%d\ngraph=%s\ngraph_name=%s\n",
                               JIT__CACHE_FORMAT_VERSION, fp, g->name);
   for (uint32_t i = 0; i < g->n_inputs && n < cap; i++) {
@@ -113,12 +105,6 @@ char *jit__key_components(const jit_graph *g, const jit_device *d, const DLTenso
 }
 
 //===--- Load and store --------------------------------------------------===//
-
-static double jit__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out_fn,
                     uint32_t *out_stack_bytes, bool *out_threaded, jit__oshape *out_shapes) {
@@ -141,7 +127,7 @@ bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out
       !jit__meta_decode(e.meta, e.meta_size, g->n_inputs + g->n_outputs, g->n_outputs,
                         entry, out_stack_bytes, out_shapes)) {
     char hex[33];
-    jit__key_hex(key, hex);
+    jit__hex_encode(key, 16, hex);
     jit__log(ctx, JIT_LOG_WARNING,
              "disk cache: entry %s does not describe a CPU kernel of graph `%s`; "
              "recompiling",

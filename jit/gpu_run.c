@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/hex.h"
 #include "devices/cuda/cuda.h"
 #include "devices/vulkan/vulkan.h"
 #include "jit/internal.h"
@@ -381,7 +382,7 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
                    "which this device lacks",
                    g->name, d->name);
   char hex[33], func_name[48];
-  jit__key_hex(key, hex);
+  jit__hex_encode(key, 16, hex);
   snprintf(func_name, sizeof(func_name), "jit_%.24s", hex);
   jit__gpu_target t;
   memset(&t, 0, sizeof(t));

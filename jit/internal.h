@@ -190,7 +190,6 @@ void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs
                      const jit__artifact *art, const jit__oshape *shapes);
 // The "name=value" lines a key for `inputs` is made from (malloc'ed).
 char *jit__key_components(const jit_graph *g, const jit_device *d, const DLTensor *inputs);
-void jit__key_hex(const uint8_t key[16], char out[33]);
 // Computes the key of `inputs` after checking them (jit/run.c).
 jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_inputs,
                            bool need_data, jit_device *d, uint8_t key[16]);

@@ -15,6 +15,8 @@
 
 #include <xxhash.h>
 
+#include "base/hex.h"
+#include "base/clock.h"
 #include "jit/internal.h"
 
 typedef enum jit__kstate {
@@ -305,12 +307,6 @@ static size_t jit__numel(int rank, const int64_t *dims) {
 
 //===--- Compile on miss (single flight) ---------------------------------===//
 
-static double jit__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 // Compiles the kernel for one binding, stores it in the disk cache, and loads it.
 static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
                                         const jit__node *shapes, jit__oshape *oshapes,
@@ -318,7 +314,7 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
                                         uint32_t *stack_bytes, bool *threaded) {
   jit_context *ctx = g->ctx;
   char hex[33], func_name[48];
-  jit__key_hex(key, hex);
+  jit__hex_encode(key, 16, hex);
   snprintf(func_name, sizeof(func_name), "jit_%.24s", hex);
   jit__lgraph lg = {g->name, shapes, g->n_nodes, g->inputs, g->n_inputs,
                     g->outputs, g->n_outputs};

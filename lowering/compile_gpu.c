@@ -42,6 +42,7 @@
 #include <mlir-c/RegisterEverything.h>
 #include <mlir-c/Target/LLVMIR.h>
 
+#include "base/bytes.h"
 #include "base/status.h"
 #include "base/text.h"
 #include "lowering/gpu.h"
@@ -1103,64 +1104,31 @@ void jit__gpu_artifact_release(jit__gpu_artifact *a) {
 
 enum { kPlanVersion = 1 };
 
-typedef struct jit__wbuf {
-  uint8_t *p;
-  size_t len, cap;
-  bool oom;
-} jit__wbuf;
-
-static void jit__put(jit__wbuf *w, const void *src, size_t n) {
-  if (w->oom) return;
-  if (w->len + n > w->cap) {
-    size_t cap = w->cap ? w->cap * 2 : 256;
-    while (cap < w->len + n) cap *= 2;
-    uint8_t *p = realloc(w->p, cap);
-    if (!p) {
-      w->oom = true;
-      return;
-    }
-    w->p = p;
-    w->cap = cap;
-  }
-  memcpy(w->p + w->len, src, n);
-  w->len += n;
-}
-
-static void jit__put_u32(jit__wbuf *w, uint32_t v) {
-  uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-  jit__put(w, b, 4);
-}
-
-static void jit__put_u64(jit__wbuf *w, uint64_t v) {
-  jit__put_u32(w, (uint32_t)v);
-  jit__put_u32(w, (uint32_t)(v >> 32));
-}
-
 jit_status jit__gpu_plan_serialize(const jit__gpu_plan *plan, uint8_t **out_bytes,
                                    size_t *out_size) {
   if (out_bytes) *out_bytes = NULL;
   if (out_size) *out_size = 0;
   if (!plan || !out_bytes || !out_size)
     return JIT_ERR(JIT_INTERNAL, "jit__gpu_plan_serialize: NULL argument");
-  jit__wbuf w = {NULL, 0, 0, false};
-  jit__put(&w, "JGPL", 4);
-  jit__put_u32(&w, kPlanVersion);
-  jit__put_u32(&w, plan->n_buffers);
-  jit__put_u32(&w, plan->n_kernels);
+  jit__bytes_writer w = {NULL, 0, 0, false};
+  jit__bw_put(&w, "JGPL", 4);
+  jit__bw_u32(&w, kPlanVersion);
+  jit__bw_u32(&w, plan->n_buffers);
+  jit__bw_u32(&w, plan->n_kernels);
   for (uint32_t i = 0; i < plan->n_buffers; i++) {
-    jit__put_u32(&w, (uint32_t)plan->buffers[i].kind);
-    jit__put_u32(&w, plan->buffers[i].index);
-    jit__put_u64(&w, plan->buffers[i].bytes);
+    jit__bw_u32(&w, (uint32_t)plan->buffers[i].kind);
+    jit__bw_u32(&w, plan->buffers[i].index);
+    jit__bw_u64(&w, plan->buffers[i].bytes);
   }
   for (uint32_t i = 0; i < plan->n_kernels; i++) {
     const jit__gpu_kernel *k = &plan->kernels[i];
     char entry[64] = {0};
     memcpy(entry, k->entry, strnlen(k->entry, sizeof entry - 1));
-    jit__put(&w, entry, sizeof entry);
-    for (int d = 0; d < 3; d++) jit__put_u32(&w, k->grid[d]);
-    for (int d = 0; d < 3; d++) jit__put_u32(&w, k->block[d]);
-    jit__put_u32(&w, k->n_args);
-    for (uint32_t a = 0; a < k->n_args; a++) jit__put_u32(&w, k->args[a]);
+    jit__bw_put(&w, entry, sizeof entry);
+    for (int d = 0; d < 3; d++) jit__bw_u32(&w, k->grid[d]);
+    for (int d = 0; d < 3; d++) jit__bw_u32(&w, k->block[d]);
+    jit__bw_u32(&w, k->n_args);
+    for (uint32_t a = 0; a < k->n_args; a++) jit__bw_u32(&w, k->args[a]);
   }
   if (w.oom) {
     free(w.p);
@@ -1171,40 +1139,18 @@ jit_status jit__gpu_plan_serialize(const jit__gpu_plan *plan, uint8_t **out_byte
   return NULL;
 }
 
-typedef struct jit__rbuf {
-  const uint8_t *p;
-  size_t len, pos;
-  bool bad;
-} jit__rbuf;
-
-static uint32_t jit__get_u32(jit__rbuf *r) {
-  if (r->bad || r->len - r->pos < 4) {
-    r->bad = true;
-    return 0;
-  }
-  const uint8_t *b = r->p + r->pos;
-  r->pos += 4;
-  return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-         (uint32_t)b[3] << 24;
-}
-
-static uint64_t jit__get_u64(jit__rbuf *r) {
-  uint64_t lo = jit__get_u32(r);
-  return lo | (uint64_t)jit__get_u32(r) << 32;
-}
-
 jit_status jit__gpu_plan_deserialize(const uint8_t *bytes, size_t size,
                                      jit__gpu_plan *out) {
   if (!out) return JIT_ERR(JIT_INTERNAL, "jit__gpu_plan_deserialize: NULL argument");
   memset(out, 0, sizeof *out);
   if (!bytes || size < 16 || memcmp(bytes, "JGPL", 4))
     return JIT_ERR(JIT_CACHE_ERROR, "launch plan: bad magic or truncated header");
-  jit__rbuf r = {bytes, size, 4, false};
-  uint32_t version = jit__get_u32(&r);
+  jit__bytes_reader r = {bytes, size, 4, false};
+  uint32_t version = jit__br_u32(&r);
   if (version != kPlanVersion)
     return JIT_ERR(JIT_CACHE_ERROR, "launch plan: version %u, expected %u", version,
                    (unsigned)kPlanVersion);
-  uint32_t nb = jit__get_u32(&r), nk = jit__get_u32(&r);
+  uint32_t nb = jit__br_u32(&r), nk = jit__br_u32(&r);
   // Each record takes at least 16 (buffer) / 92 (kernel) bytes: bound the counts by
   // the input size before allocating.
   if ((uint64_t)nb * 16 + (uint64_t)nk * 92 > size - r.pos)
@@ -1217,25 +1163,22 @@ jit_status jit__gpu_plan_deserialize(const uint8_t *bytes, size_t size,
   }
   out->n_buffers = nb;
   for (uint32_t i = 0; i < nb; i++) {
-    uint32_t kind = jit__get_u32(&r);
+    uint32_t kind = jit__br_u32(&r);
     out->buffers[i].kind = (jit__gpu_buffer_kind)kind;
-    out->buffers[i].index = jit__get_u32(&r);
-    out->buffers[i].bytes = jit__get_u64(&r);
+    out->buffers[i].index = jit__br_u32(&r);
+    out->buffers[i].bytes = jit__br_u64(&r);
     if (kind > JIT__GPU_BUF_TEMP) r.bad = true;
   }
   for (uint32_t i = 0; i < nk && !r.bad; i++) {
     jit__gpu_kernel *k = &out->kernels[i];
     out->n_kernels = i + 1;
-    if (r.len - r.pos < 64) {
-      r.bad = true;
-      break;
-    }
-    memcpy(k->entry, r.p + r.pos, 64);
-    r.pos += 64;
+    const uint8_t *entry = jit__br_take(&r, 64);
+    if (!entry) break;
+    memcpy(k->entry, entry, 64);
     if (k->entry[63] != 0) r.bad = true;
-    for (int d = 0; d < 3; d++) k->grid[d] = jit__get_u32(&r);
-    for (int d = 0; d < 3; d++) k->block[d] = jit__get_u32(&r);
-    k->n_args = jit__get_u32(&r);
+    for (int d = 0; d < 3; d++) k->grid[d] = jit__br_u32(&r);
+    for (int d = 0; d < 3; d++) k->block[d] = jit__br_u32(&r);
+    k->n_args = jit__br_u32(&r);
     if (r.bad || (uint64_t)k->n_args * 4 > r.len - r.pos) {
       r.bad = true;
       k->n_args = 0;
@@ -1248,7 +1191,7 @@ jit_status jit__gpu_plan_deserialize(const uint8_t *bytes, size_t size,
       return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
     }
     for (uint32_t a = 0; a < k->n_args; a++) {
-      k->args[a] = jit__get_u32(&r);
+      k->args[a] = jit__br_u32(&r);
       if (k->args[a] >= nb) r.bad = true;
     }
   }

@@ -11,6 +11,7 @@
 // needs no reader.
 //
 //===----------------------------------------------------------------------===//
+#include "base/clock.h"
 #include "lowering/ptxas.h"
 
 #include <dirent.h>
@@ -34,12 +35,6 @@ extern char **environ;
 static bool jit__is_executable(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
-}
-
-static double jit__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 //===--- Private directory -----------------------------------------------===//

@@ -496,14 +496,14 @@ static void rewrite_header(const char *path, void (*edit)(uint8_t *raw)) {
   uint8_t raw[JIT__CACHE_HEADER_SIZE];
   cr_assert_eq(pread(fd, raw, sizeof(raw), 0), (ssize_t)sizeof(raw));
   edit(raw);
-  jit__put_u64(raw + 80, XXH3_64bits(raw, 80));
+  jit__le_put_u64(raw + 80, XXH3_64bits(raw, 80));
   cr_assert_eq(pwrite(fd, raw, sizeof(raw), 0), (ssize_t)sizeof(raw));
   close(fd);
 }
-static void next_version(uint8_t *raw) { jit__put_u32(raw + 8, JIT__CACHE_FORMAT_VERSION + 1); }
-static void absurd_payload(uint8_t *raw) { jit__put_u64(raw + 56, UINT64_C(1) << 62); }
-static void bigger_payload(uint8_t *raw) { jit__put_u64(raw + 56, jit__get_u64(raw + 56) + 1); }
-static void unknown_kind(uint8_t *raw) { jit__put_u32(raw + 32, 77); }
+static void next_version(uint8_t *raw) { jit__le_put_u32(raw + 8, JIT__CACHE_FORMAT_VERSION + 1); }
+static void absurd_payload(uint8_t *raw) { jit__le_put_u64(raw + 56, UINT64_C(1) << 62); }
+static void bigger_payload(uint8_t *raw) { jit__le_put_u64(raw + 56, jit__le_get_u64(raw + 56) + 1); }
+static void unknown_kind(uint8_t *raw) { jit__le_put_u32(raw + 32, 77); }
 
 Test(cache, damaged_entries_are_misses_and_removed) {
   jit__cache *c = open_dir(g_dir);
@@ -1092,8 +1092,8 @@ Test(cache, bundle_round_trip_and_corruption) {
   FAILS(jit__cache_import(c, broken, &n), JIT_CACHE_ERROR);
   bytes[70] ^= 1;
   // Another format version (header checksum recomputed, so only the version differs).
-  jit__put_u32(bytes + 12, JIT__CACHE_FORMAT_VERSION + 1);
-  jit__put_u64(bytes + 48, XXH3_64bits(bytes, 48));
+  jit__le_put_u32(bytes + 12, JIT__CACHE_FORMAT_VERSION + 1);
+  jit__le_put_u64(bytes + 48, XXH3_64bits(bytes, 48));
   write_file(broken, bytes, size);
   jit_status s = jit__cache_import(c, broken, &n);
   cr_assert(s && strstr(jit_status_message(s), "format") != NULL, "%s", jit_status_message(s));
