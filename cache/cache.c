@@ -48,17 +48,10 @@ static char *strdup_printf(const char *fmt, ...) {
   return s;
 }
 
-static void logv(jit__cache *cache, jit_log_level level, const char *fmt, va_list ap) {
-  if (!cache->log) return;
-  char msg[1024];
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  cache->log(cache->log_user, level, msg);
-}
-
 void jit__cache_logf(jit__cache *cache, jit_log_level level, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  logv(cache, level, fmt, ap);
+  jit__logv(&cache->logger, level, fmt, ap);
   va_end(ap);
 }
 
@@ -71,7 +64,7 @@ void jit__cache_log_once(jit__cache *cache, unsigned event, jit_log_level level,
   if (!first) return;
   va_list ap;
   va_start(ap, fmt);
-  logv(cache, level, fmt, ap);
+  jit__logv(&cache->logger, level, fmt, ap);
   va_end(ap);
 }
 
@@ -354,8 +347,7 @@ jit_status jit__cache_open(const jit__cache_options *options, jit__cache **out_c
   jit__cache *c = calloc(1, sizeof(*c));
   if (!c) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory opening the kernel cache");
   pthread_mutex_init(&c->mu, NULL);
-  c->log = options->log;
-  c->log_user = options->log_user;
+  c->logger = options->logger;
   c->max_age_s = options->max_age_s;
   c->fault_kill_after_bytes = options->fault_kill_after_bytes;
   c->max_bytes = options->max_bytes ? options->max_bytes

@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/log.h"
 #include "jitml.h"
 
 #define JIT__CACHE_FORMAT_VERSION 1
@@ -56,9 +57,7 @@ typedef struct jit__cache_options {
   uint64_t max_bytes;          // 0: $JITML_CACHE_MAX_BYTES, else 1 GiB
   uint64_t max_age_s;          // 0: none
   bool allow_shared_readonly;  // accept a root-owned dir we cannot write (read-only)
-  // Logging (may be NULL): the same callback as the context's.
-  void (*log)(void *user, jit_log_level level, const char *message);
-  void *log_user;
+  jit__logger logger;  // the context's (fn NULL: silent)
   // Test hook: if non-zero and smaller than a put's payload, that put kills the
   // process (raise(SIGKILL)) after writing this many payload bytes to the temp file,
   // to simulate a crash mid-write.

@@ -96,8 +96,7 @@ struct jit__cache {
   bool read_only;         // a shared root-owned or unwritable directory
   uid_t owner;            // the directory's owner; entries must belong to it too
   uint64_t max_bytes, max_age_s, fault_kill_after_bytes;
-  void (*log)(void *user, jit_log_level level, const char *message);
-  void *log_user;
+  jit__logger logger;
 
   // Guards everything below. File operations run outside it.
   pthread_mutex_t mu;

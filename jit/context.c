@@ -30,24 +30,11 @@ void jit_options_init(jit_options *o) {
   o->log_level = JIT_LOG_WARNING;
 }
 
-static void jit__stderr_log(void *user, jit_log_level level, const char *msg) {
-  static const char *names[] = {"error", "warning", "info", "debug"};
-  fprintf(stderr, "jitml %s: %s\n", names[level], msg);
-}
-
 void jit__log(jit_context *ctx, jit_log_level level, const char *fmt, ...) {
-  if (!ctx->options.log_fn || level > ctx->options.log_level) return;
-  char buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
+  jit__logv(&ctx->logger, level, fmt, ap);
   va_end(ap);
-  ctx->options.log_fn(ctx->options.log_user_data, level, buf);
-}
-
-// The cache logs through the context, so the level filter applies.
-static void jit__cache_log(void *user, jit_log_level level, const char *message) {
-  jit__log(user, level, "%s", message);
 }
 
 // Frees the context record and what it owns from its first moments on.
@@ -84,7 +71,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
     static const char *levels[] = {"error", "warning", "info", "debug"};
     for (int i = 0; env && i < 4; i++) {
       if (strcasecmp(env, levels[i]) == 0) {
-        o.log_fn = jit__stderr_log;
+        o.log_fn = jit__log_to_stderr;
         o.log_level = (jit_log_level)i;
       }
     }
@@ -99,6 +86,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   }
   o.cuda_toolkit = toolkit;
   ctx->options = o;
+  ctx->logger = (jit__logger){o.log_fn, o.log_user_data, o.log_level};
   pthread_mutex_init(&ctx->toolkit_mu, NULL);
   jit_status s = jit__cpu_device_create(&ctx->cpu);
   if (s) {
@@ -138,8 +126,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   co.max_bytes = o.cache_max_bytes;
   co.max_age_s = o.cache_max_age_s;
   co.allow_shared_readonly = o.cache_allow_shared_readonly != 0;
-  co.log = jit__cache_log;
-  co.log_user = ctx;
+  co.logger = ctx->logger;
   s = jit__cache_open(&co, &ctx->cache);
   if (!s) s = jit__devices_init_cpu(ctx);
   if (!s && o.device && o.device[0] && strcmp(o.device, "cpu") != 0) {

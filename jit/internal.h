@@ -61,6 +61,7 @@ typedef struct jit__kernel_table {
 
 struct jit_context {
   jit_options options;
+  jit__logger logger;  // from options (or $JITML_LOG): what jit__log writes through
   // The key components every kernel shares: target triple/cpu/features, library and
   // LLVM versions, the library's build id, lowering options ("name=value" lines), and
   // their hash, which goes into every key.

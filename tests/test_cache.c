@@ -128,7 +128,7 @@ static jit__cache *open_opts(const jit__cache_options *o) {
 }
 
 static jit__cache *open_dir(const char *dir) {
-  jit__cache_options o = {.dir = dir, .log = test_log_all};
+  jit__cache_options o = {.dir = dir, .logger = {test_log_all, NULL, JIT_LOG_DEBUG}};
   return open_opts(&o);
 }
 
@@ -852,7 +852,7 @@ Test(cache, unsafe_directories_are_refused) {
 
 Test(cache, eviction_keeps_under_limit_and_keeps_recent) {
   const uint64_t limit = 16 * 1024;
-  jit__cache_options o = {.dir = g_dir, .max_bytes = limit, .log = test_log_all};
+  jit__cache_options o = {.dir = g_dir, .max_bytes = limit, .logger = {test_log_all, NULL, JIT_LOG_DEBUG}};
   jit__cache *c = open_opts(&o);
   const size_t payload = 900;  // ~1 KiB per entry with header, meta and components
   for (int i = 0; i < 3; i++) put_entry(c, i, payload);  // the hot set
