@@ -47,6 +47,7 @@
 #include "base/text.h"
 #include "lowering/gpu.h"
 #include "lowering/gpu_tiled.h"
+#include "lowering/import.h"
 
 //===--- Pipelines -------------------------------------------------------===//
 
@@ -137,37 +138,6 @@ static jit_status jit__check_target(const jit__gpu_target *t, int *out_ptx) {
     return NULL;
   }
   return JIT_ERR(JIT_UNSUPPORTED, "unknown GPU format %d", (int)t->format);
-}
-
-//===--- Diagnostics -----------------------------------------------------===//
-
-typedef struct jit__gdiag {
-  char buf[4096];
-  size_t len;
-} jit__gdiag;
-
-static void jit__gdiag_append(MlirStringRef s, void *user) {
-  jit__gdiag *d = user;
-  size_t room = sizeof(d->buf) - 1 - d->len;
-  size_t n = s.length < room ? s.length : room;
-  memcpy(d->buf + d->len, s.data, n);
-  d->len += n;
-  d->buf[d->len] = 0;
-}
-
-static MlirLogicalResult jit__gdiag_handler(MlirDiagnostic diag, void *user) {
-  jit__gdiag *d = user;
-  MlirDiagnosticSeverity sev = mlirDiagnosticGetSeverity(diag);
-  if (sev == MlirDiagnosticRemark) return mlirLogicalResultSuccess();
-  if (d->len) jit__gdiag_append(mlirStringRefCreateFromCString("; "), d);
-  mlirLocationPrint(mlirDiagnosticGetLocation(diag), jit__gdiag_append, d);
-  jit__gdiag_append(mlirStringRefCreateFromCString(
-                        sev == MlirDiagnosticError     ? ": error: "
-                        : sev == MlirDiagnosticWarning ? ": warning: "
-                                                       : ": note: "),
-                    d);
-  mlirDiagnosticPrint(diag, jit__gdiag_append, d);
-  return mlirLogicalResultSuccess();
 }
 
 //===--- Small IR helpers ------------------------------------------------===//
@@ -478,34 +448,16 @@ static void jit__pick_tiles(MlirOperation par, int rank, int64_t *tiles) {
 }
 
 static jit_status jit__run_on(MlirContext ctx, MlirOperation op, const char *anchor,
-                              const char *pipeline, jit__gdiag *diag, const char *stage) {
+                              const char *pipeline, jit__diag *diag, const char *stage) {
   MlirPassManager pm = mlirPassManagerCreateOnOperation(ctx, jit__sr(anchor));
   MlirLogicalResult r = mlirOpPassManagerAddPipeline(
-      mlirPassManagerGetAsOpPassManager(pm), jit__sr(pipeline), jit__gdiag_append, diag);
+      mlirPassManagerGetAsOpPassManager(pm), jit__sr(pipeline), jit__diag_append, diag);
   if (mlirLogicalResultIsFailure(r)) {
     mlirPassManagerDestroy(pm);
     return JIT_ERR(JIT_INTERNAL, "%s: bad pass pipeline `%s`: %s", stage, pipeline,
                    diag->buf);
   }
   r = mlirPassManagerRunOnOp(pm, op);
-  mlirPassManagerDestroy(pm);
-  if (mlirLogicalResultIsFailure(r))
-    return JIT_ERR(JIT_COMPILE_ERROR, "%s failed: %s", stage,
-                   diag->len ? diag->buf : "(no diagnostic)");
-  return NULL;
-}
-
-static jit_status jit__run_pipeline(MlirContext ctx, MlirModule module,
-                                    const char *pipeline, jit__gdiag *diag,
-                                    const char *stage) {
-  MlirPassManager pm = mlirPassManagerCreate(ctx);
-  MlirLogicalResult r = mlirParsePassPipeline(mlirPassManagerGetAsOpPassManager(pm),
-                                              jit__sr(pipeline), jit__gdiag_append, diag);
-  if (mlirLogicalResultIsFailure(r)) {
-    mlirPassManagerDestroy(pm);
-    return JIT_ERR(JIT_INTERNAL, "%s: bad pass pipeline: %s", stage, diag->buf);
-  }
-  r = mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(module));
   mlirPassManagerDestroy(pm);
   if (mlirLogicalResultIsFailure(r))
     return JIT_ERR(JIT_COMPILE_ERROR, "%s failed: %s", stage,
@@ -543,7 +495,7 @@ static MlirOperation jit__first_in_block(MlirBlock b, const char *name) {
 
 // Tiles the one top-level scf.parallel of kernel function `kf` and maps the tile loop
 // to blocks and the intra-tile loop to threads.
-static jit_status jit__tile_and_map(MlirContext ctx, MlirOperation kf, jit__gdiag *diag) {
+static jit_status jit__tile_and_map(MlirContext ctx, MlirOperation kf, jit__diag *diag) {
   MlirOperation par = jit__first_in_block(jit__entry_block(kf), "scf.parallel");
   if (mlirOperationIsNull(par)) return JIT_ERR(JIT_INTERNAL, "kernel function lost its loop");
   int rank = (int)(mlirOperationGetNumOperands(par) / 3);
@@ -845,7 +797,7 @@ static MlirWalkResult jit__libcall_cb(MlirOperation op, void *user) {
 }
 
 static jit_status jit__back_ptx(MlirContext ctx, MlirModule module,
-                                const jit__gpu_target *t, int ptx, jit__gdiag *diag) {
+                                const jit__gpu_target *t, int ptx, jit__diag *diag) {
   char pipe[1024];
   snprintf(pipe, sizeof pipe,
            "builtin.module(nvvm-attach-target{chip=%s features=+ptx%d O=3},"
@@ -853,7 +805,7 @@ static jit_status jit__back_ptx(MlirContext ctx, MlirModule module,
            "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},canonicalize,cse,"
            "reconcile-unrealized-casts))",
            t->chip, ptx);
-  JIT_PROPAGATE(jit__run_pipeline(ctx, module, pipe, diag, "lowering to NVVM"));
+  JIT_PROPAGATE(jit__mlir_run_pipeline(ctx, module, pipe, diag, "lowering to NVVM"));
   char lib[1024];
   const char *tk = jit__find_toolkit(t->cuda_toolkit, lib, sizeof lib);
   jit__libcall_walk w = {{0}, false};
@@ -867,12 +819,12 @@ static jit_status jit__back_ptx(MlirContext ctx, MlirModule module,
              "toolkit=%s})", tk);
   else
     snprintf(pipe, sizeof pipe, "builtin.module(gpu-module-to-binary{format=isa})");
-  return jit__run_pipeline(ctx, module, pipe, diag, "PTX generation");
+  return jit__mlir_run_pipeline(ctx, module, pipe, diag, "PTX generation");
 }
 
 static jit_status jit__back_spirv(MlirContext ctx, MlirModule module,
                                   const jit__gpu_target *t, const jit__gpu_plan *plan,
-                                  jit__gdiag *diag) {
+                                  jit__diag *diag) {
   // The workgroup size is part of each SPIR-V entry point.
   MlirOperation gm = jit__first_in_block(mlirModuleGetBody(module), "gpu.module");
   MlirBlock gb = mlirRegionGetFirstBlock(mlirOperationGetRegion(gm, 0));
@@ -905,7 +857,7 @@ static jit_status jit__back_spirv(MlirContext ctx, MlirModule module,
            t->spirv_minor ? t->spirv_minor : 3,
            t->spirv_f16 ? ",Float16,StorageBuffer16BitAccess" : "",
            t->spirv_f16 ? ",SPV_KHR_16bit_storage" : "");
-  JIT_PROPAGATE(jit__run_pipeline(ctx, module, pipe, diag, "lowering to SPIR-V"));
+  JIT_PROPAGATE(jit__mlir_run_pipeline(ctx, module, pipe, diag, "lowering to SPIR-V"));
   // convert-gpu-to-spirv leaves the spirv.module beside the gpu.module;
   // gpu-module-to-binary serializes the one inside it.
   MlirBlock body = mlirModuleGetBody(module);
@@ -916,7 +868,7 @@ static jit_status jit__back_spirv(MlirContext ctx, MlirModule module,
   gb = mlirRegionGetFirstBlock(mlirOperationGetRegion(gm, 0));
   mlirOperationRemoveFromParent(sm);
   mlirBlockInsertOwnedOperationBefore(gb, mlirBlockGetFirstOperation(gb), sm);
-  return jit__run_pipeline(ctx, module, "builtin.module(gpu-module-to-binary)", diag,
+  return jit__mlir_run_pipeline(ctx, module, "builtin.module(gpu-module-to-binary)", diag,
                            "SPIR-V serialization");
 }
 
@@ -939,7 +891,7 @@ static jit_status jit__take_binary(MlirModule module, jit__gpu_artifact *out) {
 
 static jit_status jit__compile_gpu_in(MlirContext ctx, const jit__lgraph *g,
                                       const char *func_name, const jit__gpu_target *t,
-                                      int ptx, const char *text, jit__gdiag *diag,
+                                      int ptx, const char *text, jit__diag *diag,
                                       jit__gpu_artifact *out) {
   double t0 = jit__gpu_ms();
   MlirModule module = mlirModuleCreateParse(ctx, jit__sr(text));
@@ -950,7 +902,7 @@ static jit_status jit__compile_gpu_in(MlirContext ctx, const jit__lgraph *g,
   uint32_t n_k = 0;
   jit__bufinfo bufs = {0, 0, NULL};
 
-  s = jit__run_pipeline(ctx, module, kFrontPipeline, diag, "bufferization");
+  s = jit__mlir_run_pipeline(ctx, module, kFrontPipeline, diag, "bufferization");
   if (s) goto done;
   MlirOperation func = jit__find_func(module, func_name);
   if (mlirOperationIsNull(func)) {
@@ -993,7 +945,7 @@ static jit_status jit__compile_gpu_in(MlirContext ctx, const jit__lgraph *g,
     if (s) s = jit__status_annotate(s, "kernel %u", k);
   }
   if (s) goto done;
-  if ((s = jit__run_pipeline(ctx, module, kOutlinePipeline, diag, "kernel outlining")))
+  if ((s = jit__mlir_run_pipeline(ctx, module, kOutlinePipeline, diag, "kernel outlining")))
     goto done;
 
   out->plan.n_buffers = bufs.n;
@@ -1056,13 +1008,8 @@ jit_status jit__compile_gpu(const jit__lgraph *graph, const char *func_name,
 
   char *text = NULL;
   JIT_RETURN_IF_ERROR(jit__emit_mlir(graph, func_name, false, &text), "emitting MLIR");
-  MlirDialectRegistry registry = mlirDialectRegistryCreate();
-  mlirRegisterAllDialects(registry);
-  MlirContext ctx = mlirContextCreateWithRegistry(registry, /*threadingEnabled=*/false);
-  mlirDialectRegistryDestroy(registry);
-  mlirRegisterAllLLVMTranslations(ctx);
-  jit__gdiag diag = {{0}, 0};
-  mlirContextAttachDiagnosticHandler(ctx, jit__gdiag_handler, &diag, NULL);
+  jit__diag diag = {{0}, 0, NULL};
+  MlirContext ctx = jit__mlir_context_create(&diag);
   jit_status s = jit__compile_gpu_in(ctx, graph, func_name, target, ptx, text, &diag, out);
   mlirContextDestroy(ctx);
   free(text);

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <mlir-c/Diagnostics.h>
 #include <mlir-c/IR.h>
 #include <mlir-c/Pass.h>
 
@@ -44,6 +45,26 @@ typedef struct jit__diag {
 // A context with every dialect registered (loaded on demand), the LLVM translations,
 // and a handler that collects into `diag`. Destroy with mlirContextDestroy.
 MlirContext jit__mlir_context_create(jit__diag *diag);
+
+// Appends `s` to `diag` (cut at its buffer's size): an MlirStringCallback.
+void jit__diag_append(MlirStringRef s, void *diag);
+
+// Attaches a handler that collects `ctx`'s diagnostics into `diag` (until detached
+// with mlirContextDetachDiagnosticHandler).
+MlirDiagnosticHandlerID jit__diag_attach(MlirContext ctx, jit__diag *diag);
+
+// A context for one compile from `pool` (may be NULL) when it has one idle (its
+// compile count in *uses), else a new one (*uses = 0) with no diagnostic handler.
+MlirContext jit__mlir_pool_take(jit__mlir_pool *pool, int *uses);
+// Gives `ctx` back after a compile (its diagnostic handler detached), or destroys it
+// when it has served its compiles or the pool is full.
+void jit__mlir_pool_give(jit__mlir_pool *pool, MlirContext ctx, int uses);
+
+// jit__mlir_run_pipeline; `verify`: run the verifier after every pass (MLIR's
+// default), which a compile's own pipelines on verified IR skip.
+jit_status jit__mlir_run_pipeline_verify(MlirContext ctx, MlirModule module,
+                                         const char *pipeline, jit__diag *diag,
+                                         const char *stage, bool verify);
 
 // Runs a textual pass pipeline on `module`. Failures: JIT_INTERNAL for a pipeline that
 // does not parse, else JIT_COMPILE_ERROR with the diagnostics.
@@ -72,8 +93,6 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
                                    const jit__lower_options *options, jit__diag *diag,
                                    double t0, jit__artifact *out);
 
-// Milliseconds on a monotonic clock.
-double jit__lower_ms(void);
 
 //===--- Our own pass (pass_matmul_loops.c) -------------------------------===//
 

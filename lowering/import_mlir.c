@@ -28,6 +28,7 @@
 #include <mlir-c/Pass.h>
 #include <mlir-c/Support.h>
 
+#include "base/clock.h"
 #include "base/text.h"
 #include "lowering/import.h"
 
@@ -1010,7 +1011,7 @@ jit_status jit__mlir_compile_cpu(const jit__mlir_module *m, const jit__node *arg
                                  const char *func_name, const jit__lower_options *lo,
                                  jit__artifact *out, jit__node *out_results) {
   memset(out, 0, sizeof(*out));
-  double t0 = jit__lower_ms();
+  double t0 = jit__now_ms();
   jit__dump_text(lo, func_name, "00-graph.mlir", m->canonical, strlen(m->canonical));
   jit__diag diag = {{0}, 0, m->source};
   MlirContext ctx = jit__mlir_context_create(&diag);
