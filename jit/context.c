@@ -8,16 +8,7 @@
 #include <xxhash.h>
 
 #include "jit/internal.h"
-
-#define JIT__STR2(x) #x
-#define JIT__STR(x) JIT__STR2(x)
-
-const char *jit_version(void) {
-  return JIT__STR(JIT_VERSION_MAJOR) "." JIT__STR(JIT_VERSION_MINOR) "." JIT__STR(
-      JIT_VERSION_PATCH);
-}
-
-int jit_version_number(void) { return JIT_VERSION_NUMBER; }
+#include "jit/kernel_table.h"
 
 void jit_string_free(char *text) { free(text); }
 
@@ -30,12 +21,6 @@ void jit_options_init(jit_options *o) {
   o->log_level = JIT_LOG_WARNING;
 }
 
-void jit__log(jit_context *ctx, jit_log_level level, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  jit__logv(&ctx->logger, level, fmt, ap);
-  va_end(ap);
-}
 
 // Frees the context record and what it owns from its first moments on.
 static void jit__context_free(jit_context *ctx) {
@@ -152,7 +137,6 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
 }
 
 // Defined in run.c: frees the kernel table.
-void jit__kernel_table_free(jit__kernel_table *table);
 
 void jit_context_destroy(jit_context *ctx) {
   if (!ctx) return;

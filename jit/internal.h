@@ -94,8 +94,7 @@ struct jit_context {
 };
 
 // Logs through the context's callback (or JITML_LOG on stderr).
-void jit__log(jit_context *ctx, jit_log_level level, const char *fmt, ...)
-    JIT__PRINTF(3, 4);
+#define jit__log(ctx, level, ...) jit__logf(&(ctx)->logger, (level), __VA_ARGS__)
 
 //===--- Graph -----------------------------------------------------------===//
 

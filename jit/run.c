@@ -1,4 +1,4 @@
-//===--- run.c - binding, specialization keys, the kernel table, jit_run ---===//
+//===--- run.c - binding, specialization keys, jit_run ---------------------===//
 //
 // A call goes: check the tensors -> key from (graph fingerprint, context target hash,
 // input shapes and dtypes) -> kernel table. A hit runs the kernel at once: the key
@@ -18,82 +18,7 @@
 #include "base/hex.h"
 #include "base/clock.h"
 #include "jit/internal.h"
-
-typedef enum jit__kstate {
-  JIT__K_COMPILING,
-  JIT__K_READY,
-  JIT__K_FAILED,
-} jit__kstate;
-
-struct jit__kernel {
-  uint8_t key[16];
-  jit_device *device;           // where it runs
-  jit__gpu_exec *gpu;           // GPU devices: the loaded module and plan
-  jit__kstate state;            // guarded by ctx->mu; READY and FAILED are final
-  jit__cpu_kernel_fn fn;        // set before READY
-  uint32_t stack_bytes;         // CPU: stack the kernel needs (jit__artifact.stack_bytes)
-  bool threaded;                // CPU: it forks OpenMP workers, which need that stack too
-  uint32_t n_outputs;
-  jit__oshape *outputs;         // the output shapes of this binding
-  jit_status_code fail_code;    // FAILED: the compile's status, replayed to callers
-  char *fail_message;
-};
-
-//===--- Kernel table ----------------------------------------------------===//
-
-static size_t jit__key_slot(const uint8_t key[16], size_t cap) {
-  uint64_t h;
-  memcpy(&h, key, sizeof(h));
-  return (size_t)h & (cap - 1);
-}
-
-// Finds the kernel for `key`; NULL if absent. Caller holds ctx->mu.
-static jit__kernel *jit__table_find(jit__kernel_table *t, const uint8_t key[16]) {
-  if (!t->cap) return NULL;
-  for (size_t i = jit__key_slot(key, t->cap);; i = (i + 1) & (t->cap - 1)) {
-    jit__kernel *k = t->slots[i];
-    if (!k) return NULL;
-    if (memcmp(k->key, key, 16) == 0) return k;
-  }
-}
-
-// Inserts `k` (whose key is absent). Caller holds ctx->mu.
-static bool jit__table_insert(jit__kernel_table *t, jit__kernel *k) {
-  if ((t->count + 1) * 2 > t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 64;
-    jit__kernel **slots = calloc(cap, sizeof(*slots));
-    if (!slots) return false;
-    for (size_t i = 0; i < t->cap; i++) {
-      jit__kernel *o = t->slots[i];
-      if (!o) continue;
-      size_t j = jit__key_slot(o->key, cap);
-      while (slots[j]) j = (j + 1) & (cap - 1);
-      slots[j] = o;
-    }
-    free(t->slots);
-    t->slots = slots;
-    t->cap = cap;
-  }
-  size_t j = jit__key_slot(k->key, t->cap);
-  while (t->slots[j]) j = (j + 1) & (t->cap - 1);
-  t->slots[j] = k;
-  t->count++;
-  return true;
-}
-
-static void jit__kernel_free(jit__kernel *k) {
-  if (!k) return;
-  jit__gpu_exec_destroy(k->gpu);
-  free(k->outputs);
-  free(k->fail_message);
-  free(k);
-}
-
-void jit__kernel_table_free(jit__kernel_table *t) {
-  for (size_t i = 0; i < t->cap; i++) jit__kernel_free(t->slots[i]);
-  free(t->slots);
-  memset(t, 0, sizeof(*t));
-}
+#include "jit/kernel_table.h"
 
 //===--- Tensors at the boundary -----------------------------------------===//
 
