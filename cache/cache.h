@@ -38,7 +38,10 @@
 #include "base/log.h"
 #include "jitml.h"
 
-#define JIT__CACHE_FORMAT_VERSION 1
+// 2: CPU entries' metadata is an artifact record (cache/artifact.h). Entries of
+// another version are foreign: a get removes and counts them, and the kernel is
+// recompiled.
+#define JIT__CACHE_FORMAT_VERSION 2
 
 typedef enum jit__payload_kind {
   JIT__PAYLOAD_CPU_OBJECT = 1,  // ELF object for the host CPU

@@ -14,71 +14,59 @@
 
 #include "base/hex.h"
 #include "base/clock.h"
+#include "cache/artifact.h"
 #include "cache/cache.h"
 #include "jit/internal.h"
 
 //===--- Metadata record -------------------------------------------------===//
 
-// Little-endian fixed layout; the key already pins the target, so this only has to be
-// unambiguous, not portable across architectures.
-#define JIT__META_MAGIC 0x4154454Du  // "META"
-#define JIT__META_VERSION 2u  // 2: stack_bytes
-
-typedef struct jit__meta_out {
-  int32_t rank;
-  int32_t dtype;
-  int64_t dims[JIT_MAX_RANK];
-} jit__meta_out;
-
-typedef struct jit__meta_head {
-  uint32_t magic, version, n_args, n_outputs;
-  char entry[64];
-  uint32_t stack_bytes, reserved;  // jit__artifact.stack_bytes
-} jit__meta_head;
-
+// The entry's metadata is its artifact record (cache/artifact.h): entry point,
+// argument count, stack bytes and output shapes, so a hit needs no shape inference.
 static void *jit__meta_encode(const char *entry, uint32_t n_args, uint32_t n_outputs,
                               uint32_t stack_bytes, const jit__oshape *outs,
                               size_t *out_size) {
-  size_t size = sizeof(jit__meta_head) + n_outputs * sizeof(jit__meta_out);
-  unsigned char *p = calloc(1, size);
-  if (!p) return NULL;
-  jit__meta_head h = {JIT__META_MAGIC, JIT__META_VERSION, n_args, n_outputs, {0},
-                      stack_bytes, 0};
-  snprintf(h.entry, sizeof(h.entry), "%s", entry);
-  memcpy(p, &h, sizeof(h));
+  jit__art art = {.target = JIT__PAYLOAD_CPU_OBJECT, .n_args = n_args,
+                  .stack_bytes = stack_bytes, .n_outputs = n_outputs};
+  snprintf(art.entry, sizeof art.entry, "%s", entry);
+  art.outputs = calloc(n_outputs ? n_outputs : 1, sizeof *art.outputs);
+  if (!art.outputs) return NULL;
   for (uint32_t j = 0; j < n_outputs; j++) {
-    jit__meta_out o = {outs[j].rank, outs[j].dtype, {0}};
-    memcpy(o.dims, outs[j].dims, sizeof(o.dims));
-    memcpy(p + sizeof(h) + j * sizeof(o), &o, sizeof(o));
+    art.outputs[j].rank = outs[j].rank;
+    art.outputs[j].dtype = (int32_t)outs[j].dtype;
+    memcpy(art.outputs[j].dims, outs[j].dims, sizeof outs[j].dims);
   }
-  *out_size = size;
-  return p;
+  uint8_t *bytes = NULL;
+  jit_status s = jit__art_encode(&art, &bytes, out_size);
+  free(art.outputs);
+  jit_status_free(s);  // out of memory: the kernel is simply not stored
+  return bytes;
 }
 
 // Decodes and checks a record against what the graph expects.
 static bool jit__meta_decode(const void *meta, size_t size, uint32_t n_args,
                              uint32_t n_outputs, char entry[64], uint32_t *stack_bytes,
                              jit__oshape *outs) {
-  jit__meta_head h;
-  if (size < sizeof(h)) return false;
-  memcpy(&h, meta, sizeof(h));
-  if (h.magic != JIT__META_MAGIC || h.version != JIT__META_VERSION ||
-      h.n_args != n_args || h.n_outputs != n_outputs ||
-      size != sizeof(h) + n_outputs * sizeof(jit__meta_out) ||
-      memchr(h.entry, 0, sizeof(h.entry)) == NULL)
+  jit__art art;
+  jit_status s = jit__art_decode(meta, size, &art);
+  if (s) {
+    jit_status_free(s);
     return false;
-  memcpy(entry, h.entry, sizeof(h.entry));
-  *stack_bytes = h.stack_bytes;
-  for (uint32_t j = 0; j < n_outputs; j++) {
-    jit__meta_out o;
-    memcpy(&o, (const unsigned char *)meta + sizeof(h) + j * sizeof(o), sizeof(o));
-    if (o.rank < 0 || o.rank > JIT_MAX_RANK || (o.dtype != JIT__F32 && o.dtype != JIT__F16))
-      return false;
-    outs[j].rank = o.rank;
-    outs[j].dtype = (jit__dtype)o.dtype;
-    memcpy(outs[j].dims, o.dims, sizeof(o.dims));
   }
-  return true;
+  bool ok = art.target == JIT__PAYLOAD_CPU_OBJECT && art.entry[0] && art.n_args == n_args &&
+            art.n_outputs == n_outputs;
+  for (uint32_t j = 0; ok && j < n_outputs; j++) {
+    const jit__art_shape *o = &art.outputs[j];
+    ok = o->dtype == JIT__F32 || o->dtype == JIT__F16;
+    outs[j].rank = o->rank;
+    outs[j].dtype = (jit__dtype)o->dtype;
+    memcpy(outs[j].dims, o->dims, sizeof outs[j].dims);
+  }
+  if (ok) {
+    memcpy(entry, art.entry, sizeof art.entry);
+    *stack_bytes = art.stack_bytes;
+  }
+  jit__art_release(&art);
+  return ok;
 }
 
 //===--- Key components --------------------------------------------------===//

@@ -1,0 +1,216 @@
+//===--- test_artifact.c - the artifact record's encoder and decoder -------===//
+//
+// Round trips of every section, and damage: every truncation, every single-bit flip,
+// another version, a section past the end, counts larger than the bytes, duplicate
+// and unknown tags. The decoder must refuse each with JIT_CACHE_ERROR (never read out
+// of bounds: this suite runs under ASan in CI) and leave nothing allocated.
+//
+//===----------------------------------------------------------------------===//
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/bytes.h"
+#include "cache/artifact.h"
+#include "cache/cache.h"
+
+// A record with every section: a CUDA-like entry of two parts with a plan and notes,
+// outputs of rank 0, 1 and JIT_MAX_RANK.
+static void full_record(jit__art *a, jit__art_shape *outs, uint8_t *plan) {
+  memset(a, 0, sizeof *a);
+  a->target = JIT__PAYLOAD_CUBIN;
+  strcpy(a->entry, "jit_kernel_17");
+  a->n_args = 5;
+  a->stack_bytes = 262144;
+  a->n_outputs = 3;
+  outs[0] = (jit__art_shape){0, 0, {0}};
+  outs[1] = (jit__art_shape){1, 1, {17}};
+  outs[2].rank = JIT_MAX_RANK;
+  outs[2].dtype = 0;
+  for (int d = 0; d < JIT_MAX_RANK; d++) outs[2].dims[d] = (int64_t)d * 1000003 + 1;
+  a->outputs = outs;
+  a->n_parts = 2;
+  a->parts[0] = (jit__art_part){JIT__PAYLOAD_PTX, 12345};
+  a->parts[1] = (jit__art_part){JIT__PAYLOAD_CUBIN, 678};
+  for (int i = 0; i < 40; i++) plan[i] = (uint8_t)(i * 7);
+  a->plan = plan;
+  a->plan_size = 40;
+  a->notes = "sm=sm_90\nptxas=13.0\n";
+}
+
+static uint8_t *encode(const jit__art *a, size_t *n) {
+  uint8_t *bytes = NULL;
+  jit_status s = jit__art_encode(a, &bytes, n);
+  cr_assert_null(s, "encode: %s", s ? jit_status_message(s) : "");
+  return bytes;
+}
+
+// Decoding `bytes` fails with JIT_CACHE_ERROR and leaves `out` empty.
+static void expect_refused(const uint8_t *bytes, size_t n, const char *what) {
+  jit__art out;
+  jit_status s = jit__art_decode(bytes, n, &out);
+  cr_expect_not_null(s, "%s: decoded", what);
+  if (s) {
+    cr_expect_eq(jit_status_get_code(s), JIT_CACHE_ERROR, "%s: %s", what,
+                 jit_status_message(s));
+    jit_status_free(s);
+  }
+  cr_expect(out.outputs == NULL && out.plan == NULL && out.notes == NULL,
+            "%s: a refused record still owns memory", what);
+  jit__art_release(&out);
+}
+
+Test(artifact, round_trip_of_every_section) {
+  jit__art a;
+  jit__art_shape outs[3];
+  uint8_t plan[40];
+  full_record(&a, outs, plan);
+  size_t n = 0;
+  uint8_t *bytes = encode(&a, &n);
+  jit__art b;
+  jit_status s = jit__art_decode(bytes, n, &b);
+  cr_assert_null(s, "decode: %s", s ? jit_status_message(s) : "");
+  cr_expect_eq(b.target, JIT__PAYLOAD_CUBIN);
+  cr_expect_str_eq(b.entry, "jit_kernel_17");
+  cr_expect_eq(b.n_args, 5);
+  cr_expect_eq(b.stack_bytes, 262144);
+  cr_assert_eq(b.n_outputs, 3);
+  for (int i = 0; i < 3; i++) {
+    cr_expect_eq(b.outputs[i].rank, outs[i].rank, "output %d rank", i);
+    cr_expect_eq(b.outputs[i].dtype, outs[i].dtype, "output %d dtype", i);
+    for (int d = 0; d < outs[i].rank; d++)
+      cr_expect_eq(b.outputs[i].dims[d], outs[i].dims[d], "output %d dim %d", i, d);
+  }
+  cr_assert_eq(b.n_parts, 2);
+  cr_expect(b.parts[0].kind == JIT__PAYLOAD_PTX && b.parts[0].size == 12345);
+  cr_expect(b.parts[1].kind == JIT__PAYLOAD_CUBIN && b.parts[1].size == 678);
+  cr_expect_eq(jit__art_parts_size(&b), 12345 + 678);
+  cr_assert_eq(b.plan_size, 40);
+  cr_expect(memcmp(b.plan, plan, 40) == 0);
+  cr_expect_str_eq(b.notes, "sm=sm_90\nptxas=13.0\n");
+  jit__art_release(&b);
+  free(bytes);
+}
+
+// The smallest record (a CPU kernel of no outputs, no entry point, no parts) decodes
+// to exactly that, with nothing allocated that a caller could misread.
+Test(artifact, minimal_record) {
+  jit__art a = {.target = JIT__PAYLOAD_CPU_OBJECT, .n_args = 1};
+  size_t n = 0;
+  uint8_t *bytes = encode(&a, &n);
+  jit__art b;
+  jit_status s = jit__art_decode(bytes, n, &b);
+  cr_assert_null(s, "decode: %s", s ? jit_status_message(s) : "");
+  cr_expect(b.entry[0] == 0 && b.n_outputs == 0 && b.n_parts == 0 && !b.plan && !b.notes);
+  jit__art_release(&b);
+  free(bytes);
+}
+
+Test(artifact, every_truncation_and_bit_flip_is_refused) {
+  jit__art a;
+  jit__art_shape outs[3];
+  uint8_t plan[40];
+  full_record(&a, outs, plan);
+  size_t n = 0;
+  uint8_t *bytes = encode(&a, &n);
+  char what[64];
+  for (size_t len = 0; len < n; len++) {
+    snprintf(what, sizeof what, "truncated to %zu of %zu bytes", len, n);
+    expect_refused(bytes, len, what);
+  }
+  uint8_t *copy = malloc(n);
+  for (size_t bit = 0; bit < n * 8; bit++) {
+    memcpy(copy, bytes, n);
+    copy[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    snprintf(what, sizeof what, "bit %zu flipped", bit);
+    expect_refused(copy, n, what);
+  }
+  free(copy);
+  free(bytes);
+}
+
+// Re-seals a record whose body was edited: the checksum is right again, so only
+// the decoder's own checks stand between the bytes and the caller.
+static void reseal(uint8_t *bytes, size_t n) {
+  jit__le_put_u64(bytes + n - 8, XXH3_64bits(bytes, n - 20));
+}
+
+Test(artifact, foreign_version_is_named) {
+  jit__art a = {.target = JIT__PAYLOAD_CPU_OBJECT, .n_args = 1};
+  size_t n = 0;
+  uint8_t *bytes = encode(&a, &n);
+  jit__le_put_u32(bytes + 4, 7);
+  reseal(bytes, n);
+  jit__art b;
+  jit_status s = jit__art_decode(bytes, n, &b);
+  cr_assert_not_null(s);
+  cr_expect_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
+  cr_expect(strstr(jit_status_message(s), "version 7, expected 1") != NULL, "%s",
+            jit_status_message(s));
+  jit_status_free(s);
+  free(bytes);
+}
+
+// Sealed records whose sections lie: a size past the end, an output count the bytes
+// cannot hold, a rank past JIT_MAX_RANK, an entry point without its NUL, a tag this
+// version does not define, a tag twice.
+Test(artifact, sealed_lies_are_refused) {
+  const struct {
+    const char *what;
+    uint32_t tag;
+    uint32_t words[4];
+    int n_words;
+  } cases[] = {
+      {"section past the end", 2, {0}, -1},
+      {"output count past the bytes", 3, {0x40000000u, 0, 0, 0}, 1},
+      {"rank past JIT_MAX_RANK", 3, {1, JIT_MAX_RANK + 1, 0, 0}, 2},
+      {"entry point without its NUL", 1, {0x41414141u, 0, 0, 0}, 1},
+      {"undefined tag", 99, {0, 0, 0, 0}, 1},
+      {"args twice", 2, {1, 0, 0, 0}, 2},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    jit__bytes_writer w = {0};
+    jit__bw_put(&w, "JART", 4);
+    jit__bw_u32(&w, JIT__ART_VERSION);
+    jit__bw_u32(&w, JIT__PAYLOAD_CPU_OBJECT);
+    jit__bw_u32(&w, 2);  // ARGS
+    jit__bw_u64(&w, 8);
+    jit__bw_u32(&w, 1);
+    jit__bw_u32(&w, 0);
+    jit__bw_u32(&w, 3);  // OUTPUTS: none
+    jit__bw_u64(&w, 4);
+    jit__bw_u32(&w, 0);
+    jit__bw_u32(&w, cases[c].tag);
+    if (cases[c].n_words < 0) {
+      jit__bw_u64(&w, 1u << 20);
+    } else {
+      jit__bw_u64(&w, 4 * (uint64_t)cases[c].n_words);
+      for (int i = 0; i < cases[c].n_words; i++) jit__bw_u32(&w, cases[c].words[i]);
+    }
+    jit__bw_u32(&w, 0);
+    jit__bw_u64(&w, 8);
+    jit__bw_u64(&w, 0);
+    cr_assert(!w.oom);
+    reseal(w.p, w.len);
+    expect_refused(w.p, w.len, cases[c].what);
+    free(w.p);
+  }
+}
+
+Test(artifact, encoder_refuses_what_it_could_not_read_back) {
+  jit__art_shape bad_rank = {JIT_MAX_RANK + 1, 0, {0}};
+  jit__art a = {.target = JIT__PAYLOAD_CPU_OBJECT, .n_outputs = 1, .outputs = &bad_rank};
+  uint8_t *bytes = (uint8_t *)1;
+  size_t n = 1;
+  jit_status s = jit__art_encode(&a, &bytes, &n);
+  cr_expect_not_null(s);
+  cr_expect(bytes == NULL && n == 0);
+  jit_status_free(s);
+  jit__art b = {.target = JIT__PAYLOAD_CPU_OBJECT};
+  memset(b.entry, 'x', sizeof b.entry);  // no NUL
+  s = jit__art_encode(&b, &bytes, &n);
+  cr_expect_not_null(s);
+  jit_status_free(s);
+}
