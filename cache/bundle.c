@@ -103,13 +103,16 @@ static bool export_one(jit__cache *cache, void *user, jit__cache_scan_kind kind,
                        const char *path, const uint8_t key[16], const struct stat *st_scan) {
   export_walk *w = user;
   if (kind != JIT__SCAN_ENTRY) return true;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO planted in the cache must not block the open (fstat refuses it).
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return true;  // evicted meanwhile
   struct stat st;
   uint8_t *bytes = NULL;
   bool go = true;
-  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size > ENTRY_MAX_SIZE) {
-    jit__cache_remove_bad(cache, path, fd, "larger than any entry can be");
+  if (fstat(fd, &st) == 0 && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > ENTRY_MAX_SIZE)) {
+    jit__cache_remove_bad(cache, path, fd,
+                          S_ISREG(st.st_mode) ? "larger than any entry can be"
+                                              : "not a regular file");
     close(fd);
     return true;
   }
@@ -302,7 +305,8 @@ jit_status jit__cache_import(jit__cache *cache, const char *bundle_path, uint64_
   JIT_PROPAGATE(jit__cache_check_usable(cache, "importing into the cache", true));
   if (!bundle_path)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit__cache_import: no bundle path");
-  int fd = open(bundle_path, O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO given as the bundle must not block the open; fstat refuses it.
+  int fd = open(bundle_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return JIT_ERR(JIT_CACHE_ERROR, "importing bundle %s: open failed: %s", bundle_path,
                    strerror(errno));
@@ -312,6 +316,10 @@ jit_status jit__cache_import(jit__cache *cache, const char *bundle_path, uint64_
   uint8_t header[BUNDLE_HEADER_SIZE];
   struct stat st;
   char why[256] = "";
+  if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    snprintf(why, sizeof(why), "not a regular file");
+    goto refuse;
+  }
   if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < BUNDLE_HEADER_SIZE ||
       jit__cache_pread_full(fd, header, sizeof(header), 0) != 0) {
     snprintf(why, sizeof(why), "too short or unreadable");

@@ -507,7 +507,7 @@ jit_status jit__cache_get(jit__cache *cache, const uint8_t key[16],
   }
   char path[PATH_MAX];
   jit__cache_entry_path(cache, key, path);
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     if (errno != ENOENT && errno != ENOTDIR)
       jit__cache_log_once(cache, JIT__LOGGED_READ_FAILED, JIT_LOG_WARNING,

@@ -30,7 +30,7 @@
 #define JIT__LOCK_FILE_MAX_AGE_S 3600
 
 bool jit__cache_unlink_if_unlocked(const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return false;
   bool removed = false;
   struct stat a, b;

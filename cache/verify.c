@@ -26,7 +26,7 @@ static bool read_one(jit__cache *cache, void *user, jit__cache_scan_kind kind, c
                      const uint8_t key[16], const struct stat *st_unused) {
   read_walk *w = user;
   if (kind != JIT__SCAN_ENTRY) return true;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return true;  // evicted meanwhile
   jit__cache_entry entry;
   struct stat st;

@@ -273,12 +273,15 @@ JIT_API jit_status jit_graph_finalize(jit_graph *graph);
 // specialized for the concrete input shapes. The graph is returned finalized.
 // `text` need not be NUL-terminated. Returns JIT_PARSE_ERROR (with "line:col" of the
 // MLIR diagnostics), JIT_INVALID_ARGUMENT (missing entry, non-tensor argument),
-// JIT_UNSUPPORTED (dialect, op or element type).
+// JIT_UNSUPPORTED (dialect, op or element type), JIT_RESOURCE_EXHAUSTED for text over
+// 256 MiB.
 JIT_API jit_status jit_graph_from_mlir(jit_context *ctx, const char *text, size_t length,
                                        const char *entry_name, jit_graph **out_graph);
 // As jit_graph_from_mlir, reading the text from the file at `path`, whose name then
 // appears in messages ("model.mlir:12:5: error: ..."). Also returns
-// JIT_INVALID_ARGUMENT when the file cannot be read.
+// JIT_INVALID_ARGUMENT when the file cannot be opened or read or is not a regular file
+// (a FIFO, a device such as /dev/zero, a directory: refused without reading them), and
+// JIT_RESOURCE_EXHAUSTED for a file over 256 MiB.
 JIT_API jit_status jit_graph_from_mlir_file(jit_context *ctx, const char *path,
                                             const char *entry_name,
                                             jit_graph **out_graph);

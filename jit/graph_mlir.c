@@ -28,6 +28,7 @@
 #include <xxhash.h>
 
 #include "jit/internal.h"
+#include "base/file.h"
 #include "base/text.h"
 #include "lowering/import.h"
 
@@ -440,6 +441,10 @@ static jit_status jit__from_mlir(jit_context *ctx, const char *text, size_t leng
   if (!ctx || !text || !out_graph)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_from_mlir: %s is NULL",
                    !ctx ? "ctx" : !text ? "text" : "out_graph");
+  if ((uint64_t)length > JIT__MAX_MLIR_BYTES)
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED,
+                   "jit_graph_from_mlir: %s is %zu bytes, over the limit of %llu bytes",
+                   source, length, (unsigned long long)JIT__MAX_MLIR_BYTES);
   jit__mlir_module m;
   JIT_PROPAGATE(jit__mlir_import(text, length, entry_name, source, &m));
   if (m.graph_record) {
@@ -462,32 +467,9 @@ jit_status jit_graph_from_mlir_file(jit_context *ctx, const char *path,
                                     const char *entry_name, jit_graph **out_graph) {
   if (out_graph) *out_graph = NULL;
   if (!path) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_from_mlir_file: path is NULL");
-  FILE *f = fopen(path, "rb");
-  if (!f) return JIT_ERR(JIT_INVALID_ARGUMENT, "cannot open `%s`", path);
   char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 65536 > cap) {
-      size_t nc = cap ? cap * 2 : 65536;
-      char *p = realloc(text, nc);
-      if (!p) {
-        free(text);
-        fclose(f);
-        return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory reading `%s`", path);
-      }
-      text = p;
-      cap = nc;
-    }
-    size_t r = fread(text + len, 1, cap - len, f);
-    len += r;
-    if (r == 0) break;
-  }
-  bool err = ferror(f);
-  fclose(f);
-  if (err) {
-    free(text);
-    return JIT_ERR(JIT_INVALID_ARGUMENT, "cannot read `%s`", path);
-  }
+  size_t len = 0;
+  JIT_PROPAGATE(jit__read_regular_file(path, "MLIR file", JIT__MAX_MLIR_BYTES, &text, &len));
   jit_status s = jit__from_mlir(ctx, text, len, entry_name, path, out_graph);
   free(text);
   return s;

@@ -31,6 +31,10 @@
 // The fixed name the entry function gets in the canonical form.
 #define JIT__MLIR_ENTRY "jit_entry"
 
+// The longest MLIR text jit_graph_from_mlir(_file) takes (256 MiB): a model's weights
+// belong in its inputs, not in its text, and MLIR's parser holds several copies.
+#define JIT__MAX_MLIR_BYTES (UINT64_C(256) << 20)
+
 //===--- Diagnostics and contexts ----------------------------------------===//
 
 // MLIR diagnostics of one context, collected as "file:line:col: error: message" lines

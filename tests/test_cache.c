@@ -582,6 +582,48 @@ Test(cache, damaged_entries_are_misses_and_removed) {
   jit__cache_close(c);
 }
 
+// A FIFO in place of an entry (or a bundle) must not block: an open of a FIFO with no
+// writer blocks forever, so the cache opens non-blocking and refuses what fstat says is
+// not a regular file. The suite's timeout (60 s) fails a test that hangs.
+Test(cache, fifos_in_place_of_entries_and_bundles_do_not_hang) {
+  jit__cache *c = open_dir(g_dir);
+  put_entry(c, 0, 2000);
+  char path[PATH_MAX];
+  path_of(c, 0, path);
+  cr_assert_eq(unlink(path), 0);
+  cr_assert_eq(mkfifo(path, 0600), 0);
+  uint64_t bad = stats_of(c).bad_entries;
+  cr_assert(!get_check(c, 0, 2000), "a FIFO entry hit");
+  cr_expect(!exists(path), "the FIFO was not removed");
+  cr_expect_eq(stats_of(c).bad_entries, bad + 1, "the FIFO was not counted");
+  put_entry(c, 0, 2000);
+  cr_expect(get_check(c, 0, 2000), "no hit after re-put");
+  // verify and export walk past a FIFO (the walks only visit regular files).
+  path_of(c, 1, path);
+  put_entry(c, 1, 2000);
+  cr_assert_eq(unlink(path), 0);
+  cr_assert_eq(mkfifo(path, 0600), 0);
+  uint64_t checked = 0, found_bad = 0;
+  OK(jit__cache_verify(c, &checked, &found_bad));
+  cr_expect(checked == 1 && found_bad == 0, "verify: %llu checked, %llu bad",
+            (unsigned long long)checked, (unsigned long long)found_bad);
+  char bundle[PATH_MAX];
+  snprintf(bundle, sizeof bundle, "%s/out.jitmlb", g_root);
+  uint64_t n = 0;
+  OK(jit__cache_export(c, bundle, &n));
+  cr_expect_eq(n, 1, "exported %llu", (unsigned long long)n);
+  // A FIFO given as the bundle to import.
+  char fifo[PATH_MAX];
+  snprintf(fifo, sizeof fifo, "%s/in.jitmlb", g_root);
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  jit_status s = jit__cache_import(c, fifo, &n);
+  cr_assert_not_null(s, "a FIFO imported");
+  cr_expect(strstr(jit_status_message(s), "not a regular file") != NULL, "%s",
+            jit_status_message(s));
+  jit_status_free(s);
+  jit__cache_close(c);
+}
+
 Test(cache, verify_and_list_find_bad_entries) {
   jit__cache *c = open_dir(g_dir);
   for (int i = 0; i < 6; i++) put_entry(c, i, 3000);

@@ -20,6 +20,8 @@
 
 #include "jitml.h"
 #include "ref.h"
+#include <sys/stat.h>
+#include <unistd.h>
 #include "util.h"
 
 #ifndef JITML_TEST_MLIR_DIR
@@ -455,6 +457,38 @@ Test(mlir, malformed_text_has_line_col) {
   jit_status_free(s);
   s = jit_graph_from_mlir_file(ctx, "/nonexistent/x.mlir", NULL, &g);
   TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  jit_status_free(s);
+  jit_context_destroy(ctx);
+}
+
+// Files that are not regular files are refused at once, without reading them: a
+// device that never ends (/dev/zero), a FIFO that no one writes (an open or read of it
+// would block forever), a directory. Text over the limit is refused before parsing.
+Test(mlir, files_that_are_not_regular_files_are_refused, .timeout = 60) {
+  jit_context *ctx = make_ctx(2, NULL);
+  jit_graph *g = NULL;
+  char dir[] = "/tmp/jitml-test-mlir-XXXXXX", fifo[64];
+  cr_assert(mkdtemp(dir));
+  snprintf(fifo, sizeof fifo, "%s/model.mlir", dir);
+  cr_assert(mkfifo(fifo, 0600) == 0);
+  const struct {
+    const char *path, *says;
+  } cases[] = {{"/dev/zero", "character device"}, {fifo, "FIFO"}, {dir, "directory"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    jit_status s = jit_graph_from_mlir_file(ctx, cases[i].path, NULL, &g);
+    TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+    TU_EXPECT_MSG(s, cases[i].path);
+    TU_EXPECT_MSG(s, cases[i].says);
+    cr_expect(g == NULL);
+    jit_status_free(s);
+  }
+  unlink(fifo);
+  rmdir(dir);
+  // Over 256 MiB (the length is checked before the text is read).
+  static const char tiny[] = "module {}";
+  jit_status s = jit_graph_from_mlir(ctx, tiny, (size_t)(257u << 20), NULL, &g);
+  TU_EXPECT_CODE(s, JIT_RESOURCE_EXHAUSTED);
+  TU_EXPECT_MSG(s, "limit");
   jit_status_free(s);
   jit_context_destroy(ctx);
 }
