@@ -50,6 +50,7 @@ typedef struct jit__dev_buffer jit__dev_buffer;
 typedef struct jit__dev_executable jit__dev_executable;
 
 // The code a device runs, so jit/ asks the lowering for the right kind.
+// Thread-safe: a constant.
 typedef enum jit__dev_code {
   JIT__DEV_CODE_HOST = 0,   // host object code (the CPU; called directly, not loaded)
   JIT__DEV_CODE_SPIRV = 1,  // SPIR-V compute modules
@@ -76,7 +77,8 @@ typedef struct jit__dev_info {
   char state_kind[32];
 } jit__dev_info;
 
-// Receives a backend's log lines (a cubin refused, a PTX JIT and what it cost).
+// Receives a backend's log lines (a cubin refused, a PTX JIT and what it cost). Called
+// from whichever thread made the call that logs: it must be thread-safe.
 typedef void (*jit__dev_log_fn)(void *user, jit_log_level level, const char *message);
 
 // How a device is opened. Thread-compatible: a value.
@@ -86,14 +88,14 @@ typedef struct jit__dev_options {
   void *log_user;
 } jit__dev_options;
 
-// The kind of one image of an artifact.
+// The kind of one image of an artifact. Thread-safe: a constant.
 typedef enum jit__dev_image_format {
   JIT__DEV_IMAGE_SPIRV = 1,
   JIT__DEV_IMAGE_PTX = 2,
   JIT__DEV_IMAGE_CUBIN = 3,
 } jit__dev_image_format;
 
-// Module bytes, borrowed for the load call.
+// Module bytes, borrowed for the load call. Thread-compatible: a value.
 typedef struct jit__dev_image {
   jit__dev_image_format format;
   const void *bytes;
@@ -101,6 +103,7 @@ typedef struct jit__dev_image {
 } jit__dev_image;
 
 // One kernel launch of an artifact. Borrowed for the load call.
+// Thread-compatible: a value.
 typedef struct jit__dev_kernel {
   const char *entry;     // the entry point's name in the module
   uint32_t grid[3];      // workgroups / blocks (a 0 launches nothing)
@@ -126,7 +129,8 @@ typedef struct jit__dev_artifact {
 
 // A buffer a launch binds: `data` is what a tensor holds (a Vulkan buffer, a CUDA
 // device address); `buffer` is the allocation behind it when jit/ made it, else NULL
-// (a foreign address, checked by the backend).
+// (a foreign address, checked by the backend; a backend without foreign memory takes
+// `data` as its own buffer, which jit/ checked is live). Thread-compatible: a value.
 typedef struct jit__dev_arg {
   void *data;
   jit__dev_buffer *buffer;

@@ -26,6 +26,7 @@ static void jit__device_release(jit_device *d, const jit__live *l);
 
 // One row per backend, indexed by jit_device_kind. Adding a backend is adding a row
 // (and a kind to jitml.h).
+// Thread-safe: a constant table.
 typedef struct jit__backend_entry {
   jit_device_kind kind;
   const char *name;            // as options.device and messages spell it
