@@ -1,13 +1,15 @@
 //===--- device.c - devices of a context, device tensors, copies -----------===//
 //
-// Device 0 is always the CPU. GPU backends are looked for once, at the first call that
-// needs them (listing devices, allocating on one, or a context whose options.device
-// names one): loading libvulkan and creating an instance costs tens of milliseconds a
-// CPU-only user should not pay.
+// A registry over the backend table of devices/device.h: kBackends below is the only
+// place jit/ names a backend. Device 0 is always the CPU. GPU backends are looked for
+// once, at the first call that needs them (listing devices, allocating on one, or a
+// context whose options.device names one): loading libvulkan and creating an instance
+// costs tens of milliseconds a CPU-only user should not pay.
 //
-// Device tensors: `data` is the backend's buffer handle. Every live allocation is kept
-// in its device's list, so a tensor of another context, or one freed already, is
-// refused with a status instead of being dereferenced.
+// Device tensors: `data` is what the backend hands out (a buffer handle, a device
+// address). Every live allocation is kept in its device's list, so a tensor of another
+// context, or one freed already, is refused with a status instead of being
+// dereferenced (backends whose tensors may hold foreign memory check it themselves).
 //
 //===----------------------------------------------------------------------===//
 #include <stdio.h>
@@ -16,16 +18,30 @@
 
 #include <xxhash.h>
 
-#include "devices/cuda/cuda.h"
-#include "devices/vulkan/vulkan.h"
 #include "jit/internal.h"
 
 static void jit__device_release(jit_device *d, const jit__live *l);
 
-static const char *const kKindNames[] = {"cpu", "vulkan", "cuda"};
+//===--- Registration ----------------------------------------------------===//
+
+// One row per backend, indexed by jit_device_kind. Adding a backend is adding a row
+// (and a kind to jitml.h).
+// Thread-safe: a constant table.
+typedef struct jit__backend_entry {
+  jit_device_kind kind;
+  const char *name;            // as options.device and messages spell it
+  DLDeviceType dl;             // the DLPack device type of its tensors
+  jit_status (*create)(jit__backend **out);
+} jit__backend_entry;
+
+static const jit__backend_entry kBackends[JIT__N_BACKENDS] = {
+    {JIT_DEVICE_CPU, "cpu", kDLCPU, jit__cpu_backend_create},
+    {JIT_DEVICE_VULKAN, "vulkan", kDLVulkan, jit__vulkan_backend_create},
+    {JIT_DEVICE_CUDA, "cuda", kDLCUDA, jit__cuda_backend_create},
+};
 
 const char *jit__device_kind_name(jit_device_kind kind) {
-  return (unsigned)kind < 3 ? kKindNames[kind] : "unknown";
+  return (unsigned)kind < JIT__N_BACKENDS ? kBackends[kind].name : "unknown";
 }
 
 static void jit__device_hash_target(jit_device *d) {
@@ -34,23 +50,46 @@ static void jit__device_hash_target(jit_device *d) {
   memcpy(d->target_hash, c.digest, sizeof(d->target_hash));
 }
 
-jit_status jit__devices_init_cpu(jit_context *ctx) {
+// A new device of `backend` (not yet listed); NULL when out of memory.
+static jit_device *jit__device_new(jit_context *ctx, const jit__backend_entry *be,
+                                   jit__backend *backend, uint32_t index) {
   jit_device *d = calloc(1, sizeof(*d));
-  jit_device **list = calloc(4, sizeof(*list));
-  if (!d || !list) {
-    free(d);
-    free(list);
-    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-  }
+  if (!d) return NULL;
   d->ctx = ctx;
-  d->kind = JIT_DEVICE_CPU;
-  d->dl = (DLDevice){kDLCPU, 0};
-  d->f16 = true;
-  snprintf(d->name, sizeof d->name, "%s (%s)", jit__cpu_host_target()->cpu,
-           jit__cpu_host_target()->triple);
+  d->kind = be->kind;
+  d->backend = backend;
+  d->index = index;
+  backend->vt->device_info(backend, index, &d->info);
+  d->ordinal = d->info.ordinal;
+  d->dl = (DLDevice){be->dl, (int32_t)d->info.ordinal};
+  d->f16 = d->info.f16;
+  snprintf(d->name, sizeof d->name, "%s", d->info.name);
+  pthread_mutex_init(&d->mu, NULL);
+  return d;
+}
+
+static void jit__device_free(jit_device *d) {
+  pthread_mutex_destroy(&d->mu);
+  free(d);
+}
+
+jit_status jit__devices_init_cpu(jit_context *ctx) {
+  const jit__backend_entry *be = &kBackends[JIT_DEVICE_CPU];
+  jit__backend *cpu = NULL;
+  JIT_PROPAGATE(be->create(&cpu));
+  jit_device *d = jit__device_new(ctx, be, cpu, 0);
+  jit_device **list = calloc(4, sizeof(*list));
+  jit_status s = d && list ? cpu->vt->open(cpu, 0, NULL, &d->dev)
+                           : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  if (s) {
+    if (d) jit__device_free(d);
+    free(list);
+    cpu->vt->destroy(cpu);
+    return s;
+  }
   d->target_text = ctx->target_text;  // shared with the context, not owned
   memcpy(d->target_hash, ctx->target_hash, 16);
-  pthread_mutex_init(&d->mu, NULL);
+  ctx->backends[JIT_DEVICE_CPU] = cpu;
   list[0] = d;
   ctx->devices = list;
   ctx->n_devices = 1;
@@ -78,157 +117,109 @@ static void jit__backend_absent(jit_context *ctx, jit_device_kind kind, jit_stat
   jit_status_free(s);
 }
 
-// Adds a GPU device whose key components are `target` (copied), or returns NULL when
-// out of memory (the device is then simply not listed).
-static jit_device *jit__device_add(jit_context *ctx, jit_device_kind kind, int ordinal,
-                                   DLDevice dl, const char *name, bool f16,
-                                   const char *target) {
-  jit_device *d = calloc(1, sizeof(*d));
-  size_t n = strlen(target) + 1;
-  char *text = malloc(n);
+// Adds device `index` of a loaded backend; false when out of memory (the device is then
+// simply not listed). Its key components are the backend's lines and the compiler's.
+static bool jit__device_add(jit_context *ctx, const jit__backend_entry *be,
+                            jit__backend *backend, uint32_t index) {
+  jit_device *d = jit__device_new(ctx, be, backend, index);
+  char *text = malloc(sizeof d->info.target + 256);
   if (!d || !text) {
-    free(d);
+    if (d) jit__device_free(d);
     free(text);
-    return NULL;
+    return false;
   }
-  memcpy(text, target, n);
-  d->ctx = ctx;
-  d->kind = kind;
-  d->ordinal = ordinal;
-  d->dl = dl;
-  d->f16 = f16;
-  snprintf(d->name, sizeof d->name, "%s", name);
+  snprintf(text, sizeof d->info.target + 256, "%scompiler=libjitml %s, LLVM %s\nbuild_id=%s\n",
+           d->info.target, jit_version(), JITML_LLVM_VERSION, jit__library_build_id());
   d->target_text = text;
   jit__device_hash_target(d);
-  pthread_mutex_init(&d->mu, NULL);
   if (!jit__devices_push(ctx, d)) {
-    pthread_mutex_destroy(&d->mu);
     free(text);
-    free(d);
-    return NULL;
+    jit__device_free(d);
+    return false;
   }
-  return d;
+  return true;
 }
 
-// Lists the Vulkan devices (no VkDevice is created until a device is used).
-static void jit__scan_vulkan(jit_context *ctx) {
-  jit__vk_instance *inst = NULL;
-  jit_status s = jit__vk_instance_create(NULL, &inst);
+// Lists a GPU backend's devices (none is opened until it is used).
+static void jit__scan_backend(jit_context *ctx, const jit__backend_entry *be) {
+  jit__backend *backend = NULL;
+  jit_status s = be->create(&backend);
   if (s) {
-    jit__backend_absent(ctx, JIT_DEVICE_VULKAN, s);
+    jit__backend_absent(ctx, be->kind, s);
     return;
   }
-  uint32_t n = jit__vk_instance_device_count(inst);
-  for (uint32_t i = 0; i < n; i++) {
-    const jit__vk_device_info *vi = jit__vk_instance_device_info(inst, i);
-    bool f16 = vi->shader_float16 && vi->storage_buffer_16bit_access;
-    char target[1024];
-    snprintf(target, sizeof target,
-             "backend=vulkan\nvk.device=%s\nvk.vendor_id=%u\nvk.device_id=%u\n"
-             "vk.driver_version=%u\nvk.api_version=%u\nspirv=1.3%s\n"
-             "compiler=libjitml %s, LLVM %s\nbuild_id=%s\n",
-             vi->name, vi->vendor_id, vi->device_id, vi->driver_version,
-             vi->api_version, f16 ? " f16" : "", jit_version(), JITML_LLVM_VERSION,
-             jit__library_build_id());
-    jit_device *d = jit__device_add(ctx, JIT_DEVICE_VULKAN, (int)i,
-                                    (DLDevice){kDLVulkan, (int32_t)i}, vi->name, f16, target);
-    if (!d) break;
-    d->vk_instance = inst;
-    d->vk_index = i;
-  }
-  ctx->vk_instance = inst;  // released at context destroy, after the devices
-}
-
-// Lists the CUDA devices (the primary context is retained at first use).
-static void jit__scan_cuda(jit_context *ctx) {
-  jit__cu_instance *inst = NULL;
-  jit_status s = jit__cu_instance_create(NULL, &inst);
-  if (s) {
-    jit__backend_absent(ctx, JIT_DEVICE_CUDA, s);
-    return;
-  }
-  uint32_t n = jit__cu_instance_device_count(inst);
-  for (uint32_t i = 0; i < n; i++) {
-    const jit__cu_device_info *ci = jit__cu_instance_device_info(inst, i);
-    char target[1024];
-    snprintf(target, sizeof target,
-             "backend=cuda\ncuda.device=%s\ncuda.sm=%s\ncuda.driver_version=%d\n"
-             "format=ptx\ncompiler=libjitml %s, LLVM %s\nbuild_id=%s\n",
-             ci->name, ci->sm, ci->driver_version, jit_version(), JITML_LLVM_VERSION,
-             jit__library_build_id());
-    jit_device *d = jit__device_add(ctx, JIT_DEVICE_CUDA, (int)ci->index,
-                                    (DLDevice){kDLCUDA, (int32_t)ci->index}, ci->name,
-                                    ci->cc_major * 10 + ci->cc_minor >= 53, target);
-    if (!d) break;
-    snprintf(d->sm, sizeof d->sm, "%s", ci->sm);
-    d->ptx_max = ci->ptx_max;
-    d->cu_instance = inst;
-    d->cu_index = i;
-  }
-  ctx->cu_instance = inst;
+  ctx->backends[be->kind] = backend;  // destroyed at context destroy, after the devices
+  uint32_t n = backend->vt->device_count(backend);
+  for (uint32_t i = 0; i < n; i++)
+    if (!jit__device_add(ctx, be, backend, i)) break;
 }
 
 void jit__devices_scan(jit_context *ctx) {
   pthread_mutex_lock(&ctx->devices_mu);
   if (!ctx->devices_scanned) {
-    jit__scan_vulkan(ctx);
-    jit__scan_cuda(ctx);
+    for (int k = 0; k < JIT__N_BACKENDS; k++)
+      if (k != JIT_DEVICE_CPU) jit__scan_backend(ctx, &kBackends[k]);
     ctx->devices_scanned = true;
   }
   pthread_mutex_unlock(&ctx->devices_mu);
 }
 
-//===--- Vulkan pipeline caches through the disk cache ---------------------===//
+//===--- Device state through the disk cache ------------------------------===//
 
-// The disk-cache key of a Vulkan device's VkPipelineCache: its target identity.
-static void jit__pipeline_cache_key(const jit_device *d, uint8_t key[16]) {
+// The disk-cache key of a device's state (Vulkan's VkPipelineCache): its kind and the
+// device's target identity.
+static void jit__device_state_key(const jit_device *d, uint8_t key[16]) {
   XXH128_canonical_t c;
-  char text[64 + 16];
-  memcpy(text, "vk-pipeline-cache\n", 18);
-  memcpy(text + 18, d->target_hash, 16);
-  XXH128_canonicalFromHash(&c, XXH3_128bits(text, 18 + 16));
+  char text[sizeof d->info.state_kind + 1 + 16];
+  size_t n = strlen(d->info.state_kind);
+  memcpy(text, d->info.state_kind, n);
+  text[n] = '\n';
+  memcpy(text + n + 1, d->target_hash, 16);
+  XXH128_canonicalFromHash(&c, XXH3_128bits(text, n + 1 + 16));
   memcpy(key, c.digest, 16);
 }
 
-// Seeds a new device's pipeline cache from the disk cache. Bytes made for another
-// device or driver are refused by the header check (JIT_CACHE_ERROR): logged, ignored.
-static void jit__pipeline_cache_load(jit_device *d) {
+// Seeds a newly opened device's state from the disk cache. Bytes made for another
+// device or driver are refused by the backend (JIT_CACHE_ERROR): logged, ignored.
+static void jit__device_state_load(jit_device *d) {
   jit__cache *cache = d->ctx->cache;
-  if (!jit__cache_enabled(cache)) return;
+  if (!d->backend->vt->state_merge || !jit__cache_enabled(cache)) return;
   jit__cache_entry e;
   bool found = false;
   uint8_t key[16];
-  jit__pipeline_cache_key(d, key);
+  jit__device_state_key(d, key);
   jit_status s = jit__cache_get(cache, key, &e, &found);
   if (!s && found) {
-    if (e.kind == JIT__PAYLOAD_VK_PIPELINE_CACHE)
-      s = jit__vk_pipeline_cache_merge(d->vk, e.payload, e.payload_size);
+    if (e.kind == JIT__PAYLOAD_VK_PIPELINE_CACHE)  // the payload kind of device states
+      s = d->backend->vt->state_merge(d->dev, e.payload, e.payload_size);
     jit__cache_entry_release(&e);
   }
   if (s) {
-    jit__log(d->ctx, JIT_LOG_INFO, "vulkan:%d: cached pipeline cache not used: %s",
-             d->ordinal, jit_status_message(s));
+    jit__log(d->ctx, JIT_LOG_INFO, "%s:%d: cached %s not used: %s",
+             jit__device_kind_name(d->kind), d->ordinal, d->info.state_kind,
+             jit_status_message(s));
     jit_status_free(s);
   }
 }
 
-// Stores a device's pipeline cache (at context destroy), so the next process skips
-// the driver's shader compiles where the driver keeps them there.
-static void jit__pipeline_cache_store(jit_device *d) {
+// Stores a device's state (at context destroy), so the next process skips the
+// driver's shader compiles where the driver keeps them there.
+static void jit__device_state_store(jit_device *d) {
   jit__cache *cache = d->ctx->cache;
-  if (!d->vk || !jit__cache_enabled(cache)) return;
+  if (!d->dev || !d->backend->vt->state_get || !jit__cache_enabled(cache)) return;
   uint8_t *bytes = NULL;
   size_t size = 0;
-  jit_status s = jit__vk_pipeline_cache_get(d->vk, &bytes, &size);
+  jit_status s = d->backend->vt->state_get(d->dev, &bytes, &size);
   if (!s && size) {
     jit__cache_entry e;
     memset(&e, 0, sizeof(e));
-    jit__pipeline_cache_key(d, e.key);
+    jit__device_state_key(d, e.key);
     e.kind = JIT__PAYLOAD_VK_PIPELINE_CACHE;
     e.payload = bytes;
     e.payload_size = size;
-    char components[1200];
-    snprintf(components, sizeof components, "kind=vk-pipeline-cache\n%s", d->target_text);
+    char components[1400];
+    snprintf(components, sizeof components, "kind=%s\n%s", d->info.state_kind,
+             d->target_text);
     e.components = components;
     s = jit__cache_put(cache, &e);
   }
@@ -248,19 +239,19 @@ static uint64_t jit__gpu_timeout_ns(void) {
   return ms * 1000ull * 1000ull;
 }
 
-// Creates the device's backend object at its first use.
+// Backends log through the context's callback.
+static void jit__device_log(void *user, jit_log_level level, const char *message) {
+  jit__log((jit_context *)user, level, "%s", message);
+}
+
+// Opens the device's backend object at its first use.
 jit_status jit__device_open(jit_device *d) {
-  if (d->kind == JIT_DEVICE_CPU) return NULL;
   pthread_mutex_lock(&d->mu);
   jit_status s = NULL;
-  if (d->kind == JIT_DEVICE_VULKAN && !d->vk) {
-    jit__vk_device_options o = {.timeout_ns = jit__gpu_timeout_ns()};
-    s = jit__vk_device_create(d->vk_instance, d->vk_index, &o, &d->vk);
-    if (!s) jit__pipeline_cache_load(d);
-  }
-  if (d->kind == JIT_DEVICE_CUDA && !d->cu) {
-    jit__cu_device_options o = {.timeout_ns = jit__gpu_timeout_ns()};
-    s = jit__cu_device_create(d->cu_instance, d->cu_index, &o, &d->cu);
+  if (!d->dev) {
+    jit__dev_options o = {jit__gpu_timeout_ns(), jit__device_log, d->ctx};
+    s = d->backend->vt->open(d->backend, d->index, &o, &d->dev);
+    if (!s) jit__device_state_load(d);
   }
   pthread_mutex_unlock(&d->mu);
   if (s) return jit__status_annotate(s, "opening %s:%d (%s)",
@@ -273,16 +264,14 @@ void jit__devices_destroy(jit_context *ctx) {
     jit_device *d = ctx->devices[i];
     for (size_t k = 0; k < d->n_live; k++) jit__device_release(d, &d->live[k]);
     free(d->live);
-    if (d->kind == JIT_DEVICE_VULKAN) jit__pipeline_cache_store(d);
-    jit__vk_device_destroy(d->vk);
-    jit__cu_device_destroy(d->cu);
+    jit__device_state_store(d);
+    if (d->dev) d->backend->vt->close(d->dev);
     if (i > 0) free(d->target_text);
-    pthread_mutex_destroy(&d->mu);
-    free(d);
+    jit__device_free(d);
   }
   free(ctx->devices);
-  jit__vk_instance_release(ctx->vk_instance);
-  jit__cu_instance_release(ctx->cu_instance);
+  for (int k = 0; k < JIT__N_BACKENDS; k++)
+    if (ctx->backends[k]) ctx->backends[k]->vt->destroy(ctx->backends[k]);
   pthread_mutex_destroy(&ctx->devices_mu);
 }
 
@@ -313,7 +302,7 @@ jit_status jit_context_find_device(jit_context *ctx, jit_device_kind kind, int o
   if (!ctx || !out)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_find_device: %s is NULL",
                    ctx ? "out_device" : "ctx");
-  if ((unsigned)kind > JIT_DEVICE_CUDA)
+  if ((unsigned)kind >= JIT__N_BACKENDS)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "unknown device kind %d", (int)kind);
   if (kind != JIT_DEVICE_CPU) jit__devices_scan(ctx);
   int seen = 0;
@@ -358,13 +347,14 @@ jit_status jit__device_from_option(jit_context *ctx, const char *spec, jit_devic
       return JIT_ERR(JIT_INVALID_ARGUMENT, "options.device `%s`: bad device index", spec);
     ordinal = (int)v;
   }
-  jit_device_kind kind;
-  if (n == 6 && !strncmp(spec, "vulkan", 6)) kind = JIT_DEVICE_VULKAN;
-  else if (n == 4 && !strncmp(spec, "cuda", 4)) kind = JIT_DEVICE_CUDA;
-  else if (n == 3 && !strncmp(spec, "cpu", 3)) return NULL;
-  else
+  int kind = 0;
+  while (kind < JIT__N_BACKENDS &&
+         (strlen(kBackends[kind].name) != n || strncmp(spec, kBackends[kind].name, n)))
+    kind++;
+  if (kind == JIT__N_BACKENDS)
     return JIT_ERR(JIT_INVALID_ARGUMENT,
                    "options.device `%s`: expected cpu, vulkan[:N] or cuda[:N]", spec);
+  if (kind == JIT_DEVICE_CPU) return NULL;
   return jit__status_annotate(jit_context_find_device(ctx, kind, ordinal, out),
                               "options.device `%s`", spec);
 }
@@ -376,10 +366,9 @@ jit_status jit__device_of(jit_context *ctx, DLDevice dl, jit_device **out) {
     *out = ctx->devices[0];
     return NULL;
   }
-  jit_device_kind kind;
-  if (dl.device_type == kDLVulkan) kind = JIT_DEVICE_VULKAN;
-  else if (dl.device_type == kDLCUDA) kind = JIT_DEVICE_CUDA;
-  else
+  int kind = 0;
+  while (kind < JIT__N_BACKENDS && kBackends[kind].dl != dl.device_type) kind++;
+  if (kind == JIT__N_BACKENDS)
     return JIT_ERR(JIT_UNSUPPORTED,
                    "device type %d is not supported (CPU, Vulkan and CUDA are)",
                    (int)dl.device_type);
@@ -402,10 +391,10 @@ bool jit__device_owns(jit_device *d, const void *data) {
   return jit__device_handle(d, data) != NULL;
 }
 
-void *jit__device_handle(jit_device *d, const void *data) {
+jit__dev_buffer *jit__device_handle(jit_device *d, const void *data) {
   pthread_mutex_lock(&d->mu);
   size_t at = 0;
-  void *h = jit__live_find(d, data, &at) ? d->live[at].handle : NULL;
+  jit__dev_buffer *h = jit__live_find(d, data, &at) ? d->live[at].handle : NULL;
   pthread_mutex_unlock(&d->mu);
   return h;
 }
@@ -443,9 +432,7 @@ static bool jit__live_remove(jit_device *d, const void *data, jit__live *out) {
 
 // Frees an allocation of device `d`.
 static void jit__device_release(jit_device *d, const jit__live *l) {
-  if (d->kind == JIT_DEVICE_CPU) free(l->data);
-  else if (d->kind == JIT_DEVICE_VULKAN) jit__vk_buffer_destroy(l->handle);
-  else jit__cu_buffer_destroy(l->handle);
+  d->backend->vt->buffer_free(d->dev, l->handle);
 }
 
 // Allocates `bytes` on device `d` (64-byte aligned host memory for the CPU) and
@@ -453,23 +440,8 @@ static void jit__device_release(jit_device *d, const jit__live *l) {
 jit_status jit__device_buffer_alloc(jit_device *d, uint64_t bytes, void **out) {
   *out = NULL;
   jit__live l = {NULL, NULL};
-  if (d->kind == JIT_DEVICE_CPU) {
-    l.data = l.handle = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-    if (!l.data) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory (%llu bytes)",
-                                (unsigned long long)bytes);
-  } else if (d->kind == JIT_DEVICE_VULKAN) {
-    JIT_PROPAGATE(jit__device_open(d));
-    jit__vk_buffer *b = NULL;
-    JIT_PROPAGATE(jit__vk_buffer_create(d->vk, bytes, &b));
-    l.data = l.handle = b;
-  } else {
-    JIT_PROPAGATE(jit__device_open(d));
-    jit__cu_buffer *b = NULL;
-    // A zero-byte request still needs a distinct address to register.
-    JIT_PROPAGATE(jit__cu_buffer_create(d->cu, bytes ? bytes : 1, &b));
-    l.handle = b;
-    l.data = (void *)(uintptr_t)jit__cu_buffer_device_ptr(b);
-  }
+  JIT_PROPAGATE(jit__device_open(d));
+  JIT_PROPAGATE(d->backend->vt->buffer_alloc(d->dev, bytes, &l.handle, &l.data));
   if (!jit__live_add(d, l)) {
     jit__device_release(d, &l);
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
@@ -488,36 +460,30 @@ jit_status jit__device_buffer_free(jit_device *d, void *data) {
   return NULL;
 }
 
-// For CUDA, any device address (ours or a framework's) is wrapped for the transfer;
-// the wrap checks it is device memory of this GPU.
+// What a transfer on `data` binds: its allocation, which must be live unless the
+// backend takes foreign memory (it checks that itself).
+static jit_status jit__device_arg(jit_device *d, void *data, jit__dev_arg *out) {
+  JIT_PROPAGATE(jit__device_open(d));
+  out->data = data;
+  out->buffer = d->info.foreign_memory ? NULL : jit__device_handle(d, data);
+  if (!d->info.foreign_memory && !out->buffer)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "not a live %s tensor of this context",
+                   jit__device_kind_name(d->kind));
+  return NULL;
+}
+
 jit_status jit__device_upload(jit_device *d, void *data, uint64_t offset, const void *src,
                               uint64_t bytes) {
-  if (d->kind == JIT_DEVICE_VULKAN) {
-    void *h = jit__device_handle(d, data);
-    if (!h) return JIT_ERR(JIT_INVALID_ARGUMENT, "not a live Vulkan tensor of this context");
-    return jit__vk_buffer_upload(h, offset, src, bytes);
-  }
-  JIT_PROPAGATE(jit__device_open(d));
-  jit__cu_buffer *w = NULL;
-  JIT_PROPAGATE(jit__cu_buffer_wrap(d->cu, (uint64_t)(uintptr_t)data + offset, bytes, &w));
-  jit_status s = jit__cu_buffer_upload(w, 0, src, bytes);
-  jit__cu_buffer_destroy(w);
-  return s;
+  jit__dev_arg a;
+  JIT_PROPAGATE(jit__device_arg(d, data, &a));
+  return d->backend->vt->upload(d->dev, &a, offset, src, bytes);
 }
 
 jit_status jit__device_download(jit_device *d, const void *data, uint64_t offset,
                                 void *dst, uint64_t bytes) {
-  if (d->kind == JIT_DEVICE_VULKAN) {
-    void *h = jit__device_handle(d, data);
-    if (!h) return JIT_ERR(JIT_INVALID_ARGUMENT, "not a live Vulkan tensor of this context");
-    return jit__vk_buffer_download(h, offset, dst, bytes);
-  }
-  JIT_PROPAGATE(jit__device_open(d));
-  jit__cu_buffer *w = NULL;
-  JIT_PROPAGATE(jit__cu_buffer_wrap(d->cu, (uint64_t)(uintptr_t)data + offset, bytes, &w));
-  jit_status s = jit__cu_buffer_download(w, 0, dst, bytes);
-  jit__cu_buffer_destroy(w);
-  return s;
+  jit__dev_arg a;
+  JIT_PROPAGATE(jit__device_arg(d, (void *)data, &a));
+  return d->backend->vt->download(d->dev, &a, offset, dst, bytes);
 }
 
 typedef struct jit__tensor_box {
@@ -611,9 +577,9 @@ jit_status jit_copy(jit_context *ctx, const DLTensor *dst, const DLTensor *src) 
     if (bytes) memmove(dp, sp, bytes);
     return NULL;
   }
-  if (ds->kind == JIT_DEVICE_VULKAN && !jit__device_owns(ds, src->data))
+  if (!ds->info.foreign_memory && !jit__device_owns(ds, src->data))
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: src is not a live tensor of this context");
-  if (dd->kind == JIT_DEVICE_VULKAN && !jit__device_owns(dd, dst->data))
+  if (!dd->info.foreign_memory && !jit__device_owns(dd, dst->data))
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: dst is not a live tensor of this context");
   if (ds->kind == JIT_DEVICE_CPU)
     return jit__device_upload(dd, dst->data, dst->byte_offset, sp, bytes);

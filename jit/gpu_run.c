@@ -11,9 +11,14 @@
 // entry kind "cubin" when there is one, else "ptx"), described by a record after the
 // plan.
 //
+// Kernels are loaded and launched only through the backend table (devices/device.h);
+// what jit/ knows of a device is its jit__dev_info: the code it runs (SPIR-V, PTX), the
+// chip and ISA to compile for.
+//
 // CUDA cubins: after the lowering's PTX, ptxas (lowering/ptxas.h) assembles it for the
-// device's SM. Loading tries the cubin first (no driver JIT) and falls back to the PTX
-// when the driver refuses the cubin; which one was used is counted in the stats
+// device's SM. The artifact offers the cubin first and the PTX second; the backend
+// loads the cubin (no driver JIT) and falls back to the PTX when the driver refuses it
+// (devices/cuda/cuda_backend.c). Which one was used is counted in the stats
 // (cuda_cubin_loads / cuda_ptx_loads) and a PTX load is logged with its reason. A
 // missing or failing ptxas only costs the cubin: the kernel ships as PTX, and the
 // entry keeps the reason. The key is not changed by the toolkit (it has the SM and
@@ -28,17 +33,16 @@
 #include <time.h>
 
 #include "base/hex.h"
-#include "devices/cuda/cuda.h"
-#include "devices/vulkan/vulkan.h"
 #include "jit/internal.h"
 #include "lowering/gpu.h"
 
+// A loaded GPU kernel. Thread-safe: runs are serialized by run_mu.
 struct jit__gpu_exec {
   jit_device *device;
   jit__gpu_plan plan;
-  jit__vk_executable *vk;  // Vulkan
-  jit__cu_executable *cu;  // CUDA
+  jit__dev_executable *exe;
   void **temps;            // per plan buffer: the temporary's `data`, else NULL
+  jit__dev_buffer **temp_buffers;  // and the allocation behind it
   pthread_mutex_t run_mu;  // one run at a time (temporaries are shared)
 };
 
@@ -47,8 +51,8 @@ void jit__gpu_exec_destroy(jit__gpu_exec *e) {
   for (uint32_t i = 0; e->temps && i < e->plan.n_buffers; i++)
     if (e->temps[i]) jit__device_buffer_free(e->device, e->temps[i]);
   free(e->temps);
-  jit__vk_executable_destroy(e->vk);
-  jit__cu_executable_destroy(e->cu);
+  free(e->temp_buffers);
+  if (e->exe) e->device->backend->vt->unload(e->exe);
   jit__gpu_plan_release(&e->plan);
   pthread_mutex_destroy(&e->run_mu);
   free(e);
@@ -58,46 +62,44 @@ void jit__gpu_exec_destroy(jit__gpu_exec *e) {
 typedef struct jit__gpu_image {
   const void *module;  // PTX (CUDA) or SPIR-V (Vulkan)
   size_t module_size;
-  const void *cubin;   // CUDA: a cubin for the device's SM, or NULL
+  const void *cubin;   // PTX: a cubin for the device's chip, or NULL
   size_t cubin_size;
-  const char *no_cubin;  // CUDA without a cubin: why (for the log); may be NULL
+  const char *no_cubin;  // PTX without a cubin: why (for the log); may be NULL
 } jit__gpu_image;
 
-// CUDA: the cubin first, then the PTX when there is none or the driver refuses it
-// (another SM, an image it cannot read, a cubin from a newer toolkit than it knows).
-static jit_status jit__gpu_load_cuda(jit_device *d, const jit__gpu_image *img,
-                                     jit__cu_executable_desc desc, jit__cu_executable **out) {
-  jit_context *ctx = d->ctx;
-  char refused[1024] = "";
-  if (img->cubin && img->cubin_size) {
-    desc.format = JIT__CU_CUBIN;
-    desc.module = img->cubin;
-    desc.module_size = img->cubin_size;
-    jit_status s = jit__cu_executable_create(d->cu, &desc, out);
-    if (!s) {
-      atomic_fetch_add_explicit(&ctx->cuda_cubin_loads, 1, memory_order_relaxed);
-      jit__log(ctx, JIT_LOG_DEBUG, "cuda:%d (%s): kernel loaded from its %s cubin "
-               "(%zu bytes)", d->ordinal, d->name, d->sm, img->cubin_size);
-      return NULL;
-    }
-    snprintf(refused, sizeof refused, "the driver refused the cubin: %s",
-             jit_status_message(s));
-    jit_status_free(s);
+// Loads the images through the backend, and counts which one it took.
+static jit_status jit__gpu_load_images(jit_device *d, const jit__gpu_image *img,
+                                       jit__dev_artifact *art, jit__dev_executable **out) {
+  bool ptx = d->info.code == JIT__DEV_CODE_PTX;
+  jit__dev_image images[2];
+  uint32_t n = 0;
+  if (ptx && img->cubin && img->cubin_size)
+    images[n++] = (jit__dev_image){JIT__DEV_IMAGE_CUBIN, img->cubin, img->cubin_size};
+  images[n++] = (jit__dev_image){ptx ? JIT__DEV_IMAGE_PTX : JIT__DEV_IMAGE_SPIRV,
+                                 img->module, img->module_size};
+  art->images = images;
+  art->n_images = n;
+  art->missing_note = img->no_cubin;
+  uint32_t used = 0;
+  JIT_PROPAGATE(d->backend->vt->load(d->dev, art, out, &used));
+  if (images[used].format == JIT__DEV_IMAGE_CUBIN)
+    atomic_fetch_add_explicit(&d->ctx->cuda_cubin_loads, 1, memory_order_relaxed);
+  else if (images[used].format == JIT__DEV_IMAGE_PTX)
+    atomic_fetch_add_explicit(&d->ctx->cuda_ptx_loads, 1, memory_order_relaxed);
+  return NULL;
+}
+
+// Allocates the plan's temporaries on the device (once per loaded kernel).
+static jit_status jit__gpu_alloc_temps(jit__gpu_exec *e) {
+  uint32_t n = e->plan.n_buffers;
+  e->temps = calloc(n + 1, sizeof(void *));
+  e->temp_buffers = calloc(n + 1, sizeof(*e->temp_buffers));
+  if (!e->temps || !e->temp_buffers) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < n; i++) {
+    if (e->plan.buffers[i].kind != JIT__GPU_BUF_TEMP) continue;
+    JIT_PROPAGATE(jit__device_buffer_alloc(e->device, e->plan.buffers[i].bytes, &e->temps[i]));
+    e->temp_buffers[i] = jit__device_handle(e->device, e->temps[i]);
   }
-  desc.format = JIT__CU_PTX;
-  desc.module = img->module;
-  desc.module_size = img->module_size;
-  jit_status s = jit__cu_executable_create(d->cu, &desc, out);
-  if (s) {
-    if (refused[0]) s = jit__status_annotate(s, "PTX fallback (%s)", refused);
-    return s;
-  }
-  atomic_fetch_add_explicit(&ctx->cuda_ptx_loads, 1, memory_order_relaxed);
-  jit__log(ctx, JIT_LOG_INFO, "cuda:%d (%s): kernel loaded from PTX, JIT-compiled by the "
-           "driver in %.1f ms: %s", d->ordinal, d->name,
-           jit__cu_executable_create_ms(*out),
-           refused[0] ? refused : img->no_cubin && img->no_cubin[0] ? img->no_cubin
-                                                                    : "no cubin");
   return NULL;
 }
 
@@ -108,58 +110,35 @@ static jit_status jit__gpu_load(jit_device *d, const jit__gpu_image *img,
   JIT_PROPAGATE(jit__device_open(d));
   jit__gpu_exec *e = calloc(1, sizeof(*e));
   uint64_t *bytes = calloc(plan->n_buffers + 1, sizeof(uint64_t));
-  jit__vk_kernel_desc *kd = calloc(plan->n_kernels + 1, sizeof(*kd));
-  jit__cu_kernel_desc *cd = calloc(plan->n_kernels + 1, sizeof(*cd));
+  jit__dev_kernel *kd = calloc(plan->n_kernels + 1, sizeof(*kd));
   jit_status s = NULL;
-  if (!e || !bytes || !kd || !cd) {
+  if (!e || !bytes || !kd) {
+    free(e);
+    e = NULL;
     s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-    goto fail;
+    goto done;
   }
   e->device = d;
   pthread_mutex_init(&e->run_mu, NULL);
   for (uint32_t i = 0; i < plan->n_buffers; i++) bytes[i] = plan->buffers[i].bytes;
   for (uint32_t k = 0; k < plan->n_kernels; k++) {
     const jit__gpu_kernel *pk = &plan->kernels[k];
-    kd[k].entry = pk->entry;
+    kd[k] = (jit__dev_kernel){pk->entry, {0}, {0}, pk->n_args, pk->args};
     memcpy(kd[k].grid, pk->grid, sizeof(kd[k].grid));
     memcpy(kd[k].block, pk->block, sizeof(kd[k].block));
-    kd[k].n_args = pk->n_args;
-    kd[k].args = pk->args;
-    cd[k] = (jit__cu_kernel_desc){pk->entry, {0}, {0}, pk->n_args, pk->args};
-    memcpy(cd[k].grid, pk->grid, sizeof(cd[k].grid));
-    memcpy(cd[k].block, pk->block, sizeof(cd[k].block));
   }
-  if (d->kind == JIT_DEVICE_VULKAN) {
-    jit__vk_executable_desc desc = {img->module, img->module_size, plan->n_buffers, bytes,
-                                    plan->n_kernels, kd};
-    s = jit__vk_executable_create(d->vk, &desc, &e->vk);
-  } else {
-    jit__cu_executable_desc desc = {JIT__CU_PTX, img->module, img->module_size,
-                                    plan->n_buffers, bytes, plan->n_kernels, cd};
-    s = jit__gpu_load_cuda(d, img, desc, &e->cu);
+  jit__dev_artifact art = {NULL, 0, NULL, plan->n_buffers, bytes, plan->n_kernels, kd};
+  s = jit__gpu_load_images(d, img, &art, &e->exe);
+  if (!s) {
+    e->plan = *plan;
+    memset(plan, 0, sizeof(*plan));
+    s = jit__gpu_alloc_temps(e);
   }
-  if (s) goto fail;
-  e->temps = calloc(plan->n_buffers + 1, sizeof(void *));
-  if (!e->temps) {
-    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-    goto fail;
-  }
-  e->plan = *plan;
-  memset(plan, 0, sizeof(*plan));
-  for (uint32_t i = 0; i < e->plan.n_buffers && !s; i++)
-    if (e->plan.buffers[i].kind == JIT__GPU_BUF_TEMP)
-      s = jit__device_buffer_alloc(d, e->plan.buffers[i].bytes, &e->temps[i]);
-  if (s) goto fail;
+done:
   free(bytes);
   free(kd);
-  free(cd);
-  *out = e;
-  return NULL;
-fail:
-  free(bytes);
-  free(kd);
-  free(cd);
-  jit__gpu_exec_destroy(e);
+  if (s) jit__gpu_exec_destroy(e);
+  else *out = e;
   return s;
 }
 
@@ -204,7 +183,7 @@ bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
   bool ok = false;
   jit__gpu_meta_head h;
   size_t outs_size = g->n_outputs * sizeof(jit__gpu_meta_out);
-  bool cuda = d->kind == JIT_DEVICE_CUDA;
+  bool cuda = d->info.code == JIT__DEV_CODE_PTX;
   size_t cuda_size = cuda ? sizeof(jit__gpu_meta_cuda) : 0;
   bool kind_ok = cuda ? e.kind == JIT__PAYLOAD_PTX || e.kind == JIT__PAYLOAD_CUBIN
                       : e.kind == JIT__PAYLOAD_SPIRV;
@@ -225,7 +204,7 @@ bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
                  (e.kind == JIT__PAYLOAD_CUBIN) == (cm.cubin_size > 0);
       img.module_size = cm.ptx_size;
       // The key has the SM; a cubin for another one would only be refused by the driver.
-      if (sizes_ok && cm.cubin_size && strcmp(cm.sm, d->sm) == 0) {
+      if (sizes_ok && cm.cubin_size && strcmp(cm.sm, d->info.chip) == 0) {
         img.cubin = (const unsigned char *)e.payload + cm.ptx_size;
         img.cubin_size = cm.cubin_size;
       }
@@ -345,17 +324,17 @@ static void jit__gpu_make_cubin(jit_device *d, const jit__gpu_artifact *art,
   snprintf(cm->no_cubin, sizeof cm->no_cubin, "%s", ctx->ptxas_absent);
   pthread_mutex_unlock(&ctx->toolkit_mu);
   if (!tool.path[0]) return;
-  jit_status s = jit__ptxas_assemble(&tool, art->binary, art->binary_size, d->sm,
+  jit_status s = jit__ptxas_assemble(&tool, art->binary, art->binary_size, d->info.chip,
                                      JIT__PTXAS_TIMEOUT_MS, cubin, cubin_size);
   if (s) {
     snprintf(cm->no_cubin, sizeof cm->no_cubin, "%s", jit_status_message(s));
     jit__log(ctx, JIT_LOG_WARNING, "cuda:%d (%s): no cubin for %s, the kernel ships as PTX "
-             "only: %s", d->ordinal, d->name, d->sm, jit_status_message(s));
+             "only: %s", d->ordinal, d->name, d->info.chip, jit_status_message(s));
     jit_status_free(s);
     return;
   }
   cm->no_cubin[0] = 0;
-  snprintf(cm->sm, sizeof cm->sm, "%s", d->sm);
+  snprintf(cm->sm, sizeof cm->sm, "%s", d->info.chip);
   snprintf(cm->ptxas, sizeof cm->ptxas, "%s", tool.version);
 }
 
@@ -366,14 +345,16 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
   if (g->mlir)
     return JIT_ERR(JIT_UNSUPPORTED,
                    "graph `%s`: graphs imported from MLIR run on the CPU only (yet)", g->name);
-  if (d->kind == JIT_DEVICE_CUDA && jit__gpu_ptx_min_version(d->sm) == 0)
+  bool ptx = d->info.code == JIT__DEV_CODE_PTX;
+  const char *chip = d->info.chip;
+  if (ptx && jit__gpu_ptx_min_version(chip) == 0)
     return JIT_ERR(JIT_UNSUPPORTED, "graph `%s`: %s (%s) is a GPU architecture the PTX "
-                   "lowering does not know", g->name, d->name, d->sm);
-  if (d->kind == JIT_DEVICE_CUDA && jit__gpu_ptx_min_version(d->sm) > d->ptx_max)
+                   "lowering does not know", g->name, d->name, chip);
+  if (ptx && jit__gpu_ptx_min_version(chip) > d->info.isa_max)
     return JIT_ERR(JIT_UNSUPPORTED, "graph `%s`: %s needs PTX %d.%d, newer than its "
-                   "driver accepts (%d.%d)", g->name, d->sm,
-                   jit__gpu_ptx_min_version(d->sm) / 10, jit__gpu_ptx_min_version(d->sm) % 10,
-                   d->ptx_max / 10, d->ptx_max % 10);
+                   "driver accepts (%d.%d)", g->name, chip,
+                   jit__gpu_ptx_min_version(chip) / 10, jit__gpu_ptx_min_version(chip) % 10,
+                   d->info.isa_max / 10, d->info.isa_max % 10);
   bool any_f16 = false;
   for (uint32_t i = 0; i < lg->n_nodes; i++) any_f16 |= lg->nodes[i].dtype == JIT__F16;
   if (any_f16 && !d->f16)
@@ -386,9 +367,9 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
   snprintf(func_name, sizeof(func_name), "jit_%.24s", hex);
   jit__gpu_target t;
   memset(&t, 0, sizeof(t));
-  if (d->kind == JIT_DEVICE_CUDA) {
+  if (ptx) {
     t.format = JIT__GPU_PTX;
-    t.chip = d->sm;
+    t.chip = chip;
     // libdevice from the same toolkit as ptxas, when one is named.
     const char *tk = g->ctx->options.cuda_toolkit;
     t.cuda_toolkit = tk && tk[0] ? tk : NULL;
@@ -405,7 +386,7 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
   cm.magic = JIT__GPU_CUDA_MAGIC;
   uint8_t *cubin = NULL;
   size_t cubin_size = 0;
-  if (!s && d->kind == JIT_DEVICE_CUDA) {
+  if (!s && ptx) {
     jit__gpu_make_cubin(d, &art, &cubin, &cubin_size, &cm);
     cm.ptx_size = art.binary_size;
     cm.cubin_size = cubin_size;
@@ -420,7 +401,7 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
                                      jit__device_kind_name(d->kind), d->ordinal);
   jit__gpu_image img = {art.binary, art.binary_size, cubin, cubin_size, cm.no_cubin};
   jit__gpu_disk_store(g, d, key, inputs, &art, &img,
-                      d->kind == JIT_DEVICE_CUDA ? &cm : NULL, shapes);
+                      ptx ? &cm : NULL, shapes);
   jit__gpu_plan plan = art.plan;
   memset(&art.plan, 0, sizeof(art.plan));
   s = jit__gpu_load(d, &img, &plan, out);
@@ -432,72 +413,35 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
 
 //===--- Run -------------------------------------------------------------===//
 
-// CUDA: tensors hold device addresses (ours or a framework's); each is wrapped for the
-// run, which checks it is device memory of this GPU covering the tensor.
-static jit_status jit__gpu_run_cuda(jit__gpu_exec *e, const DLTensor *inputs,
-                                    uint32_t n_inputs, const DLTensor *outputs,
-                                    uint32_t n_outputs) {
+// Binds the plan's buffers to the run's tensors and the kernel's temporaries, and
+// launches through the backend. Tensors' data were checked by jit/run.c (live, or
+// foreign memory the backend checks when it binds it).
+jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inputs,
+                        const DLTensor *outputs, uint32_t n_outputs) {
   uint32_t n = e->plan.n_buffers;
-  jit__cu_buffer **bufs = calloc(n + 1, sizeof(*bufs));
-  bool *wrapped = calloc(n + 1, sizeof(bool));
-  jit_status s = bufs && wrapped ? NULL : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  jit__dev_arg stack[32];
+  jit__dev_arg *args = n <= 32 ? stack : malloc(sizeof(*args) * n);
+  if (!args) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  jit_status s = NULL;
   for (uint32_t i = 0; i < n && !s; i++) {
     const jit__gpu_buffer *b = &e->plan.buffers[i];
-    const DLTensor *t = b->kind == JIT__GPU_BUF_INPUT && b->index < n_inputs     ? &inputs[b->index]
-                        : b->kind == JIT__GPU_BUF_OUTPUT && b->index < n_outputs ? &outputs[b->index]
-                                                                                 : NULL;
-    if (b->kind == JIT__GPU_BUF_TEMP) {
-      bufs[i] = jit__device_handle(e->device, e->temps[i]);
-      if (!bufs[i]) s = JIT_ERR(JIT_INTERNAL, "launch plan temporary %u is missing", i);
-    } else if (!t) {
-      s = JIT_ERR(JIT_INTERNAL, "launch plan buffer %u refers to a missing tensor", i);
+    args[i].buffer = NULL;
+    if (b->kind == JIT__GPU_BUF_INPUT && b->index < n_inputs) {
+      args[i].data = inputs[b->index].data;
+    } else if (b->kind == JIT__GPU_BUF_OUTPUT && b->index < n_outputs) {
+      args[i].data = outputs[b->index].data;
+    } else if (b->kind == JIT__GPU_BUF_TEMP && e->temp_buffers[i]) {
+      args[i].data = e->temps[i];
+      args[i].buffer = e->temp_buffers[i];
     } else {
-      s = jit__cu_buffer_wrap(e->device->cu, (uint64_t)(uintptr_t)t->data, b->bytes ? b->bytes : 1,
-                              &bufs[i]);
-      if (s)
-        s = jit__status_annotate(s, "%s %u", b->kind == JIT__GPU_BUF_INPUT ? "input" : "output",
-                                 b->index);
-      else
-        wrapped[i] = true;
+      s = JIT_ERR(JIT_INTERNAL, "launch plan buffer %u refers to a missing tensor", i);
     }
   }
   if (!s) {
     pthread_mutex_lock(&e->run_mu);
-    s = jit__cu_run(e->cu, bufs, n, NULL);
+    s = e->device->backend->vt->launch(e->exe, args, n);
     pthread_mutex_unlock(&e->run_mu);
   }
-  for (uint32_t i = 0; bufs && wrapped && i < n; i++)
-    if (wrapped[i]) jit__cu_buffer_destroy(bufs[i]);
-  free(bufs);
-  free(wrapped);
-  return s;
-}
-
-jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inputs,
-                        const DLTensor *outputs, uint32_t n_outputs) {
-  if (e->device->kind == JIT_DEVICE_CUDA)
-    return jit__gpu_run_cuda(e, inputs, n_inputs, outputs, n_outputs);
-  uint32_t n = e->plan.n_buffers;
-  jit__vk_buffer *stack[32];
-  jit__vk_buffer **bufs = n <= 32 ? stack : malloc(sizeof(*bufs) * n);
-  if (!bufs) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-  jit_status s = NULL;
-  for (uint32_t i = 0; i < n && !s; i++) {
-    const jit__gpu_buffer *b = &e->plan.buffers[i];
-    if (b->kind == JIT__GPU_BUF_INPUT && b->index < n_inputs)
-      bufs[i] = inputs[b->index].data;
-    else if (b->kind == JIT__GPU_BUF_OUTPUT && b->index < n_outputs)
-      bufs[i] = outputs[b->index].data;
-    else if (b->kind == JIT__GPU_BUF_TEMP)
-      bufs[i] = e->temps[i];
-    else
-      s = JIT_ERR(JIT_INTERNAL, "launch plan buffer %u refers to a missing tensor", i);
-  }
-  if (!s) {
-    pthread_mutex_lock(&e->run_mu);
-    s = jit__vk_run(e->vk, bufs, n);
-    pthread_mutex_unlock(&e->run_mu);
-  }
-  if (bufs != stack) free(bufs);
+  if (args != stack) free(args);
   return s;
 }

@@ -9,6 +9,7 @@
 
 #include "cache/cache.h"
 #include "devices/cpu/cpu.h"
+#include "devices/device.h"
 #include "base/status.h"
 #include "jitml.h"
 #include "lowering/lower.h"
@@ -17,19 +18,21 @@
 //===--- Context ---------------------------------------------------------===//
 
 typedef struct jit__kernel jit__kernel;
-typedef struct jit__vk_instance jit__vk_instance;
-typedef struct jit__vk_device jit__vk_device;
-typedef struct jit__cu_instance jit__cu_instance;
-typedef struct jit__cu_device jit__cu_device;
 
 // A live allocation: what tensors hold in `data` (host pointer, Vulkan buffer handle,
 // CUDA device address) and the backend's object behind it.
 typedef struct jit__live {
   void *data;
-  void *handle;
+  jit__dev_buffer *handle;
 } jit__live;
 
-// A device of a context (device.c). The CPU is device 0.
+// The number of backends jit/device.c registers (one per jit_device_kind).
+#define JIT__N_BACKENDS 3
+
+// A device of a context (device.c), behind the backend table of devices/device.h. The
+// CPU is device 0.
+// Thread-safe: fields are immutable after the scan that lists the device, except `dev`
+// and the live list, which `mu` guards.
 struct jit_device {
   jit_context *ctx;
   jit_device_kind kind;
@@ -39,14 +42,10 @@ struct jit_device {
   bool f16;
   char *target_text;          // key components of kernels for this device
   uint8_t target_hash[16];
-  jit__vk_instance *vk_instance;  // Vulkan: borrowed from the context
-  uint32_t vk_index;
-  jit__vk_device *vk;         // created at first use
-  jit__cu_instance *cu_instance;  // CUDA: borrowed from the context
-  uint32_t cu_index;
-  char sm[16];                // CUDA: "sm_90"
-  int ptx_max;                // CUDA: newest PTX the driver takes, times ten
-  jit__cu_device *cu;         // created at first use
+  jit__backend *backend;      // borrowed from the context
+  uint32_t index;             // the device's index in its backend's list
+  jit__dev_info info;         // as the backend describes it
+  jit__dev *dev;              // opened at first use (the CPU: at context creation)
   pthread_mutex_t mu;         // guards backend creation and the live list
   jit__live *live;            // allocations of jit_tensor_alloc and temporaries
   size_t n_live, cap_live;
@@ -78,9 +77,8 @@ struct jit_context {
   jit_device **devices;
   int n_devices, cap_devices;
   bool devices_scanned;
-  char absent[3][256];          // why a GPU backend has no devices
-  jit__vk_instance *vk_instance;
-  jit__cu_instance *cu_instance;
+  char absent[JIT__N_BACKENDS][256];        // why a GPU backend has no devices
+  jit__backend *backends[JIT__N_BACKENDS];  // loaded backends, by jit_device_kind
   jit_device *offload;          // options.device when it names a GPU, else NULL
   atomic_uint_fast64_t runs, memory_hits, misses, compiles, disk_hits;
   double compile_ms, load_ms;  // guarded by mu
@@ -154,7 +152,7 @@ jit_status jit__device_of(jit_context *ctx, DLDevice dl, jit_device **out);
 jit_status jit__device_from_option(jit_context *ctx, const char *spec, jit_device **out);
 bool jit__device_owns(jit_device *d, const void *buffer);
 // The backend object behind `data` if it is a live allocation of `d`, else NULL.
-void *jit__device_handle(jit_device *d, const void *data);
+jit__dev_buffer *jit__device_handle(jit_device *d, const void *data);
 // Host <-> device transfers on any allocation of `d` (or, for CUDA, any device address).
 jit_status jit__device_upload(jit_device *d, void *data, uint64_t offset, const void *src,
                               uint64_t bytes);

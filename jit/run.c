@@ -44,10 +44,10 @@ static jit_status jit__check_tensor(const jit_graph *g, const char *what, int i,
                    "%s:%d; all tensors of a run must be on one device",
                    g->name, what, i, name, (int)t->device.device_type,
                    (int)t->device.device_id, jit__device_kind_name(d->kind), d->ordinal);
-  // Vulkan tensors are handles this context made; CUDA ones are device addresses,
-  // which the run checks when it wraps them.
+  // Most device tensors are handles this context made; where they may be foreign
+  // memory (CUDA device addresses), the backend checks them when it binds them.
   if (d->kind != JIT_DEVICE_CPU && need_data) {
-    if (!t->data || (d->kind == JIT_DEVICE_VULKAN && !jit__device_owns(d, t->data)))
+    if (!t->data || (!d->info.foreign_memory && !jit__device_owns(d, t->data)))
       return JIT_ERR(JIT_INVALID_ARGUMENT,
                      "graph `%s`: %s %d `%s`: not a live tensor of this context on %s:%d "
                      "(allocate with jit_tensor_alloc; freed, or from another context?)",

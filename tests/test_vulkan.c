@@ -3,7 +3,10 @@
 // Graphs are built by hand as jit__lgraph, compiled to SPIR-V by the GPU lowering, and
 // their launch plans converted to the device's neutral description (plan_to_desc, the
 // same mapping jit/ does); then they run on the selected Vulkan device and are compared
-// with the plain-C references in ref.c. Without a Vulkan device every test that needs
+// with the plain-C references in ref.c: what only Vulkan has (tiled vs plain kernels,
+// the staging path, pipeline caches, SPIR-V checks, f16 feature refusal). The graph
+// and device-level tests every backend shares are in the conformance suite,
+// test_backend.c (backend_vulkan). Without a Vulkan device every test that needs
 // one is skipped with a visible "skipped: no Vulkan device" line. The device and the
 // lowering are internal (hidden in libjitml.so), so this executable compiles their
 // sources itself.
@@ -198,60 +201,6 @@ static void run_graph(vk_env *e, const tg *t, float *const *inputs, float **outp
 
 //===--- Graph tests -----------------------------------------------------===//
 
-Test(vulkan, add_broadcast) {
-  vk_env e;
-  env_open(&e, NULL);
-  tg t;
-  tg_init(&t, "add_broadcast", JIT__F32);
-  int64_t da[3] = {3, 37, 45}, db[2] = {1, 45}, db1[1] = {45};
-  uint32_t x = tg_input(&t, 3, da), y = tg_input(&t, 2, db);
-  uint32_t z = tg_input(&t, 1, db1);
-  uint32_t s = tg_node(&t, JIT__OP_ADD, 2, x, y, 3, da);
-  tg_output(&t, tg_node(&t, JIT__OP_SUB, 2, s, z, 3, da));
-  ref_rng rng;
-  ref_rng_seed(&rng, 1);
-  int64_t na = ref_numel(3, da);
-  float *a = fmalloc(na), *b = fmalloc(45), *c = fmalloc(45), *got = fmalloc(na),
-        *tmp = fmalloc(na), *want = fmalloc(na);
-  ref_rng_fill_signed(&rng, a, na);
-  ref_rng_fill_signed(&rng, b, 45);
-  ref_rng_fill_signed(&rng, c, 45);
-  ref_binary(REF_ADD, a, 3, da, b, 2, db, tmp);
-  ref_binary(REF_SUB, tmp, 3, da, c, 1, db1, want);
-  float *in[3] = {a, b, c};
-  run_graph(&e, &t, in, &got, NULL);
-  assert_close(got, want, na, RTOL, ATOL, "(a + b) - c, broadcast");
-  free(a), free(b), free(c), free(got), free(tmp), free(want);
-  env_close(&e);
-}
-
-Test(vulkan, unary_chain) {
-  vk_env e;
-  env_open(&e, NULL);
-  tg t;
-  tg_init(&t, "unary_chain", JIT__F32);
-  int64_t da[2] = {33, 1000};
-  uint32_t x = tg_input(&t, 2, da);
-  uint32_t ex = tg_unary(&t, JIT__OP_EXP, x);
-  uint32_t th = tg_unary(&t, JIT__OP_TANH, ex);
-  tg_output(&t, tg_unary(&t, JIT__OP_GELU, th));
-  int64_t n = ref_numel(2, da);
-  float *a = fmalloc(n), *got = fmalloc(n), *want = fmalloc(n);
-  ref_rng rng;
-  ref_rng_seed(&rng, 2);
-  ref_rng_fill(&rng, a, n, -3.0f, 3.0f);
-  ref_unary(REF_EXP, a, n, want);
-  ref_unary(REF_TANH, want, n, want);
-  ref_unary(REF_GELU, want, n, want);
-  float *in[1] = {a};
-  run_graph(&e, &t, in, &got, NULL);
-  // Vulkan's exp is allowed 3 + 2|x| ulp and tanh is derived from it, so a few ulp
-  // more than libm's correctly rounded values.
-  assert_close(got, want, n, 1e-5, 1e-6, "gelu(tanh(exp(x)))");
-  free(a), free(got), free(want);
-  env_close(&e);
-}
-
 static void matmul_case(vk_env *e, int ra, const int64_t *da, int rb, const int64_t *db,
                         uint64_t seed, run_times *times) {
   int64_t dc[JIT_MAX_RANK];
@@ -279,68 +228,6 @@ static void matmul_case(vk_env *e, int ra, const int64_t *da, int rb, const int6
   free(a), free(b), free(got), free(want);
 }
 
-Test(vulkan, matmul_2d) {
-  vk_env e;
-  env_open(&e, NULL);
-  static const int64_t mkn[][3] = {{1, 1, 1}, {17, 31, 45}, {64, 128, 96}, {3, 100, 1}};
-  for (size_t i = 0; i < sizeof mkn / sizeof mkn[0]; i++) {
-    int64_t da[2] = {mkn[i][0], mkn[i][1]}, db[2] = {mkn[i][1], mkn[i][2]};
-    run_times tm;
-    matmul_case(&e, 2, da, 2, db, 10 + i, &tm);
-    fprintf(stderr,
-            "vulkan: matmul %lldx%lldx%lld on %s: lowering %.1f ms, pipelines %.1f ms, "
-            "first run %.1f ms (shader JIT), second run %.2f ms\n",
-            (long long)mkn[i][0], (long long)mkn[i][1], (long long)mkn[i][2], e.info->name,
-            tm.compile_ms, tm.create_ms, tm.first_run_ms, tm.second_run_ms);
-  }
-  env_close(&e);
-}
-
-Test(vulkan, matmul_batched) {
-  vk_env e;
-  env_open(&e, NULL);
-  int64_t a1[3] = {4, 17, 31}, b1[2] = {31, 45};
-  matmul_case(&e, 3, a1, 2, b1, 20, NULL);
-  int64_t a2[3] = {3, 8, 16}, b2[3] = {3, 16, 9};
-  matmul_case(&e, 3, a2, 3, b2, 21, NULL);
-  env_close(&e);
-}
-
-static void reduce_case(vk_env *e, jit__op op, ref_reduce_op rop, int axis, bool keep) {
-  tg t;
-  tg_init(&t, jit__op_name(op), JIT__F32);
-  int64_t da[3] = {5, 19, 33};
-  uint32_t x = tg_input(&t, 3, da);
-  uint32_t r = tg_reduce(&t, op, x, axis, keep);
-  tg_output(&t, r);
-  int64_t n = ref_numel(3, da), no = node_elems(&t, r);
-  float *a = fmalloc(n), *got = fmalloc(no), *want = fmalloc(no);
-  ref_rng rng;
-  ref_rng_seed(&rng, 30 + (uint64_t)axis);
-  ref_rng_fill_signed(&rng, a, n);
-  int64_t dout[JIT_MAX_RANK];
-  ref_reduce(rop, a, 3, da, axis, keep, want, dout);
-  float *in[1] = {a};
-  run_graph(e, &t, in, &got, NULL);
-  char what[96];
-  snprintf(what, sizeof what, "%s over axis %d%s", jit__op_name(op), axis,
-           keep ? " (keepdims)" : "");
-  assert_close(got, want, no, 1e-5, 2.0 * da[axis] * FLT_EPSILON + 1e-6, what);
-  free(a), free(got), free(want);
-}
-
-Test(vulkan, reductions) {
-  vk_env e;
-  env_open(&e, NULL);
-  reduce_case(&e, JIT__OP_REDUCE_SUM, REF_SUM, 1, false);
-  reduce_case(&e, JIT__OP_REDUCE_SUM, REF_SUM, 2, true);
-  reduce_case(&e, JIT__OP_REDUCE_MAX, REF_RMAX, 2, false);
-  reduce_case(&e, JIT__OP_REDUCE_MAX, REF_RMAX, 0, false);
-  reduce_case(&e, JIT__OP_REDUCE_MEAN, REF_MEAN, 0, true);
-  reduce_case(&e, JIT__OP_REDUCE_MEAN, REF_MEAN, 1, false);
-  env_close(&e);
-}
-
 Test(vulkan, reduce_to_scalar) {
   vk_env e;
   env_open(&e, NULL);
@@ -358,36 +245,6 @@ Test(vulkan, reduce_to_scalar) {
   float *in[1] = {a}, *out[1] = {got};
   run_graph(&e, &t, in, out, NULL);
   assert_close(got, want, 1, 1e-5, 2000 * FLT_EPSILON, "sum of 1000");
-  env_close(&e);
-}
-
-Test(vulkan, softmax_large_values) {
-  vk_env e;
-  env_open(&e, NULL);
-  tg t;
-  tg_init(&t, "softmax", JIT__F32);
-  int64_t da[2] = {7, 300};
-  uint32_t x = tg_input(&t, 2, da);
-  uint32_t s = tg_unary(&t, JIT__OP_SOFTMAX, x);
-  t.nodes[s].axis = 1;
-  tg_output(&t, s);
-  int64_t n = ref_numel(2, da);
-  float *a = fmalloc(n), *got = fmalloc(n), *want = fmalloc(n);
-  ref_rng rng;
-  ref_rng_seed(&rng, 50);
-  ref_rng_fill(&rng, a, n, -5.0f, 5.0f);
-  // Rows with +-1000: exp without the max subtraction would overflow to inf / NaN.
-  for (int j = 0; j < 300; j += 7) a[1 * 300 + j] = 1000.0f;
-  for (int j = 0; j < 300; j++) a[2 * 300 + j] = -1000.0f + (float)(j % 3);
-  a[3 * 300 + 5] = 1000.0f;
-  a[3 * 300 + 6] = -1000.0f;
-  ref_softmax(a, 2, da, 1, want);
-  float *in[1] = {a};
-  run_graph(&e, &t, in, &got, NULL);
-  for (int64_t i = 0; i < n; i++)
-    cr_assert(isfinite(got[i]), "softmax element %lld is %g", (long long)i, (double)got[i]);
-  assert_close(got, want, n, 1e-5, 1e-6, "softmax with +-1000 rows");
-  free(a), free(got), free(want);
   env_close(&e);
 }
 
@@ -562,58 +419,6 @@ Test(vulkan, tiled_vs_plain_timing, .timeout = 300) {
   env_close(&e);
 }
 
-Test(vulkan, transpose) {
-  vk_env e;
-  env_open(&e, NULL);
-  tg t;
-  tg_init(&t, "transpose", JIT__F32);
-  int64_t da[3] = {2, 17, 45}, dr[3] = {45, 2, 17};
-  uint32_t x = tg_input(&t, 3, da);
-  uint32_t y = tg_node(&t, JIT__OP_TRANSPOSE, 1, x, 0, 3, dr);
-  int perm[3] = {2, 0, 1};
-  memcpy(t.nodes[y].perm, perm, sizeof perm);
-  tg_output(&t, y);
-  int64_t n = ref_numel(3, da), dout[3];
-  float *a = fmalloc(n), *got = fmalloc(n), *want = fmalloc(n);
-  ref_rng rng;
-  ref_rng_seed(&rng, 60);
-  ref_rng_fill_signed(&rng, a, n);
-  ref_transpose(a, 3, da, perm, want, dout);
-  float *in[1] = {a};
-  run_graph(&e, &t, in, &got, NULL);
-  assert_close(got, want, n, 0, 0, "transpose (2,0,1)");
-  free(a), free(got), free(want);
-  env_close(&e);
-}
-
-Test(vulkan, reshape) {
-  vk_env e;
-  env_open(&e, NULL);
-  int64_t da[2] = {6, 35}, dr[3] = {3, 10, 7}, dflat[1] = {210};
-  float a[210], got[210], want[210];
-  ref_rng rng;
-  ref_rng_seed(&rng, 70);
-  ref_rng_fill_signed(&rng, a, 210);
-  float *in[1] = {a}, *out[1] = {got};
-  // reshape + relu
-  tg t;
-  tg_init(&t, "reshape", JIT__F32);
-  uint32_t x = tg_input(&t, 2, da);
-  uint32_t y = tg_node(&t, JIT__OP_RESHAPE, 1, x, 0, 3, dr);
-  tg_output(&t, tg_unary(&t, JIT__OP_RELU, y));
-  ref_unary(REF_RELU, a, 210, want);
-  run_graph(&e, &t, in, out, NULL);
-  assert_close(got, want, 210, 0, 0, "relu(reshape)");
-  // a pure reshape: a copy into the output
-  tg_init(&t, "reshape_only", JIT__F32);
-  x = tg_input(&t, 2, da);
-  tg_output(&t, tg_node(&t, JIT__OP_RESHAPE, 1, x, 0, 1, dflat));
-  ref_reshape(a, 210, want);
-  run_graph(&e, &t, in, out, NULL);
-  assert_close(got, want, 210, 0, 0, "reshape only");
-  env_close(&e);
-}
-
 // matmul + bias + gelu, then a row softmax: two outputs, intermediate buffers.
 static void mlp_graph(tg *t, int64_t m) {
   tg_init(t, "mlp", JIT__F32);
@@ -625,41 +430,6 @@ static void mlp_graph(tg *t, int64_t m) {
   t->nodes[s].axis = 1;
   tg_output(t, h);
   tg_output(t, s);
-}
-
-static void mlp_ref(const float *x, const float *w, const float *b, int64_t m, float *h,
-                    float *s) {
-  int64_t da[2] = {m, 64}, dw[2] = {64, 96}, db[1] = {96}, dc[2];
-  float *mm = fmalloc(m * 96);
-  ref_matmul(x, 2, da, w, 2, dw, mm, dc);
-  ref_binary(REF_ADD, mm, 2, dc, b, 1, db, h);
-  ref_unary(REF_GELU, h, m * 96, h);
-  ref_softmax(h, 2, dc, 1, s);
-  free(mm);
-}
-
-Test(vulkan, two_outputs) {
-  vk_env e;
-  env_open(&e, NULL);
-  tg t;
-  mlp_graph(&t, 8);
-  float x[8 * 64], w[64 * 96], b[96], h[8 * 96], s[8 * 96], wh[8 * 96], ws[8 * 96];
-  ref_rng rng;
-  ref_rng_seed(&rng, 80);
-  ref_rng_fill_signed(&rng, x, 8 * 64);
-  ref_rng_fill_signed(&rng, w, 64 * 96);
-  ref_rng_fill_signed(&rng, b, 96);
-  mlp_ref(x, w, b, 8, wh, ws);
-  float *in[3] = {x, w, b}, *out[2] = {h, s};
-  run_times tm;
-  run_graph(&e, &t, in, out, &tm);
-  assert_close(h, wh, 8 * 96, 1e-5, 2.0 * 64 * FLT_EPSILON + 1e-6, "gelu(x w + b)");
-  assert_close(s, ws, 8 * 96, 1e-5, 1e-6, "softmax(gelu(x w + b))");
-  fprintf(stderr,
-          "vulkan: mlp 8x64x96 (2 outputs) on %s: lowering %.1f ms, pipelines %.1f ms, "
-          "first run %.1f ms, second run %.2f ms\n",
-          e.info->name, tm.compile_ms, tm.create_ms, tm.first_run_ms, tm.second_run_ms);
-  env_close(&e);
 }
 
 // The staging path (device-local memory + copies), which lavapipe would not take on

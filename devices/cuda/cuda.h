@@ -15,7 +15,8 @@
 // block must match the module's `.maxntid`. Kernels of one run are launched in order on
 // one stream, which orders them.
 //
-// Choosing the module (what jit/ does; this backend loads whichever it is given):
+// Choosing the module (jit/ compiles and offers the images, cuda_backend.c picks; the
+// functions here load whichever they are given):
 //   1. the device's SM is jit__cu_device_info.sm ("sm_90", from the compute
 //      capability); key cache entries with it and with driver_version;
 //   2. a cubin for exactly that SM, when the cache holds one (made by ptxas when a
