@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/status.h"
 
 // Shared by both builds: a pure table, no driver needed.
@@ -280,12 +281,6 @@ static jit_status cu_result(const jit__cu_instance *in, jit__cu_device *d, CUres
   cu_result((d)->inst, (d), (d)->inst->fn.name(__VA_ARGS__), #name, NULL, __FILE__, \
             __LINE__)
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static jit_status check_sticky(jit__cu_device *d) {
   int r = atomic_load(&d->sticky);
   if (!r) return NULL;
@@ -543,7 +538,7 @@ const jit__cu_device_info *jit__cu_device_get_info(const jit__cu_device *device)
 // 100 us between polls.
 static jit_status wait_stream(jit__cu_device *d, CUstream stream, uint64_t timeout_ns,
                               const char *what) {
-  double start = now_ms(), limit = (double)timeout_ns / 1e6;
+  double start = jit__now_ms(), limit = (double)timeout_ns / 1e6;
   long sleep_ns = 1000;
   for (unsigned polls = 0;; polls++) {
     CUresult r = d->inst->fn.cuStreamQuery(stream);
@@ -552,7 +547,7 @@ static jit_status wait_stream(jit__cu_device *d, CUstream stream, uint64_t timeo
       return jit__status_annotate(
           cu_result(d->inst, d, r, "cuStreamQuery", NULL, __FILE__, __LINE__),
           "CUDA: waiting for %s", what);
-    double waited = now_ms() - start;
+    double waited = jit__now_ms() - start;
     if (waited >= limit)
       return JIT_ERR(JIT_DEVICE_ERROR,
                      "CUDA: timed out after %.1f ms waiting for %s on device %u (%s); the "
@@ -912,7 +907,7 @@ jit_status jit__cu_executable_create(jit__cu_device *device,
   } else {
     CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void *vals[2] = {error_log, (void *)(uintptr_t)kLog};
-    double t0 = now_ms();
+    double t0 = jit__now_ms();
     CUresult r = device->inst->fn.cuModuleLoadDataEx(&e->module, image, 2, opts, vals);
     if (r != CUDA_SUCCESS) {
       error_log[kLog - 1] = '\0';
@@ -947,7 +942,7 @@ jit_status jit__cu_executable_create(jit__cu_device *device,
         s = jit__status_annotate(s, "CUDA: kernel %u: `%s` is not in the module", k,
                                  e->kernels[k].entry);
     }
-    e->create_ms = now_ms() - t0;
+    e->create_ms = jit__now_ms() - t0;
   }
   free(error_log);
   free(ptx);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bytes.h"
+#include "base/clock.h"
 #include "base/status.h"
 
 #if !defined(JITML_HAVE_VULKAN) || !JITML_HAVE_VULKAN
@@ -159,12 +161,6 @@ static jit_status vk_result_status(VkResult r, const char *call, const char *fil
 // Device-level call: also remembers VK_ERROR_DEVICE_LOST on the device.
 #define VK_DCALL(d, name, ...) \
   vk_device_result((d), (d)->fn.name(__VA_ARGS__), #name, __FILE__, __LINE__)
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 //===--- Instance ---------------------------------------------------------===//
 
@@ -977,10 +973,6 @@ jit_status jit__vk_pipeline_cache_get(jit__vk_device *device, uint8_t **out_byte
   return NULL;
 }
 
-static uint32_t le32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 jit_status jit__vk_pipeline_cache_merge(jit__vk_device *device, const void *bytes,
                                         size_t size) {
   if (!device) return JIT_ERR(JIT_INVALID_ARGUMENT, "Vulkan: NULL device");
@@ -992,8 +984,8 @@ jit_status jit__vk_pipeline_cache_merge(jit__vk_device *device, const void *byte
     return JIT_ERR(JIT_CACHE_ERROR,
                    "Vulkan: pipeline cache data of %zu bytes is shorter than its header",
                    p ? size : 0);
-  uint32_t header_size = le32(p), version = le32(p + 4), vendor = le32(p + 8),
-           dev_id = le32(p + 12);
+  uint32_t header_size = jit__le_get_u32(p), version = jit__le_get_u32(p + 4), vendor = jit__le_get_u32(p + 8),
+           dev_id = jit__le_get_u32(p + 12);
   if (header_size < 32 || header_size > size || version != VK_PIPELINE_CACHE_HEADER_VERSION_ONE)
     return JIT_ERR(JIT_CACHE_ERROR,
                    "Vulkan: pipeline cache data has a bad header (size %u, version %u)",
@@ -1298,7 +1290,7 @@ jit_status jit__vk_executable_create(jit__vk_device *device,
   if (desc->n_buffers)
     memcpy(e->buffer_bytes, desc->buffer_bytes, desc->n_buffers * sizeof *e->buffer_bytes);
 
-  double t0 = now_ms();
+  double t0 = jit__now_ms();
   VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                    .codeSize = desc->spirv_size,
                                    .pCode = words};
@@ -1368,7 +1360,7 @@ jit_status jit__vk_executable_create(jit__vk_device *device,
   s = VK_DCALL(d, vkCreateComputePipelines, d->vk, d->pcache, e->n_pipelines, pci, NULL,
                e->pipelines);
   pthread_rwlock_unlock(&d->cache_mu);
-  e->create_ms = now_ms() - t0;
+  e->create_ms = jit__now_ms() - t0;
 free_tmp:
   free(pipe_kernel);
   free(pci);
