@@ -78,27 +78,30 @@ typedef struct walk {
   int n_mm, n_ew, n_rd;
   bool parallel;
   bool unroll_k;  // a matmul of 2^24 multiply-adds or more ("Unrolled k loops")
-  MlirOperation fused[64];  // generics taken as matmul epilogues
+  // Per-op arrays, `cap` entries each (the module's op count, jit__cpu_plan_make), so
+  // no count needs a bound of its own.
+  int cap;
+  MlirOperation *fused;  // generics taken as matmul epilogues
   int n_fused;
-  MlirOperation claimed[64];  // generics fused into a row loop (below)
+  MlirOperation *claimed;  // generics fused into a row loop (below)
   int n_claimed;
   int n_row;
   int64_t pack[JIT__CPU_MAX_PACK][3];  // packed B buffers made: panels, kc, tn
   int n_pack;
-  int64_t masked[64][3];  // per matmul: vector width V (0: not masked), rows, rest rows
+  int64_t (*masked)[3];  // per matmul: vector width V (0: not masked), rows, rest rows
   int n_masked;
-  bool vecmat[64];  // per matmul: a batch of vector x matrix (plan_batch_vecmat)
+  bool *vecmat;  // per matmul: a batch of vector x matrix (plan_batch_vecmat)
   bool any_vecmat;
   bool transposes;  // an elementwise op tiled for a transposed read (jit__cpu_plan_generic)
   bool ew_split;    // jit__cpu_plan_generic splits the next op's outer loop across the threads
-  bool ew_bcast[64];  // per elementwise op: an input broadcast along its vector dim
+  bool *ew_bcast;  // per elementwise op: an input broadcast along its vector dim
   // per elementwise op tiled for a transposed read with partial tiles: its transposed
   // loop and loop count (0, 0: none), for the rest tiles' rows (below)
-  int ew_rest[64][2];
-  bool fill_fused[64];
+  int (*ew_rest)[2];
+  bool *fill_fused;  // per matmul: its fill fused into the register tiles
   // Generics a matmul's plan took: a transpose its B packing computes (plan_packed), or
   // a producer of A or B planned ahead of it (plan_matmul).
-  MlirOperation taken_t[16];
+  MlirOperation *taken_t;
   int n_taken_t;
   int64_t row_bytes, row_input_bytes;  // of the last row loop: one row, the whole input
 } walk;

@@ -66,7 +66,6 @@ static void claim_producers(walk *w, MlirOperation g, int depth) {
   for (intptr_t k = 0; k < mlirOperationGetNumOperands(g); k++) {
     MlirOperation p = jit__cpu_producer(mlirOperationGetOperand(g, k));
     if (mlirOperationIsNull(p) || !jit__cpu_op_is(p, "linalg.generic") || is_claimed(w, p)) continue;
-    if (w->n_claimed >= 64) return;
     w->claimed[w->n_claimed++] = p;
     claim_producers(w, p, depth + 1);
   }
@@ -251,7 +250,7 @@ void jit__cpu_plan_generic(walk *w, MlirOperation g) {
   }
   if (tl >= 0) w->transposes = true;
   if (!n_loops) return;
-  if (i < 64 && ext[nl - 1] > 1) w->ew_bcast[i] = broadcasts_last(g, nl);
+  if (ext[nl - 1] > 1) w->ew_bcast[i] = broadcasts_last(g, nl);
   sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
                 "tile_sizes [",
             i, i, n_loops, src, i);
@@ -270,7 +269,7 @@ void jit__cpu_plan_generic(walk *w, MlirOperation g) {
       char prefix[32];
       snprintf(prefix, sizeof prefix, "ewp%d_", i);
       sb_peel(sb, prefix, l, handle(hb, "ewl", i, li));
-      if (tl >= 0 && i < 64) {
+      if (tl >= 0) {
         // Tagged for their own vectorization (below); the rest loop may have been folded
         // away (a handle to no loop), so each of the loops it holds, if any.
         sb_printf(sb,

@@ -107,7 +107,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
               "  %%rt%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%rl%d#1 "
               ": (" ANY ") -> " ANY "\n",
               i, i, cur, (long long)tm, (long long)tn, i, i);
-  else if (fill_tiles && kc == K && i < 64) {
+  else if (fill_tiles && kc == K) {
     // Without k blocks, the fill fused into the register tiles, as on the unpacked path
     // (plan_matmul): 256^3 157 -> 150 us (2 threads 86 -> 82), 192x256x512 241 -> 228,
     // 100x512x1024 at 2 threads 327 -> 306; 64x768x3072 the same.
@@ -210,10 +210,6 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
 }
 
 //===--- Masked narrow N -------------------------------------------------===//
-
-// Bytes of B in one k block of a masked narrow-N matmul on AVX2 (plan_masked): most
-// of L1d.
-#define JIT__MASKED_B_BYTES (24 << 10)
 
 // N below four vectors and not a multiple of one (17x1000x31): the whole row of C is
 // one register tile of V = N rounded up to whole vectors, rows = as many as the
@@ -394,7 +390,7 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
     kb = 8;
     peel_k = K % 8 != 0;
   }
-  if (i < 64) w->vecmat[i] = true;
+  w->vecmat[i] = true;
   w->any_vecmat = true;
   // Its k loops are not unrolled (unroll_k): with the k blocks outside the n tiles,
   // unrolled or not ran the same (2x1x2048x1024, 4x1x1024x1024, 8x1x4096x256, 1 and 2
@@ -648,346 +644,44 @@ static bool plain_elementwise(MlirOperation g) {
   return jit__cpu_transposed_loop(g, nl) < 0 && !jit__cpu_is_row_root(g);
 }
 
-static void plan_matmul(walk *w, MlirOperation mm) {
-  MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
-  MlirType tb = mlirValueGetType(mlirOperationGetOperand(mm, 1));
-  MlirType tc = mlirValueGetType(mlirOperationGetOperand(mm, 2));
-  bool batched = jit__cpu_op_is(mm, "linalg.batch_matmul");
-  int rank = batched ? 3 : 2, o = batched ? 1 : 0;
-  if (!jit__cpu_static_shaped(ta) || !jit__cpu_static_shaped(tb) || !jit__cpu_static_shaped(tc) ||
-      mlirShapedTypeGetRank(ta) != rank || mlirShapedTypeGetRank(tb) != rank ||
-      mlirOperationGetNumResults(mm) != 1)
-    return;
-  if (batched && jit__cpu_batch_b_transposed(mm)) {
-    int64_t Bt = mlirShapedTypeGetDimSize(ta, 0), M = mlirShapedTypeGetDimSize(ta, 1);
-    int64_t K = mlirShapedTypeGetDimSize(ta, 2), N = mlirShapedTypeGetDimSize(tb, 1);
-    // Otherwise jit__cpu_normalize has made it a transpose and a plain batch_matmul; if
-    // it could not, the loops stay unplanned (LLVM vectorizes their dot products).
-    if (jit__cpu_batch_dot_rows(&w->h, M, K)) plan_batch_dot(w, mm, Bt, M, K, N);
-    return;
-  }
-  if (batched && !jit__cpu_batch_maps_plain(mm)) return;
-  int64_t M = mlirShapedTypeGetDimSize(ta, o), K = mlirShapedTypeGetDimSize(ta, o + 1);
-  int64_t N = mlirShapedTypeGetDimSize(tb, o + 1);
-  // plan_batch folds the unit batch dim of each matmul away, and with it any other
-  // unit dim: with M = 1 (a batch of vector x matrix) plan_batch_vecmat instead; with N
-  // or K = 1 no 2-D matmul is left to plan (that batch_matmul is lowered to plain loops).
-  if (batched && M == 1 && N > 1 && K > 1) {
-    int64_t Bt = mlirShapedTypeGetDimSize(ta, 0);
-    plan_batch_vecmat(w, mm, Bt, K, N);
-    return;
-  }
-  if (batched && (M == 1 || N == 1 || K == 1)) return;
-  int64_t Bt = batched ? mlirShapedTypeGetDimSize(ta, 0) : 1;
-  if (!batched && jit__cpu_b_transposed(mm)) {
-    plan_matmul_bt(w, mm, M, K, mlirShapedTypeGetDimSize(tb, 0));
-    return;
-  }
-  int i = w->n_mm++;
-  jit__text *sb = &w->sb;
-  jit__cpu_host h = w->h;
-  jit__cpu_set_tag(w->ctx, mm, batched ? "jit_bm" : "jit_mm", i);
-  // Small M is GEMV-like: bound by streaming B once. B is then walked row by row in
-  // short k blocks (a few contiguous streams the prefetcher follows) with the C row
-  // in L1, rather than down columns of B per register tile. The epilogue then runs as
-  // its own vectorized elementwise op over C, which is in cache anyway.
-  // So are 17 rows when B is larger than half of L2: the packed path needs 18 rows (3
-  // row tiles of 6) and the unpacked one walks down B's columns; 17x768x3072 took 1.54
-  // ms (AVX2 code: 2.84) against 1.13 (1.40) GEMV-like, 17x1024x1024 0.53 against 0.42.
-  bool small_m = M <= 16 || (M < 18 && K * N * 4 > h.l2 / 2);
-  // A bias + activation epilogue runs on each register tile while its sums are in
-  // registers (fused), except where the matmul is faster without it and the epilogue
-  // then costs one pass over C in cache: when B is large (256 KiB or more) and
-  // - the fused path cannot pack B, which needs all of K in a block (2 panels x K in
-  //   256 KiB: K <= 1024 on AVX-512, 2048 on AVX2), and walked B's columns instead:
-  //   gelu(xW+b) 64x3000x768 2.2x faster apart (AVX2 code: 2.2x), 256x2048x1024 2.6x,
-  //   relu 128x4096x1024 3.4x (AVX2 code);
-  // - on AVX-512, with fewer than 192 rows and B larger than L2 (the plain path's 6x64
-  //   tile and wider blocks win there: 32x768x3072 17 % faster apart, 2 threads 10 %,
-  //   64x768x3072 12 %, 128x768x3072 4 %, 32x1024x1024 22 %; with 256 rows and more
-  //   fused was 2-7 % faster; with B in L2 the same, 100x512x512 and 150x1024x256, and
-  //   the MLP example at N = 64, 64x784x256, 10 % slower apart and 14 ms longer to
-  //   compile), or when the fused path does not pack B after all (below; 200x300x300
-  //   1.55x, 100x768x1000 1.33x). With AVX2 code fused was as fast or faster there
-  //   (200x300x300 1.39x).
-  // Two compiles interleaved in one process; the same kernel either way, one jit_run.
-  // Apart compiles slower: gelu(xW+b) 32x768x3072 49 -> 65 ms in a fresh process (the
-  // 6x64 tile, and the epilogue's own loop nest).
-  bool big_b = K * N * 4 >= (256 << 10);
-  // Apart too, whatever B's size, when N is between one and four vectors and not a
-  // whole number of them: the fused register tile would be that odd width, which LLVM
-  // legalizes lane by lane (gelu(xW+b) 17x1000x31 took 330 us fused, 40x the matmul).
-  bool odd_n = N % h.lanes != 0 && N > h.lanes && N <= 4 * h.lanes;
-  // And when B is a transpose of W, which B's packing computes (below): the fused path
-  // fuses the transpose into every register tile, where the packing cannot be hoisted
-  // (gelu(xW^T+b) 256x768x3072 failed to compile; apart: 8.6-9.2 ms, as with W K x N).
-  MlirValue bv = mlirOperationGetOperand(mm, 1);
-  bool w_t = !batched && jit__cpu_made_by_transpose(bv, mm, true);
-  bool apart = odd_n || (big_b && (w_t || K * 2 * h.tn * 4 > JIT__PACK_BYTES ||
-                                   (h.lanes == 16 && M < 192 && K * N * 4 > h.l2)));
-  MlirOperation g = small_m || apart || batched ? (MlirOperation){NULL} : jit__cpu_epilogue_of(mm);
-  bool fused = !mlirOperationIsNull(g) && w->n_fused < 64;
-  MlirOperation fill = mlirOpResultGetOwner(mlirOperationGetOperand(mm, 2));
-  bool has_fill = mlirValueIsAOpResult(mlirOperationGetOperand(mm, 2)) &&
-                  jit__cpu_op_is(fill, "linalg.fill");
-  if (has_fill) jit__cpu_set_tag(w->ctx, fill, batched ? "jit_bf" : "jit_f", i);
-  // A batch worth splitting is divided by whole matmuls (plan_batch), each then planned
-  // for one thread; except where the threads would get unequal shares (fewer than 4
-  // matmuls each, not a multiple) and each matmul is large enough to be split by itself
-  // (below: 2^24 multiply-adds). Worth splitting: 2^23 multiply-adds (~60 us on one
-  // core), or as much B as a small-M matmul splits at. Half the bound for one matmul
-  // (below): attention's 12x128x64x128 (2^23.6) took 197 us on 2 threads unsplit,
-  // ~100 us split.
-  bool uneven = Bt % w->threads != 0 && Bt < 4 * w->threads;
-  bool batch_split = batched && w->threads > 1 && Bt >= w->threads &&
-                     !(uneven && (double)M * N * K >= (double)(1 << 24)) &&
-                     ((double)Bt * M * N * K >= (double)(1 << 23) ||
-                      (double)Bt * K * N * 4 >= jit__cpu_split_b_bytes(h));
-
-  // Register tile. Small M: all rows in one tile, as wide in N as the registers allow
-  // (M = 1 is a GEMV: TN = 8 vectors of B per k step).
-  // A plain f32 matmul that packs B takes the host's plain tile (AVX-512: 6x64, 4
-  // vectors of B per 6 broadcasts of A, against 2 per 8 at 8x32): tried first, and
-  // kept if B is then packed. Against 8x32, two compiles interleaved in one process:
-  // 64x768x3072 21 % faster (2 threads 13 %), 512^3 and 128x3072x768
-  // 2 %, 256^3 the same. Unpacked it lost (200x300x300 20 % slower, 100^3 10 %), and
-  // with an epilogue it was 3-4x slower (gelu(xW+b) 256x768x3072). Its compile takes
-  // ~15 % longer (512^3: 46 ms against 40, a 4.3 KB object against 3.0).
-  MlirType ea = mlirShapedTypeGetElementType(ta), eb = mlirShapedTypeGetElementType(tb);
-  bool floats = (mlirTypeIsAF32(ea) || mlirTypeIsAF16(ea)) &&
-                (mlirTypeIsAF32(eb) || mlirTypeIsAF16(eb));
-  bool plain_tile = !small_m && floats && (h.ptm != h.tm || h.ptn != h.tn);
-  bool plain = plain_tile && !fused;
-choose_tile:;
-  int64_t dtm = plain ? h.ptm : h.tm, dtn = plain ? h.ptn : h.tn;  // the default tile
-  int64_t tm = dtm, tn = dtn;
-  if (M < tm) {
-    tm = M;
-    int64_t vecs = h.acc / tm;
-    if (vecs > 8) vecs = 8;
-    // A power of two of vectors: LLVM widens a row of 3 or 6 to 4 or 8 and the
-    // accumulator spills. 4x768x3072 (6 vectors a row on AVX-512) took 6.2 ms and
-    // 7x768x3072 (3) 12 ms, against 0.5 ms for 5 and 6 rows; on AVX2 2 and 4 rows.
-    while (vecs & (vecs - 1)) vecs &= vecs - 1;
-    tn = vecs * h.lanes;
-  }
-  if (tn > N) tn = N;
-  if (tm > M) tm = M;
-
-  // Threads: split M, or N when M is too small to give each thread whole tiles.
-  int T = batch_split ? 1 : w->threads;
-  int64_t tM = M, tN = N;  // extent of one thread's part
-  int split = -1;          // 0: M, 1: N
-  // Only ops worth a few hundred microseconds are split: a fork/join on a busy machine
-  // (the other core taken) can cost a scheduler tick, ~8 ms, which swamped kernels of
-  // 1-10 MFLOP (the MLP example at N = 7 and 64) when the bound was 2^20.
-  // Packed B (plan_packed) for f32 matmuls with the default register tile, fused or
-  // not: gelu(xW+b) 256x768x3072 unpacked ran at ~40 GFLOP/s (each register tile
-  // walking down B's columns 12 KiB apart), packed at ~70 on the same loaded machine.
-  bool can_pack = !small_m && tm == dtm && tn == dtn && floats;
-  // Small M is bound by streaming B once, so it is split (over N) by the bytes of B
-  // rather than by multiply-adds: at 1x768x3072 (9 MiB of B, ~0.25 ms) the second
-  // core's share of memory bandwidth pays for the fork/join, while the MLP example's
-  // 7x784x256 (0.8 MiB) stays on one thread.
+// The matmul's shapes and surroundings, as jit__cpu_plan_matmul reads them.
+static jit__cpu_mm_shape mm_shape_of(MlirOperation mm, bool batched, int64_t Bt, int64_t M,
+                                     int64_t K, int64_t N) {
+  jit__cpu_mm_shape s = {.M = M, .K = K, .N = N, .Bt = Bt, .batched = batched, .whole_n = N};
   // Part of a matmul split at its odd N ("Odd N"): the parts are split across threads
   // as the whole would be (210x600x160 at 2 threads, a 128 and a 32 column part:
   // 281 us on one thread, 150 split).
-  int64_t whole_n = N;
   MlirAttribute wn =
       mlirOperationGetAttributeByName(mm, mlirStringRefCreateFromCString("jit_n"));
   if (!mlirAttributeIsNull(wn) && mlirAttributeIsAInteger(wn))
-    whole_n = mlirIntegerAttrGetValueInt(wn);
-  if ((double)M * whole_n * K >= (double)(1 << 24)) w->unroll_k = true;
-  bool big = (double)M * whole_n * K >= (double)(1 << 24) ||
-             (small_m && (double)K * N * 4 >= jit__cpu_split_b_bytes(h));
-  int64_t pnc = 0, pkc = 0;
-  // The L2 that jit__cpu_pack_plan may fill half of with a whole-K block: measured on AVX-512
-  // only (the AVX2 tiles' blocks were chosen on a 512 KiB L2).
-  int64_t big_l2 = h.lanes == 16 ? h.l2 : 0;
-  if (can_pack && T > 1 && big) {
-    // Packed: splitting N gives each thread its own half of B to pack and read once;
-    // splitting M has both threads pack all of B. So N, unless A (M x K) is the
-    // larger operand or N does not split into whole blocks. When M = N, a plain matmul
-    // with 256 rows a thread or more is split over M: packing all of B is then a small
-    // share of a thread's work, and A's copies are split instead (2 threads, two
-    // compiles interleaved in one process: 512^3, 768^3, 1024^3 and 1024x512x1024 2-7 %
-    // faster; 256^3 3 % slower). Not for M < N (512x768x3072: the same; 128x3072x768
-    // 10 % slower) nor with an epilogue (gelu(xW+b) 512x768x3072 8 % slower).
-    // Where all of B fits in under half of L2 (2 MiB on the Xeon, against Zen 3's 512
-    // KiB), a plain matmul with 64 rows a thread or more splits M as well: there,
-    // against split N, 256^3 24-45 % faster, 320^3 18 %, 384^3 22 %, 192x256x512 15 %,
-    // 256x256x512 12 %, 256x512x256 7 % (64x768x3072, 9 MiB of B: 23 % slower; with
-    // an epilogue 256^3 3 % slower, so not there either).
-    bool n_ok = N % T == 0 && jit__cpu_pack_plan(M, N / T, K, tn, fused, big_l2, &pnc, &pkc);
-    bool m_ok = M % T == 0 && M / T >= 3 * tm;
-    bool b_fits = K * N * 4 < h.l2 / 2 && !fused && M / T >= 64;
-    bool prefer_m = M > N || (M == N && !fused && M / T >= 256) || b_fits;
-    if (n_ok && (!prefer_m || !m_ok)) split = 1;
-    else if (m_ok) split = 0;
-  }
-  if (split < 0 && T > 1 && big) {
-    if (M % T == 0 && M / T >= 4 * tm) split = 0;
-    else if (N % T == 0 && N / T >= tn) split = 1;
-    else if (M % T == 0 && M / T >= tm) split = 0;
-  }
-  if (split == 0) tM = M / T;
-  if (split == 1) tN = N / T;
-  // Pack when B takes half of L2 or more and enough row tiles reuse it. At exactly 256
-  // KiB (256^3) B fits in L2, but a register tile walking down its columns 1 KiB apart
-  // uses a few L1 sets only: packed, ~8 % faster at 1 thread. The bound is on all of
-  // B, not a thread's part: the columns are as far apart in a half (256^3 at 2 threads,
-  // split N: 195-215 us packed vs 260-290 us), and packing costs each thread in
-  // proportion to its part. Smaller Bs (160x256x128, 192^3) gained nothing and took
-  // ~14 ms more to compile.
-  bool packed = can_pack && K * N * 4 >= (256 << 10) && tM >= 3 * tm &&
-                jit__cpu_pack_plan(tM, tN, K, tn, fused, big_l2, &pnc, &pkc);
-  if (plain && !packed) {
-    plain = false;  // the default tile after all (above)
-    goto choose_tile;
-  }
-  if (fused && !packed && big_b && h.lanes == 16) {
-    fused = false;  // the epilogue apart after all (above)
-    plain = plain_tile;
-    goto choose_tile;
-  }
-  if (fused) {
-    jit__cpu_set_tag(w->ctx, g, "jit_ep", i);
-    w->fused[w->n_fused++] = g;
-  }
+    s.whole_n = mlirIntegerAttrGetValueInt(wn);
+  MlirType ea = mlirShapedTypeGetElementType(mlirValueGetType(mlirOperationGetOperand(mm, 0)));
+  MlirType eb = mlirShapedTypeGetElementType(mlirValueGetType(mlirOperationGetOperand(mm, 1)));
+  s.floats = (mlirTypeIsAF32(ea) || mlirTypeIsAF16(ea)) &&
+             (mlirTypeIsAF32(eb) || mlirTypeIsAF16(eb));
+  s.a_f16 = mlirTypeIsAF16(ea);
+  s.b_f16 = mlirTypeIsAF16(eb);
+  s.epilogue = !batched && !mlirOperationIsNull(jit__cpu_epilogue_of(mm));
+  MlirValue av = mlirOperationGetOperand(mm, 0), bv = mlirOperationGetOperand(mm, 1);
+  s.b_from_transpose = !batched && jit__cpu_made_by_transpose(bv, mm, true);
+  s.a_made = mlirValueIsAOpResult(av) &&
+             jit__cpu_op_is(mlirOpResultGetOwner(av), "linalg.generic");
+  s.b_made = mlirValueIsAOpResult(bv) &&
+             jit__cpu_op_is(mlirOpResultGetOwner(bv), "linalg.generic");
+  return s;
+}
 
-  // Cache blocks: a kc x nc block of B (256 KiB) in L2; mc rows of A per pass.
-  // Row blocks only serve the n blocks around them: without n blocks they would only
-  // add a peeled remainder per block (200x300x300: mc 50 = 8 x 6 + 2; ~5 % slower).
-  int64_t mc = jit__cpu_pick_block(tM, 64, tm), nc = jit__cpu_pick_block(tN, fused ? 128 : 256, tn);
-  if (!nc) mc = 0;
-  // No k blocks when all of B fits in L2 anyway (a narrow or small B).
-  int64_t kc = fused || K * N * 4 <= (256 << 10) ? 0 : jit__cpu_pick_block(K, 256, 1);
-  if (small_m) {
-    mc = nc = 0;
-    // k blocks of ~8 rows: as many concurrent streams of B as the prefetcher follows
-    // well. At 16 rows, 1x768x3072 took 172-199 us vs 152-156 (8 rows), 8x768x3072
-    // 680 vs 520 us; 4 and 12 rows were no better than 8.
-    kc = jit__cpu_pick_block(K, 8, 1);
-    // Each k block reads and writes the thread's rows of C, so they are kept in half of
-    // L1 by n blocks when they would not fit: 8x768x3072 at 2 threads (a C half of 48
-    // KiB) took 430-440 us with n blocks of 512 vs 490-650 us without (1 thread: the
-    // same within noise). A single row (M = 1, 12 KiB) stays one block.
-    if (M * tN * 4 > (h.l1 / 2)) nc = jit__cpu_pick_block(tN, (h.l1 / 2) / 4 / M, tn);
-  }
-  int64_t em = mc ? mc : tM, en = nc ? nc : tN;  // extents the register tiles walk
-  // A remainder that is not a whole number of vectors (31 = 16 + 15) makes LLVM
-  // legalize odd-width vectors lane by lane, with spills. Pick the width that leaves
-  // the smallest remainder; the remainder columns then run one at a time (below).
-  bool narrow_rest = false;
-  if (!fused && tn % h.lanes == 0 && en > tn && en % tn) {
-    int64_t best_tn = tn, best_tm = tm;
-    // Whole vectors, a power of two of them: LLVM widens other counts (24 lanes -> 32)
-    // and the accumulator then spills.
-    for (int64_t v = 1; v <= h.acc; v *= 2) {
-      int64_t cand = v * h.lanes, rows = h.acc / v;
-      if (cand > en || rows < 1) break;
-      if (rows > tm) rows = tm;
-      if (en % cand < en % best_tn || (en % cand == en % best_tn && cand > best_tn)) {
-        if (rows * v <= h.acc && rows >= (tm < 3 ? tm : 3)) {
-          best_tn = cand;
-          best_tm = rows;
-        }
-      }
-    }
-    tn = best_tn;
-    tm = best_tm < M ? best_tm : M;
-    narrow_rest = en % tn != 0 && (en % tn) % h.lanes != 0;
-  }
-
-  // Narrow N that is not a whole number of vectors (17x1000x31): plan_masked.
-  // N above one vector only: below it most lanes would be masked off, and the plain
-  // path's narrow vectors do better (100x100x3: 11 vs 5.5 GFLOP/s). Small M too: its
-  // tile, all rows by N, was one vector of N lanes, which LLVM split lane by lane
-  // (7x256x17 17 us against 0.8 masked; 16x256x31 81 against 1.7; 1x256x17 3.5 against
-  // 0.4).
-  bool masked = !packed && !fused && split != 1 && N % h.lanes != 0 &&
-                N > h.lanes && N <= 4 * h.lanes && i < 64;
-  int64_t mv = 0, mtm = 0;
-  if (masked) {
-    // A power of two of vectors: LLVM widens 3 to 4 and the accumulator spills
-    // (130x257x20 at 24 lanes: 2.5 GFLOP/s).
-    int64_t nv = (N + h.lanes - 1) / h.lanes;
-    if (nv == 3) nv = 4;
-    mv = nv * h.lanes;
-    // As many rows as the accumulator registers hold: 12 at 2 vectors on AVX-512
-    // (fewer tiles, so fewer reads of each B row): 12x1000x31 4.3 us against 7.4 for
-    // 8 + 4 rows, 17x1000x31 (12 + 5) 6.1-6.7 against 6.7-7.2 (6 + 6 + 5), 64x1000x31
-    // and 1000x600x30 2-6 % faster.
-    mtm = h.acc / nv;
-    if (mtm > tM) mtm = tM;
-    // A row tile needs 8 independent FMAs per k step (two FMA ports, 4 cycles each) or
-    // its k loop waits on their latency: a 1-row rest at 2 vectors ran at half speed,
-    // ~15 % of 17x1000x31 (8 + 8 + 1 rows). So the tile height that leaves no rest, or
-    // the fewest rows short of that in the rest, down to that minimum: 12 + 5.
-    int64_t least = (8 + nv - 1) / nv, best_short = -1;
-    for (int64_t r = mtm; r >= least && r >= 1; r--) {
-      int64_t rest = tM % r, shortfall = rest && rest < least ? least - rest : 0;
-      if (best_short < 0 || shortfall < best_short) {
-        best_short = shortfall;
-        mtm = r;
-      }
-    }
-    mc = nc = 0;
-    kc = h.lanes < 16 ? jit__cpu_pick_block(K, JIT__MASKED_B_BYTES / 4 / mv, 1) : 0;
-    tm = mtm;
-    tn = mv;
-  }
-  // A's row tiles copied per k block (plan_packed) when a tile fits a stack scratch
-  // buffer (16 KiB, jit__cpu_stack_buffers). Not on AVX-512: on the Xeon the copies
-  // cost more than they saved (8x32 tiles, without them, two compiles interleaved:
-  // 1024^3 6-8 % faster at 1 and 2 threads, 768^3 6 %, 512^3 1-4 %; 256^3, gelu(xW+b)
-  // 256x768x3072, 128x3072x768 and 64x768x3072 within 1 %).
-  // Nor where A is computed by an op fused into the row tiles (f16 A extended to f32,
-  // emit_mlir.c), whose result already is a copy of the tile's rows: padding that as
-  // well made hoist_pad fail.
-  MlirValue av = mlirOperationGetOperand(mm, 0);
-  bool a_made = mlirValueIsAOpResult(av) && jit__cpu_op_is(mlirOpResultGetOwner(av), "linalg.generic");
-  bool copy_a = packed && h.lanes < 16 && !a_made && tm * pkc * 4 <= (16 << 10);
-  // B made by a transpose of W (x W^T with more than 17 rows, emit_mlir.c) is packed
-  // from W directly when L x L tiles cover the panels (plan_packed). f16 W as well, its
-  // tiles transposed as f16: W^T was its own op before, 64x768x3072 3.0-3.2 ms against
-  // 2.4 now (x W: 2.3), AVX2 code 4.8 against 3.4.
-  bool b_tr = w_t && packed && !fused && pkc % h.lanes == 0 && w->n_taken_t < 16;
-  if (b_tr) w->taken_t[w->n_taken_t++] = mlirOpResultGetOwner(bv);
-  // Generics that make B, and those that make A other than plain elementwise ones, are
-  // planned on their own before this plan: the block and register tiling below fuses
-  // an operand's producer into its loops, where it runs per n block, in a shape its own
-  // plan did not see. A transpose there (x W^T, AVX2: 41x520x1000) failed to vectorize,
-  // its 8x8 tiles not dividing the n blocks of 250 (B's elementwise tiles of 4 vectors
-  // would not divide n blocks of 96 either); a layernorm making A was fused into each
-  // n block (LN(x) W 128x768x3072: 3.85-4.0 ms, ahead 3.74-3.81 and ~10 ms less to
-  // compile). A plain elementwise A (relu(x) W), cheap to redo, stays fused: planned
-  // ahead it cost an intermediate (3.9 -> 4.4 ms). So does f16 A's extension, which
-  // the row tiles compute.
-  // Batched too for B (planned before the batch loop, which would fuse it otherwise):
-  // a prefill's q K^T, K^T fused into every register tile, ran its transpose
-  // unvectorized there (12x128x64x128 at 1 thread: 364 -> 146 us, 12x512x64x512 5.9 ->
-  // 2.4 ms; a transformer block 2 % faster). Batched A producers stay fused.
-  for (int k = batched ? 1 : 0; k < 2; k++) {
-    MlirValue v = mlirOperationGetOperand(mm, k);
-    MlirOperation t = jit__cpu_producer(v);
-    if ((k == 1 && b_tr) || mlirOperationIsNull(t) || !jit__cpu_op_is(t, "linalg.generic") ||
-        w->n_taken_t >= 16 || mlirShapedTypeGetRank(mlirValueGetType(v)) != (batched ? 3 : 2) ||
-        (k == 0 && plain_elementwise(t)))
-      continue;
-    // B made for a batch split across the threads: its producer is split too (by the
-    // batch), whatever its size, rather than run on one thread before the split batch
-    // (2 threads, q K^T 12x128x64x128 with K^T its own op: 90 -> 70 us; plain B 63).
-    w->ew_split = batched && batch_split && k == 1;
-    jit__cpu_plan_generic(w, t);
-    w->ew_split = false;
-    w->taken_t[w->n_taken_t++] = t;
-  }
-  if (packed) {
-    mc = 0;
-    nc = pnc;
-    kc = pkc;
-  }
+// The plan's comment, batch loop, matches and thread split; `root` receives the
+// handle the cache blocks start from.
+static void emit_mm_head(walk *w, int i, const jit__cpu_mm_shape *s, const jit__cpu_mm_plan *p,
+                         bool has_fill, char root[32]) {
+  int64_t M = s->M, K = s->K, N = s->N, Bt = s->Bt;
+  int64_t tM = p->tM, tN = p->tN, mc = p->mc, nc = p->nc, kc = p->kc, tm = p->tm, tn = p->tn;
+  bool fused = p->fused, packed = p->packed, masked = p->masked, b_tr = p->b_tr;
+  bool copy_a = p->copy_a, batched = s->batched;
+  int split = p->split;
+  jit__text *sb = &w->sb;
+  const char *zk = fused ? "" : ", 0";
   sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s%s%s, threads split %s, blocks [%lld, "
                 "%lld, %lld], register tile %lldx%lld\n",
             i, (long long)M, (long long)K, (long long)N, fused ? " + epilogue" : "",
@@ -996,7 +690,7 @@ choose_tile:;
             copy_a ? ", A tiles copied" : "",
             split == 0 ? "M" : split == 1 ? "N" : "none", (long long)mc, (long long)nc,
             (long long)kc, (long long)tm, (long long)tn);
-  if (batched) plan_batch(w, i, Bt, has_fill, batch_split);
+  if (batched) plan_batch(w, i, Bt, has_fill, p->batch_split);
   sb_printf(sb,
             "  %%mm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
             "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
@@ -1011,9 +705,7 @@ choose_tile:;
               "  %%fl%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
               "{jit_f = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
               i, i);
-  char root[32];
-  snprintf(root, sizeof root, fused ? "%%ep%d" : "%%mm%d", i);
-  const char *zk = fused ? "" : ", 0";  // the matmul has a k loop to leave alone
+  snprintf(root, 32, fused ? "%%ep%d" : "%%mm%d", i);
 
   if (split >= 0) {
     w->parallel = true;
@@ -1031,25 +723,21 @@ choose_tile:;
                 "  %%pl%d, %%pf%d_2 = transform.structured.fuse_into_containing_op %%fl%d "
                 "into %%pf%d%s : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
                 i, i, i, i, fused ? "_1" : "");
-    snprintf(root, sizeof root, "%%pt%d", i);
+    snprintf(root, 32, "%%pt%d", i);
   }
-  if (packed) {
-    // The fill fused into the register tiles only where it is their one producer
-    // (structured.fuse would pull B's transpose, or A's elementwise producer, in too).
-    bool b_made = mlirValueIsAOpResult(bv) && jit__cpu_op_is(mlirOpResultGetOwner(bv), "linalg.generic");
-    plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc, copy_a, fused,
-                mlirTypeIsAF16(ea) ? "f16" : "f32", mlirTypeIsAF16(eb) ? "f16" : "f32", b_tr,
-                has_fill && !a_made && !b_made);
-    return;
-  }
-  if (masked) {
-    // Its k loop unrolled (by 4, or 2: jit__cpu_unroll_k_loops) where the trip count
-    // is even: two compiles interleaved, 17x1000x31 5-6 % faster, 37x2000x27 4-6 %,
-    // 1000x600x30, 200x512x24 and 64x1024x48 the same; ~4 ms more to compile.
-    if ((kc ? kc : K) % 2 == 0) w->unroll_k = true;
-    plan_masked(w, i, root, tM, mtm, mv, kc);
-    return;
-  }
+  (void)N, (void)tM, (void)tN, (void)mc, (void)nc, (void)kc, (void)packed, (void)masked;
+  (void)M, (void)K, (void)tm, (void)tn, (void)b_tr, (void)copy_a, (void)split;
+}
+
+// Cache blocks, register tiles, peeling and the k loop of an unpacked, unmasked plan.
+static void emit_mm_tiles(walk *w, int i, const jit__cpu_mm_plan *p, bool has_fill,
+                          char root[32]) {
+  int64_t mc = p->mc, nc = p->nc, kc = p->kc, tm = p->tm, tn = p->tn, em = p->em, en = p->en;
+  bool fused = p->fused, narrow_rest = p->narrow_rest;
+  jit__text *sb = &w->sb;
+  char hb[32];  // handle() text for sb_peel
+  (void)hb;
+  const char *zk = fused ? "" : ", 0";  // the matmul has a k loop to leave alone
   if (mc || nc) {
     int nl = (mc != 0) + (nc != 0);
     sb_printf(sb, "  %%cb%d, %%cbl%d:%d = transform.structured.fuse %s tile_sizes [%lld, "
@@ -1057,7 +745,7 @@ choose_tile:;
               i, i, nl, root, (long long)mc, (long long)nc, zk, fused ? "" : ", 2");
     sb_types(sb, nl + 1);
     sb_printf(sb, "\n");
-    snprintf(root, sizeof root, "%%cb%d", i);
+    snprintf(root, 32, "%%cb%d", i);
   }
   int nreg = (tm < em ? 1 : 0) + (tn < en ? 1 : 0);
   const char *lm = NULL, *ln = NULL;  // loop handles to peel
@@ -1095,7 +783,7 @@ choose_tile:;
     // 151 -> 134 (2 threads 77 -> 66), 12x128x128x64 136 -> 121, 512x64x512 at 2
     // threads 108 -> 94; 200x300x300, 100^3, 97x61x131 the same. With k blocks the fill
     // stays apart (it must not run per k block).
-    if (nreg && has_fill && !kc && i < 64) {
+    if (nreg && has_fill && !kc) {
       sb_printf(sb, "  %%rt%d, %%rl%d:%d = transform.structured.fuse %s "
                     "tile_sizes [%lld, %lld, 0] : (" ANY ") -> ",
                 i, i, nreg, src, (long long)(tm < em ? tm : 0),
@@ -1137,10 +825,255 @@ choose_tile:;
   }
 }
 
+// Writes the transform IR of matmul i's plan `p`.
+static void emit_matmul(walk *w, int i, const jit__cpu_mm_shape *s, const jit__cpu_mm_plan *p,
+                        bool has_fill) {
+  char root[32];
+  emit_mm_head(w, i, s, p, has_fill, root);
+  int64_t K = s->K, tM = p->tM, tN = p->tN, nc = p->nc, kc = p->kc, tm = p->tm, tn = p->tn;
+  bool fused = p->fused, copy_a = p->copy_a, b_tr = p->b_tr, a_made = s->a_made;
+  if (p->packed) {
+    // The fill fused into the register tiles only where it is their one producer
+    // (structured.fuse would pull B's transpose, or A's elementwise producer, in too).
+    bool b_made = s->b_made;
+    plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc, copy_a, fused,
+                s->a_f16 ? "f16" : "f32", s->b_f16 ? "f16" : "f32", b_tr,
+                has_fill && !a_made && !b_made);
+    return;
+  }
+  if (p->masked) {
+    // Its k loop unrolled (by 4, or 2: jit__cpu_unroll_k_loops) where the trip count
+    // is even: two compiles interleaved, 17x1000x31 5-6 % faster, 37x2000x27 4-6 %,
+    // 1000x600x30, 200x512x24 and 64x1024x48 the same; ~4 ms more to compile.
+    // (jit__cpu_plan_matmul sets p->unroll_k so.)
+    plan_masked(w, i, root, tM, p->mtm, p->mv, kc);
+    return;
+  }
+  emit_mm_tiles(w, i, p, has_fill, root);
+}
+
+// Plans matmul `mm` (jit__cpu_plan_matmul) and writes its script; the generics making
+// its operands that it does not fuse are planned first.
+static void plan_matmul(walk *w, MlirOperation mm) {
+  MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
+  MlirType tb = mlirValueGetType(mlirOperationGetOperand(mm, 1));
+  MlirType tc = mlirValueGetType(mlirOperationGetOperand(mm, 2));
+  bool batched = jit__cpu_op_is(mm, "linalg.batch_matmul");
+  int rank = batched ? 3 : 2, o = batched ? 1 : 0;
+  if (!jit__cpu_static_shaped(ta) || !jit__cpu_static_shaped(tb) || !jit__cpu_static_shaped(tc) ||
+      mlirShapedTypeGetRank(ta) != rank || mlirShapedTypeGetRank(tb) != rank ||
+      mlirOperationGetNumResults(mm) != 1)
+    return;
+  if (batched && jit__cpu_batch_b_transposed(mm)) {
+    int64_t Bt = mlirShapedTypeGetDimSize(ta, 0), M = mlirShapedTypeGetDimSize(ta, 1);
+    int64_t K = mlirShapedTypeGetDimSize(ta, 2), N = mlirShapedTypeGetDimSize(tb, 1);
+    // Otherwise jit__cpu_normalize has made it a transpose and a plain batch_matmul; if
+    // it could not, the loops stay unplanned (LLVM vectorizes their dot products).
+    if (jit__cpu_batch_dot_rows(&w->h, M, K)) plan_batch_dot(w, mm, Bt, M, K, N);
+    return;
+  }
+  if (batched && !jit__cpu_batch_maps_plain(mm)) return;
+  int64_t M = mlirShapedTypeGetDimSize(ta, o), K = mlirShapedTypeGetDimSize(ta, o + 1);
+  int64_t N = mlirShapedTypeGetDimSize(tb, o + 1);
+  // plan_batch folds the unit batch dim of each matmul away, and with it any other
+  // unit dim: with M = 1 (a batch of vector x matrix) plan_batch_vecmat instead; with N
+  // or K = 1 no 2-D matmul is left to plan (that batch_matmul is lowered to plain loops).
+  if (batched && M == 1 && N > 1 && K > 1) {
+    int64_t Bt = mlirShapedTypeGetDimSize(ta, 0);
+    plan_batch_vecmat(w, mm, Bt, K, N);
+    return;
+  }
+  if (batched && (M == 1 || N == 1 || K == 1)) return;
+  int64_t Bt = batched ? mlirShapedTypeGetDimSize(ta, 0) : 1;
+  if (!batched && jit__cpu_b_transposed(mm)) {
+    plan_matmul_bt(w, mm, M, K, mlirShapedTypeGetDimSize(tb, 0));
+    return;
+  }
+  int i = w->n_mm++;
+  jit__cpu_set_tag(w->ctx, mm, batched ? "jit_bm" : "jit_mm", i);
+  jit__cpu_mm_shape s = mm_shape_of(mm, batched, Bt, M, K, N);
+  jit__cpu_mm_plan p = jit__cpu_plan_matmul(&s, &w->h, w->threads);
+  MlirOperation fill = mlirOpResultGetOwner(mlirOperationGetOperand(mm, 2));
+  bool has_fill = mlirValueIsAOpResult(mlirOperationGetOperand(mm, 2)) &&
+                  jit__cpu_op_is(fill, "linalg.fill");
+  if (has_fill) jit__cpu_set_tag(w->ctx, fill, batched ? "jit_bf" : "jit_f", i);
+  if (p.unroll_k) w->unroll_k = true;
+  if (p.fused) {
+    MlirOperation g = jit__cpu_epilogue_of(mm);
+    jit__cpu_set_tag(w->ctx, g, "jit_ep", i);
+    w->fused[w->n_fused++] = g;
+  }
+  MlirValue bv = mlirOperationGetOperand(mm, 1);
+  if (p.b_tr) w->taken_t[w->n_taken_t++] = mlirOpResultGetOwner(bv);
+  // Generics that make B, and those that make A other than plain elementwise ones, are
+  // planned on their own before this plan: the block and register tiling below fuses
+  // an operand's producer into its loops, where it runs per n block, in a shape its own
+  // plan did not see. A transpose there (x W^T, AVX2: 41x520x1000) failed to vectorize,
+  // its 8x8 tiles not dividing the n blocks of 250 (B's elementwise tiles of 4 vectors
+  // would not divide n blocks of 96 either); a layernorm making A was fused into each
+  // n block (LN(x) W 128x768x3072: 3.85-4.0 ms, ahead 3.74-3.81 and ~10 ms less to
+  // compile). A plain elementwise A (relu(x) W), cheap to redo, stays fused: planned
+  // ahead it cost an intermediate (3.9 -> 4.4 ms). So does f16 A's extension, which
+  // the row tiles compute.
+  // Batched too for B (planned before the batch loop, which would fuse it otherwise):
+  // a prefill's q K^T, K^T fused into every register tile, ran its transpose
+  // unvectorized there (12x128x64x128 at 1 thread: 364 -> 146 us, 12x512x64x512 5.9 ->
+  // 2.4 ms; a transformer block 2 % faster). Batched A producers stay fused.
+  for (int k = batched ? 1 : 0; k < 2; k++) {
+    MlirValue v = mlirOperationGetOperand(mm, k);
+    MlirOperation t = jit__cpu_producer(v);
+    if ((k == 1 && p.b_tr) || mlirOperationIsNull(t) || !jit__cpu_op_is(t, "linalg.generic") ||
+        mlirShapedTypeGetRank(mlirValueGetType(v)) != (batched ? 3 : 2) ||
+        (k == 0 && plain_elementwise(t)))
+      continue;
+    // B made for a batch split across the threads: its producer is split too (by the
+    // batch), whatever its size, rather than run on one thread before the split batch
+    // (2 threads, q K^T 12x128x64x128 with K^T its own op: 90 -> 70 us; plain B 63).
+    w->ew_split = batched && p.batch_split && k == 1;
+    jit__cpu_plan_generic(w, t);
+    w->ew_split = false;
+    w->taken_t[w->n_taken_t++] = t;
+  }
+  emit_matmul(w, i, &s, &p, has_fill);
+}
+
 static MlirWalkResult plan_op(MlirOperation op, void *user) {
   walk *w = user;
   if (jit__cpu_op_is(op, "linalg.matmul") || jit__cpu_op_is(op, "linalg.batch_matmul")) plan_matmul(w, op);
   return MlirWalkResultAdvance;
+}
+
+static MlirWalkResult count_op(MlirOperation op, void *user) {
+  (void)op;
+  ++*(int *)user;
+  return MlirWalkResultAdvance;
+}
+
+// The walk's per-op arrays, one entry per op of `module` (no plan numbers more ops
+// than that); false when out of memory.
+static bool walk_alloc(walk *w, MlirOperation module) {
+  int n = 0;
+  mlirOperationWalk(module, count_op, &n, MlirWalkPreOrder);
+  w->cap = n;
+  size_t c = (size_t)n + 1;
+  w->fused = calloc(c, sizeof *w->fused);
+  w->claimed = calloc(c, sizeof *w->claimed);
+  w->masked = calloc(c, sizeof *w->masked);
+  w->vecmat = calloc(c, sizeof *w->vecmat);
+  w->ew_bcast = calloc(c, sizeof *w->ew_bcast);
+  w->ew_rest = calloc(c, sizeof *w->ew_rest);
+  w->fill_fused = calloc(c, sizeof *w->fill_fused);
+  w->taken_t = calloc(c, sizeof *w->taken_t);
+  return w->fused && w->claimed && w->masked && w->vecmat && w->ew_bcast && w->ew_rest &&
+         w->fill_fused && w->taken_t;
+}
+
+static void walk_free(walk *w) {
+  free(w->fused);
+  free(w->claimed);
+  free(w->masked);
+  free(w->vecmat);
+  free(w->ew_bcast);
+  free(w->ew_rest);
+  free(w->fill_fused);
+  free(w->taken_t);
+}
+
+// Vectorizes the matmuls' register tiles (as named contractions, which lower to outer
+// products) and the fills fused into them.
+static void vectorize_matmuls(walk *w) {
+  jit__text *sb = &w->sb;
+  for (int i = 0; i < w->n_mm; i++) {
+    if (w->vecmat[i]) {
+      sb_printf(sb,
+                "  %%vm%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} "
+                "attributes {jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+                "  transform.structured.vectorize %%vm%d {create_named_contraction} : " ANY
+                "\n"
+                "  %%vf%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
+                "{jit_f = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+                "  transform.structured.vectorize %%vf%d : " ANY "\n",
+                i, i, i, i, i, i);
+      continue;
+    }
+    if (w->masked[i][0]) {
+      // The peeled rest rows first: the full-tile match below would take them too.
+      if (w->masked[i][2])
+        sb_printf(sb,
+                  "  %%vr%d = transform.structured.match ops{[\"linalg.matmul\"]} "
+                  "attributes {jit_mm = %d : i64, jit_mrest} in %%f : (" ANY ") -> " ANY
+                  "\n"
+                  "  transform.structured.vectorize %%vr%d vector_sizes [%lld, %lld, 1] "
+                  "{create_named_contraction} : " ANY
+                  "\n",
+                  i, i, i, (long long)w->masked[i][2], (long long)w->masked[i][0]);
+      sb_printf(sb,
+                "  %%vm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+                "{jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+                "  transform.structured.vectorize %%vm%d vector_sizes [%lld, %lld, 1] "
+                "{create_named_contraction} : " ANY
+                "\n",
+                i, i, i, (long long)w->masked[i][1], (long long)w->masked[i][0]);
+      continue;
+    }
+    sb_printf(sb,
+              "  %%vm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+              "{jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+              "  transform.structured.vectorize %%vm%d {create_named_contraction} : " ANY
+              "\n",
+              i, i, i);
+    if (w->fill_fused[i])
+      sb_printf(sb,
+                "  %%vff%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
+                "{jit_f = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
+                "  transform.structured.vectorize %%vff%d : " ANY "\n",
+                i, i, i);
+  }
+}
+
+// Vectorizes the elementwise ops' tiles.
+static void vectorize_elementwise(walk *w) {
+  jit__text *sb = &w->sb;
+  for (int i = 0; i < w->n_ew; i++) {
+    if (w->ew_rest[i][1]) {
+      // The partial tiles of a transposed read (13 x 16, 16 x 13, 13 x 13 at 333^2) in
+      // rows of one, each a vector along the last dim reading the transposed input with
+      // a stride: vectorized whole, each shape's transposes took longer to compile than
+      // the rest of the kernel (exp(x + y^T) 333^2: 116 ms against 51, 77^2 122 against
+      // 50, f16 128 against 60) for the same speed (28 us; 1030^2 157 against 148).
+      int tl = w->ew_rest[i][0], nl = w->ew_rest[i][1];
+      sb_printf(sb,
+                "  %%vq%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+                "{jit_ew = %d : i64, jit_ewrest} in %%f : (" ANY ") -> " ANY "\n"
+                "  %%vqt%d, %%vql%d = transform.structured.tile_using_for %%vq%d tile_sizes [",
+                i, i, i, i, i);
+      for (int l = 0; l < nl; l++) sb_printf(sb, "%s%d", l ? ", " : "", l == tl ? 1 : 0);
+      sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n"
+                "  transform.structured.vectorize %%vqt%d : " ANY "\n", i);
+    }
+    sb_printf(sb,
+              "  %%vw%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+              "{jit_ew = %d : i64} in %%f : (" ANY ") -> " ANY "\n",
+              i, i);
+    if (!w->ew_bcast[i]) {
+      sb_printf(sb, "  transform.structured.vectorize %%vw%d : " ANY "\n", i);
+      continue;
+    }
+    // An input broadcast along the vector dim is read as vector<1 x V> with the map
+    // (d0, d1) -> (d0, 0), which no pattern here turns into a load and a broadcast:
+    // convert-vector-to-scf made it a loop of V scalar inserts through the stack, per
+    // row (x + c with c (M, 1), 4096x1024: 2.8 ms against 1.4 for x + y). Without the
+    // unit dims it is a 0-d read and a vector.broadcast.
+    sb_printf(sb,
+              "  %%vwp%d = transform.get_parent_op %%vw%d {op_name = \"scf.for\", deduplicate} "
+              ": (" ANY ") -> " ANY "\n"
+              "  transform.structured.vectorize %%vw%d : " ANY "\n"
+              "  transform.apply_patterns to %%vwp%d {\n"
+              "    transform.apply_patterns.vector.cast_away_vector_leading_one_dim\n"
+              "    transform.apply_patterns.vector.transfer_permutation_patterns\n"
+              "  } : " ANY "\n",
+              i, i, i, i);
+  }
 }
 
 bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_options *o,
@@ -1152,6 +1085,10 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   w.o = o;
   w.h = jit__cpu_host_of(o);
   w.threads = o->num_threads > 1 ? o->num_threads : 1;
+  if (!walk_alloc(&w, module)) {
+    walk_free(&w);
+    return false;
+  }
   jit__text *sb = &w.sb;
   sb_printf(sb,
             "module attributes {transform.with_named_sequence} {\n"
@@ -1179,52 +1116,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
                   "transform.apply_patterns.tensor.fold_tensor_empty } : " ANY "\n");
   // Vectorize what was tiled: register tiles of the matmuls (as named contractions,
   // which lower to outer products), their epilogues and fills, and elementwise tiles.
-  for (int i = 0; i < w.n_mm; i++) {
-    if (i < 64 && w.vecmat[i]) {
-      sb_printf(sb,
-                "  %%vm%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} "
-                "attributes {jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
-                "  transform.structured.vectorize %%vm%d {create_named_contraction} : " ANY
-                "\n"
-                "  %%vf%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
-                "{jit_f = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
-                "  transform.structured.vectorize %%vf%d : " ANY "\n",
-                i, i, i, i, i, i);
-      continue;
-    }
-    if (i < 64 && w.masked[i][0]) {
-      // The peeled rest rows first: the full-tile match below would take them too.
-      if (w.masked[i][2])
-        sb_printf(sb,
-                  "  %%vr%d = transform.structured.match ops{[\"linalg.matmul\"]} "
-                  "attributes {jit_mm = %d : i64, jit_mrest} in %%f : (" ANY ") -> " ANY
-                  "\n"
-                  "  transform.structured.vectorize %%vr%d vector_sizes [%lld, %lld, 1] "
-                  "{create_named_contraction} : " ANY
-                  "\n",
-                  i, i, i, (long long)w.masked[i][2], (long long)w.masked[i][0]);
-      sb_printf(sb,
-                "  %%vm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
-                "{jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
-                "  transform.structured.vectorize %%vm%d vector_sizes [%lld, %lld, 1] "
-                "{create_named_contraction} : " ANY
-                "\n",
-                i, i, i, (long long)w.masked[i][1], (long long)w.masked[i][0]);
-      continue;
-    }
-    sb_printf(sb,
-              "  %%vm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
-              "{jit_mm = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
-              "  transform.structured.vectorize %%vm%d {create_named_contraction} : " ANY
-              "\n",
-              i, i, i);
-    if (i < 64 && w.fill_fused[i])
-      sb_printf(sb,
-                "  %%vff%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
-                "{jit_f = %d : i64} in %%f : (" ANY ") -> " ANY "\n"
-                "  transform.structured.vectorize %%vff%d : " ANY "\n",
-                i, i, i);
-  }
+  vectorize_matmuls(&w);
   // The register tiles' accumulators, which the epilogue rows below read back, as
   // tile-sized tensors rather than slices of a full-size one (which bufferized into a
   // C-sized malloc per call).
@@ -1255,46 +1147,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
               "  transform.structured.vectorize %%vf%d : " ANY "\n",
               i, i, i, i, i, i, i, i, i);
   }
-  for (int i = 0; i < w.n_ew; i++) {
-    if (i < 64 && w.ew_rest[i][1]) {
-      // The partial tiles of a transposed read (13 x 16, 16 x 13, 13 x 13 at 333^2) in
-      // rows of one, each a vector along the last dim reading the transposed input with
-      // a stride: vectorized whole, each shape's transposes took longer to compile than
-      // the rest of the kernel (exp(x + y^T) 333^2: 116 ms against 51, 77^2 122 against
-      // 50, f16 128 against 60) for the same speed (28 us; 1030^2 157 against 148).
-      int tl = w.ew_rest[i][0], nl = w.ew_rest[i][1];
-      sb_printf(sb,
-                "  %%vq%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
-                "{jit_ew = %d : i64, jit_ewrest} in %%f : (" ANY ") -> " ANY "\n"
-                "  %%vqt%d, %%vql%d = transform.structured.tile_using_for %%vq%d tile_sizes [",
-                i, i, i, i, i);
-      for (int l = 0; l < nl; l++) sb_printf(sb, "%s%d", l ? ", " : "", l == tl ? 1 : 0);
-      sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n"
-                "  transform.structured.vectorize %%vqt%d : " ANY "\n", i);
-    }
-    sb_printf(sb,
-              "  %%vw%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
-              "{jit_ew = %d : i64} in %%f : (" ANY ") -> " ANY "\n",
-              i, i);
-    if (i >= 64 || !w.ew_bcast[i]) {
-      sb_printf(sb, "  transform.structured.vectorize %%vw%d : " ANY "\n", i);
-      continue;
-    }
-    // An input broadcast along the vector dim is read as vector<1 x V> with the map
-    // (d0, d1) -> (d0, 0), which no pattern here turns into a load and a broadcast:
-    // convert-vector-to-scf made it a loop of V scalar inserts through the stack, per
-    // row (x + c with c (M, 1), 4096x1024: 2.8 ms against 1.4 for x + y). Without the
-    // unit dims it is a 0-d read and a vector.broadcast.
-    sb_printf(sb,
-              "  %%vwp%d = transform.get_parent_op %%vw%d {op_name = \"scf.for\", deduplicate} "
-              ": (" ANY ") -> " ANY "\n"
-              "  transform.structured.vectorize %%vw%d : " ANY "\n"
-              "  transform.apply_patterns to %%vwp%d {\n"
-              "    transform.apply_patterns.vector.cast_away_vector_leading_one_dim\n"
-              "    transform.apply_patterns.vector.transfer_permutation_patterns\n"
-              "  } : " ANY "\n",
-              i, i, i, i);
-  }
+  vectorize_elementwise(&w);
   sb_printf(sb, "%s", canon);
   // Masked transfers as transfers with a mask operand, which the accumulator hoisting
   // below recognizes (inside vector.mask it does not).
@@ -1338,6 +1191,7 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
   out->unroll_k = w.unroll_k;
   out->threads = w.threads;
   jit__cpu_plan_streams(&w, module, out);
+  walk_free(&w);
   if (sb->oom) {
     free(sb->p);
     return false;
