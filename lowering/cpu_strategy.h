@@ -1,7 +1,8 @@
 //===--- cpu_strategy.h - per-op CPU code generation strategies ------------===//
 //
 // The transform script that tiles, fuses, parallelizes and vectorizes one specialized
-// module (cpu_strategy.c), and the LLVM-IR rewrite that makes exp vectorizable
+// module (lowering/cpu/: normalize.c before it, script.c with the plans of plan_matmul.c and
+// plan_rows.c, post_bufferize.c after it), and the LLVM-IR rewrite that makes exp vectorizable
 // (cpu_vmath.c). Used by compile_cpu.c only.
 //
 //===----------------------------------------------------------------------===//
@@ -23,12 +24,12 @@ typedef struct jit__cpu_plan {
   bool parallel;     // the script made scf.forall loops: lower them to OpenMP
   int threads;       // threads those loops use
   // Packed-B buffers the script made, as memref<panels x kc x tn x f32>: after
-  // bufferization, their allocations become stack allocations (cpu_strategy.c says
+  // bufferization, their allocations become stack allocations (lowering/cpu/ says
   // why; jit__cpu_stack_buffers).
   int64_t pack[JIT__CPU_MAX_PACK][3];
   int n_pack;
   int n_masked;      // matmuls vectorized with masks (jit__cpu_drop_mask_selects)
-  // Streaming (cpu_strategy.c, "Streaming"): the outputs are large and written once,
+  // Streaming (lowering/cpu/, "Streaming"): the outputs are large and written once,
   // so their vector stores go straight to memory (jit__cpu_stream_rows); and for a lone
   // row loop over a large input, the bytes from one row to the next, to prefetch it.
   bool stream;
@@ -49,12 +50,12 @@ void jit__cpu_normalize(MlirContext ctx, MlirOperation module, const jit__lower_
 // Rewrites each small-M matmul of `module` split across `o->num_threads` threads that
 // is faster split over K than over N (4 rows or more, or under a page of each row of
 // B a thread) into a batch_matmul of the K parts and a sum of their results
-// (cpu_strategy.c, "Small M split over K"). To run before jit__cpu_split_script.
+// (lowering/cpu/, "Small M split over K"). To run before jit__cpu_split_script.
 // Returns the number rewritten.
 int jit__cpu_split_k(MlirContext ctx, MlirOperation module, const jit__lower_options *o);
 
 // The script that splits matmuls whose N is not a whole number of register tiles into
-// two (cpu_strategy.c, "Odd N"), to run before jit__cpu_plan_make; NULL when there are
+// two (lowering/cpu/, "Odd N"), to run before jit__cpu_plan_make; NULL when there are
 // none (or out of memory: the matmuls are then planned whole). Free with free().
 char *jit__cpu_split_script(MlirContext ctx, MlirOperation module,
                             const jit__lower_options *o);
@@ -69,7 +70,7 @@ void jit__cpu_plan_free(jit__cpu_plan *plan);
 // After one-shot bufferization (before deallocations are placed): replaces the heap
 // allocation of each packed-B buffer of `plan` made once per call or per thread, and
 // of each small scratch buffer made inside loops, by a stack allocation at the top of
-// the function or thread body (cpu_strategy.c says which and why). Returns the number
+// the function or thread body (lowering/cpu/ says which and why). Returns the number
 // replaced; *bytes is their total size.
 int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu_plan *plan,
                            int64_t *bytes);
@@ -78,12 +79,12 @@ int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu
 // whose own body holds vector FMAs) an llvm.loop.unroll.count of 4, or 2 when its
 // static trip count is not a multiple of 4, and every other scf.for unroll.disable, so
 // that LLVM's loop-unroll pass (jit__cpu_unroll_passes) unrolls those loops alone
-// (cpu_strategy.c says why). Returns the k loops marked.
+// (lowering/cpu/ says why). Returns the k loops marked.
 int jit__cpu_unroll_k_loops(MlirContext ctx, MlirOperation module);
 
 // After the script, for plan->n_masked: replaces each masked register tile's
 // accumulator step select(mask, acc + p, p) by acc + p where nothing reads the
-// masked-off lanes (cpu_strategy.c says how that is checked). Returns the number
+// masked-off lanes (lowering/cpu/ says how that is checked). Returns the number
 // replaced.
 int jit__cpu_drop_mask_selects(MlirOperation module);
 

@@ -1,0 +1,78 @@
+//===--- plan.h - the CPU strategy's choices, as data ----------------------===//
+//
+// Pure functions from op shapes, the host (host.h) and the thread count to plan
+// structs holding the choices; script.c writes transform IR from the structs. No MLIR
+// here: tests call these directly (tests/test_cpu_plans.c).
+//
+//===----------------------------------------------------------------------===//
+#ifndef JITML_LOWERING_CPU_PLAN_H_
+#define JITML_LOWERING_CPU_PLAN_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lowering/cpu/host.h"
+
+// Bytes of one packed B block. The block lives in the kernel's stack frame (one per
+// thread), not in a heap buffer or a workspace argument: a stack is already mapped and
+// touched after the first call on a thread, so every later call reuses the same pages
+// without malloc, without first-touch faults (~12 us per 4 KiB page here) and without
+// a change to the kernel ABI; each OpenMP thread gets its own copy for free; and the
+// size is fixed at compile time. 256 KiB (half of this L2, the usual GotoBLAS share)
+// is well inside glibc's 8 MiB thread stacks and libomp's 4 MiB worker stacks.
+// compile_cpu.c turns the buffer's heap allocation into that stack allocation.
+#define JIT__PACK_BYTES (256 << 10)
+
+// Cache blocks [nc, kc] for a packed thread's tM x tN part of a matmul with register
+// width tn (plan_matmul.c says how), or false when the shape does not take the packed
+// path. `l2`: the L2 a whole-K block may fill half of (0: not that way).
+bool jit__cpu_pack_plan(int64_t tM, int64_t tN, int64_t K, int64_t tn, bool fused, int64_t l2,
+                        int64_t *out_nc, int64_t *out_kc);
+
+// Whether a batch of M x K x N reading B through (b, n, k) is planned as dot products
+// along k (plan_matmul.c).
+bool jit__cpu_batch_dot_rows(const jit__cpu_host *h, int64_t M, int64_t K);
+
+// Bytes of B in one k block of a masked narrow-N matmul on AVX2 (plan_masked): most
+// of L1d.
+#define JIT__MASKED_B_BYTES (24 << 10)
+
+// What plan_matmul reads of a matmul: its shapes and what surrounds it.
+typedef struct jit__cpu_mm_shape {
+  int64_t M, K, N;       // one matmul's (of a batch: each one's)
+  int64_t Bt;            // matmuls in the batch (1: not batched)
+  bool batched;          // a linalg.batch_matmul with plain maps
+  int64_t whole_n;       // N before an odd-N split ("Odd N", normalize.c), else N
+  bool floats;           // f32 or f16 inputs
+  bool a_f16, b_f16;     // f16 A, f16 B
+  bool epilogue;         // an elementwise consumer its register tiles could run
+  bool b_from_transpose; // B is made by a transpose of W (x W^T)
+  bool a_made, b_made;   // A, B computed by a linalg.generic
+} jit__cpu_mm_shape;
+
+// How a matmul is tiled (plan_matmul.c says why each choice is made). Thread-compatible.
+typedef struct jit__cpu_mm_plan {
+  bool small_m;          // GEMV-like: B streamed once in short k blocks
+  bool batch_split;      // a batch divided among the threads by whole matmuls
+  int split;             // threads split -1: nothing, 0: M, 1: N
+  int64_t tM, tN;        // one thread's part
+  int64_t dtm, dtn;      // the default register tile the tile was chosen from
+  int64_t tm, tn;        // the register tile
+  int64_t mc, nc, kc;    // cache blocks (0: none)
+  int64_t em, en;        // the extents the register tiles walk
+  bool fused;            // the epilogue runs on each register tile
+  bool packed;           // B packed into panels per [kc, nc] block
+  int64_t pnc, pkc;      // the packed blocks pack_plan chose
+  bool copy_a;           // A's row tiles copied per k block (packed)
+  bool b_tr;             // B packed from W directly (B = W^T)
+  bool narrow_rest;      // the n remainder is not whole vectors: one column at a time
+  bool masked;           // one masked register tile per row block (narrow odd N)
+  int64_t mv, mtm;       // masked: vector width and rows of the tile
+  bool unroll_k;         // the k loops are worth unrolling
+} jit__cpu_mm_plan;
+
+// The plan for matmul `s` on host `h` with `threads` threads. Pure.
+jit__cpu_mm_plan jit__cpu_plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu_host *h,
+                                      int threads);
+
+#endif  // JITML_LOWERING_CPU_PLAN_H_

@@ -1,0 +1,367 @@
+//===--- plan_rows.c - row loops, elementwise ops and streaming ----------===//
+#include "lowering/cpu/internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/BuiltinTypes.h>
+#include <mlir-c/AffineExpr.h>
+#include <mlir-c/AffineMap.h>
+
+#include "base/status.h"
+#include "base/text.h"
+
+
+//===--- Row fusion (softmax, normalizations) -------------------------===//
+
+// A reduction over the last loop only, reading input 0 through the identity.
+static bool is_row_reduction(MlirOperation g) {
+  if (!jit__cpu_op_is(g, "linalg.generic") || mlirOperationGetNumResults(g) != 1) return false;
+  char it[JIT_MAX_RANK + 2];
+  int nl = jit__cpu_read_iterators(g, it, (int)sizeof it);
+  if (nl < 2 || it[nl - 1] != 'r') return false;
+  for (int l = 0; l < nl - 1; l++)
+    if (it[l] != 'p') return false;
+  return jit__cpu_map_is_identity(g, 0);
+}
+
+
+
+// An elementwise generic of rank >= 2 that reads a row reduction (softmax's division
+// by the row sum, a normalization) is the root of a row loop: tiling it by rows fuses
+// its producers (the exps, the sum, the max) into the same loop, so a row is read from
+// memory once and the rest stays in L1, instead of one pass over the whole matrix per
+// op and a full-size intermediate in between.
+bool jit__cpu_is_row_root(MlirOperation g) {
+  if (!jit__cpu_op_is(g, "linalg.generic") || mlirOperationGetNumResults(g) != 1) return false;
+  MlirType rt = mlirValueGetType(mlirOperationGetResult(g, 0));
+  if (!jit__cpu_static_shaped(rt) || mlirShapedTypeGetRank(rt) < 2) return false;
+  char it[JIT_MAX_RANK + 2];
+  int nl = jit__cpu_read_iterators(g, it, (int)sizeof it);
+  if (nl != mlirShapedTypeGetRank(rt)) return false;
+  for (int l = 0; l < nl; l++)
+    if (it[l] != 'p') return false;
+  bool reads_reduction = false;
+  for (intptr_t k = 0; k + 1 < mlirOperationGetNumOperands(g); k++) {
+    MlirType t = mlirValueGetType(mlirOperationGetOperand(g, k));
+    if (!mlirTypeIsARankedTensor(t) || !mlirShapedTypeHasStaticShape(t)) return false;
+    MlirOperation p = jit__cpu_producer(mlirOperationGetOperand(g, k));
+    if (!mlirOperationIsNull(p) && is_row_reduction(p)) reads_reduction = true;
+  }
+  return reads_reduction;
+}
+
+static bool is_claimed(walk *w, MlirOperation g) {
+  for (int c = 0; c < w->n_claimed; c++)
+    if (mlirOperationEqual(w->claimed[c], g)) return true;
+  return false;
+}
+
+// Claims the generics (and fills) `g` reads, transitively: the row loop computes them.
+static void claim_producers(walk *w, MlirOperation g, int depth) {
+  if (depth > 16) return;
+  for (intptr_t k = 0; k < mlirOperationGetNumOperands(g); k++) {
+    MlirOperation p = jit__cpu_producer(mlirOperationGetOperand(g, k));
+    if (mlirOperationIsNull(p) || !jit__cpu_op_is(p, "linalg.generic") || is_claimed(w, p)) continue;
+    w->claimed[w->n_claimed++] = p;
+    claim_producers(w, p, depth + 1);
+  }
+}
+
+MlirWalkResult jit__cpu_find_row_roots(MlirOperation op, void *user) {
+  walk *w = user;
+  if (jit__cpu_is_row_root(op)) claim_producers(w, op, 0);
+  return MlirWalkResultAdvance;
+}
+
+static void plan_row(walk *w, MlirOperation g) {
+  MlirType rt = mlirValueGetType(mlirOperationGetResult(g, 0));
+  int nl = (int)mlirShapedTypeGetRank(rt);
+  int64_t d0 = mlirShapedTypeGetDimSize(rt, 0);
+  int64_t numel = 1;
+  for (int l = 0; l < nl; l++) numel *= mlirShapedTypeGetDimSize(rt, l);
+  int i = w->n_row++;
+  jit__cpu_set_tag(w->ctx, g, "jit_row", i);
+  int64_t bytes = jit__cpu_shaped_bytes(rt);
+  w->row_input_bytes = bytes;
+  w->row_bytes = bytes > 0 ? bytes / numel * mlirShapedTypeGetDimSize(rt, nl - 1) : 0;
+  jit__text *sb = &w->sb;
+  int T = w->threads;
+  bool par = T > 1 && d0 % T == 0 && numel >= (1 << 15);
+  sb_printf(sb,
+            "  %%row%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+            "{jit_row = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+            i, i);
+  const char *src = "%row";
+  if (par) {
+    // Rows split across threads with the producers fused into the forall, so that each
+    // thread runs whole row loops. (tile_using_forall on the root alone left the max,
+    // exp and sum outside the forall, over the whole matrix on one thread, with a
+    // full-size intermediate malloc'ed per call: 2 threads were slower than 1.)
+    w->parallel = true;
+    sb_printf(sb, "  %%rowt%d, %%rowf%d = transform.structured.fuse %%row%d "
+                  "tile_sizes [%lld",
+              i, i, i, (long long)(d0 / T));
+    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+    sb_printf(sb, "] {use_forall} : (" ANY ") -> (" ANY ", " ANY ")\n");
+    src = "%rowt";
+  }
+  sb_printf(sb, "  %%rowr%d, %%rowl%d:%d = transform.structured.fuse %s%d tile_sizes [", i,
+            i, nl - 1, src, i);
+  for (int l = 0; l < nl; l++) sb_printf(sb, "%s%d", l ? ", " : "", l < nl - 1 ? 1 : 0);
+  sb_printf(sb, "] : (" ANY ") -> ");
+  sb_types(sb, nl);
+  sb_printf(sb, "\n");
+}
+
+// The loop that walks the contiguous (last) dim of one of the generic's inputs, when
+// that is not its last loop (a transposed read), or -1.
+int jit__cpu_transposed_loop(MlirOperation g, int nl) {
+  MlirAttribute maps =
+      mlirOperationGetAttributeByName(g, mlirStringRefCreateFromCString("indexing_maps"));
+  if (mlirAttributeIsNull(maps) || !mlirAttributeIsAArray(maps)) return -1;
+  intptr_t n_in = mlirOperationGetNumOperands(g) - 1;
+  for (intptr_t k = 0; k < n_in && k < mlirArrayAttrGetNumElements(maps); k++) {
+    MlirAffineMap m = mlirAffineMapAttrGetValue(mlirArrayAttrGetElement(maps, k));
+    intptr_t nr = mlirAffineMapGetNumResults(m);
+    if (nr < 1 || mlirAffineMapGetNumDims(m) != nl) continue;
+    MlirAffineExpr e = mlirAffineMapGetResult(m, nr - 1);
+    if (!mlirAffineExprIsADim(e)) continue;
+    int pos = (int)mlirAffineDimExprGetPosition(e);
+    if (pos != nl - 1) return pos;
+  }
+  return -1;
+}
+
+// Whether an input of `g` (nl loops) does not vary along the last loop: a column of
+// x + c with c of shape (M, 1), or a scalar.
+static bool broadcasts_last(MlirOperation g, int nl) {
+  MlirAttribute maps =
+      mlirOperationGetAttributeByName(g, mlirStringRefCreateFromCString("indexing_maps"));
+  if (mlirAttributeIsNull(maps) || !mlirAttributeIsAArray(maps)) return false;
+  intptr_t n_in = mlirOperationGetNumOperands(g) - 1;
+  for (intptr_t k = 0; k < n_in && k < mlirArrayAttrGetNumElements(maps); k++) {
+    MlirAffineMap m = mlirAffineMapAttrGetValue(mlirArrayAttrGetElement(maps, k));
+    bool walks = false;
+    for (intptr_t r = 0; r < mlirAffineMapGetNumResults(m); r++) {
+      MlirAffineExpr e = mlirAffineMapGetResult(m, r);
+      walks = walks || (mlirAffineExprIsADim(e) && mlirAffineDimExprGetPosition(e) == nl - 1);
+    }
+    if (!walks) return true;
+  }
+  return false;
+}
+
+void jit__cpu_plan_generic(walk *w, MlirOperation g) {
+  for (int f = 0; f < w->n_fused; f++)
+    if (mlirOperationEqual(w->fused[f], g)) return;
+  for (int f = 0; f < w->n_taken_t; f++)
+    if (mlirOperationEqual(w->taken_t[f], g)) return;
+  if (is_claimed(w, g)) return;
+  if (jit__cpu_is_row_root(g)) {
+    plan_row(w, g);
+    return;
+  }
+  if (mlirOperationGetNumResults(g) != 1) return;
+  MlirType rt = mlirValueGetType(mlirOperationGetResult(g, 0));
+  if (!jit__cpu_static_shaped(rt)) return;
+  for (intptr_t k = 0; k < mlirOperationGetNumOperands(g); k++) {
+    MlirType t = mlirValueGetType(mlirOperationGetOperand(g, k));
+    if (mlirTypeIsARankedTensor(t) && !mlirShapedTypeHasStaticShape(t)) return;
+  }
+  char it[JIT_MAX_RANK + 2];
+  int nl = jit__cpu_read_iterators(g, it, (int)sizeof it);
+  if (nl <= 0) return;
+  int n_red = 0;
+  for (int l = 0; l < nl; l++) n_red += it[l] == 'r';
+  // Loop extents: the result's dims for parallel generics; a reduction's loops are
+  // read off its first input, which the reductions emit_mlir writes index directly.
+  int64_t ext[JIT_MAX_RANK + 2];
+  if (n_red == 0) {
+    if (mlirShapedTypeGetRank(rt) != nl) return;
+    for (int l = 0; l < nl; l++) ext[l] = mlirShapedTypeGetDimSize(rt, l);
+  } else {
+    // Only reductions over the last loop, reading input 0 through the identity.
+    if (n_red != 1 || it[nl - 1] != 'r' || !jit__cpu_map_is_identity(g, 0)) return;
+    MlirType t0 = mlirValueGetType(mlirOperationGetOperand(g, 0));
+    if (!jit__cpu_static_shaped(t0) || mlirShapedTypeGetRank(t0) != nl) return;
+    for (int l = 0; l < nl; l++) ext[l] = mlirShapedTypeGetDimSize(t0, l);
+  }
+  int64_t numel = 1;
+  for (int l = 0; l < nl; l++) numel *= ext[l];
+  if (numel < 64 && n_red == 0) return;  // nothing to gain
+  jit__text *sb = &w->sb;
+  char hb[32];  // handle() text for sb_peel
+  int T = w->threads;
+  bool par = T > 1 && nl >= (n_red ? 2 : 1) && ext[0] % T == 0 && ext[0] >= T &&
+             (numel >= (n_red ? (1 << 18) : (1 << 20)) || w->ew_split);  // see the matmul bound
+  int64_t e0 = par ? ext[0] / T : ext[0];
+  if (n_red) {
+    if (!par) return;  // inner loops stay as they are: see the file comment
+    int i = w->n_rd++;
+    jit__cpu_set_tag(w->ctx, g, "jit_rd", i);
+    w->parallel = true;
+    sb_printf(sb,
+              "  %%rd%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+              "{jit_rd = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+              "  %%rdt%d, %%rdf%d = transform.structured.tile_using_forall %%rd%d "
+              "tile_sizes [%lld",
+              i, i, i, i, i, (long long)e0);
+    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+    sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
+    return;
+  }
+  int i = w->n_ew++;
+  jit__cpu_set_tag(w->ctx, g, "jit_ew", i);
+  sb_printf(sb,
+            "  %%ew%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+            "{jit_ew = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+            i, i);
+  const char *src = "%ew";
+  if (par) {
+    w->parallel = true;
+    sb_printf(sb, "  %%ewt%d, %%ewf%d = transform.structured.tile_using_forall %%ew%d "
+                  "tile_sizes [%lld",
+              i, i, i, (long long)e0);
+    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+    sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
+    src = "%ewt";
+  }
+  // Inner tile: V lanes of the last dim (4 vector registers), 1 elsewhere.
+  int64_t V = 4 * w->h.lanes;
+  int64_t last = nl == 1 ? e0 : ext[nl - 1];
+  int64_t vl = last > V ? V : 0;
+  int n_loops = 0;
+  int64_t sizes[JIT_MAX_RANK + 2];
+  // An input whose contiguous dim another loop walks (a transpose): tiles of L x L
+  // (L = lanes), each read as L rows of L contiguous elements and transposed in
+  // registers. With 1 x V tiles every element read came from another cache line, the
+  // lines evicted before the next tile used them: a 3072x768 transpose took ~23 ms.
+  int tl = nl >= 2 ? jit__cpu_transposed_loop(g, nl) : -1;
+  int64_t L = w->h.lanes;
+  for (int l = 0; l < nl; l++) {
+    int64_t e = l == 0 ? e0 : ext[l];
+    sizes[l] = l == nl - 1 ? vl : (e > 1 ? 1 : 0);
+    if (tl >= 0 && (l == tl || l == nl - 1)) sizes[l] = e > L ? L : 0;
+    n_loops += sizes[l] != 0;
+  }
+  if (tl >= 0) w->transposes = true;
+  if (!n_loops) return;
+  if (ext[nl - 1] > 1) w->ew_bcast[i] = broadcasts_last(g, nl);
+  sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
+                "tile_sizes [",
+            i, i, n_loops, src, i);
+  for (int l = 0; l < nl; l++) sb_printf(sb, "%s%lld", l ? ", " : "", (long long)sizes[l]);
+  sb_printf(sb, "] : (" ANY ") -> ");
+  sb_types(sb, n_loops + 1);
+  sb_printf(sb, "\n");
+  // Each loop of vector tiles with a partial last tile is peeled, so every tile is
+  // static; the inner loop first: peeling an outer one copies the inner loop, which
+  // would leave its handle on only one of the copies.
+  bool rest = false;
+  for (int l = nl - 1, li = n_loops - 1; l >= 0; l--) {
+    if (!sizes[l]) continue;
+    int64_t e = l == 0 ? e0 : ext[l];
+    if (sizes[l] > 1 && e % sizes[l]) {
+      char prefix[32];
+      snprintf(prefix, sizeof prefix, "ewp%d_", i);
+      sb_peel(sb, prefix, l, handle(hb, "ewl", i, li));
+      if (tl >= 0) {
+        // Tagged for their own vectorization (below); the rest loop may have been folded
+        // away (a handle to no loop), so each of the loops it holds, if any.
+        sb_printf(sb,
+                  "  transform.foreach %%ewp%d_%dr : !transform.op<\"scf.for\"> {\n"
+                  "  ^bb0(%%ewq%d_%d: !transform.op<\"scf.for\">):\n"
+                  "    %%ewg%d_%d = transform.structured.match ops{[\"linalg.generic\"]} in "
+                  "%%ewq%d_%d : (!transform.op<\"scf.for\">) -> " ANY "\n"
+                  "    transform.annotate %%ewg%d_%d \"jit_ewrest\" : " ANY "\n"
+                  "  }\n",
+                  i, l, i, l, i, l, i, l, i, l);
+        rest = true;
+      }
+    }
+    li--;
+  }
+  if (rest) {
+    w->ew_rest[i][0] = tl;
+    w->ew_rest[i][1] = nl;
+  }
+}
+
+//===--- Streaming -------------------------------------------------------===//
+//
+// A kernel that writes large outputs once, without reading them back (elementwise
+// chains, softmax and normalization rows), is bound by memory traffic, and a plain
+// store first reads each line of the output in: a third of the traffic of y = f(x).
+// Its vector stores to the outputs become non-temporal instead (what memcpy does past
+// a size). Not when the output would still be in the cache for the next kernel, below
+// JIT__STREAM_BYTES (a quarter of this L3), and never with a matmul or a reduction
+// outside a row loop, which read their output back while accumulating into it.
+// A lone row loop over an input larger than L2 also prefetches the next row while it
+// computes this one: the hardware prefetcher stops at the end of the row, and the
+// memory would sit idle during the row's exp and sums. softmax 4096x1024, 1 thread, in
+// a C model of the kernel: 3.6-4.1 ms before, 2.4-2.7 ms with both (aligned 32-byte
+// streaming stores), 2.7-3.7 ms with the 8-byte ones this emits, the output's alignment
+// being unknown here; the kernel itself, on a busy machine: 5.9-7.4 ms before, 5.4-6.0
+// ms after.
+
+#define JIT__STREAM_BYTES (8 << 20)
+#define JIT__PREFETCH_BYTES (1 << 20)
+
+typedef struct stream_walk {
+  const walk *w;
+  bool other;         // an op that reads its output back, or that this does not know
+  int loose;          // generics outside the row loop
+  int64_t out_bytes;  // bytes of all outputs
+} stream_walk;
+
+static MlirWalkResult find_streams(MlirOperation op, void *user) {
+  stream_walk *s = user;
+  MlirIdentifier id = mlirOperationGetName(op);
+  MlirStringRef name = mlirIdentifierStr(id);
+  if (name.length > 7 && strncmp(name.data, "linalg.", 7) == 0) {
+    if (jit__cpu_op_is(op, "linalg.fill") || jit__cpu_op_is(op, "linalg.yield") || jit__cpu_op_is(op, "linalg.index"))
+      return MlirWalkResultAdvance;
+    if (!jit__cpu_op_is(op, "linalg.generic")) {
+      s->other = true;
+      return MlirWalkResultAdvance;
+    }
+    bool in_row = is_claimed((walk *)s->w, op) || jit__cpu_is_row_root(op);
+    if (!in_row) {
+      s->loose++;
+      char it[JIT_MAX_RANK + 2];
+      int nl = jit__cpu_read_iterators(op, it, (int)sizeof it);
+      for (int l = 0; l < nl; l++)
+        if (it[l] != 'p') s->other = true;
+      if (nl <= 0) s->other = true;
+    }
+  } else if (jit__cpu_op_is(op, "bufferization.materialize_in_destination")) {
+    MlirType t = mlirValueGetType(mlirOperationGetOperand(op, 0));
+    int64_t bytes = jit__cpu_static_shaped(t) ? jit__cpu_shaped_bytes(t) : -1;
+    if (bytes < 0) s->other = true;
+    else s->out_bytes += bytes;
+  }
+  return MlirWalkResultAdvance;
+}
+
+// Sets out->stream and out->row_prefetch (above) for the module `w` planned.
+void jit__cpu_plan_streams(const walk *w, MlirOperation module, jit__cpu_plan *out) {
+  if (w->n_mm || strncmp(w->o->triple, "x86_64", 6) != 0) return;
+  stream_walk s = {w, false, 0, 0};
+  mlirOperationWalk(module, find_streams, &s, MlirWalkPreOrder);
+  if (s.other) return;
+  out->stream = s.out_bytes >= JIT__STREAM_BYTES;
+  if (w->n_row == 1 && s.loose == 0 && w->row_bytes > 0 &&
+      w->row_input_bytes >= JIT__PREFETCH_BYTES)
+    out->row_prefetch = w->row_bytes;
+}
+
+
+MlirWalkResult jit__cpu_plan_generic_op(MlirOperation op, void *user) {
+  walk *w = user;
+  if (jit__cpu_op_is(op, "linalg.generic")) jit__cpu_plan_generic(w, op);
+  return MlirWalkResultAdvance;
+}
