@@ -5,11 +5,11 @@
 // temporaries: they are allocated once per loaded kernel and reused by every run, so a
 // run allocates nothing (runs of one kernel are serialized for that reason).
 //
-// Disk entries: payload = the module; metadata = a small header with the output
-// shapes, followed by the serialized plan. CUDA entries hold the PTX and, when a
-// toolkit's ptxas made one, a cubin for the device's SM (payload = PTX then cubin,
-// entry kind "cubin" when there is one, else "ptx"), described by a record after the
-// plan.
+// Disk entries: payload = the module; metadata = its artifact record
+// (cache/artifact.h): output shapes, the serialized launch plan and, for CUDA, the
+// payload's parts (the PTX, then a cubin for the device's SM when a toolkit's ptxas
+// made one; entry kind "cubin" when there is one, else "ptx") and notes (the cubin's
+// SM, the ptxas version, or why there is no cubin).
 //
 // Kernels are loaded and launched only through the backend table (devices/device.h);
 // what jit/ knows of a device is its jit__dev_info: the code it runs (SPIR-V, PTX), the
@@ -33,6 +33,8 @@
 #include <time.h>
 
 #include "base/hex.h"
+#include "base/text.h"
+#include "cache/artifact.h"
 #include "jit/internal.h"
 #include "lowering/gpu.h"
 
@@ -144,28 +146,97 @@ done:
 
 //===--- Disk entries ----------------------------------------------------===//
 
-#define JIT__GPU_META_MAGIC 0x4D555047u  // "GPUM"
+// CUDA entries: what the compile knew of the cubin, kept in the artifact's notes.
+typedef struct jit__gpu_cubin_info {
+  char sm[16];         // the cubin's SM; "" without a cubin
+  char ptxas[64];      // version of the ptxas that made it
+  char no_cubin[512];  // without a cubin: why
+} jit__gpu_cubin_info;
 
-typedef struct jit__gpu_meta_head {
-  uint32_t magic, n_outputs;
-  uint64_t plan_size;
-} jit__gpu_meta_head;
+// Appends "name=value\n" to `t`, the value on one line (ptxas errors span several).
+static void jit__note_put(jit__text *t, const char *name, const char *value) {
+  jit__text_printf(t, "%s=", name);
+  for (const char *c = value; *c; c++) jit__text_append(t, *c == '\n' ? " " : c, 1);
+  jit__text_append(t, "\n", 1);
+}
 
-typedef struct jit__gpu_meta_out {
-  int32_t rank, dtype;
-  int64_t dims[JIT_MAX_RANK];
-} jit__gpu_meta_out;
+// The value of `name` in "name=value" lines, into out (empty when absent).
+static void jit__note_get(const char *notes, const char *name, char *out, size_t size) {
+  out[0] = 0;
+  size_t n = strlen(name);
+  for (const char *l = notes; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    if (strncmp(l, name, n) != 0 || l[n] != '=') continue;
+    size_t len = strcspn(l + n + 1, "\n");
+    snprintf(out, size, "%.*s", (int)len, l + n + 1);
+    return;
+  }
+}
 
-#define JIT__GPU_CUDA_MAGIC 0x4D445543u  // "CUDM"
+// The image to load from a cached CUDA entry: the PTX, and the cubin after it when it
+// is for this device's SM (the key has the SM; another SM's cubin would only be
+// refused by the driver). False when the parts do not describe the payload.
+static bool jit__gpu_cuda_image(const jit__art *art, const jit__cache_entry *e,
+                                const jit_device *d, jit__gpu_cubin_info *ci,
+                                jit__gpu_image *img) {
+  bool has_cubin = art->n_parts == 2;
+  if (art->n_parts < 1 || art->n_parts > 2 || art->parts[0].kind != JIT__PAYLOAD_PTX ||
+      art->parts[0].size == 0 || jit__art_parts_size(art) != e->payload_size ||
+      (has_cubin && art->parts[1].kind != JIT__PAYLOAD_CUBIN) ||
+      (art->target == JIT__PAYLOAD_CUBIN) != has_cubin)
+    return false;
+  jit__note_get(art->notes, "sm", ci->sm, sizeof ci->sm);
+  jit__note_get(art->notes, "no_cubin", ci->no_cubin, sizeof ci->no_cubin);
+  img->module_size = art->parts[0].size;
+  if (has_cubin && strcmp(ci->sm, d->info.chip) == 0) {
+    img->cubin = (const unsigned char *)e->payload + art->parts[0].size;
+    img->cubin_size = art->parts[1].size;
+  }
+  img->no_cubin = has_cubin ? "the cached cubin is for another SM" : ci->no_cubin;
+  return true;
+}
 
-// CUDA entries: after the plan. The payload is the PTX followed by the cubin.
-typedef struct jit__gpu_meta_cuda {
-  uint32_t magic, reserved;
-  uint64_t ptx_size, cubin_size;
-  char sm[16];          // the cubin's SM; "" without a cubin
-  char ptxas[64];       // version of the ptxas that made it
-  char no_cubin[512];   // without a cubin: why
-} jit__gpu_meta_cuda;
+// Decodes an entry's artifact record and makes the kernel; false (logged) when the
+// entry does not describe a kernel of `g` for `d`, or does not load.
+static bool jit__gpu_entry_load(jit_graph *g, jit_device *d, const jit__cache_entry *e,
+                                jit__oshape *shapes, jit__gpu_exec **out) {
+  jit__art art;
+  jit_status s = jit__art_decode(e->meta, e->meta_size, &art);
+  if (s) {
+    jit__log(g->ctx, JIT_LOG_WARNING, "disk cache: %s; recompiling", jit_status_message(s));
+    jit_status_free(s);
+    return false;
+  }
+  bool cuda = d->info.code == JIT__DEV_CODE_PTX;
+  jit__gpu_cubin_info ci;
+  jit__gpu_image img = {e->payload, e->payload_size, NULL, 0, NULL};
+  bool ok = (cuda ? art.target == JIT__PAYLOAD_PTX || art.target == JIT__PAYLOAD_CUBIN
+                  : art.target == JIT__PAYLOAD_SPIRV && art.n_parts == 0) &&
+            art.n_outputs == g->n_outputs && art.plan &&
+            (!cuda || jit__gpu_cuda_image(&art, e, d, &ci, &img));
+  for (uint32_t j = 0; ok && j < g->n_outputs; j++) {
+    const jit__art_shape *o = &art.outputs[j];
+    ok = o->dtype == JIT__F32 || o->dtype == JIT__F16;
+    shapes[j].rank = o->rank;
+    shapes[j].dtype = (jit__dtype)o->dtype;
+    memcpy(shapes[j].dims, o->dims, sizeof shapes[j].dims);
+  }
+  jit__gpu_plan plan;
+  if (ok && !(s = jit__gpu_plan_deserialize(art.plan, art.plan_size, &plan))) {
+    s = jit__gpu_load(d, &img, &plan, out);
+    jit__gpu_plan_release(&plan);
+  }
+  if (s) {
+    jit__log(g->ctx, JIT_LOG_WARNING, "disk cache: a cached GPU kernel did not load (%s); "
+             "recompiling", jit_status_message(s));
+    jit_status_free(s);
+    ok = false;
+  } else if (!ok) {
+    jit__log(g->ctx, JIT_LOG_WARNING, "disk cache: an entry does not describe a %s kernel "
+             "of graph `%s`; recompiling", jit__device_kind_name(d->kind), g->name);
+  }
+  jit__art_release(&art);
+  return ok;
+}
 
 bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
                         jit__oshape *shapes, jit__gpu_exec **out) {
@@ -180,116 +251,75 @@ bool jit__gpu_disk_load(jit_graph *g, jit_device *d, const uint8_t key[16],
     return false;
   }
   if (!found) return false;
-  bool ok = false;
-  jit__gpu_meta_head h;
-  size_t outs_size = g->n_outputs * sizeof(jit__gpu_meta_out);
-  bool cuda = d->info.code == JIT__DEV_CODE_PTX;
-  size_t cuda_size = cuda ? sizeof(jit__gpu_meta_cuda) : 0;
-  bool kind_ok = cuda ? e.kind == JIT__PAYLOAD_PTX || e.kind == JIT__PAYLOAD_CUBIN
-                      : e.kind == JIT__PAYLOAD_SPIRV;
-  jit__gpu_meta_cuda cm;
-  memset(&cm, 0, sizeof(cm));
-  jit__gpu_image img = {e.payload, e.payload_size, NULL, 0, NULL};
-  if (kind_ok && e.meta_size >= sizeof(h)) {
-    memcpy(&h, e.meta, sizeof(h));
-    bool sizes_ok = h.magic == JIT__GPU_META_MAGIC && h.n_outputs == g->n_outputs &&
-                    h.plan_size < e.meta_size &&
-                    e.meta_size == sizeof(h) + outs_size + h.plan_size + cuda_size;
-    if (sizes_ok && cuda) {
-      memcpy(&cm, (const unsigned char *)e.meta + e.meta_size - cuda_size, sizeof(cm));
-      cm.sm[sizeof cm.sm - 1] = cm.ptxas[sizeof cm.ptxas - 1] = 0;
-      cm.no_cubin[sizeof cm.no_cubin - 1] = 0;
-      sizes_ok = cm.magic == JIT__GPU_CUDA_MAGIC && cm.ptx_size > 0 &&
-                 cm.ptx_size <= e.payload_size && cm.cubin_size == e.payload_size - cm.ptx_size &&
-                 (e.kind == JIT__PAYLOAD_CUBIN) == (cm.cubin_size > 0);
-      img.module_size = cm.ptx_size;
-      // The key has the SM; a cubin for another one would only be refused by the driver.
-      if (sizes_ok && cm.cubin_size && strcmp(cm.sm, d->info.chip) == 0) {
-        img.cubin = (const unsigned char *)e.payload + cm.ptx_size;
-        img.cubin_size = cm.cubin_size;
-      }
-      img.no_cubin = cm.cubin_size ? "the cached cubin is for another SM" : cm.no_cubin;
-    }
-    if (sizes_ok) {
-      const unsigned char *p = (const unsigned char *)e.meta + sizeof(h);
-      for (uint32_t j = 0; j < g->n_outputs; j++) {
-        jit__gpu_meta_out o;
-        memcpy(&o, p + j * sizeof(o), sizeof(o));
-        shapes[j].rank = o.rank;
-        shapes[j].dtype = (jit__dtype)o.dtype;
-        memcpy(shapes[j].dims, o.dims, sizeof(o.dims));
-      }
-      jit__gpu_plan plan;
-      s = jit__gpu_plan_deserialize(p + outs_size, h.plan_size, &plan);
-      if (!s) {
-        s = jit__gpu_load(d, &img, &plan, out);
-        jit__gpu_plan_release(&plan);
-      }
-      if (s) {
-        jit__log(ctx, JIT_LOG_WARNING, "disk cache: a cached GPU kernel did not load (%s); "
-                 "recompiling", jit_status_message(s));
-        jit_status_free(s);
-      } else {
-        ok = true;
-        atomic_fetch_add_explicit(&ctx->disk_hits, 1, memory_order_relaxed);
-      }
-    }
-  }
+  bool ok = jit__gpu_entry_load(g, d, &e, shapes, out);
+  if (ok) atomic_fetch_add_explicit(&ctx->disk_hits, 1, memory_order_relaxed);
   jit__cache_entry_release(&e);
   return ok;
 }
 
-// `cm` (CUDA only, else NULL) describes the cubin in `img` or why there is none.
+// The artifact record of a GPU kernel: `ci` (CUDA only, else NULL) describes the
+// cubin in `img` or why there is none. Returns malloc'ed bytes, or NULL.
+static uint8_t *jit__gpu_record(jit_graph *g, const jit__gpu_artifact *art,
+                                const jit__gpu_image *img, const jit__gpu_cubin_info *ci,
+                                const jit__oshape *shapes, size_t *out_size) {
+  jit__art rec = {.n_outputs = g->n_outputs};
+  rec.target = !ci ? JIT__PAYLOAD_SPIRV : img->cubin_size ? JIT__PAYLOAD_CUBIN : JIT__PAYLOAD_PTX;
+  rec.outputs = calloc(g->n_outputs + 1, sizeof *rec.outputs);
+  jit__text notes = {0};
+  if (ci) {
+    rec.n_parts = img->cubin_size ? 2 : 1;
+    rec.parts[0] = (jit__art_part){JIT__PAYLOAD_PTX, img->module_size};
+    rec.parts[1] = (jit__art_part){JIT__PAYLOAD_CUBIN, img->cubin_size};
+    jit__note_put(&notes, "sm", ci->sm);
+    jit__note_put(&notes, "ptxas", ci->ptxas);
+    jit__note_put(&notes, "no_cubin", ci->no_cubin);
+    rec.notes = notes.p;
+  }
+  for (uint32_t j = 0; rec.outputs && j < g->n_outputs; j++) {
+    rec.outputs[j].rank = shapes[j].rank;
+    rec.outputs[j].dtype = (int32_t)shapes[j].dtype;
+    memcpy(rec.outputs[j].dims, shapes[j].dims, sizeof shapes[j].dims);
+  }
+  size_t plan_size = 0;
+  jit_status s = jit__gpu_plan_serialize(&art->plan, &rec.plan, &plan_size);
+  rec.plan_size = plan_size;
+  uint8_t *bytes = NULL;
+  if (!s && rec.outputs && !notes.oom) s = jit__art_encode(&rec, &bytes, out_size);
+  jit_status_free(s);  // out of memory: the kernel is simply not stored
+  free(rec.outputs);
+  free(rec.plan);
+  free(notes.p);
+  return bytes;
+}
+
 static void jit__gpu_disk_store(jit_graph *g, jit_device *d, const uint8_t key[16],
                                 const DLTensor *inputs, const jit__gpu_artifact *art,
-                                const jit__gpu_image *img, const jit__gpu_meta_cuda *cm,
+                                const jit__gpu_image *img, const jit__gpu_cubin_info *ci,
                                 const jit__oshape *shapes) {
   jit_context *ctx = g->ctx;
   if (!jit__cache_enabled(ctx->cache)) return;
-  uint8_t *plan = NULL;
-  size_t plan_size = 0;
-  jit_status s = jit__gpu_plan_serialize(&art->plan, &plan, &plan_size);
-  if (s) {
-    jit_status_free(s);
-    return;
-  }
-  jit__gpu_meta_head h = {JIT__GPU_META_MAGIC, g->n_outputs, plan_size};
-  size_t outs_size = g->n_outputs * sizeof(jit__gpu_meta_out);
-  size_t cuda_size = cm ? sizeof(*cm) : 0;
-  size_t meta_size = sizeof(h) + outs_size + plan_size + cuda_size;
-  unsigned char *meta = calloc(1, meta_size);
+  jit__cache_entry e;
+  memset(&e, 0, sizeof(e));
+  memcpy(e.key, key, 16);
+  e.meta = jit__gpu_record(g, art, img, ci, shapes, &e.meta_size);
   char *components = jit__key_components(g, d, inputs);
   // CUDA payload: the PTX, then the cubin (if any).
-  size_t payload_size = img->module_size + (cm ? img->cubin_size : 0);
-  unsigned char *payload = cm && img->cubin_size ? malloc(payload_size) : NULL;
+  size_t payload_size = img->module_size + (ci ? img->cubin_size : 0);
+  unsigned char *payload = ci && img->cubin_size ? malloc(payload_size) : NULL;
   if (payload) {
     memcpy(payload, img->module, img->module_size);
     memcpy(payload + img->module_size, img->cubin, img->cubin_size);
   }
-  if (meta && components && (payload || !(cm && img->cubin_size))) {
-    memcpy(meta, &h, sizeof(h));
-    for (uint32_t j = 0; j < g->n_outputs; j++) {
-      jit__gpu_meta_out o = {shapes[j].rank, shapes[j].dtype, {0}};
-      memcpy(o.dims, shapes[j].dims, sizeof(o.dims));
-      memcpy(meta + sizeof(h) + j * sizeof(o), &o, sizeof(o));
-    }
-    memcpy(meta + sizeof(h) + outs_size, plan, plan_size);
-    if (cm) memcpy(meta + sizeof(h) + outs_size + plan_size, cm, sizeof(*cm));
-    jit__cache_entry e;
-    memset(&e, 0, sizeof(e));
-    memcpy(e.key, key, 16);
-    e.kind = !cm ? JIT__PAYLOAD_SPIRV : img->cubin_size ? JIT__PAYLOAD_CUBIN : JIT__PAYLOAD_PTX;
-    e.meta = meta;
-    e.meta_size = meta_size;
+  if (e.meta && components && (payload || !(ci && img->cubin_size))) {
+    e.kind = !ci ? JIT__PAYLOAD_SPIRV : img->cubin_size ? JIT__PAYLOAD_CUBIN : JIT__PAYLOAD_PTX;
     e.payload = payload ? payload : art->binary;
     e.payload_size = payload ? payload_size : art->binary_size;
     e.components = components;
-    s = jit__cache_put(ctx->cache, &e);
+    jit_status s = jit__cache_put(ctx->cache, &e);
     if (s) jit_status_free(s);
   }
-  free(meta);
+  free(e.meta);
   free(components);
-  free(plan);
   free(payload);
 }
 
@@ -301,7 +331,7 @@ static void jit__gpu_disk_store(jit_graph *g, jit_device *d, const uint8_t key[1
 // Assembles the artifact's PTX for the device's SM into `*cubin`, or leaves it NULL
 // with the reason in `cm->no_cubin`: no ptxas, or ptxas failing, is never an error.
 static void jit__gpu_make_cubin(jit_device *d, const jit__gpu_artifact *art,
-                                uint8_t **cubin, size_t *cubin_size, jit__gpu_meta_cuda *cm) {
+                                uint8_t **cubin, size_t *cubin_size, jit__gpu_cubin_info *cm) {
   jit_context *ctx = d->ctx;
   *cubin = NULL;
   *cubin_size = 0;
@@ -381,16 +411,11 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   jit_status s = jit__compile_gpu(lg, func_name, &t, &art);
-  jit__gpu_meta_cuda cm;
+  jit__gpu_cubin_info cm;
   memset(&cm, 0, sizeof(cm));
-  cm.magic = JIT__GPU_CUDA_MAGIC;
   uint8_t *cubin = NULL;
   size_t cubin_size = 0;
-  if (!s && ptx) {
-    jit__gpu_make_cubin(d, &art, &cubin, &cubin_size, &cm);
-    cm.ptx_size = art.binary_size;
-    cm.cubin_size = cubin_size;
-  }
+  if (!s && ptx) jit__gpu_make_cubin(d, &art, &cubin, &cubin_size, &cm);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
   atomic_fetch_add_explicit(&g->ctx->compiles, 1, memory_order_relaxed);
