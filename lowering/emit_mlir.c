@@ -19,6 +19,7 @@
 // result differs from the f32 computation by one rounding only.
 //
 //===----------------------------------------------------------------------===//
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -88,7 +89,8 @@ static str shape_type(const char *kind, jit__dtype dt, int rank, const int64_t *
   str t;
   int n = snprintf(t.s, sizeof t.s, "%s<", kind);
   for (int i = 0; i < rank; i++)
-    n += snprintf(t.s + n, sizeof t.s - (size_t)n, "%lldx", (long long)dims[i]);
+    n += dims[i] < 0 ? snprintf(t.s + n, sizeof t.s - (size_t)n, "?x")
+                     : snprintf(t.s + n, sizeof t.s - (size_t)n, "%lldx", (long long)dims[i]);
   snprintf(t.s + n, sizeof t.s - (size_t)n, "%s>", elem_name(dt));
   return t;
 }
@@ -130,9 +132,18 @@ static str float_literal(double v, jit__dtype dt) {
 
 //===--- Emitter state ---------------------------------------------------------===//
 
+// The SSA index value of a `?` dim (symbolic mode): "%in0_d1", "%v7_t3", "%idx1".
+typedef struct dimval {
+  char s[40];
+} dimval;
+
 typedef struct emitter {
   jit__text tb;
   const jit__lgraph *g;
+  const jit__emit_options *opt;
+  bool symbolic;      // opt->symbolic: dims < 0 are `?` (see lower.h)
+  dimval (*dv)[JIT_MAX_RANK];  // per node: the value of each `?` dim of its result
+  bool dim_lost;      // a `?` dim had no value to give tensor.empty (a bug; reported)
   char (*names)[32];  // SSA name holding each node's value
   uint32_t cur;       // node being emitted
   int n_tmp;          // temporaries made for it so far
@@ -165,16 +176,24 @@ static str value_name(emitter *e, bool final) {
   return t;
 }
 
+// tensor.empty of `dims`; its `?` dims (symbolic mode) take their sizes from `dv`.
 static void emit_empty(emitter *e, const char *res, jit__dtype dt, int rank,
-                       const int64_t *dims) {
-  jit__text_printf(&e->tb, "  %s = tensor.empty() : %s\n", res, tensor_type(dt, rank, dims).s);
+                       const int64_t *dims, const dimval *dv) {
+  jit__text_printf(&e->tb, "  %s = tensor.empty(", res);
+  for (int d = 0, k = 0; d < rank; d++) {
+    if (dims[d] >= 0) continue;
+    if (!dv || !dv[d].s[0]) e->dim_lost = true;
+    jit__text_printf(&e->tb, "%s%s", k++ ? ", " : "", dv ? dv[d].s : "");
+  }
+  jit__text_printf(&e->tb, ") : %s\n", tensor_type(dt, rank, dims).s);
 }
 
 // An f32 tensor of `rank`/`dims` filled with `init` (a literal), for accumulators.
-static str emit_filled_acc(emitter *e, const char *init, int rank, const int64_t *dims) {
+static str emit_filled_acc(emitter *e, const char *init, int rank, const int64_t *dims,
+                           const dimval *dv) {
   str empty = value_name(e, false), cst = value_name(e, false), acc = value_name(e, false);
   str ty = tensor_type(JIT__F32, rank, dims);
-  emit_empty(e, empty.s, JIT__F32, rank, dims);
+  emit_empty(e, empty.s, JIT__F32, rank, dims, dv);
   jit__text_printf(&e->tb, "  %s = arith.constant %s : f32\n", cst.s, init);
   jit__text_printf(&e->tb, "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n", acc.s, cst.s,
             empty.s, ty.s, ty.s);
@@ -197,7 +216,8 @@ typedef enum body_kind {
                  // NaN turns the row all NaN through its exp and sum, as it should
   B_ACC_MAC,  // out + x * y
   B_EXP_SUB,  // exp(x - y)
-  B_DIV_BY,   // x / constant
+  B_DIV_BY,   // x / constant (`by`, a literal)
+  B_DIV_BY_VALUE,  // x / `by`, an f32 value defined outside the body (a `?` count)
 } body_kind;
 
 // One operand of a generic: map[d] is the loop index of operand dim d, or -1 for the
@@ -208,6 +228,7 @@ typedef struct gen_operand {
   int rank;
   const int64_t *dims;
   int map[JIT_MAX_RANK];
+  const dimval *dv;  // the values of its `?` dims (symbolic mode); NULL: none
 } gen_operand;
 
 static void identity_map(gen_operand *op) {
@@ -230,7 +251,7 @@ static void print_map(emitter *e, int n_loops, const gen_operand *op) {
 // Body statements; returns the name of the f32 result. Names inside a region only need
 // to be unique within it, so every body reuses %c*, %t*.
 static const char *emit_body(emitter *e, body_kind kind, const char *x, const char *y,
-                             const char *out, double constant) {
+                             const char *out, const char *by) {
   jit__text *tb = &e->tb;
   switch (kind) {
     case B_COPY:
@@ -308,7 +329,10 @@ static const char *emit_body(emitter *e, body_kind kind, const char *x, const ch
       jit__text_printf(tb,
                 "    %%c0 = arith.constant %s : f32\n"
                 "    %%t9 = arith.divf %s, %%c0 : f32\n",
-                float_literal(constant, JIT__F32).s, x);
+                by, x);
+      return "%t9";
+    case B_DIV_BY_VALUE:
+      jit__text_printf(tb, "    %%t9 = arith.divf %s, %s : f32\n", x, by);
       return "%t9";
   }
   return x;
@@ -320,7 +344,7 @@ static const char *emit_body(emitter *e, body_kind kind, const char *x, const ch
 // passes the value through.
 static void emit_generic(emitter *e, const char *res, int n_loops, const char *iters,
                          const gen_operand *ins, int n_in, const gen_operand *out,
-                         body_kind kind, double constant) {
+                         body_kind kind, const char *by) {
   jit__text *tb = &e->tb;
   jit__text_printf(tb, "  %s = linalg.generic {indexing_maps = [", res);
   for (int i = 0; i < n_in; i++) {
@@ -355,7 +379,7 @@ static void emit_generic(emitter *e, const char *res, int n_loops, const char *i
       }
     }
     // Accumulating outs are always f32, so %out never needs extending.
-    result = emit_body(e, kind, xs[0], n_in > 1 ? xs[1] : "", "%out", constant);
+    result = emit_body(e, kind, xs[0], n_in > 1 ? xs[1] : "", "%out", by);
     if (out->dt == JIT__F16) {
       jit__text_printf(tb, "    %%y = arith.truncf %s : f32 to f16\n", result);
       result = "%y";
@@ -367,9 +391,34 @@ static void emit_generic(emitter *e, const char *res, int n_loops, const char *i
 
 static gen_operand node_operand(emitter *e, uint32_t id) {
   const jit__node *n = &e->g->nodes[id];
-  gen_operand op = {e->names[id], n->dtype, n->rank, n->dims, {0}};
+  gen_operand op = {e->names[id], n->dtype, n->rank, n->dims, {0}, e->dv[id]};
   identity_map(&op);
   return op;
+}
+
+// Symbolic mode: the values of the `?` dims of a result over loops 0..rank-1 (its map
+// the identity) into `dv`, each from an operand dim that the same loop walks.
+static bool result_dims_from(emitter *e, const gen_operand *ins, int n_in, int rank,
+                             const int64_t *dims, dimval *dv) {
+  for (int d = 0; d < rank; d++) {
+    if (dims[d] >= 0) continue;
+    bool found = false;
+    for (int i = 0; i < n_in && !found; i++)
+      for (int k = 0; k < ins[i].rank && !found; k++)
+        if (ins[i].map[k] == d && ins[i].dims[k] < 0 && ins[i].dv && ins[i].dv[k].s[0]) {
+          dv[d] = ins[i].dv[k];
+          found = true;
+        }
+    if (!found) return false;
+  }
+  return true;
+}
+
+// Whether operand dim `od` can be read by a loop of result dim `rd`: equal, or in
+// symbolic mode a symbol against anything but the 1 that broadcasts (jit/'s
+// broadcasting: a symbol meeting a size or another symbol must agree at run time).
+static bool dims_agree(const emitter *e, int64_t od, int64_t rd) {
+  return od == rd || (e->symbolic && (od < 0 || rd < 0) && od != 1);
 }
 
 //===--- Ops --------------------------------------------------------------------===//
@@ -409,7 +458,7 @@ static bool emit_elementwise_flat(emitter *e, const jit__node *n, body_kind kind
     const struct flat_value *f = &e->flat[id];
     if (f->rank == fr && same_dims(x->rank, x->dims, n->rank, n->dims) &&
         same_dims(f->rank, f->dims, fr, ref->dims)) {
-      ins[i] = (gen_operand){f->name.s, x->dtype, fr, ref->dims, {0}};
+      ins[i] = (gen_operand){f->name.s, x->dtype, fr, ref->dims, {0}, NULL};
       identity_map(&ins[i]);
       continue;
     }
@@ -427,12 +476,12 @@ static bool emit_elementwise_flat(emitter *e, const jit__node *n, body_kind kind
     }
   }
   str empty = value_name(e, false), flat = value_name(e, false);
-  emit_empty(e, empty.s, n->dtype, fr, ref->dims);
-  gen_operand out = {empty.s, n->dtype, fr, ref->dims, {0}};
+  emit_empty(e, empty.s, n->dtype, fr, ref->dims, NULL);
+  gen_operand out = {empty.s, n->dtype, fr, ref->dims, {0}, NULL};
   identity_map(&out);
   char iters[JIT_MAX_RANK + 1];
   memset(iters, 'p', sizeof iters);
-  emit_generic(e, flat.s, fr, iters, ins, n->n_operands, &out, kind, 0);
+  emit_generic(e, flat.s, fr, iters, ins, n->n_operands, &out, kind, NULL);
   struct flat_value *mine = &e->flat[e->cur];
   int64_t dims[3];
   memcpy(dims, ref->dims, sizeof dims);
@@ -455,7 +504,7 @@ static jit_status emit_elementwise(emitter *e, const jit__node *n, body_kind kin
     // size-1 dim against a larger one reads index 0.
     for (int d = 0; d < ins[i].rank; d++) {
       int64_t od = ins[i].dims[d], rd = n->dims[d + off];
-      if (od == rd)
+      if (dims_agree(e, od, rd))
         ins[i].map[d] = d + off;
       else if (od == 1)
         ins[i].map[d] = -1;
@@ -469,7 +518,7 @@ static jit_status emit_elementwise(emitter *e, const jit__node *n, body_kind kin
     // before the loop: 12.4 ms at 4096x1024, one pass over x would take ~1.4).
     const struct squeezed *q = &e->squeezed[n->operands[i]];
     if (q->set) {
-      gen_operand r = {q->name.s, ins[i].dt, ins[i].rank - 1, sq_dims[i], {0}};
+      gen_operand r = {q->name.s, ins[i].dt, ins[i].rank - 1, sq_dims[i], {0}, NULL};
       for (int d = 0, j = 0; d < ins[i].rank; d++) {
         if (d == q->axis) continue;
         sq_dims[i][j] = ins[i].dims[d];
@@ -478,13 +527,15 @@ static jit_status emit_elementwise(emitter *e, const jit__node *n, body_kind kin
       ins[i] = r;
     }
   }
+  if (e->symbolic && !result_dims_from(e, ins, n->n_operands, n->rank, n->dims, e->dv[e->cur]))
+    return node_error(e, "a `?` dim of the result has no operand dim to take its size from");
   str empty = value_name(e, false), res = value_name(e, true);
-  emit_empty(e, empty.s, n->dtype, n->rank, n->dims);
-  gen_operand out = {empty.s, n->dtype, n->rank, n->dims, {0}};
+  emit_empty(e, empty.s, n->dtype, n->rank, n->dims, e->dv[e->cur]);
+  gen_operand out = {empty.s, n->dtype, n->rank, n->dims, {0}, NULL};
   identity_map(&out);
   char iters[JIT_MAX_RANK + 1];
   memset(iters, 'p', sizeof iters);
-  emit_generic(e, res.s, n->rank, iters, ins, n->n_operands, &out, kind, 0);
+  emit_generic(e, res.s, n->rank, iters, ins, n->n_operands, &out, kind, NULL);
   return NULL;
 }
 
@@ -500,25 +551,39 @@ static void print_int_list(emitter *e, int n, const int64_t *v) {
   jit__text_printf(&e->tb, "]");
 }
 
+// A shape as output_shape lists it: sizes, and the values of `?` dims from `dv`.
+static void print_shape_list(emitter *e, int rank, const int64_t *dims, const dimval *dv) {
+  jit__text_printf(&e->tb, "[");
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] >= 0) {
+      jit__text_printf(&e->tb, "%s%lld", i ? ", " : "", (long long)dims[i]);
+      continue;
+    }
+    if (!dv || !dv[i].s[0]) e->dim_lost = true;
+    jit__text_printf(&e->tb, "%s%s", i ? ", " : "", dv ? dv[i].s : "");
+  }
+  jit__text_printf(&e->tb, "]");
+}
+
 // `x` (`rank`/`dims`, type `from`) converted to `to` (extended, or rounded once).
 static str emit_convert(emitter *e, const char *x, jit__dtype from, jit__dtype to, int rank,
-                        const int64_t *dims, bool final) {
+                        const int64_t *dims, const dimval *dv, bool final) {
   str empty = value_name(e, false), res = value_name(e, final);
-  emit_empty(e, empty.s, to, rank, dims);
-  gen_operand in = {x, from, rank, dims, {0}};
-  gen_operand out = {empty.s, to, rank, dims, {0}};
+  emit_empty(e, empty.s, to, rank, dims, dv);
+  gen_operand in = {x, from, rank, dims, {0}, NULL};
+  gen_operand out = {empty.s, to, rank, dims, {0}, NULL};
   identity_map(&in);
   identity_map(&out);
   char iters[JIT_MAX_RANK];
   memset(iters, 'p', sizeof iters);
-  emit_generic(e, res.s, rank, iters, &in, 1, &out, B_COPY, 0);
+  emit_generic(e, res.s, rank, iters, &in, 1, &out, B_COPY, NULL);
   return res;
 }
 
 // The f16 result of an f32 accumulator `acc`: one rounding, after the sum.
 static str emit_f16_result(emitter *e, const char *acc, int rank, const int64_t *dims,
-                           bool final) {
-  return emit_convert(e, acc, JIT__F32, JIT__F16, rank, dims, final);
+                           const dimval *dv, bool final) {
+  return emit_convert(e, acc, JIT__F32, JIT__F16, rank, dims, dv, final);
 }
 
 // `x` (`rank`/`dims`, type `dt`) as a new value of shape `to_rank`/`to_dims` (the same
@@ -579,19 +644,21 @@ static jit_status emit_named_matmul(emitter *e, const jit__node *n, const gen_op
   // ~130 GFLOP/s (f32: ~150), 1024^3 from 68 to ~115, 8x768x3072 from 59 to 70.
   jit__dtype a_dt = a->dt;
   if (f16 && e->named_batch && cd[cr - 2] > 1) {
-    as = emit_convert(e, an, JIT__F16, JIT__F32, cr, ad, false);
+    as = emit_convert(e, an, JIT__F16, JIT__F32, cr, ad, NULL, false);
     an = as.s;
     a_dt = JIT__F32;
   }
   bool reshape = cr != r;
-  str acc = emit_filled_acc(e, "0.0", cr, cd);
+  // Without a reshape the result is n's (a 2-D matmul in symbolic mode: its `?` dims).
+  const dimval *cdv = reshape ? NULL : e->dv[e->cur];
+  str acc = emit_filled_acc(e, "0.0", cr, cd, cdv);
   str mm = value_name(e, !f16 && !reshape);
   str acc_ty = tensor_type(JIT__F32, cr, cd);
   jit__text_printf(&e->tb, "  %s = linalg.%s ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
                    mm.s, cr == 2 ? "matmul" : "batch_matmul", an, bn,
                    tensor_type(a_dt, cr, ad).s, tensor_type(b->dt, cr, bd).s, acc.s,
                    acc_ty.s, acc_ty.s);
-  str res = f16 ? emit_f16_result(e, mm.s, cr, cd, !reshape) : mm;
+  str res = f16 ? emit_f16_result(e, mm.s, cr, cd, cdv, !reshape) : mm;
   if (reshape) {
     emit_reshape_to(e, res.s, n->dtype, cr, cd, r, n->dims, true);
     struct flat_value *f = &e->flat[e->cur];
@@ -633,12 +700,12 @@ static str emit_batch_broadcast(emitter *e, const gen_operand *op, const jit__no
   in.map[op->rank - 2] = nb;
   in.map[op->rank - 1] = nb + 1;
   str empty = value_name(e, false), res = value_name(e, false);
-  emit_empty(e, empty.s, op->dt, r, dims);
-  gen_operand out = {empty.s, op->dt, r, dims, {0}};
+  emit_empty(e, empty.s, op->dt, r, dims, NULL);
+  gen_operand out = {empty.s, op->dt, r, dims, {0}, NULL};
   identity_map(&out);
   char iters[JIT_MAX_RANK];
   memset(iters, 'p', sizeof iters);
-  emit_generic(e, res.s, r, iters, &in, 1, &out, B_COPY, 0);
+  emit_generic(e, res.s, r, iters, &in, 1, &out, B_COPY, NULL);
   return res;
 }
 
@@ -653,7 +720,7 @@ static void emit_bt_op(emitter *e, const jit__node *n, int cr, const char *xn, j
   int r = n->rank;
   bool f16 = n->dtype == JIT__F16;
   bool reshape = r != cr || memcmp(cd, n->dims, sizeof(int64_t) * (size_t)cr) != 0;
-  str acc = emit_filled_acc(e, "0.0", cr, cd);
+  str acc = emit_filled_acc(e, "0.0", cr, cd, NULL);
   str mm = value_name(e, !f16 && !reshape);
   str acc_ty = tensor_type(JIT__F32, cr, cd);
   jit__text_printf(&e->tb,
@@ -668,7 +735,7 @@ static void emit_bt_op(emitter *e, const jit__node *n, int cr, const char *xn, j
   jit__text_printf(&e->tb, "ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n", xn, wn,
                    tensor_type(xdt, cr, xd).s, tensor_type(wdt, cr, wd).s, acc.s, acc_ty.s,
                    acc_ty.s);
-  str res = f16 ? emit_f16_result(e, mm.s, cr, cd, !reshape) : mm;
+  str res = f16 ? emit_f16_result(e, mm.s, cr, cd, NULL, !reshape) : mm;
   if (!reshape) return;
   emit_reshape_to(e, res.s, n->dtype, cr, cd, r, n->dims, true);
   if (!flat) return;
@@ -779,16 +846,46 @@ bool jit__cpu_bt_map(int64_t rows, int64_t k, bool f16) {
   return rows <= 17 && (!f16 || (k % 16 == 0 && k >= (rows <= 4 ? 32 : rows <= 12 ? 64 : 128)));
 }
 
+// The maps of a matmul's operands `ab` over the loops batch..., m, n, k: operand batch
+// dims broadcast NumPy-style.
+static jit_status matmul_maps(emitter *e, const jit__node *n, gen_operand *ab) {
+  int nb = n->rank - 2;
+  for (int i = 0; i < 2; i++) {
+    gen_operand *op = &ab[i];
+    int ob = op->rank - 2, off = nb - ob;
+    for (int d = 0; d < ob; d++) {
+      int64_t od = op->dims[d], rd = n->dims[d + off];
+      if (dims_agree(e, od, rd))
+        op->map[d] = d + off;
+      else if (od == 1)
+        op->map[d] = -1;
+      else
+        return node_error(e, "matmul batch dims do not broadcast");
+    }
+  }
+  ab[0].map[ab[0].rank - 2] = nb;      // m
+  ab[0].map[ab[0].rank - 1] = nb + 2;  // k
+  ab[1].map[ab[1].rank - 2] = nb + 2;  // k
+  ab[1].map[ab[1].rank - 1] = nb + 1;  // n
+  return NULL;
+}
+
 static jit_status emit_matmul(emitter *e, const jit__node *n) {
   gen_operand a = node_operand(e, n->operands[0]), b = node_operand(e, n->operands[1]);
   int r = n->rank;
   if (a.rank < 2 || b.rank < 2 || r < 2) return node_error(e, "matmul needs rank >= 2");
   int64_t m = a.dims[a.rank - 2], k = a.dims[a.rank - 1], nn = b.dims[b.rank - 1];
-  if (b.dims[b.rank - 2] != k || n->dims[r - 2] != m || n->dims[r - 1] != nn)
+  if (!dims_agree(e, b.dims[b.rank - 2], k) || n->dims[r - 2] != m || n->dims[r - 1] != nn)
     return node_error(e, "matmul shapes do not agree");
   int nb = r - 2;  // batch dims of the result
   if (a.rank - 2 > nb || b.rank - 2 > nb)
     return node_error(e, "matmul operand has more batch dims than the result");
+  if (e->symbolic) {
+    gen_operand ab[2] = {a, b};
+    JIT_PROPAGATE(matmul_maps(e, n, ab));
+    if (!result_dims_from(e, ab, 2, r, n->dims, e->dv[e->cur]))
+      return node_error(e, "a `?` dim of the result has no operand dim to take its size from");
+  }
 
   bool f16 = n->dtype == JIT__F16;
   // x W^T (a PyTorch Linear's weight, N x K) with up to 17 rows: linalg.matmul reading
@@ -805,7 +902,7 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
   // 8x768x3072 0.48 against 1.3. A batched x (a decode step's (B, 1, D)) is its rows:
   // 4x1x768 times W^T took 2.9 ms, against 0.44 for 4x768.
   const jit__node *bn = &e->g->nodes[n->operands[1]];
-  int64_t rows = num_elements(a.rank - 1, a.dims);
+  int64_t rows = e->named_batch ? num_elements(a.rank - 1, a.dims) : 0;
   if (e->named_batch && b.rank == 2 && bn->op == JIT__OP_TRANSPOSE && bn->rank == 2 &&
       bn->perm[0] == 1 && bn->perm[1] == 0 && jit__cpu_bt_map(rows, k, f16))
     return emit_matmul_bt(e, n, &a, rows, bn);
@@ -831,65 +928,49 @@ static jit_status emit_matmul(emitter *e, const jit__node *n) {
     bool x_full = a.rank == r && memcmp(a.dims, n->dims, sizeof(int64_t) * nb) == 0;
     if (p < 0 && !x_full) {
       xs = emit_batch_broadcast(e, &a, n, xd);
-      a = (gen_operand){xs.s, a.dt, r, xd, {0}};
+      a = (gen_operand){xs.s, a.dt, r, xd, {0}, NULL};
       p = matmul_batch_prefix(&a, &b, n);
     }
     if (p < 0) {
       ws = emit_batch_broadcast(e, &b, n, wd);
-      b = (gen_operand){ws.s, b.dt, r, wd, {0}};
+      b = (gen_operand){ws.s, b.dt, r, wd, {0}, NULL};
       p = nb;
     }
     return emit_named_matmul(e, n, &a, &b, p, nb - p);
   }
-  str acc = emit_filled_acc(e, "0.0", r, n->dims);
+  gen_operand ins[2] = {a, b};
+  JIT_PROPAGATE(matmul_maps(e, n, ins));
+  dimval *dv = e->dv[e->cur];
+  str acc = emit_filled_acc(e, "0.0", r, n->dims, dv);
   str mm = value_name(e, !f16);
-  {
-    // Loops: batch..., m, n, k. Operand batch dims broadcast NumPy-style.
-    gen_operand *ops[2] = {&a, &b};
-    for (int i = 0; i < 2; i++) {
-      gen_operand *op = ops[i];
-      int ob = op->rank - 2, off = nb - ob;
-      for (int d = 0; d < ob; d++) {
-        int64_t od = op->dims[d], rd = n->dims[d + off];
-        if (od == rd)
-          op->map[d] = d + off;
-        else if (od == 1)
-          op->map[d] = -1;
-        else
-          return node_error(e, "matmul batch dims do not broadcast");
-      }
-    }
-    a.map[a.rank - 2] = nb;      // m
-    a.map[a.rank - 1] = nb + 2;  // k
-    b.map[b.rank - 2] = nb + 2;  // k
-    b.map[b.rank - 1] = nb + 1;  // n
-    gen_operand out = {acc.s, JIT__F32, r, n->dims, {0}};
-    identity_map(&out);
-    char iters[JIT_MAX_RANK + 2];
-    memset(iters, 'p', sizeof iters);
-    iters[nb + 2] = 'r';
-    gen_operand ins[2] = {a, b};
-    emit_generic(e, mm.s, r + 1, iters, ins, 2, &out, B_ACC_MAC, 0);
-  }
-  if (f16) emit_f16_result(e, mm.s, r, n->dims, true);
+  gen_operand out = {acc.s, JIT__F32, r, n->dims, {0}, NULL};
+  identity_map(&out);
+  char iters[JIT_MAX_RANK + 2];
+  memset(iters, 'p', sizeof iters);
+  iters[nb + 2] = 'r';
+  emit_generic(e, mm.s, r + 1, iters, ins, 2, &out, B_ACC_MAC, NULL);
+  if (f16) emit_f16_result(e, mm.s, r, n->dims, dv, true);
   return NULL;
 }
 
 // Reduces `x` over `axis` into a fresh f32 accumulator (starting at `init`) of the
 // operand's shape without that dim, which `red_dims` receives.
 static str emit_reduce_f32(emitter *e, const gen_operand *x, int axis, body_kind kind,
-                           const char *init, int64_t *red_dims, bool final) {
-  for (int d = 0, j = 0; d < x->rank; d++)
-    if (d != axis) red_dims[j++] = x->dims[d];
-  str acc = emit_filled_acc(e, init, x->rank - 1, red_dims);
-  gen_operand out = {acc.s, JIT__F32, x->rank - 1, red_dims, {0}};
+                           const char *init, int64_t *red_dims, dimval *red_dv, bool final) {
+  for (int d = 0, j = 0; d < x->rank; d++) {
+    if (d == axis) continue;
+    if (x->dv) red_dv[j] = x->dv[d];
+    red_dims[j++] = x->dims[d];
+  }
+  str acc = emit_filled_acc(e, init, x->rank - 1, red_dims, red_dv);
+  gen_operand out = {acc.s, JIT__F32, x->rank - 1, red_dims, {0}, NULL};
   for (int d = 0, j = 0; d < x->rank; d++)
     if (d != axis) out.map[j++] = d;
   char iters[JIT_MAX_RANK];
   memset(iters, 'p', sizeof iters);
   iters[axis] = 'r';
   str res = value_name(e, final);
-  emit_generic(e, res.s, x->rank, iters, x, 1, &out, kind, 0);
+  emit_generic(e, res.s, x->rank, iters, x, 1, &out, kind, NULL);
   return res;
 }
 
@@ -910,23 +991,36 @@ static jit_status emit_reduce(emitter *e, const jit__node *n) {
   bool post = is_mean || n->dtype == JIT__F16;  // a generic after the accumulation
 
   int64_t red_dims[JIT_MAX_RANK];
+  dimval red_dv[JIT_MAX_RANK];
   // -inf is 0xFF800000: MLIR has no decimal spelling for it.
   str cur = emit_reduce_f32(e, &x, axis, is_max ? B_ACC_MAX : B_ACC_SUM,
-                            is_max ? "0xFF800000" : "0.0", red_dims,
+                            is_max ? "0xFF800000" : "0.0", red_dims, red_dv,
                             !post && !n->keepdims);
   if (post) {
+    // The mean divides by the reduced dim: a literal, or its `?` size as an f32 value.
+    body_kind kind = is_mean ? B_DIV_BY : B_COPY;
+    str by = float_literal((double)x.dims[axis], JIT__F32);
+    if (is_mean && x.dims[axis] < 0) {
+      str i64 = value_name(e, false);
+      by = value_name(e, false);
+      jit__text_printf(&e->tb, "  %s = arith.index_cast %s : index to i64\n", i64.s,
+                       x.dv[axis].s);
+      jit__text_printf(&e->tb, "  %s = arith.sitofp %s : i64 to f32\n", by.s, i64.s);
+      kind = B_DIV_BY_VALUE;
+    }
     str empty = value_name(e, false), res = value_name(e, !n->keepdims);
-    emit_empty(e, empty.s, n->dtype, rr, red_dims);
-    gen_operand in = {cur.s, JIT__F32, rr, red_dims, {0}};
-    gen_operand out = {empty.s, n->dtype, rr, red_dims, {0}};
+    emit_empty(e, empty.s, n->dtype, rr, red_dims, red_dv);
+    gen_operand in = {cur.s, JIT__F32, rr, red_dims, {0}, NULL};
+    gen_operand out = {empty.s, n->dtype, rr, red_dims, {0}, NULL};
     identity_map(&in);
     identity_map(&out);
     char iters[JIT_MAX_RANK];
     memset(iters, 'p', sizeof iters);
-    emit_generic(e, res.s, rr, iters, &in, 1, &out, is_mean ? B_DIV_BY : B_COPY,
-                 (double)x.dims[axis]);
+    emit_generic(e, res.s, rr, iters, &in, 1, &out, kind, by.s);
     cur = res;
   }
+  dimval *dv = e->dv[e->cur];
+  for (int j = 0; j < rr; j++) dv[n->keepdims && j >= axis ? j + 1 : j] = red_dv[j];
   if (n->keepdims) {
     if (e->named_batch && rr > 0) {
       struct squeezed *q = &e->squeezed[e->cur];
@@ -947,7 +1041,7 @@ static jit_status emit_reduce(emitter *e, const jit__node *n) {
       jit__text_printf(&e->tb, "]");
     }
     jit__text_printf(&e->tb, "] output_shape ");
-    print_int_list(e, n->rank, n->dims);
+    print_shape_list(e, n->rank, n->dims, dv);
     jit__text_printf(&e->tb, " : %s into %s\n", tensor_type(n->dtype, rr, red_dims).s,
               tensor_type(n->dtype, n->rank, n->dims).s);
   }
@@ -959,33 +1053,35 @@ static jit_status emit_softmax(emitter *e, const jit__node *n) {
   int axis = n->axis, r = x.rank;
   if (axis < 0 || axis >= r || n->rank != r) return node_error(e, "softmax axis or rank");
   int64_t red_dims[JIT_MAX_RANK];
+  dimval red_dv[JIT_MAX_RANK], *dv = e->dv[e->cur];
+  memcpy(dv, x.dv, sizeof(dimval) * JIT_MAX_RANK);
   char iters[JIT_MAX_RANK];
   memset(iters, 'p', sizeof iters);
 
   // exp(x - max) keeps every exponent <= 0, so large inputs cannot overflow.
-  str mx = emit_reduce_f32(e, &x, axis, B_ACC_MAXNUM, "0xFF800000", red_dims, false);
-  gen_operand red = {mx.s, JIT__F32, r - 1, red_dims, {0}};
+  str mx = emit_reduce_f32(e, &x, axis, B_ACC_MAXNUM, "0xFF800000", red_dims, red_dv, false);
+  gen_operand red = {mx.s, JIT__F32, r - 1, red_dims, {0}, NULL};
   for (int d = 0, j = 0; d < r; d++)
     if (d != axis) red.map[j++] = d;
 
   str ex_empty = value_name(e, false), ex = value_name(e, false);
-  emit_empty(e, ex_empty.s, JIT__F32, r, x.dims);
-  gen_operand ex_out = {ex_empty.s, JIT__F32, r, x.dims, {0}};
+  emit_empty(e, ex_empty.s, JIT__F32, r, x.dims, dv);
+  gen_operand ex_out = {ex_empty.s, JIT__F32, r, x.dims, {0}, NULL};
   identity_map(&ex_out);
   gen_operand ins[2] = {x, red};
-  emit_generic(e, ex.s, r, iters, ins, 2, &ex_out, B_EXP_SUB, 0);
+  emit_generic(e, ex.s, r, iters, ins, 2, &ex_out, B_EXP_SUB, NULL);
 
-  gen_operand ex_in = {ex.s, JIT__F32, r, x.dims, {0}};
+  gen_operand ex_in = {ex.s, JIT__F32, r, x.dims, {0}, dv};
   identity_map(&ex_in);
-  str sum = emit_reduce_f32(e, &ex_in, axis, B_ACC_SUM, "0.0", red_dims, false);
+  str sum = emit_reduce_f32(e, &ex_in, axis, B_ACC_SUM, "0.0", red_dims, red_dv, false);
   red.name = sum.s;
 
   str empty = value_name(e, false), res = value_name(e, true);
-  emit_empty(e, empty.s, n->dtype, r, n->dims);
-  gen_operand out = {empty.s, n->dtype, r, n->dims, {0}};
+  emit_empty(e, empty.s, n->dtype, r, n->dims, dv);
+  gen_operand out = {empty.s, n->dtype, r, n->dims, {0}, NULL};
   identity_map(&out);
   gen_operand ins2[2] = {ex_in, red};
-  emit_generic(e, res.s, r, iters, ins2, 2, &out, B_DIV, 0);
+  emit_generic(e, res.s, r, iters, ins2, 2, &out, B_DIV, NULL);
   return NULL;
 }
 
@@ -993,6 +1089,7 @@ static jit_status emit_softmax(emitter *e, const jit__node *n) {
 // Operands come before their users, so src < cur: the two names never overlap.
 static void alias_name(emitter *e, uint32_t src) {
   memmove(e->names[e->cur], e->names[src], sizeof e->names[e->cur]);
+  memcpy(e->dv[e->cur], e->dv[src], sizeof e->dv[e->cur]);
 }
 
 static jit_status emit_transpose(emitter *e, const jit__node *n) {
@@ -1007,6 +1104,7 @@ static jit_status emit_transpose(emitter *e, const jit__node *n) {
       return node_error(e, "bad permutation");
     seen[p] = true;
     x.map[p] = i;  // input dim p is walked by result loop i
+    e->dv[e->cur][i] = e->dv[src][p];
     identity = identity && p == i;
   }
   if (identity) {
@@ -1015,12 +1113,12 @@ static jit_status emit_transpose(emitter *e, const jit__node *n) {
   }
   // A generic rather than linalg.transpose, so the elementwise fusion pass sees it.
   str empty = value_name(e, false), res = value_name(e, true);
-  emit_empty(e, empty.s, n->dtype, r, n->dims);
-  gen_operand out = {empty.s, n->dtype, r, n->dims, {0}};
+  emit_empty(e, empty.s, n->dtype, r, n->dims, e->dv[e->cur]);
+  gen_operand out = {empty.s, n->dtype, r, n->dims, {0}, NULL};
   identity_map(&out);
   char iters[JIT_MAX_RANK];
   memset(iters, 'p', sizeof iters);
-  emit_generic(e, res.s, r, iters, &x, 1, &out, B_COPY, 0);
+  emit_generic(e, res.s, r, iters, &x, 1, &out, B_COPY, NULL);
   return NULL;
 }
 
@@ -1046,31 +1144,113 @@ static void matmul_distances(const jit__lgraph *g, uint8_t *up, uint8_t *down) {
   }
 }
 
+// A reshape from or to rank 0: one element, so every dim on the other side is 1, and
+// the empty reassociation is how expand/collapse_shape add or drop unit dims of a
+// scalar. A `?` side goes through its all-1s static type by tensor.cast (symbolic mode).
+static void emit_reshape_rank0(emitter *e, const jit__node *n, uint32_t src) {
+  const jit__node *x = &e->g->nodes[src];
+  static const int64_t ones[JIT_MAX_RANK] = {1, 1, 1, 1, 1, 1, 1, 1};
+  str v;
+  snprintf(v.s, sizeof v.s, "%s", e->names[src]);
+  if (x->rank > 0) {
+    str tx = tensor_type(x->dtype, x->rank, x->dims), t1 = tensor_type(x->dtype, x->rank, ones);
+    if (strcmp(tx.s, t1.s)) {
+      str c = value_name(e, false);
+      jit__text_printf(&e->tb, "  %s = tensor.cast %s : %s to %s\n", c.s, v.s, tx.s, t1.s);
+      v = c;
+    }
+    str c = value_name(e, true);
+    jit__text_printf(&e->tb, "  %s = tensor.collapse_shape %s [] : %s into %s\n", c.s, v.s,
+                     t1.s, tensor_type(n->dtype, 0, NULL).s);
+    return;
+  }
+  str t1 = tensor_type(n->dtype, n->rank, ones), tn = tensor_type(n->dtype, n->rank, n->dims);
+  bool cast = strcmp(t1.s, tn.s) != 0;
+  str c = value_name(e, !cast);
+  jit__text_printf(&e->tb, "  %s = tensor.expand_shape %s [] output_shape ", c.s, v.s);
+  print_int_list(e, n->rank, ones);
+  jit__text_printf(&e->tb, " : %s into %s\n", tensor_type(x->dtype, 0, NULL).s, t1.s);
+  if (cast)
+    jit__text_printf(&e->tb, "  %s = tensor.cast %s : %s to %s\n", value_name(e, true).s, c.s,
+                     t1.s, tn.s);
+  for (int d = 0; d < n->rank; d++)
+    if (n->dims[d] < 0) snprintf(e->dv[e->cur][d].s, sizeof(dimval), "%%idx1");
+}
+
+// The value of symbol `code`: the first input dim that carries it (symbolic mode).
+static const dimval *symbol_value(const emitter *e, int64_t code) {
+  for (uint32_t i = 0; i < e->g->n_inputs; i++) {
+    const jit__node *in = &e->g->nodes[e->g->inputs[i]];
+    for (int d = 0; d < in->rank; d++)
+      if (in->dims[d] == code) return &e->dv[e->g->inputs[i]][d];
+  }
+  return NULL;
+}
+
+// `a` * `b` as a fresh index value, into `res` (which may hold `a` or `b`).
+static void emit_index_mul(emitter *e, str *res, const char *a, const char *b) {
+  str t = value_name(e, false);
+  jit__text_printf(&e->tb, "  %s = arith.muli %s, %s : index\n", t.s, a, b);
+  *res = t;
+}
+
+// Symbolic mode: the values of a reshape's `?` result dims into e->dv[e->cur]: a symbol
+// the reshape asked for is that symbol's value; the inferred dim (-1) is the element
+// count of x over the product of the others.
+static jit_status reshape_sizes(emitter *e, const jit__node *n, uint32_t src) {
+  const jit__node *x = &e->g->nodes[src];
+  const int64_t *req = e->opt->reshape_req[e->cur];
+  dimval *dv = e->dv[e->cur];
+  int infer = -1;
+  int64_t known = 1, count = 1;
+  str prod = {{0}};
+  for (int d = 0; d < n->rank; d++) {
+    if (req[d] >= 0) {
+      known *= req[d];
+    } else if (req[d] == -1) {
+      infer = d;
+    } else {
+      const dimval *v = symbol_value(e, req[d]);
+      if (!v) return node_error(e, "a symbol of the new shape is no input dim");
+      dv[d] = *v;
+      if (!prod.s[0]) snprintf(prod.s, sizeof prod.s, "%s", v->s);
+      else emit_index_mul(e, &prod, prod.s, v->s);
+    }
+  }
+  if (infer < 0 || n->dims[infer] >= 0) return NULL;
+  str total = value_name(e, false);
+  for (int d = 0; d < x->rank; d++)
+    if (x->dims[d] >= 0) count *= x->dims[d];
+  jit__text_printf(&e->tb, "  %s = arith.constant %lld : index\n", total.s, (long long)count);
+  for (int d = 0; d < x->rank; d++)
+    if (x->dims[d] < 0) emit_index_mul(e, &total, total.s, e->dv[src][d].s);
+  str k = value_name(e, false), q = value_name(e, false);
+  jit__text_printf(&e->tb, "  %s = arith.constant %lld : index\n", k.s, (long long)known);
+  if (prod.s[0]) emit_index_mul(e, &k, k.s, prod.s);
+  jit__text_printf(&e->tb, "  %s = arith.divui %s, %s : index\n", q.s, total.s, k.s);
+  snprintf(dv[infer].s, sizeof dv[infer].s, "%.39s", q.s);
+  return NULL;
+}
+
+static bool all_static(int rank, const int64_t *dims) {
+  for (int d = 0; d < rank; d++)
+    if (dims[d] < 0) return false;
+  return true;
+}
+
 static jit_status emit_reshape(emitter *e, const jit__node *n) {
   uint32_t src = n->operands[0];
   const jit__node *x = &e->g->nodes[src];
-  int64_t count = num_elements(x->rank, x->dims);
-  if (count != num_elements(n->rank, n->dims))
+  bool x_static = all_static(x->rank, x->dims), n_static = all_static(n->rank, n->dims);
+  int64_t count = x_static ? num_elements(x->rank, x->dims) : -1;
+  if (x_static && n_static && count != num_elements(n->rank, n->dims))
     return node_error(e, "reshape changes the element count");
   if (x->rank == n->rank && !memcmp(x->dims, n->dims, sizeof(int64_t) * (size_t)n->rank)) {
     alias_name(e, src);
     return NULL;
   }
-  str src_ty = tensor_type(x->dtype, x->rank, x->dims);
-  str to_ty = tensor_type(n->dtype, n->rank, n->dims);
-  // A rank-0 endpoint means every dim on the other side is 1, and the empty
-  // reassociation is how expand/collapse_shape add or drop unit dims of a scalar.
   if (x->rank == 0 || n->rank == 0) {
-    str res = value_name(e, true);
-    if (x->rank == 0) {
-      jit__text_printf(&e->tb, "  %s = tensor.expand_shape %s [] output_shape ", res.s,
-                e->names[src]);
-      print_int_list(e, n->rank, n->dims);
-      jit__text_printf(&e->tb, " : %s into %s\n", src_ty.s, to_ty.s);
-    } else {
-      jit__text_printf(&e->tb, "  %s = tensor.collapse_shape %s [] : %s into %s\n", res.s,
-                e->names[src], src_ty.s, to_ty.s);
-    }
+    emit_reshape_rank0(e, n, src);
     return NULL;
   }
   // Within four steps of a matmul (CPU): tensor.reshape, a view. The fusion pass moves
@@ -1082,23 +1262,43 @@ static jit_status emit_reshape(emitter *e, const jit__node *n) {
     emit_reshape_to(e, e->names[src], n->dtype, x->rank, x->dims, n->rank, n->dims, true);
     return NULL;
   }
+  if (e->symbolic) JIT_PROPAGATE(reshape_sizes(e, n, src));
   // Otherwise through 1-D: collapse all dims into one, then expand to the target; a
-  // rank-1 endpoint skips its step.
-  const char *flat = e->names[src];
-  str flat_ty = tensor_type(n->dtype, 1, &count), mid;
+  // rank-1 endpoint skips its step. The 1-D value is `?` where x has a `?` dim, and a
+  // tensor.cast makes it `?` where the result has one and static where it has none:
+  // collapse/expand_shape want a group with a `?` dim on one side to be `?` on the other.
+  int64_t x_flat = x_static ? count : -1;
+  int64_t to_flat = n_static ? num_elements(n->rank, n->dims) : -1;
+  str src_ty = tensor_type(x->dtype, x->rank, x->dims);
+  str to_ty = tensor_type(n->dtype, n->rank, n->dims);
+  str flat_ty = tensor_type(n->dtype, 1, &x_flat), flat, res;
+  bool cast = to_flat != x_flat, last = n->rank == 1 && !cast;
+  snprintf(flat.s, sizeof flat.s, "%s", e->names[src]);
   if (x->rank > 1) {
-    mid = value_name(e, n->rank == 1);
-    jit__text_printf(&e->tb, "  %s = tensor.collapse_shape %s [[", mid.s, flat);
+    str mid = value_name(e, last);
+    jit__text_printf(&e->tb, "  %s = tensor.collapse_shape %s [[", mid.s, flat.s);
     for (int d = 0; d < x->rank; d++) jit__text_printf(&e->tb, "%s%d", d ? ", " : "", d);
     jit__text_printf(&e->tb, "]] : %s into %s\n", src_ty.s, flat_ty.s);
-    flat = mid.s;
+    flat = mid;
+  }
+  if (cast) {
+    str to_flat_ty = tensor_type(n->dtype, 1, &to_flat);
+    res = value_name(e, n->rank == 1);
+    jit__text_printf(&e->tb, "  %s = tensor.cast %s : %s to %s\n", res.s, flat.s, flat_ty.s,
+                     to_flat_ty.s);
+    flat = res;
+    flat_ty = to_flat_ty;
+  } else if (n->rank == 1 && x->rank == 1) {
+    // Both 1-D and `?` (of different symbols): the same value.
+    snprintf(e->names[e->cur], sizeof e->names[e->cur], "%.31s", flat.s);
+    return NULL;
   }
   if (n->rank > 1) {
-    str res = value_name(e, true);
-    jit__text_printf(&e->tb, "  %s = tensor.expand_shape %s [[", res.s, flat);
+    res = value_name(e, true);
+    jit__text_printf(&e->tb, "  %s = tensor.expand_shape %s [[", res.s, flat.s);
     for (int d = 0; d < n->rank; d++) jit__text_printf(&e->tb, "%s%d", d ? ", " : "", d);
     jit__text_printf(&e->tb, "]] output_shape ");
-    print_int_list(e, n->rank, n->dims);
+    print_shape_list(e, n->rank, n->dims, e->dv[e->cur]);
     jit__text_printf(&e->tb, " : %s into %s\n", flat_ty.s, to_ty.s);
   }
   return NULL;
@@ -1121,7 +1321,7 @@ static jit_status check_node(emitter *e, const jit__node *n) {
   if (n->dtype != JIT__F32 && n->dtype != JIT__F16) return node_error(e, "unknown dtype");
   if (n->rank < 0 || n->rank > JIT_MAX_RANK) return node_error(e, "rank out of range");
   for (int d = 0; d < n->rank; d++)
-    if (n->dims[d] < 0) return node_error(e, "dim not concrete");
+    if (n->dims[d] < 0 && !e->symbolic) return node_error(e, "dim not concrete");
   if (n->n_operands != operand_count(n->op)) return node_error(e, "operand count");
   for (int i = 0; i < n->n_operands; i++) {
     if (n->operands[i] >= e->cur) return node_error(e, "operand is not an earlier node");
@@ -1148,11 +1348,11 @@ static jit_status emit_node(emitter *e, const jit__node *n) {
   switch (n->op) {
     case JIT__OP_INPUT:
       if (!e->names[e->cur][0]) return node_error(e, "input node is not a graph input");
-      if (num_elements(n->rank, n->dims) == 0) {
+      if (!e->symbolic && num_elements(n->rank, n->dims) == 0) {
         // Its argument is declared 1-D (see emit_graph); with no elements to read, a
         // tensor.empty of the real shape stands in for it.
         snprintf(e->names[e->cur], sizeof e->names[e->cur], "%%v%u", e->cur);
-        emit_empty(e, e->names[e->cur], n->dtype, n->rank, n->dims);
+        emit_empty(e, e->names[e->cur], n->dtype, n->rank, n->dims, NULL);
       }
       return NULL;
     case JIT__OP_SCALAR:
@@ -1188,15 +1388,118 @@ static bool is_bare_id(const char *s) {
   return true;
 }
 
-static jit_status emit_graph(emitter *e, const char *func_name) {
+// An SSA/symbol-safe copy of `s` into out[size]: letters, digits and '_' (others become
+// '_', a leading digit gets a '_' before it; "" becomes "_").
+static void make_ident(char *out, size_t size, const char *s) {
+  size_t n = 0;
+  if (isdigit((unsigned char)s[0]) && n + 1 < size) out[n++] = '_';
+  for (; *s && n + 1 < size; s++) out[n++] = isalnum((unsigned char)*s) ? *s : '_';
+  out[n] = 0;
+  if (!n) snprintf(out, size, "_");
+}
+
+// Whether `id` may name a value this file writes (%v3, %v3_t1, %in0_d1, %idx2) or one
+// that a generic's body defines (%c0, %t0, %x0, %y, %in0, %out): linalg.generic's
+// region sees the function's values, so an argument of that name would be redefined.
+static bool reserved_name(const char *id) {
+  static const char *const prefixes[] = {"c", "t", "x", "in", "idx", "v"};
+  if (!strcmp(id, "y") || !strcmp(id, "out")) return true;
+  for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+    size_t n = strlen(prefixes[i]);
+    if (!strncmp(id, prefixes[i], n) && isdigit((unsigned char)id[n])) return true;
+  }
+  return false;
+}
+
+// Names the arguments: %a<i> (static), or the inputs' own names made identifiers, a
+// name already taken or reserved becoming arg<i>, with a value %in<i>_d<d> per `?` dim
+// (symbolic).
+static jit_status name_inputs(emitter *e) {
   const jit__lgraph *g = e->g;
   for (uint32_t i = 0; i < g->n_inputs; i++) {
     uint32_t id = g->inputs[i];
     if (id >= g->n_nodes || g->nodes[id].op != JIT__OP_INPUT || e->names[id][0])
       return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': input %u is node %u, "
                      "which is not a distinct input node", g->name ? g->name : "", i, id);
-    snprintf(e->names[id], sizeof e->names[id], "%%a%u", i);
+    if (!e->symbolic) {
+      snprintf(e->names[id], sizeof e->names[id], "%%a%u", i);
+      continue;
+    }
+    const char *name = e->opt->input_names ? e->opt->input_names[i] : NULL;
+    char ident[30];
+    make_ident(ident, sizeof ident, name ? name : "in");
+    bool dup = false;
+    for (uint32_t j = 0; j < i; j++) dup |= !strcmp(e->names[g->inputs[j]] + 1, ident);
+    if (dup || reserved_name(ident)) snprintf(ident, sizeof ident, "arg%u", i);
+    snprintf(e->names[id], sizeof e->names[id], "%%%s", ident);
+    const jit__node *n = &g->nodes[id];
+    for (int d = 0; d < n->rank; d++)
+      if (n->dims[d] < 0) snprintf(e->dv[id][d].s, sizeof(dimval), "%%in%u_d%d", i, d);
   }
+  return NULL;
+}
+
+// The symbolic frame (jit_graph_to_mlir): tensors in, tensors out, each argument's
+// sizes and symbol names in jit.dims, the index constants %idx0.. and a tensor.dim per
+// `?` input dim before the body. `body` is taken over.
+static void frame_symbolic(emitter *e, const char *func_name, jit__text body) {
+  const jit__lgraph *g = e->g;
+  jit__text head = {0};
+  char fname[128];
+  make_ident(fname, sizeof fname, func_name);
+  jit__text_printf(&head, "func.func @%s(", fname);
+  for (uint32_t k = 0; k < g->n_inputs; k++) {
+    const jit__node *n = &g->nodes[g->inputs[k]];
+    jit__text_printf(&head, "%s\n    %s: %s {jit.dims = [", k ? "," : "",
+                     e->names[g->inputs[k]], tensor_type(n->dtype, n->rank, n->dims).s);
+    for (int d = 0; d < n->rank; d++) {
+      if (n->dims[d] >= 0) {
+        jit__text_printf(&head, "%s%lld", d ? ", " : "", (long long)n->dims[d]);
+        continue;
+      }
+      const char *sym = e->opt->symbol_name ? e->opt->symbol_name(e->opt->symbol_arg,
+                                                                  n->dims[d]) : NULL;
+      jit__text_printf(&head, "%s\"%s\"", d ? ", " : "", sym ? sym : "?");
+    }
+    jit__text_printf(&head, "]}");
+  }
+  jit__text_printf(&head, ") -> (");
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *n = &g->nodes[g->outputs[j]];
+    jit__text_printf(&head, "%s%s", j ? ", " : "", tensor_type(n->dtype, n->rank, n->dims).s);
+  }
+  jit__text_printf(&head, ")");
+  if (e->opt->func_attributes)
+    jit__text_printf(&head, " attributes {%s}", e->opt->func_attributes);
+  jit__text_printf(&head, " {\n");
+  for (int d = 0; d < JIT_MAX_RANK; d++)
+    jit__text_printf(&head, "  %%idx%d = arith.constant %d : index\n", d, d);
+  for (uint32_t k = 0; k < g->n_inputs; k++) {
+    uint32_t id = g->inputs[k];
+    const jit__node *n = &g->nodes[id];
+    for (int d = 0; d < n->rank; d++)
+      if (n->dims[d] < 0)
+        jit__text_printf(&head, "  %s = tensor.dim %s, %%idx%d : %s\n", e->dv[id][d].s,
+                         e->names[id], d, tensor_type(n->dtype, n->rank, n->dims).s);
+  }
+  jit__text_append(&head, body.p ? body.p : "", body.len);
+  head.oom |= body.oom;
+  free(body.p);
+  jit__text_printf(&head, "  return ");
+  for (uint32_t j = 0; j < g->n_outputs; j++)
+    jit__text_printf(&head, "%s%s", j ? ", " : "", e->names[g->outputs[j]]);
+  jit__text_printf(&head, " : ");
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *n = &g->nodes[g->outputs[j]];
+    jit__text_printf(&head, "%s%s", j ? ", " : "", tensor_type(n->dtype, n->rank, n->dims).s);
+  }
+  jit__text_printf(&head, "\n}\n");
+  e->tb = head;
+}
+
+static jit_status emit_graph(emitter *e, const char *func_name) {
+  const jit__lgraph *g = e->g;
+  JIT_PROPAGATE(name_inputs(e));
   for (uint32_t j = 0; j < g->n_outputs; j++)
     if (g->outputs[j] >= g->n_nodes)
       return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': output %u is node %u of %u",
@@ -1211,6 +1514,13 @@ static jit_status emit_graph(emitter *e, const char *func_name) {
     if (!s) s = emit_node(e, n);
     if (s) return s;
     if (!e->names[i][0]) snprintf(e->names[i], sizeof e->names[i], "%%v%u", i);
+  }
+  if (e->dim_lost)
+    return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': a `?` dim has no value",
+                   g->name ? g->name : "");
+  if (e->symbolic) {
+    frame_symbolic(e, func_name, e->tb);
+    return NULL;
   }
 
   jit__text body = e->tb, head = {0};
@@ -1263,34 +1573,38 @@ static jit_status emit_graph(emitter *e, const char *func_name) {
   return NULL;
 }
 
-jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
-                          bool named_batch, char **out_text) {
+jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
+                               const jit__emit_options *options, char **out_text) {
   if (out_text) *out_text = NULL;
-  if (!graph || !out_text || (graph->n_nodes && !graph->nodes) ||
-      (graph->n_inputs && !graph->inputs) || (graph->n_outputs && !graph->outputs))
+  if (!graph || !out_text || !options || (graph->n_nodes && !graph->nodes) ||
+      (graph->n_inputs && !graph->inputs) || (graph->n_outputs && !graph->outputs) ||
+      (options->symbolic && (!func_name || !options->reshape_req)))
     return JIT_ERR(JIT_INTERNAL, "jit__emit_mlir: NULL argument");
-  if (!is_bare_id(func_name))
+  if (!options->symbolic && !is_bare_id(func_name))
     return JIT_ERR(JIT_INTERNAL, "jit__emit_mlir: function name '%s' is not an MLIR "
                    "identifier", func_name ? func_name : "(null)");
-  emitter e = {.g = graph, .named_batch = named_batch};
-  e.names = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.names);
-  e.flat = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.flat);
-  e.squeezed = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.squeezed);
-  e.mm_up = calloc(graph->n_nodes ? graph->n_nodes : 1, 2);
-  if (!e.names || !e.flat || !e.squeezed || !e.mm_up) {
-    free(e.names);
-    free(e.flat);
-    free(e.squeezed);
-    free(e.mm_up);
-    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
+  // The named-op forms are tuned for (and only written for) static shapes.
+  emitter e = {.g = graph, .opt = options, .symbolic = options->symbolic,
+               .named_batch = options->named_batch && !options->symbolic};
+  size_t n = graph->n_nodes ? graph->n_nodes : 1;
+  e.names = calloc(n, sizeof *e.names);
+  e.flat = calloc(n, sizeof *e.flat);
+  e.squeezed = calloc(n, sizeof *e.squeezed);
+  e.mm_up = calloc(n, 2);
+  e.dv = calloc(n, sizeof *e.dv);
+  jit_status s = NULL;
+  if (!e.names || !e.flat || !e.squeezed || !e.mm_up || !e.dv) {
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
+  } else {
+    e.mm_down = e.mm_up + graph->n_nodes;
+    matmul_distances(graph, e.mm_up, e.mm_down);
+    s = emit_graph(&e, func_name);
   }
-  e.mm_down = e.mm_up + graph->n_nodes;
-  matmul_distances(graph, e.mm_up, e.mm_down);
-  jit_status s = emit_graph(&e, func_name);
   free(e.names);
   free(e.flat);
   free(e.squeezed);
   free(e.mm_up);
+  free(e.dv);
   if (!s && e.tb.oom) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
   if (s) {
     free(e.tb.p);
@@ -1298,4 +1612,10 @@ jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
   }
   *out_text = e.tb.p;
   return NULL;
+}
+
+jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
+                          bool named_batch, char **out_text) {
+  jit__emit_options o = {.named_batch = named_batch};
+  return jit__emit_mlir_with(graph, func_name, &o, out_text);
 }
