@@ -169,7 +169,7 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
 
 // Whether x W^T with `rows` rows of x (W stored N x K, of f16 or f32) is best read
 // through the transposed map (n, k) rather than as a transpose of W and a plain matmul
-// (cpu_strategy.c, plan_matmul_bt): emit_mlir.c writes graphs that way, and the CPU
+// (cpu_strategy.c, plan_matmul_bt): emit_matmul.c writes graphs that way, and the CPU
 // strategy rewrites imported modules to it (jit__cpu_normalize).
 bool jit__cpu_bt_map(int64_t rows, int64_t k, bool f16);
 
