@@ -19,6 +19,7 @@
 // result differs from the f32 computation by one rounding only.
 //
 //===----------------------------------------------------------------------===//
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 
 #include "base/status.h"
 #include "base/text.h"
+#include "lowering/emit.h"
 #include "lowering/lower.h"
 
 //===--- Names -------------------------------------------------------------===//
@@ -70,30 +72,21 @@ void jit__artifact_release(jit__artifact *artifact) {
   artifact->object_size = 0;
 }
 
-//===--- Growable text buffer -------------------------------------------------===//
-
-// Appends never fail visibly: an allocation failure sets `oom` and later appends are
-// dropped, so emitters need no error plumbing and the caller checks once at the end.
 //===--- Types and literals -------------------------------------------------===//
-
-// Small strings returned by value so they can be used inline in a printf argument
-// list; the largest (8 dims of 19 digits) fits with room to spare.
-typedef struct str {
-  char s[256];
-} str;
 
 static const char *elem_name(jit__dtype dt) { return dt == JIT__F16 ? "f16" : "f32"; }
 
-static str shape_type(const char *kind, jit__dtype dt, int rank, const int64_t *dims) {
-  str t;
+static jit__str shape_type(const char *kind, jit__dtype dt, int rank, const int64_t *dims) {
+  jit__str t;
   int n = snprintf(t.s, sizeof t.s, "%s<", kind);
   for (int i = 0; i < rank; i++)
-    n += snprintf(t.s + n, sizeof t.s - (size_t)n, "%lldx", (long long)dims[i]);
+    n += dims[i] < 0 ? snprintf(t.s + n, sizeof t.s - (size_t)n, "?x")
+                     : snprintf(t.s + n, sizeof t.s - (size_t)n, "%lldx", (long long)dims[i]);
   snprintf(t.s + n, sizeof t.s - (size_t)n, "%s>", elem_name(dt));
   return t;
 }
 
-static str tensor_type(jit__dtype dt, int rank, const int64_t *dims) {
+jit__str jit__tensor_type(jit__dtype dt, int rank, const int64_t *dims) {
   return shape_type("tensor", dt, rank, dims);
 }
 
@@ -101,8 +94,8 @@ static str tensor_type(jit__dtype dt, int rank, const int64_t *dims) {
 // '.' before any exponent ("1e+20" lexes as an integer), and has no spelling for inf
 // or nan except the bit pattern in hex, so those and values that overflow `dt` are
 // written as hex.
-static str float_literal(double v, jit__dtype dt) {
-  str t;
+jit__str jit__float_literal(double v, jit__dtype dt) {
+  jit__str t;
   bool f16 = dt == JIT__F16;
   if (f16 && fabs(v) >= 65520.0) v = v > 0 ? INFINITY : -INFINITY;  // rounds to inf
   if (!f16) v = (double)(float)v;  // print exactly the f32 the kernel will hold
@@ -130,34 +123,10 @@ static str float_literal(double v, jit__dtype dt) {
 
 //===--- Emitter state ---------------------------------------------------------===//
 
-typedef struct emitter {
-  jit__text tb;
-  const jit__lgraph *g;
-  char (*names)[32];  // SSA name holding each node's value
-  uint32_t cur;       // node being emitted
-  int n_tmp;          // temporaries made for it so far
-  bool named_batch;   // batched matmuls as named ops (jit__emit_mlir)
-  // Per node: the value it was reshaped from, when a batched matmul's named op (of
-  // rank flat_rank) made it (emit_named_matmul); an output written from there.
-  struct flat_value {
-    str name;
-    int rank;
-    int64_t dims[3];
-  } *flat;
-  // Per node: for a reduction with keepdims (CPU), the value before its unit dim was
-  // put back, and that dim (emit_reduce); elementwise consumers read that instead.
-  struct squeezed {
-    str name;
-    int axis;
-    bool set;
-  } *squeezed;
-  uint8_t *mm_up, *mm_down;  // per node: steps to a matmul (matmul_distances)
-} emitter;
-
 // The name for the next value of the current node: its final value gets %v<i> so dumps
 // read naturally; the steps on the way get %v<i>_t<k>.
-static str value_name(emitter *e, bool final) {
-  str t;
+jit__str jit__value_name(jit__emitter *e, bool final) {
+  jit__str t;
   if (final)
     snprintf(t.s, sizeof t.s, "%%v%u", e->cur);
   else
@@ -165,16 +134,25 @@ static str value_name(emitter *e, bool final) {
   return t;
 }
 
-static void emit_empty(emitter *e, const char *res, jit__dtype dt, int rank,
-                       const int64_t *dims) {
-  jit__text_printf(&e->tb, "  %s = tensor.empty() : %s\n", res, tensor_type(dt, rank, dims).s);
+// tensor.empty of `dims`; its `?` dims (symbolic mode) take their sizes from `dv`.
+void jit__emit_empty(jit__emitter *e, const char *res, jit__dtype dt, int rank,
+                       const int64_t *dims, const jit__dimval *dv) {
+  jit__text_printf(&e->tb, "  %s = tensor.empty(", res);
+  for (int d = 0, k = 0; d < rank; d++) {
+    if (dims[d] >= 0) continue;
+    if (!dv || !dv[d].s[0]) e->dim_lost = true;
+    jit__text_printf(&e->tb, "%s%s", k++ ? ", " : "", dv ? dv[d].s : "");
+  }
+  jit__text_printf(&e->tb, ") : %s\n", jit__tensor_type(dt, rank, dims).s);
 }
 
 // An f32 tensor of `rank`/`dims` filled with `init` (a literal), for accumulators.
-static str emit_filled_acc(emitter *e, const char *init, int rank, const int64_t *dims) {
-  str empty = value_name(e, false), cst = value_name(e, false), acc = value_name(e, false);
-  str ty = tensor_type(JIT__F32, rank, dims);
-  emit_empty(e, empty.s, JIT__F32, rank, dims);
+jit__str jit__emit_filled_acc(jit__emitter *e, const char *init, int rank, const int64_t *dims,
+                           const jit__dimval *dv) {
+  jit__str empty = jit__value_name(e, false), cst = jit__value_name(e, false);
+  jit__str acc = jit__value_name(e, false);
+  jit__str ty = jit__tensor_type(JIT__F32, rank, dims);
+  jit__emit_empty(e, empty.s, JIT__F32, rank, dims, dv);
   jit__text_printf(&e->tb, "  %s = arith.constant %s : f32\n", cst.s, init);
   jit__text_printf(&e->tb, "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n", acc.s, cst.s,
             empty.s, ty.s, ty.s);
@@ -183,38 +161,11 @@ static str emit_filled_acc(emitter *e, const char *init, int rank, const int64_t
 
 //===--- linalg.generic -----------------------------------------------------------===//
 
-// What a generic body computes, in f32, from its (extended) inputs x, y and, for
-// reductions, the f32 accumulator `out`.
-typedef enum body_kind {
-  B_COPY,
-  B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN,
-  B_NEG, B_EXP, B_LOG, B_TANH, B_SIGMOID, B_RELU, B_GELU, B_SQRT, B_RSQRT,
-  B_ACC_SUM,  // out + x
-  B_ACC_MAX,  // max(out, x)
-  B_ACC_MAXNUM,  // max(out, x) for softmax, as llvm.maxnum with no NaN checks (nnan:
-                 // one vmaxps per vector, no test for NaN and no scalar tail; 64x1024
-                 // in cache 17.5 -> 15.6 us). Whatever max a row with a NaN gets, the
-                 // NaN turns the row all NaN through its exp and sum, as it should
-  B_ACC_MAC,  // out + x * y
-  B_EXP_SUB,  // exp(x - y)
-  B_DIV_BY,   // x / constant
-} body_kind;
-
-// One operand of a generic: map[d] is the loop index of operand dim d, or -1 for the
-// constant 0 (a broadcast size-1 dim).
-typedef struct gen_operand {
-  const char *name;
-  jit__dtype dt;
-  int rank;
-  const int64_t *dims;
-  int map[JIT_MAX_RANK];
-} gen_operand;
-
-static void identity_map(gen_operand *op) {
+void jit__identity_map(jit__gen_operand *op) {
   for (int d = 0; d < op->rank; d++) op->map[d] = d;
 }
 
-static void print_map(emitter *e, int n_loops, const gen_operand *op) {
+static void print_map(jit__emitter *e, int n_loops, const jit__gen_operand *op) {
   jit__text_printf(&e->tb, "affine_map<(");
   for (int l = 0; l < n_loops; l++) jit__text_printf(&e->tb, "%sd%d", l ? ", " : "", l);
   jit__text_printf(&e->tb, ") -> (");
@@ -229,28 +180,29 @@ static void print_map(emitter *e, int n_loops, const gen_operand *op) {
 
 // Body statements; returns the name of the f32 result. Names inside a region only need
 // to be unique within it, so every body reuses %c*, %t*.
-static const char *emit_body(emitter *e, body_kind kind, const char *x, const char *y,
-                             const char *out, double constant) {
+static const char *emit_body(jit__emitter *e, jit__body_kind kind, const char *x, const char *y,
+                             const char *out, const char *by) {
   jit__text *tb = &e->tb;
   switch (kind) {
-    case B_COPY:
+    case JIT__B_COPY:
       return x;
-    case B_ADD: case B_SUB: case B_MUL: case B_DIV: case B_MAX: case B_MIN: {
+    case JIT__B_ADD: case JIT__B_SUB: case JIT__B_MUL: case JIT__B_DIV: case JIT__B_MAX:
+    case JIT__B_MIN: {
       static const char *const ops[] = {"addf", "subf", "mulf", "divf", "maximumf",
                                         "minimumf"};
-      jit__text_printf(tb, "    %%t0 = arith.%s %s, %s : f32\n", ops[kind - B_ADD], x, y);
+      jit__text_printf(tb, "    %%t0 = arith.%s %s, %s : f32\n", ops[kind - JIT__B_ADD], x, y);
       return "%t0";
     }
-    case B_NEG:
+    case JIT__B_NEG:
       jit__text_printf(tb, "    %%t0 = arith.negf %s : f32\n", x);
       return "%t0";
-    case B_EXP: case B_LOG: case B_TANH: case B_SQRT: case B_RSQRT: {
-      const char *fn = kind == B_EXP ? "exp" : kind == B_LOG ? "log"
-                       : kind == B_TANH ? "tanh" : kind == B_SQRT ? "sqrt" : "rsqrt";
+    case JIT__B_EXP: case JIT__B_LOG: case JIT__B_TANH: case JIT__B_SQRT: case JIT__B_RSQRT: {
+      const char *fn = kind == JIT__B_EXP ? "exp" : kind == JIT__B_LOG ? "log"
+                       : kind == JIT__B_TANH ? "tanh" : kind == JIT__B_SQRT ? "sqrt" : "rsqrt";
       jit__text_printf(tb, "    %%t0 = math.%s %s : f32\n", fn, x);
       return "%t0";
     }
-    case B_SIGMOID:
+    case JIT__B_SIGMOID:
       jit__text_printf(tb,
                 "    %%c1 = arith.constant 1.0 : f32\n"
                 "    %%t0 = arith.negf %s : f32\n"
@@ -259,13 +211,13 @@ static const char *emit_body(emitter *e, body_kind kind, const char *x, const ch
                 "    %%t3 = arith.divf %%c1, %%t2 : f32\n",
                 x);
       return "%t3";
-    case B_RELU:
+    case JIT__B_RELU:
       jit__text_printf(tb,
                 "    %%c0 = arith.constant 0.0 : f32\n"
                 "    %%t0 = arith.maximumf %s, %%c0 : f32\n",
                 x);
       return "%t0";
-    case B_GELU:
+    case JIT__B_GELU:
       // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
       jit__text_printf(tb,
                 "    %%c0 = arith.constant 0.5 : f32\n"
@@ -283,32 +235,35 @@ static const char *emit_body(emitter *e, body_kind kind, const char *x, const ch
                 "    %%t8 = arith.mulf %%t7, %%t6 : f32\n",
                 x, x, x, x, x);
       return "%t8";
-    case B_ACC_SUM:
+    case JIT__B_ACC_SUM:
       jit__text_printf(tb, "    %%t0 = arith.addf %s, %s : f32\n", out, x);
       return "%t0";
-    case B_ACC_MAX:
+    case JIT__B_ACC_MAX:
       jit__text_printf(tb, "    %%t0 = arith.maximumf %s, %s : f32\n", out, x);
       return "%t0";
-    case B_ACC_MAXNUM:
+    case JIT__B_ACC_MAXNUM:
       jit__text_printf(tb, "    %%t0 = arith.maxnumf %s, %s fastmath<nnan> : f32\n", out, x);
       return "%t0";
-    case B_ACC_MAC:
+    case JIT__B_ACC_MAC:
       jit__text_printf(tb,
                 "    %%t0 = arith.mulf %s, %s : f32\n"
                 "    %%t1 = arith.addf %s, %%t0 : f32\n",
                 x, y, out);
       return "%t1";
-    case B_EXP_SUB:
+    case JIT__B_EXP_SUB:
       jit__text_printf(tb,
                 "    %%t0 = arith.subf %s, %s : f32\n"
                 "    %%t1 = math.exp %%t0 : f32\n",
                 x, y);
       return "%t1";
-    case B_DIV_BY:
+    case JIT__B_DIV_BY:
       jit__text_printf(tb,
                 "    %%c0 = arith.constant %s : f32\n"
                 "    %%t9 = arith.divf %s, %%c0 : f32\n",
-                float_literal(constant, JIT__F32).s, x);
+                by, x);
+      return "%t9";
+    case JIT__B_DIV_BY_VALUE:
+      jit__text_printf(tb, "    %%t9 = arith.divf %s, %s : f32\n", x, by);
       return "%t9";
   }
   return x;
@@ -318,9 +273,9 @@ static const char *emit_body(emitter *e, body_kind kind, const char *x, const ch
 // `ins` and writing into `out` (whose name is the init tensor). Inputs are extended to
 // f32 and the result truncated to out's dtype, except that a copy between equal types
 // passes the value through.
-static void emit_generic(emitter *e, const char *res, int n_loops, const char *iters,
-                         const gen_operand *ins, int n_in, const gen_operand *out,
-                         body_kind kind, double constant) {
+void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char *iters,
+                         const jit__gen_operand *ins, int n_in, const jit__gen_operand *out,
+                         jit__body_kind kind, const char *by) {
   jit__text *tb = &e->tb;
   jit__text_printf(tb, "  %s = linalg.generic {indexing_maps = [", res);
   for (int i = 0; i < n_in; i++) {
@@ -335,15 +290,16 @@ static void emit_generic(emitter *e, const char *res, int n_loops, const char *i
   for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%s%s", i ? ", " : "", ins[i].name);
   jit__text_printf(tb, " : ");
   for (int i = 0; i < n_in; i++)
-    jit__text_printf(tb, "%s%s", i ? ", " : "", tensor_type(ins[i].dt, ins[i].rank, ins[i].dims).s);
-  str out_ty = tensor_type(out->dt, out->rank, out->dims);
+    jit__text_printf(tb, "%s%s", i ? ", " : "",
+                     jit__tensor_type(ins[i].dt, ins[i].rank, ins[i].dims).s);
+  jit__str out_ty = jit__tensor_type(out->dt, out->rank, out->dims);
   jit__text_printf(tb, ") outs(%s : %s) {\n  ^bb0(", out->name, out_ty.s);
   for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%%in%d: %s, ", i, elem_name(ins[i].dt));
   jit__text_printf(tb, "%%out: %s):\n", elem_name(out->dt));
 
   const char *result;
   char xs[2][8];  // the body's inputs; `result` may be one of them, used below
-  if (kind == B_COPY && n_in == 1 && ins[0].dt == out->dt) {
+  if (kind == JIT__B_COPY && n_in == 1 && ins[0].dt == out->dt) {
     result = "%in0";
   } else {
     for (int i = 0; i < n_in && i < 2; i++) {
@@ -355,7 +311,7 @@ static void emit_generic(emitter *e, const char *res, int n_loops, const char *i
       }
     }
     // Accumulating outs are always f32, so %out never needs extending.
-    result = emit_body(e, kind, xs[0], n_in > 1 ? xs[1] : "", "%out", constant);
+    result = emit_body(e, kind, xs[0], n_in > 1 ? xs[1] : "", "%out", by);
     if (out->dt == JIT__F16) {
       jit__text_printf(tb, "    %%y = arith.truncf %s : f32 to f16\n", result);
       result = "%y";
@@ -365,160 +321,89 @@ static void emit_generic(emitter *e, const char *res, int n_loops, const char *i
             out_ty.s);
 }
 
-static gen_operand node_operand(emitter *e, uint32_t id) {
+jit__gen_operand jit__node_operand(jit__emitter *e, uint32_t id) {
   const jit__node *n = &e->g->nodes[id];
-  gen_operand op = {e->names[id], n->dtype, n->rank, n->dims, {0}};
-  identity_map(&op);
+  jit__gen_operand op = {e->names[id], n->dtype, n->rank, n->dims, {0}, e->dv[id]};
+  jit__identity_map(&op);
   return op;
 }
 
-//===--- Ops --------------------------------------------------------------------===//
+// Symbolic mode: the values of the `?` dims of a result over loops 0..rank-1 (its map
+// the identity) into `dv`, each from an operand dim that the same loop walks.
+bool jit__result_dims_from(jit__emitter *e, const jit__gen_operand *ins, int n_in, int rank,
+                             const int64_t *dims, jit__dimval *dv) {
+  for (int d = 0; d < rank; d++) {
+    if (dims[d] >= 0) continue;
+    bool found = false;
+    for (int i = 0; i < n_in && !found; i++)
+      for (int k = 0; k < ins[i].rank && !found; k++)
+        if (ins[i].map[k] == d && ins[i].dims[k] < 0 && ins[i].dv && ins[i].dv[k].s[0]) {
+          dv[d] = ins[i].dv[k];
+          found = true;
+        }
+    if (!found) return false;
+  }
+  return true;
+}
 
-static jit_status node_error(emitter *e, const char *what) {
+// Whether operand dim `od` can be read by a loop of result dim `rd`: equal, or in
+// symbolic mode a symbol against anything but the 1 that broadcasts (jit/'s
+// broadcasting: a symbol meeting a size or another symbol must agree at run time).
+bool jit__dims_agree(const jit__emitter *e, int64_t od, int64_t rd) {
+  return od == rd || (e->symbolic && (od < 0 || rd < 0) && od != 1);
+}
+
+jit_status jit__node_error(jit__emitter *e, const char *what) {
   const jit__node *n = &e->g->nodes[e->cur];
   return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': node %u (%s): %s",
                  e->g->name ? e->g->name : "", e->cur, jit__op_name(n->op), what);
 }
 
-static str emit_reshape_to(emitter *e, const char *x, jit__dtype dt, int rank,
-                           const int64_t *dims, int to_rank, const int64_t *to_dims,
-                           bool final);
-
-static bool same_dims(int ra, const int64_t *a, int rb, const int64_t *b) {
-  return ra == rb && !memcmp(a, b, sizeof(int64_t) * (size_t)ra);
-}
-
-// An elementwise node that reads a batched matmul's result (e->flat) whole, and its
-// other operands only along the dims that the named op kept (a bias over N, a scalar),
-// computed in the named op's shape too, so that the strategy sees the matmul's
-// consumer directly (a bias + activation epilogue fused into its register tiles);
-// the node's own value is a reshape of that. False (nothing written) otherwise.
-static bool emit_elementwise_flat(emitter *e, const jit__node *n, body_kind kind) {
-  const struct flat_value *ref = NULL;
-  for (int i = 0; i < n->n_operands && !ref; i++) {
-    uint32_t id = n->operands[i];
-    const jit__node *x = &e->g->nodes[id];
-    if (e->flat[id].rank && same_dims(x->rank, x->dims, n->rank, n->dims)) ref = &e->flat[id];
-  }
-  if (!ref) return false;
-  int fr = ref->rank, lead = n->rank - fr + 1;  // node dims [0, lead) are flat dim 0
-  gen_operand ins[2];
-  for (int i = 0; i < n->n_operands; i++) {
-    uint32_t id = n->operands[i];
-    const jit__node *x = &e->g->nodes[id];
-    const struct flat_value *f = &e->flat[id];
-    if (f->rank == fr && same_dims(x->rank, x->dims, n->rank, n->dims) &&
-        same_dims(f->rank, f->dims, fr, ref->dims)) {
-      ins[i] = (gen_operand){f->name.s, x->dtype, fr, ref->dims, {0}};
-      identity_map(&ins[i]);
-      continue;
-    }
-    ins[i] = node_operand(e, id);
-    int off = n->rank - x->rank;
-    if (off < 0) return false;
-    for (int d = 0; d < x->rank; d++) {
-      int nd = d + off;
-      if (x->dims[d] == 1 && (nd < lead || n->dims[nd] != 1))
-        ins[i].map[d] = -1;
-      else if (nd >= lead && x->dims[d] == n->dims[nd])
-        ins[i].map[d] = nd - lead + 1;
-      else
-        return false;
-    }
-  }
-  str empty = value_name(e, false), flat = value_name(e, false);
-  emit_empty(e, empty.s, n->dtype, fr, ref->dims);
-  gen_operand out = {empty.s, n->dtype, fr, ref->dims, {0}};
-  identity_map(&out);
-  char iters[JIT_MAX_RANK + 1];
-  memset(iters, 'p', sizeof iters);
-  emit_generic(e, flat.s, fr, iters, ins, n->n_operands, &out, kind, 0);
-  struct flat_value *mine = &e->flat[e->cur];
-  int64_t dims[3];
-  memcpy(dims, ref->dims, sizeof dims);
-  emit_reshape_to(e, flat.s, n->dtype, fr, dims, n->rank, n->dims, true);
-  mine->name = flat;
-  mine->rank = fr;
-  memcpy(mine->dims, dims, sizeof dims);
-  return true;
-}
-
-static jit_status emit_elementwise(emitter *e, const jit__node *n, body_kind kind) {
-  if (e->named_batch && emit_elementwise_flat(e, n, kind)) return NULL;
-  gen_operand ins[2];
-  int64_t sq_dims[2][JIT_MAX_RANK];
-  for (int i = 0; i < n->n_operands; i++) {
-    ins[i] = node_operand(e, n->operands[i]);
-    int off = n->rank - ins[i].rank;
-    if (off < 0) return node_error(e, "operand has a higher rank than the result");
-    // NumPy broadcasting: right-aligned; missing leading dims vanish from the map and a
-    // size-1 dim against a larger one reads index 0.
-    for (int d = 0; d < ins[i].rank; d++) {
-      int64_t od = ins[i].dims[d], rd = n->dims[d + off];
-      if (od == rd)
-        ins[i].map[d] = d + off;
-      else if (od == 1)
-        ins[i].map[d] = -1;
-      else
-        return node_error(e, "operand shape does not broadcast to the result");
-    }
-    // A keepdims reduction is read without its unit dim: through the expand_shape that
-    // puts it back, linalg-fuse-elementwise-ops moved the reshape up onto the
-    // reduction's input, where it stopped the strategy's row loop from fusing the
-    // reduction in (layernorm's mean of (x - mean)^2 read a whole (x - mean) made
-    // before the loop: 12.4 ms at 4096x1024, one pass over x would take ~1.4).
-    const struct squeezed *q = &e->squeezed[n->operands[i]];
-    if (q->set) {
-      gen_operand r = {q->name.s, ins[i].dt, ins[i].rank - 1, sq_dims[i], {0}};
-      for (int d = 0, j = 0; d < ins[i].rank; d++) {
-        if (d == q->axis) continue;
-        sq_dims[i][j] = ins[i].dims[d];
-        r.map[j++] = ins[i].map[d];
-      }
-      ins[i] = r;
-    }
-  }
-  str empty = value_name(e, false), res = value_name(e, true);
-  emit_empty(e, empty.s, n->dtype, n->rank, n->dims);
-  gen_operand out = {empty.s, n->dtype, n->rank, n->dims, {0}};
-  identity_map(&out);
-  char iters[JIT_MAX_RANK + 1];
-  memset(iters, 'p', sizeof iters);
-  emit_generic(e, res.s, n->rank, iters, ins, n->n_operands, &out, kind, 0);
-  return NULL;
-}
-
-static int64_t num_elements(int rank, const int64_t *dims) {
+int64_t jit__num_elements(int rank, const int64_t *dims) {
   int64_t n = 1;
   for (int i = 0; i < rank; i++) n *= dims[i];
   return n;
 }
 
-static void print_int_list(emitter *e, int n, const int64_t *v) {
+void jit__print_int_list(jit__emitter *e, int n, const int64_t *v) {
   jit__text_printf(&e->tb, "[");
   for (int i = 0; i < n; i++) jit__text_printf(&e->tb, "%s%lld", i ? ", " : "", (long long)v[i]);
   jit__text_printf(&e->tb, "]");
 }
 
+// A shape as output_shape lists it: sizes, and the values of `?` dims from `dv`.
+void jit__print_shape_list(jit__emitter *e, int rank, const int64_t *dims, const jit__dimval *dv) {
+  jit__text_printf(&e->tb, "[");
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] >= 0) {
+      jit__text_printf(&e->tb, "%s%lld", i ? ", " : "", (long long)dims[i]);
+      continue;
+    }
+    if (!dv || !dv[i].s[0]) e->dim_lost = true;
+    jit__text_printf(&e->tb, "%s%s", i ? ", " : "", dv ? dv[i].s : "");
+  }
+  jit__text_printf(&e->tb, "]");
+}
+
 // `x` (`rank`/`dims`, type `from`) converted to `to` (extended, or rounded once).
-static str emit_convert(emitter *e, const char *x, jit__dtype from, jit__dtype to, int rank,
-                        const int64_t *dims, bool final) {
-  str empty = value_name(e, false), res = value_name(e, final);
-  emit_empty(e, empty.s, to, rank, dims);
-  gen_operand in = {x, from, rank, dims, {0}};
-  gen_operand out = {empty.s, to, rank, dims, {0}};
-  identity_map(&in);
-  identity_map(&out);
+jit__str jit__emit_convert(jit__emitter *e, const char *x, jit__dtype from, jit__dtype to, int rank,
+                        const int64_t *dims, const jit__dimval *dv, bool final) {
+  jit__str empty = jit__value_name(e, false), res = jit__value_name(e, final);
+  jit__emit_empty(e, empty.s, to, rank, dims, dv);
+  jit__gen_operand in = {x, from, rank, dims, {0}, NULL};
+  jit__gen_operand out = {empty.s, to, rank, dims, {0}, NULL};
+  jit__identity_map(&in);
+  jit__identity_map(&out);
   char iters[JIT_MAX_RANK];
   memset(iters, 'p', sizeof iters);
-  emit_generic(e, res.s, rank, iters, &in, 1, &out, B_COPY, 0);
+  jit__emit_generic(e, res.s, rank, iters, &in, 1, &out, JIT__B_COPY, NULL);
   return res;
 }
 
 // The f16 result of an f32 accumulator `acc`: one rounding, after the sum.
-static str emit_f16_result(emitter *e, const char *acc, int rank, const int64_t *dims,
-                           bool final) {
-  return emit_convert(e, acc, JIT__F32, JIT__F16, rank, dims, final);
+jit__str jit__emit_f16_result(jit__emitter *e, const char *acc, int rank, const int64_t *dims,
+                           const jit__dimval *dv, bool final) {
+  return jit__emit_convert(e, acc, JIT__F32, JIT__F16, rank, dims, dv, final);
 }
 
 // `x` (`rank`/`dims`, type `dt`) as a new value of shape `to_rank`/`to_dims` (the same
@@ -526,502 +411,17 @@ static str emit_f16_result(emitter *e, const char *acc, int rank, const int64_t 
 // expand_shape: linalg-fuse-elementwise-ops (compile_cpu.c) propagates those through
 // a matmul, turning it back into a generic of more loops, which no strategy tiles.
 // tensor.reshape bufferizes to a view (memref.reshape): nothing is copied.
-static str emit_reshape_to(emitter *e, const char *x, jit__dtype dt, int rank,
+jit__str jit__emit_reshape_to(jit__emitter *e, const char *x, jit__dtype dt, int rank,
                            const int64_t *dims, int to_rank, const int64_t *to_dims,
                            bool final) {
-  str shape = value_name(e, false), res = value_name(e, final);
+  jit__str shape = jit__value_name(e, false), res = jit__value_name(e, final);
   jit__text_printf(&e->tb, "  %s = arith.constant dense<", shape.s);
-  print_int_list(e, to_rank, to_dims);
+  jit__print_int_list(e, to_rank, to_dims);
   jit__text_printf(&e->tb, "> : tensor<%dxi64>\n", to_rank);
   jit__text_printf(&e->tb, "  %s = tensor.reshape %s(%s) : (%s, tensor<%dxi64>) -> %s\n", res.s,
-                   x, shape.s, tensor_type(dt, rank, dims).s, to_rank,
-                   tensor_type(dt, to_rank, to_dims).s);
+                   x, shape.s, jit__tensor_type(dt, rank, dims).s, to_rank,
+                   jit__tensor_type(dt, to_rank, to_dims).s);
   return res;
-}
-
-// A matmul as a named op, which the CPU strategy tiles and vectorizes. The operands'
-// first `p` batch dims (equal on both) are merged into the one batch dim of a
-// linalg.batch_matmul (p > 0), and x's next `fold` batch dims, where W's are 1 or
-// absent, into x's rows; with p = 0 it is one linalg.matmul. So x W with x batched is
-// one matmul over batch x M rows (which packs W once); equal batch dims a batch of
-// matmuls; and in between, grouped-query attention's q (B, H, G, S, D) against
-// k^T (B, H, 1, D, S) a batch of B H matmuls of G S rows. Operands and result go
-// through emit_reshape_to where the ranks differ, and e->flat keeps the named op's
-// result for the consumers (emit_elementwise_flat) and outputs (emit_graph). With f16
-// inputs the named op extends them to the f32 accumulator itself.
-static jit_status emit_named_matmul(emitter *e, const jit__node *n, const gen_operand *a,
-                                    const gen_operand *b, int p, int fold) {
-  int r = n->rank;
-  bool f16 = n->dtype == JIT__F16;
-  int64_t ad[3], bd[3], cd[3];
-  const char *an = a->name, *bn = b->name;
-  str as, bs;
-  int cr = p ? 3 : 2;  // rank of the named op's result
-  int o = cr - 2;      // its row dim
-  if (p) ad[0] = bd[0] = cd[0] = num_elements(p, a->dims);
-  ad[o] = cd[o] = num_elements(fold, a->dims + p) * a->dims[a->rank - 2];
-  ad[o + 1] = a->dims[a->rank - 1];
-  bd[o] = b->dims[b->rank - 2];
-  bd[o + 1] = cd[o + 1] = b->dims[b->rank - 1];
-  if (a->rank != cr) {
-    as = emit_reshape_to(e, an, a->dt, a->rank, a->dims, cr, ad, false);
-    an = as.s;
-  }
-  if (b->rank != cr) {
-    bs = emit_reshape_to(e, bn, b->dt, b->rank, b->dims, cr, bd, false);
-    bn = bs.s;
-  }
-  // f16 x f16 with more than one row: A extended to f32 by its own elementwise op,
-  // which the strategy fuses into the matmul's row tiles (a row tile of A converted
-  // once per n block, into a small buffer). The register tiles then broadcast f32
-  // elements of A from memory instead of converting each one (8 conversions per 16
-  // FMAs at 8x32); B stays f16, converted a vector at a time. 512^3 went from 70 to
-  // ~130 GFLOP/s (f32: ~150), 1024^3 from 68 to ~115, 8x768x3072 from 59 to 70.
-  jit__dtype a_dt = a->dt;
-  if (f16 && e->named_batch && cd[cr - 2] > 1) {
-    as = emit_convert(e, an, JIT__F16, JIT__F32, cr, ad, false);
-    an = as.s;
-    a_dt = JIT__F32;
-  }
-  bool reshape = cr != r;
-  str acc = emit_filled_acc(e, "0.0", cr, cd);
-  str mm = value_name(e, !f16 && !reshape);
-  str acc_ty = tensor_type(JIT__F32, cr, cd);
-  jit__text_printf(&e->tb, "  %s = linalg.%s ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
-                   mm.s, cr == 2 ? "matmul" : "batch_matmul", an, bn,
-                   tensor_type(a_dt, cr, ad).s, tensor_type(b->dt, cr, bd).s, acc.s,
-                   acc_ty.s, acc_ty.s);
-  str res = f16 ? emit_f16_result(e, mm.s, cr, cd, !reshape) : mm;
-  if (reshape) {
-    emit_reshape_to(e, res.s, n->dtype, cr, cd, r, n->dims, true);
-    struct flat_value *f = &e->flat[e->cur];
-    f->name = res;
-    f->rank = cr;
-    memcpy(f->dims, cd, sizeof cd);
-  }
-  return NULL;
-}
-
-// For x (`a`, the result's rank) times W (`b`) making `n`: the number p of leading batch
-// dims equal on both, when the rest are x's only (W's 1 or missing); -1 otherwise.
-static int matmul_batch_prefix(const gen_operand *a, const gen_operand *b,
-                               const jit__node *n) {
-  int nb = n->rank - 2, off = nb - (b->rank - 2), p = 0;
-  if (a->rank != n->rank) return -1;
-  for (int d = 0; d < nb; d++) {
-    int64_t bdim = d >= off ? b->dims[d - off] : 1;
-    if (a->dims[d] != n->dims[d]) return -1;
-    if (d == p && bdim == n->dims[d])
-      p++;
-    else if (bdim != 1)
-      return -1;
-  }
-  // A batch of one matmul (x (1, 1, K) times a 2-D W) is that matmul: its rows fold.
-  return num_elements(p, n->dims) == 1 ? 0 : p;
-}
-
-// Matmul operand `op` copied out to the batch dims of the result `n` (its own last two
-// dims kept), NumPy-style: a missing or size-1 dim repeats. `dims` receives the shape.
-static str emit_batch_broadcast(emitter *e, const gen_operand *op, const jit__node *n,
-                                int64_t *dims) {
-  int r = n->rank, nb = r - 2, off = nb - (op->rank - 2);
-  memcpy(dims, n->dims, sizeof(int64_t) * nb);
-  dims[nb] = op->dims[op->rank - 2];
-  dims[nb + 1] = op->dims[op->rank - 1];
-  gen_operand in = *op;
-  for (int d = 0; d < op->rank - 2; d++) in.map[d] = op->dims[d] == 1 ? -1 : d + off;
-  in.map[op->rank - 2] = nb;
-  in.map[op->rank - 1] = nb + 1;
-  str empty = value_name(e, false), res = value_name(e, false);
-  emit_empty(e, empty.s, op->dt, r, dims);
-  gen_operand out = {empty.s, op->dt, r, dims, {0}};
-  identity_map(&out);
-  char iters[JIT_MAX_RANK];
-  memset(iters, 'p', sizeof iters);
-  emit_generic(e, res.s, r, iters, &in, 1, &out, B_COPY, 0);
-  return res;
-}
-
-// x (`xd`: rows x K, or a batch of them when `cr` is 3) times W^T for W stored `wd`
-// (cols x K): a linalg.matmul (linalg.batch_matmul) reading W through the transposed
-// map into `cd`, the f16 result rounded once, then reshaped to `n`'s dims where they
-// differ; with `flat`, e->flat keeps the op's result for the consumers, as in
-// emit_named_matmul.
-static void emit_bt_op(emitter *e, const jit__node *n, int cr, const char *xn, jit__dtype xdt,
-                       const int64_t *xd, const char *wn, jit__dtype wdt, const int64_t *wd,
-                       const int64_t *cd, bool flat) {
-  int r = n->rank;
-  bool f16 = n->dtype == JIT__F16;
-  bool reshape = r != cr || memcmp(cd, n->dims, sizeof(int64_t) * (size_t)cr) != 0;
-  str acc = emit_filled_acc(e, "0.0", cr, cd);
-  str mm = value_name(e, !f16 && !reshape);
-  str acc_ty = tensor_type(JIT__F32, cr, cd);
-  jit__text_printf(&e->tb,
-                   cr == 3 ? "  %s = linalg.batch_matmul indexing_maps = ["
-                             "affine_map<(b, m, n, k) -> (b, m, k)>, "
-                             "affine_map<(b, m, n, k) -> (b, n, k)>, "
-                             "affine_map<(b, m, n, k) -> (b, m, n)>] "
-                           : "  %s = linalg.matmul indexing_maps = ["
-                             "affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
-                             "affine_map<(m, n, k) -> (m, n)>] ",
-                   mm.s);
-  jit__text_printf(&e->tb, "ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n", xn, wn,
-                   tensor_type(xdt, cr, xd).s, tensor_type(wdt, cr, wd).s, acc.s, acc_ty.s,
-                   acc_ty.s);
-  str res = f16 ? emit_f16_result(e, mm.s, cr, cd, !reshape) : mm;
-  if (!reshape) return;
-  emit_reshape_to(e, res.s, n->dtype, cr, cd, r, n->dims, true);
-  if (!flat) return;
-  struct flat_value *f = &e->flat[e->cur];
-  f->name = res;
-  f->rank = cr;
-  memcpy(f->dims, cd, sizeof(int64_t) * (size_t)cr);
-}
-
-// x (`a`, its batch dims folded into `rows`) times W^T where `bn` transposes W (N x K):
-// emit_bt_op on a 2-D view of x (emit_matmul says when).
-static jit_status emit_matmul_bt(emitter *e, const jit__node *n, const gen_operand *a,
-                                 int64_t rows, const jit__node *bn) {
-  const jit__node *w = &e->g->nodes[bn->operands[0]];
-  int64_t ad[2] = {rows, a->dims[a->rank - 1]}, cd[2] = {rows, n->dims[n->rank - 1]};
-  const char *an = a->name;
-  str as;
-  if (a->rank != 2) {
-    as = emit_reshape_to(e, an, a->dt, a->rank, a->dims, 2, ad, false);
-    an = as.s;
-  }
-  emit_bt_op(e, n, 2, an, a->dt, ad, e->names[bn->operands[0]], w->dtype, w->dims, cd, true);
-  return NULL;
-}
-
-// A batch of x W^T where `bn` transposes the last two dims of W (batch..., N, K), all
-// batch dims equal on both: emit_bt_op's linalg.batch_matmul over the merged batch
-// (cpu_strategy.c, plan_batch_dot), through reshaped views where the batch has more
-// than one dim.
-static jit_status emit_batch_matmul_bt(emitter *e, const jit__node *n, const gen_operand *a,
-                                       const jit__node *bn) {
-  int r = n->rank;
-  const jit__node *w = &e->g->nodes[bn->operands[0]];
-  int64_t bt = num_elements(r - 2, n->dims), m = n->dims[r - 2], nn = n->dims[r - 1];
-  int64_t k = a->dims[r - 1];
-  int64_t ad[3] = {bt, m, k}, wd[3] = {bt, nn, k}, cd[3] = {bt, m, nn};
-  const char *an = a->name, *wn = e->names[bn->operands[0]];
-  str as, ws;
-  if (r != 3) {
-    as = emit_reshape_to(e, an, a->dt, r, a->dims, 3, ad, false);
-    ws = emit_reshape_to(e, wn, w->dtype, r, w->dims, 3, wd, false);
-    an = as.s;
-    wn = ws.s;
-  }
-  emit_bt_op(e, n, 3, an, a->dt, ad, wn, w->dtype, wd, cd, true);
-  return NULL;
-}
-
-// Whether x (`a`) times `b` making `n` is emit_matvec's: b a 2-D vector (K x 1) and K
-// of 256 or more (the 2-D dot products' bound), or a batch of vectors with all batch
-// dims equal on x, b and the result, and K of 256 or more (f16: 64; f32 12x1000x64
-// times 12x64x1 took 160 us against 128 unplanned on one thread, 52 against 129 on 2).
-static bool is_matvec(const gen_operand *a, const gen_operand *b, const jit__node *n) {
-  int64_t k = a->dims[a->rank - 1];
-  if (b->rank == 2) return k >= 256 && b->dims[1] == 1;
-  if (a->rank != n->rank || b->rank != n->rank || k < (a->dt == JIT__F16 ? 64 : 256))
-    return false;
-  for (int d = 0; d < n->rank - 2; d++)
-    if (a->dims[d] != n->dims[d] || b->dims[d] != n->dims[d]) return false;
-  return true;
-}
-
-// x (..., M, K) times a vector w (K x 1, or batched as x is: (..., K, 1)): dot products
-// of x's rows with w, as w^T x^T, a one-row x W^T that reads x through the transposed
-// map: plan_matmul_bt's dot products split across threads over x's rows (x's batch
-// dims folded into them when w is 2-D), or plan_batch_dot's for a batch. 128x768 16 ->
-// 5.8 us, 4096x1024 0.82 -> 0.65 ms (2 threads 0.86 -> 0.35), 4x128x768 times 4x768x1
-// 32 -> 24 us (f16 93 -> 18), times a 2-D 768x1 63 -> 24. As a matmul with N = 1 its
-// register tiles were columns of one lane, unthreaded, and a batch of them was not
-// planned at all.
-static jit_status emit_matvec(emitter *e, const jit__node *n, const gen_operand *a,
-                              const gen_operand *b) {
-  bool batch = b->rank > 2;
-  int r = n->rank, cr = batch ? 3 : 2;
-  int64_t k = a->dims[a->rank - 1];
-  int64_t bt = batch ? num_elements(r - 2, n->dims) : 1;
-  int64_t rows = batch ? n->dims[r - 2] : num_elements(a->rank - 1, a->dims);
-  int64_t wd[3] = {bt, 1, k}, xd[3] = {bt, rows, k}, cd[3] = {bt, 1, rows};
-  const int64_t *w3 = batch ? wd : wd + 1, *x3 = batch ? xd : xd + 1, *c3 = batch ? cd : cd + 1;
-  str ws = emit_reshape_to(e, b->name, b->dt, b->rank, b->dims, cr, w3, false);
-  const char *xn = a->name;
-  str xs;
-  if (a->rank != cr) {
-    xs = emit_reshape_to(e, xn, a->dt, a->rank, a->dims, cr, x3, false);
-    xn = xs.s;
-  }
-  // (1, rows) and n's (rows, 1) differ in dims: no e->flat.
-  emit_bt_op(e, n, cr, ws.s, b->dt, w3, xn, a->dt, x3, c3, false);
-  return NULL;
-}
-
-// Whether `bn` transposes the last two dims of a rank-`r` value and nothing else, and
-// `a` (x) and W have the batch dims of the result `n`.
-static bool swaps_last_two(const jit__node *bn, const gen_operand *a, const jit__node *n,
-                           const emitter *e) {
-  int r = n->rank;
-  if (bn->op != JIT__OP_TRANSPOSE || bn->rank != r || a->rank != r || r < 3) return false;
-  const jit__node *w = &e->g->nodes[bn->operands[0]];
-  for (int d = 0; d < r - 2; d++)
-    if (bn->perm[d] != d || a->dims[d] != n->dims[d] || w->dims[d] != n->dims[d]) return false;
-  return bn->perm[r - 2] == r - 1 && bn->perm[r - 1] == r - 2;
-}
-
-// Declared in lower.h: up to 17 rows (plan_matmul_bt); f16 only where its tiles are
-// dot products (its `dot`, with L = 16 on AVX-512 and 8 on AVX2), as f16's 16x16
-// transposes cost more than a transposed copy of W.
-bool jit__cpu_bt_map(int64_t rows, int64_t k, bool f16) {
-  return rows <= 17 && (!f16 || (k % 16 == 0 && k >= (rows <= 4 ? 32 : rows <= 12 ? 64 : 128)));
-}
-
-static jit_status emit_matmul(emitter *e, const jit__node *n) {
-  gen_operand a = node_operand(e, n->operands[0]), b = node_operand(e, n->operands[1]);
-  int r = n->rank;
-  if (a.rank < 2 || b.rank < 2 || r < 2) return node_error(e, "matmul needs rank >= 2");
-  int64_t m = a.dims[a.rank - 2], k = a.dims[a.rank - 1], nn = b.dims[b.rank - 1];
-  if (b.dims[b.rank - 2] != k || n->dims[r - 2] != m || n->dims[r - 1] != nn)
-    return node_error(e, "matmul shapes do not agree");
-  int nb = r - 2;  // batch dims of the result
-  if (a.rank - 2 > nb || b.rank - 2 > nb)
-    return node_error(e, "matmul operand has more batch dims than the result");
-
-  bool f16 = n->dtype == JIT__F16;
-  // x W^T (a PyTorch Linear's weight, N x K) with up to 17 rows: linalg.matmul reading
-  // the transpose's input through a transposed map (cpu_strategy.c, plan_matmul_bt),
-  // instead of a transposed copy of W per call: 1x768x3072 0.40 ms against 2.5,
-  // 8x768x3072 0.72 against 2.0, 16x768x3072 1.2 against 2.8, 17x768x3072 (the most
-  // rows the GEMV-like path takes, too few to pack B) 1.1 against 2.5. With more rows the
-  // matmul packs B, from W directly (plan_packed): 64x768x3072 2.5 ms, against 4.1
-  // through the transposed map. The transpose node's own value is then unused unless
-  // something else reads it. f16 when K is a multiple of 16 and at least 32 (64 above
-  // 4 rows, 128 above 12), where the strategy's tiles are dot products on AVX-512 and
-  // AVX2 (plan_matmul_dot; the rule is jit__cpu_bt_map, which the strategy also applies
-  // to imported modules): 1x768x3072 0.18 ms against 1.0 for the transposed copy,
-  // 8x768x3072 0.48 against 1.3. A batched x (a decode step's (B, 1, D)) is its rows:
-  // 4x1x768 times W^T took 2.9 ms, against 0.44 for 4x768.
-  const jit__node *bn = &e->g->nodes[n->operands[1]];
-  int64_t rows = num_elements(a.rank - 1, a.dims);
-  if (e->named_batch && b.rank == 2 && bn->op == JIT__OP_TRANSPOSE && bn->rank == 2 &&
-      bn->perm[0] == 1 && bn->perm[1] == 0 && jit__cpu_bt_map(rows, k, f16))
-    return emit_matmul_bt(e, n, &a, rows, bn);
-  if (e->named_batch && nn == 1 && k % 16 == 0 && is_matvec(&a, &b, n))
-    return emit_matvec(e, n, &a, &b);
-  if (r == 2 && a.rank == 2 && b.rank == 2) return emit_named_matmul(e, n, &a, &b, 0, 0);
-  // A batch of x W^T with W stored (batch..., N, K) and up to 4 rows (a decode step's
-  // q K^T against a (B, H, S, D) key cache): dot products along k, no copy of W
-  // transposed per call (12x1x64 against 12x1024x64 keys: 326 -> 153 us, 2 threads
-  // 351 -> 60; K stored (B, D, S) 98).
-  if (e->named_batch && m <= 4 && k % 16 == 0 && swaps_last_two(bn, &a, n, e))
-    return emit_batch_matmul_bt(e, n, &a, bn);
-  if (e->named_batch) {
-    // Leading batch dims equal on both operands, then dims where only x has them (W's
-    // are 1 or missing): a batch of matmuls over the first, the rest more rows. Batch
-    // dims that broadcast otherwise (x's 1 against W's B, a 2-D x against a batched W,
-    // W's 1 before an equal dim) are copied out to the result's first: x, then W if
-    // that is not enough. A copy of x per batch costs M K of the M K N multiply-adds
-    // (128x768 against 4x768x768: 4.2 ms, against 375 as the generic's loops).
-    int64_t xd[JIT_MAX_RANK], wd[JIT_MAX_RANK];
-    str xs, ws;
-    int p = matmul_batch_prefix(&a, &b, n);
-    bool x_full = a.rank == r && memcmp(a.dims, n->dims, sizeof(int64_t) * nb) == 0;
-    if (p < 0 && !x_full) {
-      xs = emit_batch_broadcast(e, &a, n, xd);
-      a = (gen_operand){xs.s, a.dt, r, xd, {0}};
-      p = matmul_batch_prefix(&a, &b, n);
-    }
-    if (p < 0) {
-      ws = emit_batch_broadcast(e, &b, n, wd);
-      b = (gen_operand){ws.s, b.dt, r, wd, {0}};
-      p = nb;
-    }
-    return emit_named_matmul(e, n, &a, &b, p, nb - p);
-  }
-  str acc = emit_filled_acc(e, "0.0", r, n->dims);
-  str mm = value_name(e, !f16);
-  {
-    // Loops: batch..., m, n, k. Operand batch dims broadcast NumPy-style.
-    gen_operand *ops[2] = {&a, &b};
-    for (int i = 0; i < 2; i++) {
-      gen_operand *op = ops[i];
-      int ob = op->rank - 2, off = nb - ob;
-      for (int d = 0; d < ob; d++) {
-        int64_t od = op->dims[d], rd = n->dims[d + off];
-        if (od == rd)
-          op->map[d] = d + off;
-        else if (od == 1)
-          op->map[d] = -1;
-        else
-          return node_error(e, "matmul batch dims do not broadcast");
-      }
-    }
-    a.map[a.rank - 2] = nb;      // m
-    a.map[a.rank - 1] = nb + 2;  // k
-    b.map[b.rank - 2] = nb + 2;  // k
-    b.map[b.rank - 1] = nb + 1;  // n
-    gen_operand out = {acc.s, JIT__F32, r, n->dims, {0}};
-    identity_map(&out);
-    char iters[JIT_MAX_RANK + 2];
-    memset(iters, 'p', sizeof iters);
-    iters[nb + 2] = 'r';
-    gen_operand ins[2] = {a, b};
-    emit_generic(e, mm.s, r + 1, iters, ins, 2, &out, B_ACC_MAC, 0);
-  }
-  if (f16) emit_f16_result(e, mm.s, r, n->dims, true);
-  return NULL;
-}
-
-// Reduces `x` over `axis` into a fresh f32 accumulator (starting at `init`) of the
-// operand's shape without that dim, which `red_dims` receives.
-static str emit_reduce_f32(emitter *e, const gen_operand *x, int axis, body_kind kind,
-                           const char *init, int64_t *red_dims, bool final) {
-  for (int d = 0, j = 0; d < x->rank; d++)
-    if (d != axis) red_dims[j++] = x->dims[d];
-  str acc = emit_filled_acc(e, init, x->rank - 1, red_dims);
-  gen_operand out = {acc.s, JIT__F32, x->rank - 1, red_dims, {0}};
-  for (int d = 0, j = 0; d < x->rank; d++)
-    if (d != axis) out.map[j++] = d;
-  char iters[JIT_MAX_RANK];
-  memset(iters, 'p', sizeof iters);
-  iters[axis] = 'r';
-  str res = value_name(e, final);
-  emit_generic(e, res.s, x->rank, iters, x, 1, &out, kind, 0);
-  return res;
-}
-
-static jit_status emit_reduce(emitter *e, const jit__node *n) {
-  gen_operand x = node_operand(e, n->operands[0]);
-  int axis = n->axis;
-  if (axis < 0 || axis >= x.rank) return node_error(e, "reduction axis out of range");
-  int rr = x.rank - 1;
-  if (n->rank != (n->keepdims ? x.rank : rr)) return node_error(e, "reduction result rank");
-  for (int d = 0, j = 0; d < x.rank; d++) {
-    if (d == axis) {
-      if (n->keepdims && n->dims[j++] != 1) return node_error(e, "kept dim is not 1");
-      continue;
-    }
-    if (n->dims[j++] != x.dims[d]) return node_error(e, "reduction result shape");
-  }
-  bool is_max = n->op == JIT__OP_REDUCE_MAX, is_mean = n->op == JIT__OP_REDUCE_MEAN;
-  bool post = is_mean || n->dtype == JIT__F16;  // a generic after the accumulation
-
-  int64_t red_dims[JIT_MAX_RANK];
-  // -inf is 0xFF800000: MLIR has no decimal spelling for it.
-  str cur = emit_reduce_f32(e, &x, axis, is_max ? B_ACC_MAX : B_ACC_SUM,
-                            is_max ? "0xFF800000" : "0.0", red_dims,
-                            !post && !n->keepdims);
-  if (post) {
-    str empty = value_name(e, false), res = value_name(e, !n->keepdims);
-    emit_empty(e, empty.s, n->dtype, rr, red_dims);
-    gen_operand in = {cur.s, JIT__F32, rr, red_dims, {0}};
-    gen_operand out = {empty.s, n->dtype, rr, red_dims, {0}};
-    identity_map(&in);
-    identity_map(&out);
-    char iters[JIT_MAX_RANK];
-    memset(iters, 'p', sizeof iters);
-    emit_generic(e, res.s, rr, iters, &in, 1, &out, is_mean ? B_DIV_BY : B_COPY,
-                 (double)x.dims[axis]);
-    cur = res;
-  }
-  if (n->keepdims) {
-    if (e->named_batch && rr > 0) {
-      struct squeezed *q = &e->squeezed[e->cur];
-      q->name = cur;
-      q->axis = axis;
-      q->set = true;
-    }
-    // Re-insert the size-1 dim by gluing it to a neighbour's reassociation group;
-    // from rank 0 the reassociation is empty.
-    str res = value_name(e, true);
-    jit__text_printf(&e->tb, "  %s = tensor.expand_shape %s [", res.s, cur.s);
-    for (int j = 0; j < rr; j++) {
-      int lo = j < axis ? j : j + 1, hi = lo;
-      if (j == axis) lo = axis;                // [axis, axis + 1]
-      if (j == rr - 1 && axis == rr) hi = rr;  // the last group takes a trailing unit dim
-      jit__text_printf(&e->tb, "%s[", j ? ", " : "");
-      for (int d = lo; d <= hi; d++) jit__text_printf(&e->tb, "%s%d", d > lo ? ", " : "", d);
-      jit__text_printf(&e->tb, "]");
-    }
-    jit__text_printf(&e->tb, "] output_shape ");
-    print_int_list(e, n->rank, n->dims);
-    jit__text_printf(&e->tb, " : %s into %s\n", tensor_type(n->dtype, rr, red_dims).s,
-              tensor_type(n->dtype, n->rank, n->dims).s);
-  }
-  return NULL;
-}
-
-static jit_status emit_softmax(emitter *e, const jit__node *n) {
-  gen_operand x = node_operand(e, n->operands[0]);
-  int axis = n->axis, r = x.rank;
-  if (axis < 0 || axis >= r || n->rank != r) return node_error(e, "softmax axis or rank");
-  int64_t red_dims[JIT_MAX_RANK];
-  char iters[JIT_MAX_RANK];
-  memset(iters, 'p', sizeof iters);
-
-  // exp(x - max) keeps every exponent <= 0, so large inputs cannot overflow.
-  str mx = emit_reduce_f32(e, &x, axis, B_ACC_MAXNUM, "0xFF800000", red_dims, false);
-  gen_operand red = {mx.s, JIT__F32, r - 1, red_dims, {0}};
-  for (int d = 0, j = 0; d < r; d++)
-    if (d != axis) red.map[j++] = d;
-
-  str ex_empty = value_name(e, false), ex = value_name(e, false);
-  emit_empty(e, ex_empty.s, JIT__F32, r, x.dims);
-  gen_operand ex_out = {ex_empty.s, JIT__F32, r, x.dims, {0}};
-  identity_map(&ex_out);
-  gen_operand ins[2] = {x, red};
-  emit_generic(e, ex.s, r, iters, ins, 2, &ex_out, B_EXP_SUB, 0);
-
-  gen_operand ex_in = {ex.s, JIT__F32, r, x.dims, {0}};
-  identity_map(&ex_in);
-  str sum = emit_reduce_f32(e, &ex_in, axis, B_ACC_SUM, "0.0", red_dims, false);
-  red.name = sum.s;
-
-  str empty = value_name(e, false), res = value_name(e, true);
-  emit_empty(e, empty.s, n->dtype, r, n->dims);
-  gen_operand out = {empty.s, n->dtype, r, n->dims, {0}};
-  identity_map(&out);
-  gen_operand ins2[2] = {ex_in, red};
-  emit_generic(e, res.s, r, iters, ins2, 2, &out, B_DIV, 0);
-  return NULL;
-}
-
-// Node e->cur is the same value as node `src` (an identity transpose or reshape).
-// Operands come before their users, so src < cur: the two names never overlap.
-static void alias_name(emitter *e, uint32_t src) {
-  memmove(e->names[e->cur], e->names[src], sizeof e->names[e->cur]);
-}
-
-static jit_status emit_transpose(emitter *e, const jit__node *n) {
-  uint32_t src = n->operands[0];
-  gen_operand x = node_operand(e, src);
-  int r = x.rank;
-  if (n->rank != r) return node_error(e, "transpose changes the rank");
-  bool seen[JIT_MAX_RANK] = {false}, identity = true;
-  for (int i = 0; i < r; i++) {
-    int p = n->perm[i];
-    if (p < 0 || p >= r || seen[p] || n->dims[i] != x.dims[p])
-      return node_error(e, "bad permutation");
-    seen[p] = true;
-    x.map[p] = i;  // input dim p is walked by result loop i
-    identity = identity && p == i;
-  }
-  if (identity) {
-    alias_name(e, src);
-    return NULL;
-  }
-  // A generic rather than linalg.transpose, so the elementwise fusion pass sees it.
-  str empty = value_name(e, false), res = value_name(e, true);
-  emit_empty(e, empty.s, n->dtype, r, n->dims);
-  gen_operand out = {empty.s, n->dtype, r, n->dims, {0}};
-  identity_map(&out);
-  char iters[JIT_MAX_RANK];
-  memset(iters, 'p', sizeof iters);
-  emit_generic(e, res.s, r, iters, &x, 1, &out, B_COPY, 0);
-  return NULL;
 }
 
 // Per node, the fewest steps to a matmul up through operands (mm_up) and down through
@@ -1046,64 +446,6 @@ static void matmul_distances(const jit__lgraph *g, uint8_t *up, uint8_t *down) {
   }
 }
 
-static jit_status emit_reshape(emitter *e, const jit__node *n) {
-  uint32_t src = n->operands[0];
-  const jit__node *x = &e->g->nodes[src];
-  int64_t count = num_elements(x->rank, x->dims);
-  if (count != num_elements(n->rank, n->dims))
-    return node_error(e, "reshape changes the element count");
-  if (x->rank == n->rank && !memcmp(x->dims, n->dims, sizeof(int64_t) * (size_t)n->rank)) {
-    alias_name(e, src);
-    return NULL;
-  }
-  str src_ty = tensor_type(x->dtype, x->rank, x->dims);
-  str to_ty = tensor_type(n->dtype, n->rank, n->dims);
-  // A rank-0 endpoint means every dim on the other side is 1, and the empty
-  // reassociation is how expand/collapse_shape add or drop unit dims of a scalar.
-  if (x->rank == 0 || n->rank == 0) {
-    str res = value_name(e, true);
-    if (x->rank == 0) {
-      jit__text_printf(&e->tb, "  %s = tensor.expand_shape %s [] output_shape ", res.s,
-                e->names[src]);
-      print_int_list(e, n->rank, n->dims);
-      jit__text_printf(&e->tb, " : %s into %s\n", src_ty.s, to_ty.s);
-    } else {
-      jit__text_printf(&e->tb, "  %s = tensor.collapse_shape %s [] : %s into %s\n", res.s,
-                e->names[src], src_ty.s, to_ty.s);
-    }
-    return NULL;
-  }
-  // Within four steps of a matmul (CPU): tensor.reshape, a view. The fusion pass moves
-  // collapse/expand_shape through the ops around them, and through a matmul it makes
-  // the matmul a generic of more loops that no strategy plans: an attention block's
-  // q = x Wq + b reshaped to heads ran its projections as plain loops (~5 GFLOP/s).
-  // Elsewhere the reshape pair, which lets elementwise chains fuse across it.
-  if (e->named_batch && (e->mm_up[src] <= 4 || e->mm_down[e->cur] <= 4)) {
-    emit_reshape_to(e, e->names[src], n->dtype, x->rank, x->dims, n->rank, n->dims, true);
-    return NULL;
-  }
-  // Otherwise through 1-D: collapse all dims into one, then expand to the target; a
-  // rank-1 endpoint skips its step.
-  const char *flat = e->names[src];
-  str flat_ty = tensor_type(n->dtype, 1, &count), mid;
-  if (x->rank > 1) {
-    mid = value_name(e, n->rank == 1);
-    jit__text_printf(&e->tb, "  %s = tensor.collapse_shape %s [[", mid.s, flat);
-    for (int d = 0; d < x->rank; d++) jit__text_printf(&e->tb, "%s%d", d ? ", " : "", d);
-    jit__text_printf(&e->tb, "]] : %s into %s\n", src_ty.s, flat_ty.s);
-    flat = mid.s;
-  }
-  if (n->rank > 1) {
-    str res = value_name(e, true);
-    jit__text_printf(&e->tb, "  %s = tensor.expand_shape %s [[", res.s, flat);
-    for (int d = 0; d < n->rank; d++) jit__text_printf(&e->tb, "%s%d", d ? ", " : "", d);
-    jit__text_printf(&e->tb, "]] output_shape ");
-    print_int_list(e, n->rank, n->dims);
-    jit__text_printf(&e->tb, " : %s into %s\n", flat_ty.s, to_ty.s);
-  }
-  return NULL;
-}
-
 //===--- Graph ------------------------------------------------------------------===//
 
 static int operand_count(jit__op op) {
@@ -1115,63 +457,64 @@ static int operand_count(jit__op op) {
   }
 }
 
-// The invariants every emitter relies on; a violation is a bug upstream.
-static jit_status check_node(emitter *e, const jit__node *n) {
-  if ((int)n->op < 0 || n->op >= JIT__OP_COUNT_) return node_error(e, "unknown op");
-  if (n->dtype != JIT__F32 && n->dtype != JIT__F16) return node_error(e, "unknown dtype");
-  if (n->rank < 0 || n->rank > JIT_MAX_RANK) return node_error(e, "rank out of range");
+// The invariants every jit__emitter relies on; a violation is a bug upstream.
+static jit_status check_node(jit__emitter *e, const jit__node *n) {
+  if ((int)n->op < 0 || n->op >= JIT__OP_COUNT_) return jit__node_error(e, "unknown op");
+  if (n->dtype != JIT__F32 && n->dtype != JIT__F16) return jit__node_error(e, "unknown dtype");
+  if (n->rank < 0 || n->rank > JIT_MAX_RANK) return jit__node_error(e, "rank out of range");
   for (int d = 0; d < n->rank; d++)
-    if (n->dims[d] < 0) return node_error(e, "dim not concrete");
-  if (n->n_operands != operand_count(n->op)) return node_error(e, "operand count");
+    if (n->dims[d] < 0 && !e->symbolic) return jit__node_error(e, "dim not concrete");
+  if (n->n_operands != operand_count(n->op)) return jit__node_error(e, "operand count");
   for (int i = 0; i < n->n_operands; i++) {
-    if (n->operands[i] >= e->cur) return node_error(e, "operand is not an earlier node");
-    if (e->g->nodes[n->operands[i]].dtype != n->dtype) return node_error(e, "dtype");
+    if (n->operands[i] >= e->cur) return jit__node_error(e, "operand is not an earlier node");
+    if (e->g->nodes[n->operands[i]].dtype != n->dtype) return jit__node_error(e, "dtype");
   }
-  if (n->op == JIT__OP_SCALAR && n->rank != 0) return node_error(e, "scalar rank");
+  if (n->op == JIT__OP_SCALAR && n->rank != 0) return jit__node_error(e, "scalar rank");
   if (n->op >= JIT__OP_NEG && n->op <= JIT__OP_RSQRT) {
     const jit__node *x = &e->g->nodes[n->operands[0]];
     if (x->rank != n->rank || memcmp(x->dims, n->dims, sizeof(int64_t) * (size_t)n->rank))
-      return node_error(e, "unary op changes the shape");
+      return jit__node_error(e, "unary op changes the shape");
   }
   return NULL;
 }
 
-static jit_status emit_node(emitter *e, const jit__node *n) {
-  static const body_kind kinds[JIT__OP_COUNT_] = {
-      [JIT__OP_ADD] = B_ADD,         [JIT__OP_SUB] = B_SUB,   [JIT__OP_MUL] = B_MUL,
-      [JIT__OP_DIV] = B_DIV,         [JIT__OP_MAXIMUM] = B_MAX,
-      [JIT__OP_MINIMUM] = B_MIN,     [JIT__OP_NEG] = B_NEG,   [JIT__OP_EXP] = B_EXP,
-      [JIT__OP_LOG] = B_LOG,         [JIT__OP_TANH] = B_TANH,
-      [JIT__OP_SIGMOID] = B_SIGMOID, [JIT__OP_RELU] = B_RELU, [JIT__OP_GELU] = B_GELU,
-      [JIT__OP_SQRT] = B_SQRT,       [JIT__OP_RSQRT] = B_RSQRT,
+static jit_status emit_node(jit__emitter *e, const jit__node *n) {
+  static const jit__body_kind kinds[JIT__OP_COUNT_] = {
+      [JIT__OP_ADD] = JIT__B_ADD,         [JIT__OP_SUB] = JIT__B_SUB,   [JIT__OP_MUL] = JIT__B_MUL,
+      [JIT__OP_DIV] = JIT__B_DIV,         [JIT__OP_MAXIMUM] = JIT__B_MAX,
+      [JIT__OP_MINIMUM] = JIT__B_MIN,     [JIT__OP_NEG] = JIT__B_NEG,   [JIT__OP_EXP] = JIT__B_EXP,
+      [JIT__OP_LOG] = JIT__B_LOG,         [JIT__OP_TANH] = JIT__B_TANH,
+      [JIT__OP_SIGMOID] = JIT__B_SIGMOID, [JIT__OP_RELU] = JIT__B_RELU,
+      [JIT__OP_GELU] = JIT__B_GELU,
+      [JIT__OP_SQRT] = JIT__B_SQRT,       [JIT__OP_RSQRT] = JIT__B_RSQRT,
   };
   switch (n->op) {
     case JIT__OP_INPUT:
-      if (!e->names[e->cur][0]) return node_error(e, "input node is not a graph input");
-      if (num_elements(n->rank, n->dims) == 0) {
+      if (!e->names[e->cur][0]) return jit__node_error(e, "input node is not a graph input");
+      if (!e->symbolic && jit__num_elements(n->rank, n->dims) == 0) {
         // Its argument is declared 1-D (see emit_graph); with no elements to read, a
         // tensor.empty of the real shape stands in for it.
         snprintf(e->names[e->cur], sizeof e->names[e->cur], "%%v%u", e->cur);
-        emit_empty(e, e->names[e->cur], n->dtype, n->rank, n->dims);
+        jit__emit_empty(e, e->names[e->cur], n->dtype, n->rank, n->dims, NULL);
       }
       return NULL;
     case JIT__OP_SCALAR:
       jit__text_printf(&e->tb, "  %%v%u = arith.constant dense<%s> : %s\n", e->cur,
-                float_literal(n->scalar, n->dtype).s, tensor_type(n->dtype, 0, NULL).s);
+                jit__float_literal(n->scalar, n->dtype).s, jit__tensor_type(n->dtype, 0, NULL).s);
       return NULL;
     case JIT__OP_MATMUL:
-      return emit_matmul(e, n);
+      return jit__emit_matmul(e, n);
     case JIT__OP_REDUCE_SUM: case JIT__OP_REDUCE_MAX: case JIT__OP_REDUCE_MEAN:
-      return emit_reduce(e, n);
+      return jit__emit_reduce(e, n);
     case JIT__OP_SOFTMAX:
-      return emit_softmax(e, n);
+      return jit__emit_softmax(e, n);
     case JIT__OP_TRANSPOSE:
-      return emit_transpose(e, n);
+      return jit__emit_transpose(e, n);
     case JIT__OP_RESHAPE:
-      return emit_reshape(e, n);
+      return jit__emit_reshape(e, n);
     default:
       if (n->op >= JIT__OP_ADD && n->op <= JIT__OP_RSQRT)
-        return emit_elementwise(e, n, kinds[n->op]);
+        return jit__emit_elementwise(e, n, kinds[n->op]);
       return JIT_ERR(JIT_UNSUPPORTED, "emitting MLIR: node %u: op %d not supported",
                      e->cur, (int)n->op);
   }
@@ -1188,15 +531,118 @@ static bool is_bare_id(const char *s) {
   return true;
 }
 
-static jit_status emit_graph(emitter *e, const char *func_name) {
+// An SSA/symbol-safe copy of `s` into out[size]: letters, digits and '_' (others become
+// '_', a leading digit gets a '_' before it; "" becomes "_").
+static void make_ident(char *out, size_t size, const char *s) {
+  size_t n = 0;
+  if (isdigit((unsigned char)s[0]) && n + 1 < size) out[n++] = '_';
+  for (; *s && n + 1 < size; s++) out[n++] = isalnum((unsigned char)*s) ? *s : '_';
+  out[n] = 0;
+  if (!n) snprintf(out, size, "_");
+}
+
+// Whether `id` may name a value this file writes (%v3, %v3_t1, %in0_d1, %idx2) or one
+// that a generic's body defines (%c0, %t0, %x0, %y, %in0, %out): linalg.generic's
+// region sees the function's values, so an argument of that name would be redefined.
+static bool reserved_name(const char *id) {
+  static const char *const prefixes[] = {"c", "t", "x", "in", "idx", "v"};
+  if (!strcmp(id, "y") || !strcmp(id, "out")) return true;
+  for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+    size_t n = strlen(prefixes[i]);
+    if (!strncmp(id, prefixes[i], n) && isdigit((unsigned char)id[n])) return true;
+  }
+  return false;
+}
+
+// Names the arguments: %a<i> (static), or the inputs' own names made identifiers, a
+// name already taken or reserved becoming arg<i>, with a value %in<i>_d<d> per `?` dim
+// (symbolic).
+static jit_status name_inputs(jit__emitter *e) {
   const jit__lgraph *g = e->g;
   for (uint32_t i = 0; i < g->n_inputs; i++) {
     uint32_t id = g->inputs[i];
     if (id >= g->n_nodes || g->nodes[id].op != JIT__OP_INPUT || e->names[id][0])
       return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': input %u is node %u, "
                      "which is not a distinct input node", g->name ? g->name : "", i, id);
-    snprintf(e->names[id], sizeof e->names[id], "%%a%u", i);
+    if (!e->symbolic) {
+      snprintf(e->names[id], sizeof e->names[id], "%%a%u", i);
+      continue;
+    }
+    const char *name = e->opt->input_names ? e->opt->input_names[i] : NULL;
+    char ident[30];
+    make_ident(ident, sizeof ident, name ? name : "in");
+    bool dup = false;
+    for (uint32_t j = 0; j < i; j++) dup |= !strcmp(e->names[g->inputs[j]] + 1, ident);
+    if (dup || reserved_name(ident)) snprintf(ident, sizeof ident, "arg%u", i);
+    snprintf(e->names[id], sizeof e->names[id], "%%%s", ident);
+    const jit__node *n = &g->nodes[id];
+    for (int d = 0; d < n->rank; d++)
+      if (n->dims[d] < 0) snprintf(e->dv[id][d].s, sizeof(jit__dimval), "%%in%u_d%d", i, d);
   }
+  return NULL;
+}
+
+// The symbolic frame (jit_graph_to_mlir): tensors in, tensors out, each argument's
+// sizes and symbol names in jit.dims, the index constants %idx0.. and a tensor.dim per
+// `?` input dim before the body. `body` is taken over.
+static void frame_symbolic(jit__emitter *e, const char *func_name, jit__text body) {
+  const jit__lgraph *g = e->g;
+  jit__text head = {0};
+  char fname[128];
+  make_ident(fname, sizeof fname, func_name);
+  jit__text_printf(&head, "func.func @%s(", fname);
+  for (uint32_t k = 0; k < g->n_inputs; k++) {
+    const jit__node *n = &g->nodes[g->inputs[k]];
+    jit__text_printf(&head, "%s\n    %s: %s {jit.dims = [", k ? "," : "",
+                     e->names[g->inputs[k]], jit__tensor_type(n->dtype, n->rank, n->dims).s);
+    for (int d = 0; d < n->rank; d++) {
+      if (n->dims[d] >= 0) {
+        jit__text_printf(&head, "%s%lld", d ? ", " : "", (long long)n->dims[d]);
+        continue;
+      }
+      const char *sym = e->opt->symbol_name ? e->opt->symbol_name(e->opt->symbol_arg,
+                                                                  n->dims[d]) : NULL;
+      jit__text_printf(&head, "%s\"%s\"", d ? ", " : "", sym ? sym : "?");
+    }
+    jit__text_printf(&head, "]}");
+  }
+  jit__text_printf(&head, ") -> (");
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *n = &g->nodes[g->outputs[j]];
+    jit__text_printf(&head, "%s%s", j ? ", " : "", jit__tensor_type(n->dtype, n->rank, n->dims).s);
+  }
+  jit__text_printf(&head, ")");
+  if (e->opt->func_attributes)
+    jit__text_printf(&head, " attributes {%s}", e->opt->func_attributes);
+  jit__text_printf(&head, " {\n");
+  for (int d = 0; d < JIT_MAX_RANK; d++)
+    jit__text_printf(&head, "  %%idx%d = arith.constant %d : index\n", d, d);
+  for (uint32_t k = 0; k < g->n_inputs; k++) {
+    uint32_t id = g->inputs[k];
+    const jit__node *n = &g->nodes[id];
+    for (int d = 0; d < n->rank; d++)
+      if (n->dims[d] < 0)
+        jit__text_printf(&head, "  %s = tensor.dim %s, %%idx%d : %s\n", e->dv[id][d].s,
+                         e->names[id], d, jit__tensor_type(n->dtype, n->rank, n->dims).s);
+  }
+  jit__text_append(&head, body.p ? body.p : "", body.len);
+  head.oom |= body.oom;
+  free(body.p);
+  jit__text_printf(&head, "  return ");
+  for (uint32_t j = 0; j < g->n_outputs; j++)
+    jit__text_printf(&head, "%s%s", j ? ", " : "", e->names[g->outputs[j]]);
+  jit__text_printf(&head, " : ");
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *n = &g->nodes[g->outputs[j]];
+    jit__text_printf(&head, "%s%s", j ? ", " : "", jit__tensor_type(n->dtype, n->rank, n->dims).s);
+  }
+  jit__text_printf(&head, "\n}\n");
+  e->tb = head;
+}
+
+static jit_status emit_graph(jit__emitter *e, const char *func_name) {
+  const jit__lgraph *g = e->g;
+  JIT_PROPAGATE(name_inputs(e));
   for (uint32_t j = 0; j < g->n_outputs; j++)
     if (g->outputs[j] >= g->n_nodes)
       return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': output %u is node %u of %u",
@@ -1212,6 +658,13 @@ static jit_status emit_graph(emitter *e, const char *func_name) {
     if (s) return s;
     if (!e->names[i][0]) snprintf(e->names[i], sizeof e->names[i], "%%v%u", i);
   }
+  if (e->dim_lost)
+    return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': a `?` dim has no value",
+                   g->name ? g->name : "");
+  if (e->symbolic) {
+    frame_symbolic(e, func_name, e->tb);
+    return NULL;
+  }
 
   jit__text body = e->tb, head = {0};
   // An argument with no elements is declared as <0xT>: convert-func-to-llvm's bare
@@ -1222,17 +675,17 @@ static jit_status emit_graph(emitter *e, const char *func_name) {
   jit__text_printf(&head, "func.func @%s(", func_name);
   for (uint32_t i = 0; i < g->n_inputs; i++) {
     const jit__node *n = &g->nodes[g->inputs[i]];
-    bool empty = num_elements(n->rank, n->dims) == 0;
+    bool empty = jit__num_elements(n->rank, n->dims) == 0;
     jit__text_printf(&head, "%s%%a%u: %s", i ? ", " : "", i,
-              tensor_type(n->dtype, empty ? 1 : n->rank, empty ? &zero : n->dims).s);
+              jit__tensor_type(n->dtype, empty ? 1 : n->rank, empty ? &zero : n->dims).s);
   }
   // An output made by a batched matmul's named op is declared in that op's shape and
   // written from its result (e->flat), which one-shot bufferization then computes in
   // place: through the reshape it would go to a temporary and be copied.
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *n = &g->nodes[g->outputs[j]];
-    bool empty = num_elements(n->rank, n->dims) == 0;
-    const struct flat_value *f = &e->flat[g->outputs[j]];
+    bool empty = jit__num_elements(n->rank, n->dims) == 0;
+    const struct jit__flat_value *f = &e->flat[g->outputs[j]];
     int rank = empty ? 1 : f->rank ? f->rank : n->rank;
     const int64_t *dims = empty ? &zero : f->rank ? f->dims : n->dims;
     jit__text_printf(&head, "%s%%r%u: %s", (g->n_inputs || j) ? ", " : "", j,
@@ -1249,48 +702,53 @@ static jit_status emit_graph(emitter *e, const char *func_name) {
   // lets eliminate-empty-tensors compute the producing op directly into it.
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *n = &g->nodes[g->outputs[j]];
-    if (num_elements(n->rank, n->dims) == 0) continue;
-    const struct flat_value *f = &e->flat[g->outputs[j]];
+    if (jit__num_elements(n->rank, n->dims) == 0) continue;
+    const struct jit__flat_value *f = &e->flat[g->outputs[j]];
     int rank = f->rank ? f->rank : n->rank;
     const int64_t *dims = f->rank ? f->dims : n->dims;
     jit__text_printf(&e->tb,
               "  bufferization.materialize_in_destination %s in restrict writable %%r%u"
               " : (%s, %s) -> ()\n",
               f->rank ? f->name.s : e->names[g->outputs[j]], j,
-              tensor_type(n->dtype, rank, dims).s, shape_type("memref", n->dtype, rank, dims).s);
+              jit__tensor_type(n->dtype, rank, dims).s,
+              shape_type("memref", n->dtype, rank, dims).s);
   }
   jit__text_printf(&e->tb, "  return\n}\n");
   return NULL;
 }
 
-jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
-                          bool named_batch, char **out_text) {
+jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
+                               const jit__emit_options *options, char **out_text) {
   if (out_text) *out_text = NULL;
-  if (!graph || !out_text || (graph->n_nodes && !graph->nodes) ||
-      (graph->n_inputs && !graph->inputs) || (graph->n_outputs && !graph->outputs))
+  if (!graph || !out_text || !options || (graph->n_nodes && !graph->nodes) ||
+      (graph->n_inputs && !graph->inputs) || (graph->n_outputs && !graph->outputs) ||
+      (options->symbolic && (!func_name || !options->reshape_req)))
     return JIT_ERR(JIT_INTERNAL, "jit__emit_mlir: NULL argument");
-  if (!is_bare_id(func_name))
+  if (!options->symbolic && !is_bare_id(func_name))
     return JIT_ERR(JIT_INTERNAL, "jit__emit_mlir: function name '%s' is not an MLIR "
                    "identifier", func_name ? func_name : "(null)");
-  emitter e = {.g = graph, .named_batch = named_batch};
-  e.names = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.names);
-  e.flat = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.flat);
-  e.squeezed = calloc(graph->n_nodes ? graph->n_nodes : 1, sizeof *e.squeezed);
-  e.mm_up = calloc(graph->n_nodes ? graph->n_nodes : 1, 2);
-  if (!e.names || !e.flat || !e.squeezed || !e.mm_up) {
-    free(e.names);
-    free(e.flat);
-    free(e.squeezed);
-    free(e.mm_up);
-    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
+  // The named-op forms are tuned for (and only written for) static shapes.
+  jit__emitter e = {.g = graph, .opt = options, .symbolic = options->symbolic,
+               .named_batch = options->named_batch && !options->symbolic};
+  size_t n = graph->n_nodes ? graph->n_nodes : 1;
+  e.names = calloc(n, sizeof *e.names);
+  e.flat = calloc(n, sizeof *e.flat);
+  e.squeezed = calloc(n, sizeof *e.squeezed);
+  e.mm_up = calloc(n, 2);
+  e.dv = calloc(n, sizeof *e.dv);
+  jit_status s = NULL;
+  if (!e.names || !e.flat || !e.squeezed || !e.mm_up || !e.dv) {
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
+  } else {
+    e.mm_down = e.mm_up + graph->n_nodes;
+    matmul_distances(graph, e.mm_up, e.mm_down);
+    s = emit_graph(&e, func_name);
   }
-  e.mm_down = e.mm_up + graph->n_nodes;
-  matmul_distances(graph, e.mm_up, e.mm_down);
-  jit_status s = emit_graph(&e, func_name);
   free(e.names);
   free(e.flat);
   free(e.squeezed);
   free(e.mm_up);
+  free(e.dv);
   if (!s && e.tb.oom) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
   if (s) {
     free(e.tb.p);
@@ -1299,3 +757,10 @@ jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
   *out_text = e.tb.p;
   return NULL;
 }
+
+jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
+                          bool named_batch, char **out_text) {
+  jit__emit_options o = {.named_batch = named_batch};
+  return jit__emit_mlir_with(graph, func_name, &o, out_text);
+}
+

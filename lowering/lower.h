@@ -55,8 +55,9 @@ typedef enum jit__dtype {
   JIT__F16 = 1,
 } jit__dtype;
 
-// One node of a graph. In a jit__lgraph every dim is concrete (>= 0); in the user
-// graph (jit/) dims may be negative symbol codes.
+// One node of a graph. In a jit__lgraph every dim is concrete (>= 0), except for
+// jit__emit_mlir_with's symbolic mode; in the user graph (jit/) dims may be negative
+// symbol codes.
 typedef struct jit__node {
   jit__op op;
   jit__dtype dtype;
@@ -133,6 +134,34 @@ void jit__artifact_release(jit__artifact *artifact);
 jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
                           bool named_batch, char **out_text);
 
+// How jit__emit_mlir_with writes a graph's dims, and the function around its body.
+//
+// Static (symbolic false): every dim is a size; the function takes the inputs as
+// tensors and the outputs as memrefs it writes (jit__emit_mlir, the compile path).
+// Symbolic: a dim < 0 is a symbol (jit/'s code), written `?`, whose size at run time is
+// the tensor.dim of the first input dim that carries it; a dim that jit/ could not name
+// (a reshape's inferred dim) is computed from the others. The function then takes and
+// returns tensors, each argument tagged {jit.dims = [...]} with its sizes and symbol
+// names (jit_graph_to_mlir). Both modes write every op through the same code.
+typedef struct jit__emit_options {
+  bool named_batch;  // see jit__emit_mlir; static mode only
+  bool symbolic;
+  // Symbolic mode only:
+  const char *const *input_names;  // per input, its name (made an SSA-safe identifier)
+  // The name of symbol `code` (a dim < -1), for jit.dims.
+  const char *(*symbol_name)(const void *arg, int64_t code);
+  const void *symbol_arg;
+  // Per node, what a reshape node asked for (sizes, symbol codes, one -1); read for
+  // reshape nodes only.
+  const int64_t (*reshape_req)[JIT_MAX_RANK];
+  const char *func_attributes;  // written inside `attributes {...}`; NULL: none
+} jit__emit_options;
+
+// jit__emit_mlir with the dims mode of `options`. In symbolic mode `func_name` is made
+// an MLIR identifier (non-identifier characters become '_'). Thread-safe.
+jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
+                               const jit__emit_options *options, char **out_text);
+
 // Compiles `graph` for the host CPU into `out` (entry named after `func_name`).
 // Creates and destroys its own MLIR and LLVM contexts; thread-safe.
 jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
@@ -140,7 +169,7 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
 
 // Whether x W^T with `rows` rows of x (W stored N x K, of f16 or f32) is best read
 // through the transposed map (n, k) rather than as a transpose of W and a plain matmul
-// (cpu_strategy.c, plan_matmul_bt): emit_mlir.c writes graphs that way, and the CPU
+// (cpu_strategy.c, plan_matmul_bt): emit_matmul.c writes graphs that way, and the CPU
 // strategy rewrites imported modules to it (jit__cpu_normalize).
 bool jit__cpu_bt_map(int64_t rows, int64_t k, bool f16);
 

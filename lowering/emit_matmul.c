@@ -1,0 +1,369 @@
+//===--- emit_matmul.c - matmuls as named ops or a linalg.generic ----------===//
+//
+// jit__emit_matmul (emit.h) and the forms the CPU strategy is tuned for (named_batch,
+// static mode only): x W^T through a transposed map, matvec as dot products, batched
+// matmuls merged into one linalg.matmul or linalg.batch_matmul. Otherwise, and in
+// symbolic mode, a 2-D linalg.matmul or a linalg.generic.
+//
+//===----------------------------------------------------------------------===//
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "base/text.h"
+#include "lowering/emit.h"
+#include "lowering/lower.h"
+
+// A matmul as a named op, which the CPU strategy tiles and vectorizes. The operands'
+// first `p` batch dims (equal on both) are merged into the one batch dim of a
+// linalg.batch_matmul (p > 0), and x's next `fold` batch dims, where W's are 1 or
+// absent, into x's rows; with p = 0 it is one linalg.matmul. So x W with x batched is
+// one matmul over batch x M rows (which packs W once); equal batch dims a batch of
+// matmuls; and in between, grouped-query attention's q (B, H, G, S, D) against
+// k^T (B, H, 1, D, S) a batch of B H matmuls of G S rows. Operands and result go
+// through emit_reshape_to where the ranks differ, and e->flat keeps the named op's
+// result for the consumers (emit_elementwise_flat) and outputs (emit_graph). With f16
+// inputs the named op extends them to the f32 accumulator itself.
+static jit_status emit_named_matmul(jit__emitter *e, const jit__node *n, const jit__gen_operand *a,
+                                    const jit__gen_operand *b, int p, int fold) {
+  int r = n->rank;
+  bool f16 = n->dtype == JIT__F16;
+  int64_t ad[3], bd[3], cd[3];
+  const char *an = a->name, *bn = b->name;
+  jit__str as, bs;
+  int cr = p ? 3 : 2;  // rank of the named op's result
+  int o = cr - 2;      // its row dim
+  if (p) ad[0] = bd[0] = cd[0] = jit__num_elements(p, a->dims);
+  ad[o] = cd[o] = jit__num_elements(fold, a->dims + p) * a->dims[a->rank - 2];
+  ad[o + 1] = a->dims[a->rank - 1];
+  bd[o] = b->dims[b->rank - 2];
+  bd[o + 1] = cd[o + 1] = b->dims[b->rank - 1];
+  if (a->rank != cr) {
+    as = jit__emit_reshape_to(e, an, a->dt, a->rank, a->dims, cr, ad, false);
+    an = as.s;
+  }
+  if (b->rank != cr) {
+    bs = jit__emit_reshape_to(e, bn, b->dt, b->rank, b->dims, cr, bd, false);
+    bn = bs.s;
+  }
+  // f16 x f16 with more than one row: A extended to f32 by its own elementwise op,
+  // which the strategy fuses into the matmul's row tiles (a row tile of A converted
+  // once per n block, into a small buffer). The register tiles then broadcast f32
+  // elements of A from memory instead of converting each one (8 conversions per 16
+  // FMAs at 8x32); B stays f16, converted a vector at a time. 512^3 went from 70 to
+  // ~130 GFLOP/s (f32: ~150), 1024^3 from 68 to ~115, 8x768x3072 from 59 to 70.
+  jit__dtype a_dt = a->dt;
+  if (f16 && e->named_batch && cd[cr - 2] > 1) {
+    as = jit__emit_convert(e, an, JIT__F16, JIT__F32, cr, ad, NULL, false);
+    an = as.s;
+    a_dt = JIT__F32;
+  }
+  bool reshape = cr != r;
+  // Without a reshape the result is n's (a 2-D matmul in symbolic mode: its `?` dims).
+  const jit__dimval *cdv = reshape ? NULL : e->dv[e->cur];
+  jit__str acc = jit__emit_filled_acc(e, "0.0", cr, cd, cdv);
+  jit__str mm = jit__value_name(e, !f16 && !reshape);
+  jit__str acc_ty = jit__tensor_type(JIT__F32, cr, cd);
+  jit__text_printf(&e->tb, "  %s = linalg.%s ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                   mm.s, cr == 2 ? "matmul" : "batch_matmul", an, bn,
+                   jit__tensor_type(a_dt, cr, ad).s, jit__tensor_type(b->dt, cr, bd).s, acc.s,
+                   acc_ty.s, acc_ty.s);
+  jit__str res = f16 ? jit__emit_f16_result(e, mm.s, cr, cd, cdv, !reshape) : mm;
+  if (reshape) {
+    jit__emit_reshape_to(e, res.s, n->dtype, cr, cd, r, n->dims, true);
+    struct jit__flat_value *f = &e->flat[e->cur];
+    f->name = res;
+    f->rank = cr;
+    memcpy(f->dims, cd, sizeof cd);
+  }
+  return NULL;
+}
+
+// For x (`a`, the result's rank) times W (`b`) making `n`: the number p of leading batch
+// dims equal on both, when the rest are x's only (W's 1 or missing); -1 otherwise.
+static int matmul_batch_prefix(const jit__gen_operand *a, const jit__gen_operand *b,
+                               const jit__node *n) {
+  int nb = n->rank - 2, off = nb - (b->rank - 2), p = 0;
+  if (a->rank != n->rank) return -1;
+  for (int d = 0; d < nb; d++) {
+    int64_t bdim = d >= off ? b->dims[d - off] : 1;
+    if (a->dims[d] != n->dims[d]) return -1;
+    if (d == p && bdim == n->dims[d])
+      p++;
+    else if (bdim != 1)
+      return -1;
+  }
+  // A batch of one matmul (x (1, 1, K) times a 2-D W) is that matmul: its rows fold.
+  return jit__num_elements(p, n->dims) == 1 ? 0 : p;
+}
+
+// Matmul operand `op` copied out to the batch dims of the result `n` (its own last two
+// dims kept), NumPy-style: a missing or size-1 dim repeats. `dims` receives the shape.
+static jit__str emit_batch_broadcast(jit__emitter *e, const jit__gen_operand *op,
+                                     const jit__node *n,
+                                int64_t *dims) {
+  int r = n->rank, nb = r - 2, off = nb - (op->rank - 2);
+  memcpy(dims, n->dims, sizeof(int64_t) * nb);
+  dims[nb] = op->dims[op->rank - 2];
+  dims[nb + 1] = op->dims[op->rank - 1];
+  jit__gen_operand in = *op;
+  for (int d = 0; d < op->rank - 2; d++) in.map[d] = op->dims[d] == 1 ? -1 : d + off;
+  in.map[op->rank - 2] = nb;
+  in.map[op->rank - 1] = nb + 1;
+  jit__str empty = jit__value_name(e, false), res = jit__value_name(e, false);
+  jit__emit_empty(e, empty.s, op->dt, r, dims, NULL);
+  jit__gen_operand out = {empty.s, op->dt, r, dims, {0}, NULL};
+  jit__identity_map(&out);
+  char iters[JIT_MAX_RANK];
+  memset(iters, 'p', sizeof iters);
+  jit__emit_generic(e, res.s, r, iters, &in, 1, &out, JIT__B_COPY, NULL);
+  return res;
+}
+
+// x (`xd`: rows x K, or a batch of them when `cr` is 3) times W^T for W stored `wd`
+// (cols x K): a linalg.matmul (linalg.batch_matmul) reading W through the transposed
+// map into `cd`, the f16 result rounded once, then reshaped to `n`'s dims where they
+// differ; with `flat`, e->flat keeps the op's result for the consumers, as in
+// emit_named_matmul.
+static void emit_bt_op(jit__emitter *e, const jit__node *n, int cr, const char *xn, jit__dtype xdt,
+                       const int64_t *xd, const char *wn, jit__dtype wdt, const int64_t *wd,
+                       const int64_t *cd, bool flat) {
+  int r = n->rank;
+  bool f16 = n->dtype == JIT__F16;
+  bool reshape = r != cr || memcmp(cd, n->dims, sizeof(int64_t) * (size_t)cr) != 0;
+  jit__str acc = jit__emit_filled_acc(e, "0.0", cr, cd, NULL);
+  jit__str mm = jit__value_name(e, !f16 && !reshape);
+  jit__str acc_ty = jit__tensor_type(JIT__F32, cr, cd);
+  jit__text_printf(&e->tb,
+                   cr == 3 ? "  %s = linalg.batch_matmul indexing_maps = ["
+                             "affine_map<(b, m, n, k) -> (b, m, k)>, "
+                             "affine_map<(b, m, n, k) -> (b, n, k)>, "
+                             "affine_map<(b, m, n, k) -> (b, m, n)>] "
+                           : "  %s = linalg.matmul indexing_maps = ["
+                             "affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
+                             "affine_map<(m, n, k) -> (m, n)>] ",
+                   mm.s);
+  jit__text_printf(&e->tb, "ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n", xn, wn,
+                   jit__tensor_type(xdt, cr, xd).s, jit__tensor_type(wdt, cr, wd).s, acc.s,
+                   acc_ty.s,
+                   acc_ty.s);
+  jit__str res = f16 ? jit__emit_f16_result(e, mm.s, cr, cd, NULL, !reshape) : mm;
+  if (!reshape) return;
+  jit__emit_reshape_to(e, res.s, n->dtype, cr, cd, r, n->dims, true);
+  if (!flat) return;
+  struct jit__flat_value *f = &e->flat[e->cur];
+  f->name = res;
+  f->rank = cr;
+  memcpy(f->dims, cd, sizeof(int64_t) * (size_t)cr);
+}
+
+// x (`a`, its batch dims folded into `rows`) times W^T where `bn` transposes W (N x K):
+// emit_bt_op on a 2-D view of x (emit_matmul says when).
+static jit_status emit_matmul_bt(jit__emitter *e, const jit__node *n, const jit__gen_operand *a,
+                                 int64_t rows, const jit__node *bn) {
+  const jit__node *w = &e->g->nodes[bn->operands[0]];
+  int64_t ad[2] = {rows, a->dims[a->rank - 1]}, cd[2] = {rows, n->dims[n->rank - 1]};
+  const char *an = a->name;
+  jit__str as;
+  if (a->rank != 2) {
+    as = jit__emit_reshape_to(e, an, a->dt, a->rank, a->dims, 2, ad, false);
+    an = as.s;
+  }
+  emit_bt_op(e, n, 2, an, a->dt, ad, e->names[bn->operands[0]], w->dtype, w->dims, cd, true);
+  return NULL;
+}
+
+// A batch of x W^T where `bn` transposes the last two dims of W (batch..., N, K), all
+// batch dims equal on both: emit_bt_op's linalg.batch_matmul over the merged batch
+// (cpu_strategy.c, plan_batch_dot), through reshaped views where the batch has more
+// than one dim.
+static jit_status emit_batch_matmul_bt(jit__emitter *e, const jit__node *n,
+                                       const jit__gen_operand *a,
+                                       const jit__node *bn) {
+  int r = n->rank;
+  const jit__node *w = &e->g->nodes[bn->operands[0]];
+  int64_t bt = jit__num_elements(r - 2, n->dims), m = n->dims[r - 2], nn = n->dims[r - 1];
+  int64_t k = a->dims[r - 1];
+  int64_t ad[3] = {bt, m, k}, wd[3] = {bt, nn, k}, cd[3] = {bt, m, nn};
+  const char *an = a->name, *wn = e->names[bn->operands[0]];
+  jit__str as, ws;
+  if (r != 3) {
+    as = jit__emit_reshape_to(e, an, a->dt, r, a->dims, 3, ad, false);
+    ws = jit__emit_reshape_to(e, wn, w->dtype, r, w->dims, 3, wd, false);
+    an = as.s;
+    wn = ws.s;
+  }
+  emit_bt_op(e, n, 3, an, a->dt, ad, wn, w->dtype, wd, cd, true);
+  return NULL;
+}
+
+// Whether x (`a`) times `b` making `n` is emit_matvec's: b a 2-D vector (K x 1) and K
+// of 256 or more (the 2-D dot products' bound), or a batch of vectors with all batch
+// dims equal on x, b and the result, and K of 256 or more (f16: 64; f32 12x1000x64
+// times 12x64x1 took 160 us against 128 unplanned on one thread, 52 against 129 on 2).
+static bool is_matvec(const jit__gen_operand *a, const jit__gen_operand *b, const jit__node *n) {
+  int64_t k = a->dims[a->rank - 1];
+  if (b->rank == 2) return k >= 256 && b->dims[1] == 1;
+  if (a->rank != n->rank || b->rank != n->rank || k < (a->dt == JIT__F16 ? 64 : 256))
+    return false;
+  for (int d = 0; d < n->rank - 2; d++)
+    if (a->dims[d] != n->dims[d] || b->dims[d] != n->dims[d]) return false;
+  return true;
+}
+
+// x (..., M, K) times a vector w (K x 1, or batched as x is: (..., K, 1)): dot products
+// of x's rows with w, as w^T x^T, a one-row x W^T that reads x through the transposed
+// map: plan_matmul_bt's dot products split across threads over x's rows (x's batch
+// dims folded into them when w is 2-D), or plan_batch_dot's for a batch. 128x768 16 ->
+// 5.8 us, 4096x1024 0.82 -> 0.65 ms (2 threads 0.86 -> 0.35), 4x128x768 times 4x768x1
+// 32 -> 24 us (f16 93 -> 18), times a 2-D 768x1 63 -> 24. As a matmul with N = 1 its
+// register tiles were columns of one lane, unthreaded, and a batch of them was not
+// planned at all.
+static jit_status emit_matvec(jit__emitter *e, const jit__node *n, const jit__gen_operand *a,
+                              const jit__gen_operand *b) {
+  bool batch = b->rank > 2;
+  int r = n->rank, cr = batch ? 3 : 2;
+  int64_t k = a->dims[a->rank - 1];
+  int64_t bt = batch ? jit__num_elements(r - 2, n->dims) : 1;
+  int64_t rows = batch ? n->dims[r - 2] : jit__num_elements(a->rank - 1, a->dims);
+  int64_t wd[3] = {bt, 1, k}, xd[3] = {bt, rows, k}, cd[3] = {bt, 1, rows};
+  const int64_t *w3 = batch ? wd : wd + 1, *x3 = batch ? xd : xd + 1, *c3 = batch ? cd : cd + 1;
+  jit__str ws = jit__emit_reshape_to(e, b->name, b->dt, b->rank, b->dims, cr, w3, false);
+  const char *xn = a->name;
+  jit__str xs;
+  if (a->rank != cr) {
+    xs = jit__emit_reshape_to(e, xn, a->dt, a->rank, a->dims, cr, x3, false);
+    xn = xs.s;
+  }
+  // (1, rows) and n's (rows, 1) differ in dims: no e->flat.
+  emit_bt_op(e, n, cr, ws.s, b->dt, w3, xn, a->dt, x3, c3, false);
+  return NULL;
+}
+
+// Whether `bn` transposes the last two dims of a rank-`r` value and nothing else, and
+// `a` (x) and W have the batch dims of the result `n`.
+static bool swaps_last_two(const jit__node *bn, const jit__gen_operand *a, const jit__node *n,
+                           const jit__emitter *e) {
+  int r = n->rank;
+  if (bn->op != JIT__OP_TRANSPOSE || bn->rank != r || a->rank != r || r < 3) return false;
+  const jit__node *w = &e->g->nodes[bn->operands[0]];
+  for (int d = 0; d < r - 2; d++)
+    if (bn->perm[d] != d || a->dims[d] != n->dims[d] || w->dims[d] != n->dims[d]) return false;
+  return bn->perm[r - 2] == r - 1 && bn->perm[r - 1] == r - 2;
+}
+
+// Declared in lower.h: up to 17 rows (plan_matmul_bt); f16 only where its tiles are
+// dot products (its `dot`, with L = 16 on AVX-512 and 8 on AVX2), as f16's 16x16
+// transposes cost more than a transposed copy of W.
+bool jit__cpu_bt_map(int64_t rows, int64_t k, bool f16) {
+  return rows <= 17 && (!f16 || (k % 16 == 0 && k >= (rows <= 4 ? 32 : rows <= 12 ? 64 : 128)));
+}
+
+// The maps of a matmul's operands `ab` over the loops batch..., m, n, k: operand batch
+// dims broadcast NumPy-style.
+static jit_status matmul_maps(jit__emitter *e, const jit__node *n, jit__gen_operand *ab) {
+  int nb = n->rank - 2;
+  for (int i = 0; i < 2; i++) {
+    jit__gen_operand *op = &ab[i];
+    int ob = op->rank - 2, off = nb - ob;
+    for (int d = 0; d < ob; d++) {
+      int64_t od = op->dims[d], rd = n->dims[d + off];
+      if (jit__dims_agree(e, od, rd))
+        op->map[d] = d + off;
+      else if (od == 1)
+        op->map[d] = -1;
+      else
+        return jit__node_error(e, "matmul batch dims do not broadcast");
+    }
+  }
+  ab[0].map[ab[0].rank - 2] = nb;      // m
+  ab[0].map[ab[0].rank - 1] = nb + 2;  // k
+  ab[1].map[ab[1].rank - 2] = nb + 2;  // k
+  ab[1].map[ab[1].rank - 1] = nb + 1;  // n
+  return NULL;
+}
+
+jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n) {
+  jit__gen_operand a = jit__node_operand(e, n->operands[0]);
+  jit__gen_operand b = jit__node_operand(e, n->operands[1]);
+  int r = n->rank;
+  if (a.rank < 2 || b.rank < 2 || r < 2) return jit__node_error(e, "matmul needs rank >= 2");
+  int64_t m = a.dims[a.rank - 2], k = a.dims[a.rank - 1], nn = b.dims[b.rank - 1];
+  if (!jit__dims_agree(e, b.dims[b.rank - 2], k) || n->dims[r - 2] != m || n->dims[r - 1] != nn)
+    return jit__node_error(e, "matmul shapes do not agree");
+  int nb = r - 2;  // batch dims of the result
+  if (a.rank - 2 > nb || b.rank - 2 > nb)
+    return jit__node_error(e, "matmul operand has more batch dims than the result");
+  if (e->symbolic) {
+    jit__gen_operand ab[2] = {a, b};
+    JIT_PROPAGATE(matmul_maps(e, n, ab));
+    if (!jit__result_dims_from(e, ab, 2, r, n->dims, e->dv[e->cur]))
+      return jit__node_error(e, "a `?` dim of the result has no operand dim to take its size from");
+  }
+
+  bool f16 = n->dtype == JIT__F16;
+  // x W^T (a PyTorch Linear's weight, N x K) with up to 17 rows: linalg.matmul reading
+  // the transpose's input through a transposed map (cpu_strategy.c, plan_matmul_bt),
+  // instead of a transposed copy of W per call: 1x768x3072 0.40 ms against 2.5,
+  // 8x768x3072 0.72 against 2.0, 16x768x3072 1.2 against 2.8, 17x768x3072 (the most
+  // rows the GEMV-like path takes, too few to pack B) 1.1 against 2.5. With more rows the
+  // matmul packs B, from W directly (plan_packed): 64x768x3072 2.5 ms, against 4.1
+  // through the transposed map. The transpose node's own value is then unused unless
+  // something else reads it. f16 when K is a multiple of 16 and at least 32 (64 above
+  // 4 rows, 128 above 12), where the strategy's tiles are dot products on AVX-512 and
+  // AVX2 (plan_matmul_dot; the rule is jit__cpu_bt_map, which the strategy also applies
+  // to imported modules): 1x768x3072 0.18 ms against 1.0 for the transposed copy,
+  // 8x768x3072 0.48 against 1.3. A batched x (a decode step's (B, 1, D)) is its rows:
+  // 4x1x768 times W^T took 2.9 ms, against 0.44 for 4x768.
+  const jit__node *bn = &e->g->nodes[n->operands[1]];
+  int64_t rows = e->named_batch ? jit__num_elements(a.rank - 1, a.dims) : 0;
+  if (e->named_batch && b.rank == 2 && bn->op == JIT__OP_TRANSPOSE && bn->rank == 2 &&
+      bn->perm[0] == 1 && bn->perm[1] == 0 && jit__cpu_bt_map(rows, k, f16))
+    return emit_matmul_bt(e, n, &a, rows, bn);
+  if (e->named_batch && nn == 1 && k % 16 == 0 && is_matvec(&a, &b, n))
+    return emit_matvec(e, n, &a, &b);
+  if (r == 2 && a.rank == 2 && b.rank == 2) return emit_named_matmul(e, n, &a, &b, 0, 0);
+  // A batch of x W^T with W stored (batch..., N, K) and up to 4 rows (a decode step's
+  // q K^T against a (B, H, S, D) key cache): dot products along k, no copy of W
+  // transposed per call (12x1x64 against 12x1024x64 keys: 326 -> 153 us, 2 threads
+  // 351 -> 60; K stored (B, D, S) 98).
+  if (e->named_batch && m <= 4 && k % 16 == 0 && swaps_last_two(bn, &a, n, e))
+    return emit_batch_matmul_bt(e, n, &a, bn);
+  if (e->named_batch) {
+    // Leading batch dims equal on both operands, then dims where only x has them (W's
+    // are 1 or missing): a batch of matmuls over the first, the rest more rows. Batch
+    // dims that broadcast otherwise (x's 1 against W's B, a 2-D x against a batched W,
+    // W's 1 before an equal dim) are copied out to the result's first: x, then W if
+    // that is not enough. A copy of x per batch costs M K of the M K N multiply-adds
+    // (128x768 against 4x768x768: 4.2 ms, against 375 as the generic's loops).
+    int64_t xd[JIT_MAX_RANK], wd[JIT_MAX_RANK];
+    jit__str xs, ws;
+    int p = matmul_batch_prefix(&a, &b, n);
+    bool x_full = a.rank == r && memcmp(a.dims, n->dims, sizeof(int64_t) * nb) == 0;
+    if (p < 0 && !x_full) {
+      xs = emit_batch_broadcast(e, &a, n, xd);
+      a = (jit__gen_operand){xs.s, a.dt, r, xd, {0}, NULL};
+      p = matmul_batch_prefix(&a, &b, n);
+    }
+    if (p < 0) {
+      ws = emit_batch_broadcast(e, &b, n, wd);
+      b = (jit__gen_operand){ws.s, b.dt, r, wd, {0}, NULL};
+      p = nb;
+    }
+    return emit_named_matmul(e, n, &a, &b, p, nb - p);
+  }
+  jit__gen_operand ins[2] = {a, b};
+  JIT_PROPAGATE(matmul_maps(e, n, ins));
+  jit__dimval *dv = e->dv[e->cur];
+  jit__str acc = jit__emit_filled_acc(e, "0.0", r, n->dims, dv);
+  jit__str mm = jit__value_name(e, !f16);
+  jit__gen_operand out = {acc.s, JIT__F32, r, n->dims, {0}, NULL};
+  jit__identity_map(&out);
+  char iters[JIT_MAX_RANK + 2];
+  memset(iters, 'p', sizeof iters);
+  iters[nb + 2] = 'r';
+  jit__emit_generic(e, mm.s, r + 1, iters, ins, 2, &out, JIT__B_ACC_MAC, NULL);
+  if (f16) jit__emit_f16_result(e, mm.s, r, n->dims, dv, true);
+  return NULL;
+}
