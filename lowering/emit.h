@@ -87,6 +87,8 @@ typedef struct jit__gen_operand {
 
 //===--- Types and literals ---===//
 
+// `kind`<d0x..xelem> ("tensor" or "memref"), a negative dim written as `?`.
+jit__str jit__shape_type(const char *kind, jit__dtype dt, int rank, const int64_t *dims);
 jit__str jit__tensor_type(jit__dtype dt, int rank, const int64_t *dims);
 jit__str jit__float_literal(double v, jit__dtype dt);
 int64_t jit__num_elements(int rank, const int64_t *dims);

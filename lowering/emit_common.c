@@ -1,0 +1,417 @@
+//===--- emit_common.c - what every op's emitter writes with ---------------===//
+//
+// Names, types and literals, the emitter's value names, tensor.empty and filled
+// accumulators, linalg.generic with its maps and bodies, and the shape helpers that
+// emit_ops.c, emit_matmul.c and the function writer (emit_mlir.c) share. Kept apart
+// from emit_mlir.c, which calls the op emitters, so that no two of these files call
+// each other.
+//
+//===----------------------------------------------------------------------===//
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "base/text.h"
+#include "lowering/emit.h"
+#include "lowering/lower.h"
+
+//===--- Names -------------------------------------------------------------===//
+
+static const char *const jit__op_names[JIT__OP_COUNT_] = {
+    [JIT__OP_INPUT] = "input",
+    [JIT__OP_SCALAR] = "scalar",
+    [JIT__OP_MATMUL] = "matmul",
+    [JIT__OP_ADD] = "add",
+    [JIT__OP_SUB] = "sub",
+    [JIT__OP_MUL] = "mul",
+    [JIT__OP_DIV] = "div",
+    [JIT__OP_MAXIMUM] = "maximum",
+    [JIT__OP_MINIMUM] = "minimum",
+    [JIT__OP_NEG] = "neg",
+    [JIT__OP_EXP] = "exp",
+    [JIT__OP_LOG] = "log",
+    [JIT__OP_TANH] = "tanh",
+    [JIT__OP_SIGMOID] = "sigmoid",
+    [JIT__OP_RELU] = "relu",
+    [JIT__OP_GELU] = "gelu",
+    [JIT__OP_SQRT] = "sqrt",
+    [JIT__OP_RSQRT] = "rsqrt",
+    [JIT__OP_REDUCE_SUM] = "reduce_sum",
+    [JIT__OP_REDUCE_MAX] = "reduce_max",
+    [JIT__OP_REDUCE_MEAN] = "reduce_mean",
+    [JIT__OP_SOFTMAX] = "softmax",
+    [JIT__OP_TRANSPOSE] = "transpose",
+    [JIT__OP_RESHAPE] = "reshape",
+};
+
+const char *jit__op_name(jit__op op) {
+  if ((int)op < 0 || op >= JIT__OP_COUNT_ || !jit__op_names[op]) return "unknown";
+  return jit__op_names[op];
+}
+
+void jit__artifact_release(jit__artifact *artifact) {
+  if (!artifact) return;
+  free(artifact->object);
+  artifact->object = NULL;
+  artifact->object_size = 0;
+}
+
+//===--- Types and literals -------------------------------------------------===//
+
+static const char *elem_name(jit__dtype dt) { return dt == JIT__F16 ? "f16" : "f32"; }
+
+jit__str jit__shape_type(const char *kind, jit__dtype dt, int rank, const int64_t *dims) {
+  jit__str t;
+  int n = snprintf(t.s, sizeof t.s, "%s<", kind);
+  for (int i = 0; i < rank; i++)
+    n += dims[i] < 0 ? snprintf(t.s + n, sizeof t.s - (size_t)n, "?x")
+                     : snprintf(t.s + n, sizeof t.s - (size_t)n, "%lldx", (long long)dims[i]);
+  snprintf(t.s + n, sizeof t.s - (size_t)n, "%s>", elem_name(dt));
+  return t;
+}
+
+jit__str jit__tensor_type(jit__dtype dt, int rank, const int64_t *dims) {
+  return jit__shape_type("tensor", dt, rank, dims);
+}
+
+// An MLIR float literal for `v` as a value of type `dt`. MLIR's float literal needs a
+// '.' before any exponent ("1e+20" lexes as an integer), and has no spelling for inf
+// or nan except the bit pattern in hex, so those and values that overflow `dt` are
+// written as hex.
+jit__str jit__float_literal(double v, jit__dtype dt) {
+  jit__str t;
+  bool f16 = dt == JIT__F16;
+  if (f16 && fabs(v) >= 65520.0) v = v > 0 ? INFINITY : -INFINITY;  // rounds to inf
+  if (!f16) v = (double)(float)v;  // print exactly the f32 the kernel will hold
+  if (isnan(v)) {
+    snprintf(t.s, sizeof t.s, "%s", f16 ? "0x7E00" : "0x7FC00000");
+    return t;
+  }
+  if (isinf(v)) {
+    snprintf(t.s, sizeof t.s, "%s",
+             v > 0 ? (f16 ? "0x7C00" : "0x7F800000") : (f16 ? "0xFC00" : "0xFF800000"));
+    return t;
+  }
+  char digits[64];
+  snprintf(digits, sizeof digits, "%.17g", v);
+  char *e = strchr(digits, 'e');
+  if (strchr(digits, '.')) {
+    snprintf(t.s, sizeof t.s, "%s", digits);
+  } else if (e) {
+    snprintf(t.s, sizeof t.s, "%.*s.0%s", (int)(e - digits), digits, e);
+  } else {
+    snprintf(t.s, sizeof t.s, "%s.0", digits);
+  }
+  return t;
+}
+
+//===--- Emitter state ---------------------------------------------------------===//
+
+// The name for the next value of the current node: its final value gets %v<i> so dumps
+// read naturally; the steps on the way get %v<i>_t<k>.
+jit__str jit__value_name(jit__emitter *e, bool final) {
+  jit__str t;
+  if (final)
+    snprintf(t.s, sizeof t.s, "%%v%u", e->cur);
+  else
+    snprintf(t.s, sizeof t.s, "%%v%u_t%d", e->cur, e->n_tmp++);
+  return t;
+}
+
+// tensor.empty of `dims`; its `?` dims (symbolic mode) take their sizes from `dv`.
+void jit__emit_empty(jit__emitter *e, const char *res, jit__dtype dt, int rank,
+                       const int64_t *dims, const jit__dimval *dv) {
+  jit__text_printf(&e->tb, "  %s = tensor.empty(", res);
+  for (int d = 0, k = 0; d < rank; d++) {
+    if (dims[d] >= 0) continue;
+    if (!dv || !dv[d].s[0]) e->dim_lost = true;
+    jit__text_printf(&e->tb, "%s%s", k++ ? ", " : "", dv ? dv[d].s : "");
+  }
+  jit__text_printf(&e->tb, ") : %s\n", jit__tensor_type(dt, rank, dims).s);
+}
+
+// An f32 tensor of `rank`/`dims` filled with `init` (a literal), for accumulators.
+jit__str jit__emit_filled_acc(jit__emitter *e, const char *init, int rank, const int64_t *dims,
+                           const jit__dimval *dv) {
+  jit__str empty = jit__value_name(e, false), cst = jit__value_name(e, false);
+  jit__str acc = jit__value_name(e, false);
+  jit__str ty = jit__tensor_type(JIT__F32, rank, dims);
+  jit__emit_empty(e, empty.s, JIT__F32, rank, dims, dv);
+  jit__text_printf(&e->tb, "  %s = arith.constant %s : f32\n", cst.s, init);
+  jit__text_printf(&e->tb, "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n", acc.s, cst.s,
+            empty.s, ty.s, ty.s);
+  return acc;
+}
+
+//===--- linalg.generic -----------------------------------------------------------===//
+
+void jit__identity_map(jit__gen_operand *op) {
+  for (int d = 0; d < op->rank; d++) op->map[d] = d;
+}
+
+static void print_map(jit__emitter *e, int n_loops, const jit__gen_operand *op) {
+  jit__text_printf(&e->tb, "affine_map<(");
+  for (int l = 0; l < n_loops; l++) jit__text_printf(&e->tb, "%sd%d", l ? ", " : "", l);
+  jit__text_printf(&e->tb, ") -> (");
+  for (int d = 0; d < op->rank; d++) {
+    if (op->map[d] < 0)
+      jit__text_printf(&e->tb, "%s0", d ? ", " : "");
+    else
+      jit__text_printf(&e->tb, "%sd%d", d ? ", " : "", op->map[d]);
+  }
+  jit__text_printf(&e->tb, ")>");
+}
+
+// Body statements; returns the name of the f32 result. Names inside a region only need
+// to be unique within it, so every body reuses %c*, %t*.
+static const char *emit_body(jit__emitter *e, jit__body_kind kind, const char *x, const char *y,
+                             const char *out, const char *by) {
+  jit__text *tb = &e->tb;
+  switch (kind) {
+    case JIT__B_COPY:
+      return x;
+    case JIT__B_ADD: case JIT__B_SUB: case JIT__B_MUL: case JIT__B_DIV: case JIT__B_MAX:
+    case JIT__B_MIN: {
+      static const char *const ops[] = {"addf", "subf", "mulf", "divf", "maximumf",
+                                        "minimumf"};
+      jit__text_printf(tb, "    %%t0 = arith.%s %s, %s : f32\n", ops[kind - JIT__B_ADD], x, y);
+      return "%t0";
+    }
+    case JIT__B_NEG:
+      jit__text_printf(tb, "    %%t0 = arith.negf %s : f32\n", x);
+      return "%t0";
+    case JIT__B_EXP: case JIT__B_LOG: case JIT__B_TANH: case JIT__B_SQRT: case JIT__B_RSQRT: {
+      const char *fn = kind == JIT__B_EXP ? "exp" : kind == JIT__B_LOG ? "log"
+                       : kind == JIT__B_TANH ? "tanh" : kind == JIT__B_SQRT ? "sqrt" : "rsqrt";
+      jit__text_printf(tb, "    %%t0 = math.%s %s : f32\n", fn, x);
+      return "%t0";
+    }
+    case JIT__B_SIGMOID:
+      jit__text_printf(tb,
+                "    %%c1 = arith.constant 1.0 : f32\n"
+                "    %%t0 = arith.negf %s : f32\n"
+                "    %%t1 = math.exp %%t0 : f32\n"
+                "    %%t2 = arith.addf %%c1, %%t1 : f32\n"
+                "    %%t3 = arith.divf %%c1, %%t2 : f32\n",
+                x);
+      return "%t3";
+    case JIT__B_RELU:
+      jit__text_printf(tb,
+                "    %%c0 = arith.constant 0.0 : f32\n"
+                "    %%t0 = arith.maximumf %s, %%c0 : f32\n",
+                x);
+      return "%t0";
+    case JIT__B_GELU:
+      // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+      jit__text_printf(tb,
+                "    %%c0 = arith.constant 0.5 : f32\n"
+                "    %%c1 = arith.constant 1.0 : f32\n"
+                "    %%c2 = arith.constant 0.044715 : f32\n"
+                "    %%c3 = arith.constant 0.7978845608028654 : f32\n"
+                "    %%t0 = arith.mulf %s, %s : f32\n"
+                "    %%t1 = arith.mulf %%t0, %s : f32\n"
+                "    %%t2 = arith.mulf %%c2, %%t1 : f32\n"
+                "    %%t3 = arith.addf %s, %%t2 : f32\n"
+                "    %%t4 = arith.mulf %%c3, %%t3 : f32\n"
+                "    %%t5 = math.tanh %%t4 : f32\n"
+                "    %%t6 = arith.addf %%c1, %%t5 : f32\n"
+                "    %%t7 = arith.mulf %%c0, %s : f32\n"
+                "    %%t8 = arith.mulf %%t7, %%t6 : f32\n",
+                x, x, x, x, x);
+      return "%t8";
+    case JIT__B_ACC_SUM:
+      jit__text_printf(tb, "    %%t0 = arith.addf %s, %s : f32\n", out, x);
+      return "%t0";
+    case JIT__B_ACC_MAX:
+      jit__text_printf(tb, "    %%t0 = arith.maximumf %s, %s : f32\n", out, x);
+      return "%t0";
+    case JIT__B_ACC_MAXNUM:
+      jit__text_printf(tb, "    %%t0 = arith.maxnumf %s, %s fastmath<nnan> : f32\n", out, x);
+      return "%t0";
+    case JIT__B_ACC_MAC:
+      jit__text_printf(tb,
+                "    %%t0 = arith.mulf %s, %s : f32\n"
+                "    %%t1 = arith.addf %s, %%t0 : f32\n",
+                x, y, out);
+      return "%t1";
+    case JIT__B_EXP_SUB:
+      jit__text_printf(tb,
+                "    %%t0 = arith.subf %s, %s : f32\n"
+                "    %%t1 = math.exp %%t0 : f32\n",
+                x, y);
+      return "%t1";
+    case JIT__B_DIV_BY:
+      jit__text_printf(tb,
+                "    %%c0 = arith.constant %s : f32\n"
+                "    %%t9 = arith.divf %s, %%c0 : f32\n",
+                by, x);
+      return "%t9";
+    case JIT__B_DIV_BY_VALUE:
+      jit__text_printf(tb, "    %%t9 = arith.divf %s, %s : f32\n", x, by);
+      return "%t9";
+  }
+  return x;
+}
+
+// `res` = linalg.generic over `n_loops` loops (`iters`[l] is 'p' or 'r'), reading
+// `ins` and writing into `out` (whose name is the init tensor). Inputs are extended to
+// f32 and the result truncated to out's dtype, except that a copy between equal types
+// passes the value through.
+void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char *iters,
+                         const jit__gen_operand *ins, int n_in, const jit__gen_operand *out,
+                         jit__body_kind kind, const char *by) {
+  jit__text *tb = &e->tb;
+  jit__text_printf(tb, "  %s = linalg.generic {indexing_maps = [", res);
+  for (int i = 0; i < n_in; i++) {
+    print_map(e, n_loops, &ins[i]);
+    jit__text_printf(tb, ", ");
+  }
+  print_map(e, n_loops, out);
+  jit__text_printf(tb, "], iterator_types = [");
+  for (int l = 0; l < n_loops; l++)
+    jit__text_printf(tb, "%s\"%s\"", l ? ", " : "", iters[l] == 'r' ? "reduction" : "parallel");
+  jit__text_printf(tb, "]} ins(");
+  for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%s%s", i ? ", " : "", ins[i].name);
+  jit__text_printf(tb, " : ");
+  for (int i = 0; i < n_in; i++)
+    jit__text_printf(tb, "%s%s", i ? ", " : "",
+                     jit__tensor_type(ins[i].dt, ins[i].rank, ins[i].dims).s);
+  jit__str out_ty = jit__tensor_type(out->dt, out->rank, out->dims);
+  jit__text_printf(tb, ") outs(%s : %s) {\n  ^bb0(", out->name, out_ty.s);
+  for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%%in%d: %s, ", i, elem_name(ins[i].dt));
+  jit__text_printf(tb, "%%out: %s):\n", elem_name(out->dt));
+
+  const char *result;
+  char xs[2][8];  // the body's inputs; `result` may be one of them, used below
+  if (kind == JIT__B_COPY && n_in == 1 && ins[0].dt == out->dt) {
+    result = "%in0";
+  } else {
+    for (int i = 0; i < n_in && i < 2; i++) {
+      if (ins[i].dt == JIT__F16) {
+        jit__text_printf(tb, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
+        snprintf(xs[i], sizeof xs[i], "%%x%d", i);
+      } else {
+        snprintf(xs[i], sizeof xs[i], "%%in%d", i);
+      }
+    }
+    // Accumulating outs are always f32, so %out never needs extending.
+    result = emit_body(e, kind, xs[0], n_in > 1 ? xs[1] : "", "%out", by);
+    if (out->dt == JIT__F16) {
+      jit__text_printf(tb, "    %%y = arith.truncf %s : f32 to f16\n", result);
+      result = "%y";
+    }
+  }
+  jit__text_printf(tb, "    linalg.yield %s : %s\n  } -> %s\n", result, elem_name(out->dt),
+            out_ty.s);
+}
+
+jit__gen_operand jit__node_operand(jit__emitter *e, uint32_t id) {
+  const jit__node *n = &e->g->nodes[id];
+  jit__gen_operand op = {e->names[id], n->dtype, n->rank, n->dims, {0}, e->dv[id]};
+  jit__identity_map(&op);
+  return op;
+}
+
+// Symbolic mode: the values of the `?` dims of a result over loops 0..rank-1 (its map
+// the identity) into `dv`, each from an operand dim that the same loop walks.
+bool jit__result_dims_from(jit__emitter *e, const jit__gen_operand *ins, int n_in, int rank,
+                             const int64_t *dims, jit__dimval *dv) {
+  for (int d = 0; d < rank; d++) {
+    if (dims[d] >= 0) continue;
+    bool found = false;
+    for (int i = 0; i < n_in && !found; i++)
+      for (int k = 0; k < ins[i].rank && !found; k++)
+        if (ins[i].map[k] == d && ins[i].dims[k] < 0 && ins[i].dv && ins[i].dv[k].s[0]) {
+          dv[d] = ins[i].dv[k];
+          found = true;
+        }
+    if (!found) return false;
+  }
+  return true;
+}
+
+// Whether operand dim `od` can be read by a loop of result dim `rd`: equal, or in
+// symbolic mode a symbol against anything but the 1 that broadcasts (jit/'s
+// broadcasting: a symbol meeting a size or another symbol must agree at run time).
+bool jit__dims_agree(const jit__emitter *e, int64_t od, int64_t rd) {
+  return od == rd || (e->symbolic && (od < 0 || rd < 0) && od != 1);
+}
+
+jit_status jit__node_error(jit__emitter *e, const char *what) {
+  const jit__node *n = &e->g->nodes[e->cur];
+  return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': node %u (%s): %s",
+                 e->g->name ? e->g->name : "", e->cur, jit__op_name(n->op), what);
+}
+
+int64_t jit__num_elements(int rank, const int64_t *dims) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
+  return n;
+}
+
+void jit__print_int_list(jit__emitter *e, int n, const int64_t *v) {
+  jit__text_printf(&e->tb, "[");
+  for (int i = 0; i < n; i++) jit__text_printf(&e->tb, "%s%lld", i ? ", " : "", (long long)v[i]);
+  jit__text_printf(&e->tb, "]");
+}
+
+// A shape as output_shape lists it: sizes, and the values of `?` dims from `dv`.
+void jit__print_shape_list(jit__emitter *e, int rank, const int64_t *dims, const jit__dimval *dv) {
+  jit__text_printf(&e->tb, "[");
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] >= 0) {
+      jit__text_printf(&e->tb, "%s%lld", i ? ", " : "", (long long)dims[i]);
+      continue;
+    }
+    if (!dv || !dv[i].s[0]) e->dim_lost = true;
+    jit__text_printf(&e->tb, "%s%s", i ? ", " : "", dv ? dv[i].s : "");
+  }
+  jit__text_printf(&e->tb, "]");
+}
+
+// `x` (`rank`/`dims`, type `from`) converted to `to` (extended, or rounded once).
+jit__str jit__emit_convert(jit__emitter *e, const char *x, jit__dtype from, jit__dtype to, int rank,
+                        const int64_t *dims, const jit__dimval *dv, bool final) {
+  jit__str empty = jit__value_name(e, false), res = jit__value_name(e, final);
+  jit__emit_empty(e, empty.s, to, rank, dims, dv);
+  jit__gen_operand in = {x, from, rank, dims, {0}, NULL};
+  jit__gen_operand out = {empty.s, to, rank, dims, {0}, NULL};
+  jit__identity_map(&in);
+  jit__identity_map(&out);
+  char iters[JIT_MAX_RANK];
+  memset(iters, 'p', sizeof iters);
+  jit__emit_generic(e, res.s, rank, iters, &in, 1, &out, JIT__B_COPY, NULL);
+  return res;
+}
+
+// The f16 result of an f32 accumulator `acc`: one rounding, after the sum.
+jit__str jit__emit_f16_result(jit__emitter *e, const char *acc, int rank, const int64_t *dims,
+                           const jit__dimval *dv, bool final) {
+  return jit__emit_convert(e, acc, JIT__F32, JIT__F16, rank, dims, dv, final);
+}
+
+// `x` (`rank`/`dims`, type `dt`) as a new value of shape `to_rank`/`to_dims` (the same
+// elements in the same order), through tensor.reshape rather than collapse_shape /
+// expand_shape: linalg-fuse-elementwise-ops (compile_cpu.c) propagates those through
+// a matmul, turning it back into a generic of more loops, which no strategy tiles.
+// tensor.reshape bufferizes to a view (memref.reshape): nothing is copied.
+jit__str jit__emit_reshape_to(jit__emitter *e, const char *x, jit__dtype dt, int rank,
+                           const int64_t *dims, int to_rank, const int64_t *to_dims,
+                           bool final) {
+  jit__str shape = jit__value_name(e, false), res = jit__value_name(e, final);
+  jit__text_printf(&e->tb, "  %s = arith.constant dense<", shape.s);
+  jit__print_int_list(e, to_rank, to_dims);
+  jit__text_printf(&e->tb, "> : tensor<%dxi64>\n", to_rank);
+  jit__text_printf(&e->tb, "  %s = tensor.reshape %s(%s) : (%s, tensor<%dxi64>) -> %s\n", res.s,
+                   x, shape.s, jit__tensor_type(dt, rank, dims).s, to_rank,
+                   jit__tensor_type(dt, to_rank, to_dims).s);
+  return res;
+}
+
+// Per node, the fewest steps to a matmul up through operands (mm_up) and down through
+// users (mm_down), capped at 255; a matmul itself is 0. One pass each way: operands
+// come before their users.
