@@ -178,6 +178,22 @@ struct jit__device_vtable {
   jit_status (*state_merge)(jit__dev *device, const void *bytes, size_t size);
 };
 
+//===--- The registry -----------------------------------------------------===//
+
+#define JIT__N_BACKENDS 3
+
+// One row per backend, indexed by jit_device_kind (devices/registry.c). Adding a
+// backend is adding a row there (and a kind to jitml.h).
+// Thread-safe: a constant table.
+typedef struct jit__backend_entry {
+  jit_device_kind kind;
+  const char *name;            // as options.device and messages spell it
+  DLDeviceType dl;             // the DLPack device type of its tensors
+  jit_status (*create)(jit__backend **out);
+} jit__backend_entry;
+
+extern const jit__backend_entry jit__backends[JIT__N_BACKENDS];
+
 //===--- Backends (each folder under devices/ exports one constructor) ----===//
 
 // Each sets *out = NULL first and returns JIT_UNAVAILABLE when the backend is absent

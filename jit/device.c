@@ -1,7 +1,7 @@
 //===--- device.c - devices of a context, device tensors, copies -----------===//
 //
-// A registry over the backend table of devices/device.h: kBackends below is the only
-// place jit/ names a backend. Device 0 is always the CPU. GPU backends are looked for
+// A registry over the backends devices/registry.c lists (devices/device.h): jit/ names
+// no backend. Device 0 is always the CPU. GPU backends are looked for
 // once, at the first call that needs them (listing devices, allocating on one, or a
 // context whose options.device names one): loading libvulkan and creating an instance
 // costs tens of milliseconds a CPU-only user should not pay.
@@ -24,24 +24,8 @@ static void jit__device_release(jit_device *d, const jit__live *l);
 
 //===--- Registration ----------------------------------------------------===//
 
-// One row per backend, indexed by jit_device_kind. Adding a backend is adding a row
-// (and a kind to jitml.h).
-// Thread-safe: a constant table.
-typedef struct jit__backend_entry {
-  jit_device_kind kind;
-  const char *name;            // as options.device and messages spell it
-  DLDeviceType dl;             // the DLPack device type of its tensors
-  jit_status (*create)(jit__backend **out);
-} jit__backend_entry;
-
-static const jit__backend_entry kBackends[JIT__N_BACKENDS] = {
-    {JIT_DEVICE_CPU, "cpu", kDLCPU, jit__cpu_backend_create},
-    {JIT_DEVICE_VULKAN, "vulkan", kDLVulkan, jit__vulkan_backend_create},
-    {JIT_DEVICE_CUDA, "cuda", kDLCUDA, jit__cuda_backend_create},
-};
-
 const char *jit__device_kind_name(jit_device_kind kind) {
-  return (unsigned)kind < JIT__N_BACKENDS ? kBackends[kind].name : "unknown";
+  return (unsigned)kind < JIT__N_BACKENDS ? jit__backends[kind].name : "unknown";
 }
 
 static void jit__device_hash_target(jit_device *d) {
@@ -74,7 +58,7 @@ static void jit__device_free(jit_device *d) {
 }
 
 jit_status jit__devices_init_cpu(jit_context *ctx) {
-  const jit__backend_entry *be = &kBackends[JIT_DEVICE_CPU];
+  const jit__backend_entry *be = &jit__backends[JIT_DEVICE_CPU];
   jit__backend *cpu = NULL;
   JIT_PROPAGATE(be->create(&cpu));
   jit_device *d = jit__device_new(ctx, be, cpu, 0);
@@ -158,7 +142,7 @@ void jit__devices_scan(jit_context *ctx) {
   pthread_mutex_lock(&ctx->devices_mu);
   if (!ctx->devices_scanned) {
     for (int k = 0; k < JIT__N_BACKENDS; k++)
-      if (k != JIT_DEVICE_CPU) jit__scan_backend(ctx, &kBackends[k]);
+      if (k != JIT_DEVICE_CPU) jit__scan_backend(ctx, &jit__backends[k]);
     ctx->devices_scanned = true;
   }
   pthread_mutex_unlock(&ctx->devices_mu);
@@ -349,7 +333,7 @@ jit_status jit__device_from_option(jit_context *ctx, const char *spec, jit_devic
   }
   int kind = 0;
   while (kind < JIT__N_BACKENDS &&
-         (strlen(kBackends[kind].name) != n || strncmp(spec, kBackends[kind].name, n)))
+         (strlen(jit__backends[kind].name) != n || strncmp(spec, jit__backends[kind].name, n)))
     kind++;
   if (kind == JIT__N_BACKENDS)
     return JIT_ERR(JIT_INVALID_ARGUMENT,
@@ -367,7 +351,7 @@ jit_status jit__device_of(jit_context *ctx, DLDevice dl, jit_device **out) {
     return NULL;
   }
   int kind = 0;
-  while (kind < JIT__N_BACKENDS && kBackends[kind].dl != dl.device_type) kind++;
+  while (kind < JIT__N_BACKENDS && jit__backends[kind].dl != dl.device_type) kind++;
   if (kind == JIT__N_BACKENDS)
     return JIT_ERR(JIT_UNSUPPORTED,
                    "device type %d is not supported (CPU, Vulkan and CUDA are)",

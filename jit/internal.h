@@ -27,7 +27,6 @@ typedef struct jit__live {
 } jit__live;
 
 // The number of backends jit/device.c registers (one per jit_device_kind).
-#define JIT__N_BACKENDS 3
 
 // A device of a context (device.c), behind the backend table of devices/device.h. The
 // CPU is device 0.

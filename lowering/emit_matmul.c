@@ -176,7 +176,7 @@ static jit_status emit_matmul_bt(jit__emitter *e, const jit__node *n, const jit_
 
 // A batch of x W^T where `bn` transposes the last two dims of W (batch..., N, K), all
 // batch dims equal on both: emit_bt_op's linalg.batch_matmul over the merged batch
-// (cpu_strategy.c, plan_batch_dot), through reshaped views where the batch has more
+// (lowering/cpu/, plan_batch_dot), through reshaped views where the batch has more
 // than one dim.
 static jit_status emit_batch_matmul_bt(jit__emitter *e, const jit__node *n,
                                        const jit__gen_operand *a,
@@ -304,7 +304,7 @@ jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n) {
 
   bool f16 = n->dtype == JIT__F16;
   // x W^T (a PyTorch Linear's weight, N x K) with up to 17 rows: linalg.matmul reading
-  // the transpose's input through a transposed map (cpu_strategy.c, plan_matmul_bt),
+  // the transpose's input through a transposed map (lowering/cpu/, plan_matmul_bt),
   // instead of a transposed copy of W per call: 1x768x3072 0.40 ms against 2.5,
   // 8x768x3072 0.72 against 2.0, 16x768x3072 1.2 against 2.8, 17x768x3072 (the most
   // rows the GEMV-like path takes, too few to pack B) 1.1 against 2.5. With more rows the

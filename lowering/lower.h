@@ -113,7 +113,7 @@ typedef struct jit__artifact {
   char entry[64];         // entry point symbol
   uint32_t n_args;        // n_inputs + n_outputs
   // Bytes of stack buffers the kernel puts on the calling thread's stack (packed B
-  // blocks, scratch rows: cpu_strategy.c), at most; jit_run checks the thread has them.
+  // blocks, scratch rows: lowering/cpu/), at most; jit_run checks the thread has them.
   uint32_t stack_bytes;
   // Where the compile spent its time (ms), for logs and benchmarks.
   double ms_mlir;         // context, parse, fusion, tiling/vectorization, to LLVM dialect
@@ -169,7 +169,7 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
 
 // Whether x W^T with `rows` rows of x (W stored N x K, of f16 or f32) is best read
 // through the transposed map (n, k) rather than as a transpose of W and a plain matmul
-// (cpu_strategy.c, plan_matmul_bt): emit_matmul.c writes graphs that way, and the CPU
+// (lowering/cpu/, plan_matmul_bt): emit_matmul.c writes graphs that way, and the CPU
 // strategy rewrites imported modules to it (jit__cpu_normalize).
 bool jit__cpu_bt_map(int64_t rows, int64_t k, bool f16);
 

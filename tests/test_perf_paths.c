@@ -1,6 +1,6 @@
 //===--- test_perf_paths.c - every specialized CPU code path against plain C ===//
 //
-// lowering/cpu_strategy.c picks a different loop structure by shape: GEMV-like small
+// lowering/cpu/ picks a different loop structure by shape: GEMV-like small
 // M, register tiles with peeled remainders, cache blocks chosen as divisors, a fused
 // bias + activation epilogue, threads split over M or N, vectorized elementwise chains
 // with a peeled tail, inline exp. Each test here lands on one of those paths with
@@ -250,12 +250,12 @@ static long host_l2(void) {
   return v >= (16 << 10) ? v : 512 << 10;  // what the library assumes for an unknown L2
 }
 
-// Whether the L2 holds more than twice a 256 KiB B (cpu_strategy.c splits plain
+// Whether the L2 holds more than twice a 256 KiB B (lowering/cpu/ splits plain
 // matmuls whose B fits there over M).
 static bool host_big_l2(void) { return host_l2() > (512 << 10); }
 
 // Packed B in whole-K blocks of up to half of L2 for 128 rows a thread or more
-// (cpu_strategy.c, pack_plan): AVX-512 hosts with more than 512 KiB of L2.
+// (lowering/cpu/, pack_plan): AVX-512 hosts with more than 512 KiB of L2.
 // The block is then as wide as half of L2 allows: `whole` names the block of a 2 MiB L2,
 // `whole_1m` that of a 1 MiB one, where a K x 256 block does not fit in 512 KiB.
 #define WHOLE_K(other, whole) WHOLE_K3(other, whole, whole)
@@ -448,7 +448,7 @@ Test(perf_paths, matmul_no_row_blocks) {
   check_dense_path(200, 250, 256, 1, "blocks [0, 0, 0]");  // not 4 blocks of 50 rows
   check_dense_path(131, 90, 97, 1, "blocks [0, 0, 0]");
   // A's row tiles copied too: whole tiles only (no peel), and a 5-row remainder.
-  // nc 160, kc 256; kc 200. AVX-512 hosts copy no A tiles (cpu_strategy.c).
+  // nc 160, kc 256; kc 200. AVX-512 hosts copy no A tiles (lowering/cpu/).
   check_dense_path(66, 1024, 320, 1, AVX512("A tiles copied", "B packed, threads"));
   check_dense_path(71, 1000, 288, 1, AVX512("A tiles copied", "B packed, threads"));
   check_dense_path(64, 256, 1536, 2, "split N");   // packed, halves of N
@@ -458,7 +458,7 @@ Test(perf_paths, matmul_no_row_blocks) {
 }
 
 // Matmuls of 2^24 multiply-adds or more have their register tiles' k loops unrolled by
-// LLVM (cpu_strategy.c, "Unrolled k loops"): by 4, by 2 when the trip count is only
+// LLVM (lowering/cpu/, "Unrolled k loops"): by 4, by 2 when the trip count is only
 // even, not at all when it is odd; smaller matmuls are left rolled.
 static void check_unroll(int M, int K, int N, int threads, int act, const char *needle,
                          bool unrolled) {
@@ -490,7 +490,7 @@ Test(perf_paths, k_loops_unrolled) {
 // wide as a K x nc block allows. Odd and prime M (peeled row tiles), two-panel blocks,
 // K not a multiple of 8, splits over N and over M.
 Test(perf_paths, fused_packed_b) {
-  // AVX-512 fuses with 192 rows or more, or a B that fits in L2 (cpu_strategy.c): M + 160.
+  // AVX-512 fuses with 192 rows or more, or a B that fits in L2 (lowering/cpu/): M + 160.
   int more = AVX512(0, 160);
   check_dense_path_act(37 + more, 300, 288, 1, 1, 2, "epilogue, B packed");  // 1 rest row
   check_dense_path_act(50 + more, 1000, 256, 1, 1, 1, "epilogue, B packed"); // nc 64
@@ -731,7 +731,7 @@ static void check_bmm(int64_t Bt, int64_t M, int64_t K, int64_t N, int threads,
 }
 
 // Without k blocks the fill is fused into the register tiles (their sums start at zero
-// in registers, cpu_strategy.c): peeled rows, threads, a batch; with k blocks it stays
+// in registers, lowering/cpu/): peeled rows, threads, a batch; with k blocks it stays
 // its own pass. Exact either way. (With an epilogue, f16's rounding included, the fill
 // was already fused with the tiles.)
 static void check_fill_fused(int M, int K, int N, int threads, DLDataType dt, bool fused) {

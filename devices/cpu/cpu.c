@@ -140,7 +140,7 @@ const jit__cpu_target *jit__cpu_host_target(void) {
 
 //===--- OpenMP runtime ----------------------------------------------------===//
 
-// Multi-threaded kernels are OpenMP code (lowering/cpu_strategy.c says why): they call
+// Multi-threaded kernels are OpenMP code (lowering/cpu/ says why): they call
 // __kmpc_* in LLVM's libomp, which is loaded on first use, RTLD_GLOBAL so that the
 // process symbol generator below resolves those calls. Candidates: Debian's
 // libomp-22-dev location, then the loader's search path.
