@@ -564,6 +564,16 @@ static int create_temp(jit__cache *cache, const char *hex, char *tmp, const char
     snprintf(tmp, PATH_MAX, "%s/%.2s", cache->dir, hex);
     *what = "creating the shard directory";
     if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
+    // Checked like the root: a real directory (lstat: not a symlink planted to send
+    // writes elsewhere), ours, writable by no one else.
+    struct stat sd;
+    if (lstat(tmp, &sd) != 0) return -1;
+    if (!S_ISDIR(sd.st_mode) || sd.st_uid != geteuid() || (sd.st_mode & 022)) {
+      *what = "creating the shard directory (the path is there but is no directory of "
+              "ours with mode 0700)";
+      errno = S_ISDIR(sd.st_mode) ? EPERM : ENOTDIR;
+      return -1;
+    }
     snprintf(tmp, PATH_MAX, "%s/%.2s/.tmp-%s-XXXXXX", cache->dir, hex, hex);
     *what = "creating a temp file";
     int fd = mkostemp(tmp, O_CLOEXEC);

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -73,14 +74,47 @@ void jit__cache_entry_release(jit__cache_entry *entry) {
   memset(entry, 0, sizeof(*entry));
 }
 
+// A write past RLIMIT_FSIZE (`ulimit -f`) raises SIGXFSZ, whose default action ends
+// the process. The writing thread blocks it around its writes, so the write fails with
+// EFBIG instead (a dropped put, like a full disk), and takes a SIGXFSZ the write left
+// pending before restoring its mask, so the signal is never delivered late.
+static void block_xfsz(sigset_t *old) {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &s, old);
+}
+
+static void restore_xfsz(const sigset_t *old) {
+  if (!sigismember(old, SIGXFSZ)) {  // blocked by us: drop what our writes raised
+    sigset_t s, pending;
+    sigemptyset(&s);
+    sigaddset(&s, SIGXFSZ);
+    const struct timespec zero = {0, 0};
+    while (sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ) &&
+           sigtimedwait(&s, NULL, &zero) == SIGXFSZ) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 int jit__cache_write_full(int fd, const void *buf, size_t size) {
   const uint8_t *p = buf;
+  sigset_t old;
+  block_xfsz(&old);
+  int rc = 0;
   while (size > 0) {
     ssize_t n = write(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return -1;
+    if (n < 0) {
+      rc = -1;
+      break;
+    }
     p += n;
     size -= (size_t)n;
   }
-  return 0;
+  int err = errno;
+  restore_xfsz(&old);
+  errno = err;
+  return rc;
 }

@@ -68,8 +68,14 @@ jit_status jit__cache_scan(jit__cache *cache, const char *what, jit__cache_scan_
     if (!is_shard_name(d->d_name)) continue;
     char shard[PATH_MAX];
     snprintf(shard, sizeof(shard), "%s/%s", cache->dir, d->d_name);
-    DIR *sd = opendir(shard);
-    if (!sd) continue;  // removed meanwhile, or a stray file with a shard's name
+    // O_NOFOLLOW: a symlink with a shard's name must not lead list, prune or clear
+    // (which removes files) out of the cache directory.
+    int sfd = openat(dirfd(top), d->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *sd = sfd < 0 ? NULL : fdopendir(sfd);
+    if (!sd) {  // removed meanwhile, a stray file with a shard's name, or a symlink
+      if (sfd >= 0) close(sfd);
+      continue;
+    }
     struct dirent *e;
     while (go && (e = readdir(sd)) != NULL) {
       uint8_t key[16];

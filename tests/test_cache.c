@@ -624,6 +624,64 @@ Test(cache, fifos_in_place_of_entries_and_bundles_do_not_hang) {
   jit__cache_close(c);
 }
 
+// Under `ulimit -f` a write past the limit raises SIGXFSZ, which by default ends the
+// process: a put must instead be dropped (counted, logged) and the process go on. In a
+// child, whose limit does not reach the rest of the suite.
+Test(cache, file_size_limit_drops_the_put_without_a_signal) {
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    jit__cache *c = NULL;
+    jit__cache_options o = {.dir = g_dir};
+    if (jit__cache_open(&o, &c) || !c) _exit(10);
+    struct rlimit rl = {4096, 4096};
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(11);
+    put_entry(c, 1, 100000);  // 100 KB: the write fails with EFBIG
+    jit__cache_stats st = stats_of(c);
+    bool dropped = st.puts_dropped == 1 && st.puts == 0;
+    put_entry(c, 2, 100);     // a small one still fits
+    bool small_ok = get_check(c, 2, 100);
+    jit__cache_close(c);
+    _exit(dropped && small_ok ? 0 : 12);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(!WIFSIGNALED(status), "killed by signal %d", WTERMSIG(status));
+  cr_assert_eq(WEXITSTATUS(status), 0, "child exit %d", WEXITSTATUS(status));
+}
+
+// A symlink with a shard's name, planted inside the cache, leads no write and no clear
+// out of the cache directory.
+Test(cache, symlinked_shards_are_not_followed) {
+  jit__cache *c = open_dir(g_dir);
+  char outside[PATH_MAX], shard[PATH_MAX], path[PATH_MAX], victim[PATH_MAX + 64];
+  snprintf(outside, sizeof outside, "%s/outside", g_root);
+  cr_assert_eq(mkdir(outside, 0700), 0);
+  // Named like an entry, so a clear that followed the symlink would remove it.
+  snprintf(victim, sizeof victim, "%s/00000000000000000000000000000000.jitk", outside);
+  FILE *f = fopen(victim, "w");
+  cr_assert(f);
+  fputs("not a cache entry", f);
+  fclose(f);
+  path_of(c, 5, path);  // <dir>/<2 hex>/<32 hex>.jitk
+  snprintf(shard, sizeof shard, "%.*s", (int)(strrchr(path, '/') - path), path);
+  rmdir(shard);
+  cr_assert_eq(symlink(outside, shard), 0);
+  // A put through the symlink is dropped; nothing lands outside.
+  put_entry(c, 5, 1000);
+  cr_expect_eq(stats_of(c).puts_dropped, 1);
+  DIR *d = opendir(outside);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  cr_expect_eq(n, 1, "%d files outside the cache", n);
+  // Clearing the cache does not remove what the symlink points at.
+  uint64_t removed = 0;
+  OK(jit__cache_clear(c, &removed));
+  cr_expect(exists(victim), "clear followed the symlink");
+  jit__cache_close(c);
+}
+
 Test(cache, verify_and_list_find_bad_entries) {
   jit__cache *c = open_dir(g_dir);
   for (int i = 0; i < 6; i++) put_entry(c, i, 3000);
