@@ -75,4 +75,45 @@ typedef struct jit__cpu_mm_plan {
 jit__cpu_mm_plan jit__cpu_plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu_host *h,
                                       int threads);
 
+//===--- Batches and x W^T (plan_batch.c) --------------------------------===//
+
+// Whether a batch of Bt matmuls M x K x N is split across `threads` threads, whole
+// matmuls per thread (plan_batch.c says when). Pure.
+bool jit__cpu_batch_split(const jit__cpu_host *h, int threads, int64_t Bt, int64_t M,
+                          int64_t K, int64_t N);
+
+// A batch of vector x matrix products (batch_matmul with M = 1). Thread-compatible.
+typedef struct jit__cpu_vecmat_plan {
+  bool split;    // threads split the batch
+  int64_t tn;    // n tile (up to 8 vectors)
+  int64_t kb;    // k block (0: none)
+  bool peel_k;   // the k blocks' last one is partial: peeled
+  bool peel_n;   // the n tiles' last one is partial: peeled
+} jit__cpu_vecmat_plan;
+
+// The plan for a batch of Bt products 1 x K x N on host `h` with `threads`. Pure.
+jit__cpu_vecmat_plan jit__cpu_plan_vecmat(int64_t Bt, int64_t K, int64_t N,
+                                          const jit__cpu_host *h, int threads);
+
+// Register tiles of a matmul as dot products along k, or of x W^T by in-register
+// transposes, and how threads split it. Thread-compatible.
+typedef struct jit__cpu_dot_plan {
+  bool dot;            // dot products along k (else: in-register transposes, x W^T only)
+  bool split;          // threads split the batch (batched) or N (x W^T)
+  int64_t tN;          // one thread's columns (x W^T; else N)
+  int64_t tm, tn;      // the register tile
+  int64_t L;           // the k step: one vector's lanes
+  bool tile_m, tile_n; // the register tiles loop over m, n
+  bool peel_m, peel_n; // that loop's last tile is partial: peeled
+  bool unroll_k;       // 2^24 multiply-adds or more (x W^T)
+} jit__cpu_dot_plan;
+
+// A batch of Bt x W^T products M x K x N (jit__cpu_batch_dot_rows holds). Pure.
+jit__cpu_dot_plan jit__cpu_plan_batch_dot(int64_t Bt, int64_t M, int64_t K, int64_t N,
+                                          const jit__cpu_host *h, int threads);
+
+// x W^T (W stored N x K), M x K x N. Pure.
+jit__cpu_dot_plan jit__cpu_plan_matmul_bt(int64_t M, int64_t K, int64_t N,
+                                          const jit__cpu_host *h, int threads);
+
 #endif  // JITML_LOWERING_CPU_PLAN_H_
