@@ -172,3 +172,81 @@ Test(cpu_plans, matmul_bt) {
   cr_expect(p.dot && p.unroll_k);
   cr_expect_eq(p.tm, 4);
 }
+
+//===--- Rows, elementwise ops and streaming (plan_row_choice.c) ------------===//
+
+// Softmax rows split across 2 threads from 2^15 elements, when the rows divide evenly
+// (test_perf_paths softmax_rows_split_across_threads: 64x1024, 16x3001, 4x9x1031).
+Test(cpu_plans, row_split) {
+  jit__cpu_row_plan p = jit__cpu_plan_row(64, 64 * 1024, 2);
+  cr_expect(p.par);
+  cr_expect_eq(p.rows, 32);
+  cr_expect_eq(jit__cpu_plan_row(16, 16 * 3001, 2).rows, 8);
+  cr_expect_eq(jit__cpu_plan_row(4, 4 * 9 * 1031, 2).rows, 2);
+  cr_expect(!jit__cpu_plan_row(64, 64 * 1024, 1).par);
+  cr_expect(!jit__cpu_plan_row(8, 8 * 16, 2).par, "too small");
+  cr_expect(!jit__cpu_plan_row(63, 63 * 1024, 2).par, "uneven rows");
+}
+
+static jit__cpu_ew_plan ew(const char *features, int threads, int64_t rows, int64_t cols,
+                           bool reduction, int tl) {
+  jit__cpu_host h = jit__cpu_host_make(features, 512 << 10, threads);
+  jit__cpu_ew_shape s = {.nl = 2, .ext = {rows, cols}, .reduction = reduction, .tl = tl};
+  return jit__cpu_plan_elementwise(&s, &h, threads);
+}
+
+// An elementwise chain (test_perf_paths elementwise_chain): rows of 4 vectors, the
+// partial last one peeled; split across 2 threads over 2^20 elements (2048x513), not
+// below (256x513); nothing planned under 64 elements.
+Test(cpu_plans, elementwise_tiles) {
+  jit__cpu_ew_plan p = ew(AVX512, 2, 2048, 513, false, -1);
+  cr_expect(!p.skip && p.par);
+  cr_expect_eq(p.e0, 1024);
+  cr_expect_eq(p.n_loops, 2);
+  cr_expect_eq(p.sizes[0] * 1000 + p.sizes[1], 1064);
+  cr_expect(!p.peel[0] && p.peel[1]);
+  cr_expect_eq(ew(AVX2, 2, 2048, 513, false, -1).sizes[1], 32);
+  p = ew(AVX512, 2, 256, 513, false, -1);
+  cr_expect(!p.par);
+  cr_expect_eq(p.e0, 256);
+  cr_expect(ew(AVX512, 1, 1, 37, false, -1).skip);
+  cr_expect(!ew(AVX512, 1, 3, 1000, false, -1).skip);
+}
+
+// A transposed read (test_perf_paths transpose_tiles): L x L tiles, partial ones peeled.
+Test(cpu_plans, transpose_tiles) {
+  jit__cpu_ew_plan p = ew(AVX512, 1, 1000, 37, false, 0);
+  cr_expect(p.transposes);
+  cr_expect_eq(p.sizes[0] * 100 + p.sizes[1], 1616);
+  cr_expect(p.peel[0] && p.peel[1]);
+  p = ew(AVX2, 1, 48, 64, false, 0);
+  cr_expect_eq(p.sizes[0] * 100 + p.sizes[1], 808);
+  cr_expect(!p.peel[0] && !p.peel[1]);
+}
+
+// Reductions are only split across threads (from 2^18 elements), or left as they are.
+Test(cpu_plans, reductions) {
+  jit__cpu_ew_plan p = ew(AVX512, 2, 1024, 512, true, -1);
+  cr_expect(!p.skip && p.par);
+  cr_expect_eq(p.e0, 512);
+  cr_expect(ew(AVX512, 1, 1024, 512, true, -1).skip);
+  cr_expect(ew(AVX512, 2, 64, 512, true, -1).skip);
+}
+
+// Streaming stores from 8 MiB of output; the next row prefetched by a lone row loop over
+// 1 MiB or more (test_perf_paths large_softmax_streams_small_does_not).
+Test(cpu_plans, streams) {
+  int64_t big = 2054LL * 1031 * 4, small = 64LL * 1024 * 4;
+  jit__cpu_stream_facts f = {.out_bytes = big, .n_row = 1, .row_bytes = 1031 * 4,
+                             .row_input_bytes = big};
+  jit__cpu_stream_plan p = jit__cpu_plan_stream(&f);
+  cr_expect(p.stream);
+  cr_expect_eq(p.row_prefetch, 1031 * 4);
+  f.out_bytes = f.row_input_bytes = small;
+  p = jit__cpu_plan_stream(&f);
+  cr_expect(!p.stream);
+  cr_expect_eq(p.row_prefetch, 0);
+  f.out_bytes = f.row_input_bytes = big;
+  f.other = true;
+  cr_expect(!jit__cpu_plan_stream(&f).stream, "a reduction reads its output back");
+}

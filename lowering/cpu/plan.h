@@ -116,4 +116,60 @@ jit__cpu_dot_plan jit__cpu_plan_batch_dot(int64_t Bt, int64_t M, int64_t K, int6
 jit__cpu_dot_plan jit__cpu_plan_matmul_bt(int64_t M, int64_t K, int64_t N,
                                           const jit__cpu_host *h, int threads);
 
+//===--- Row loops, elementwise ops and streaming (plan_row_choice.c) ----===//
+
+// A row loop (softmax, a normalization) over a result of `numel` elements whose first
+// dim is `d0`. Thread-compatible.
+typedef struct jit__cpu_row_plan {
+  bool par;      // rows split across the threads (producers fused into the forall)
+  int64_t rows;  // one thread's rows when `par`
+} jit__cpu_row_plan;
+
+// The plan for that row loop with `threads` threads. Pure.
+jit__cpu_row_plan jit__cpu_plan_row(int64_t d0, int64_t numel, int threads);
+
+// Loops of an elementwise op or a reduction, as plan_rows.c reads them off the op.
+typedef struct jit__cpu_ew_shape {
+  int nl;                           // loops
+  int64_t ext[JIT_MAX_RANK + 2];    // their extents
+  bool reduction;                   // one reduction, over the last loop
+  int tl;                           // the loop walking an input's contiguous dim when
+                                    // that is not the last (a transposed read), or -1
+  bool follow_split;                // split like the batch before it (walk's ew_split)
+} jit__cpu_ew_shape;
+
+// How it is tiled. Thread-compatible.
+typedef struct jit__cpu_ew_plan {
+  bool skip;                        // left as it is
+  bool par;                         // the outer loop split across the threads
+  int64_t e0;                       // one thread's share of the outer loop
+  int n_loops;                      // loops tiled below (0: none)
+  int64_t sizes[JIT_MAX_RANK + 2];  // the inner tile per loop (0: not tiled)
+  bool peel[JIT_MAX_RANK + 2];      // that loop's last tile is partial: peeled
+  bool transposes;                  // tiled for a transposed read
+} jit__cpu_ew_plan;
+
+// The plan for op `s` on host `h` with `threads` threads. Pure.
+jit__cpu_ew_plan jit__cpu_plan_elementwise(const jit__cpu_ew_shape *s, const jit__cpu_host *h,
+                                           int threads);
+
+// What the streaming plan reads of a module: the walk's findings (plan_rows.c).
+typedef struct jit__cpu_stream_facts {
+  bool other;               // an op that reads its output back, or that is not known
+  int loose;                // generics outside the row loop
+  int64_t out_bytes;        // bytes of all outputs
+  int n_row;                // row loops
+  int64_t row_bytes;        // the last row loop's row
+  int64_t row_input_bytes;  // the last row loop's whole input
+} jit__cpu_stream_facts;
+
+// Non-temporal stores, and the prefetched row (0: none). Thread-compatible.
+typedef struct jit__cpu_stream_plan {
+  bool stream;
+  int64_t row_prefetch;
+} jit__cpu_stream_plan;
+
+// The streaming plan of an x86 module without matmuls. Pure.
+jit__cpu_stream_plan jit__cpu_plan_stream(const jit__cpu_stream_facts *f);
+
 #endif  // JITML_LOWERING_CPU_PLAN_H_
