@@ -1,8 +1,8 @@
-//===--- test_cpu_plans.c - the CPU matmul plans, without MLIR ------------===//
+//===--- test_cpu_plans.c - the CPU plans, without MLIR -------------------===//
 //
-// Calls jit__cpu_plan_matmul directly with explicit hosts (AVX2 and AVX-512; 512 KiB,
+// Calls the plans (plan.h) directly with explicit hosts (AVX2 and AVX-512; 512 KiB,
 // 1 MiB and 2 MiB of L2) and checks choices measured and kept on purpose
-// (lowering/cpu/plan_matmul.c says why each is made). No MLIR context.
+// (lowering/cpu/plan_*.c say why each is made). No MLIR context.
 //
 //===----------------------------------------------------------------------===//
 #include <criterion/criterion.h>
@@ -88,4 +88,165 @@ Test(cpu_plans, epilogue) {
   cr_expect(jit__cpu_plan_matmul(&s, &h, 1).fused);
   s.M = 17, s.N = 31, s.whole_n = 31, s.K = 1000;
   cr_expect(!jit__cpu_plan_matmul(&s, &h, 1).fused, "odd N: apart");
+}
+
+//===--- Batches and x W^T (plan_batch.c) -----------------------------------===//
+
+static jit__cpu_host host(const char *features, int64_t l2, int threads) {
+  return jit__cpu_host_make(features, l2, threads);
+}
+
+// A batch of vector x matrix: n tiles of 8 vectors, k blocks of a divisor of K near 8,
+// or 8 with the last one peeled for a prime K; none for a short K (test_perf_paths:
+// "a batch of 12 vector x matrix 1x64x1000", "k blocks 8", "k blocks 0").
+Test(cpu_plans, vecmat_tiles) {
+  jit__cpu_host a = host(AVX512, 2 << 20, 1), b = host(AVX2, 512 << 10, 1);
+  jit__cpu_vecmat_plan p = jit__cpu_plan_vecmat(12, 64, 1000, &a, 1);
+  cr_expect(!p.split);
+  cr_expect_eq(p.tn, 128);
+  cr_expect_eq(p.kb, 8);
+  cr_expect(!p.peel_k);
+  cr_expect(p.peel_n, "1000 is no multiple of 128");
+  cr_expect_eq(jit__cpu_plan_vecmat(12, 64, 1000, &b, 1).tn, 64);
+  p = jit__cpu_plan_vecmat(3, 1009, 77, &a, 1);
+  cr_expect_eq(p.kb, 8);
+  cr_expect(p.peel_k, "a prime K");
+  cr_expect_eq(p.tn, 77);
+  cr_expect(!p.peel_n);
+  cr_expect_eq(jit__cpu_plan_vecmat(2, 7, 50, &a, 1).kb, 0);
+}
+
+// Threads split the batch from 2^23 multiply-adds, or from as much B as one core's L2
+// holds and 2 MiB: a decode step's 12x1x64x1024 (3 MiB) up to 3 MiB of L2.
+Test(cpu_plans, vecmat_split) {
+  jit__cpu_host a = host(AVX512, 2 << 20, 2), big = host(AVX512, 4 << 20, 2);
+  cr_expect(jit__cpu_plan_vecmat(4, 768, 3072, &a, 2).split);
+  cr_expect(jit__cpu_plan_vecmat(12, 64, 1024, &a, 2).split);
+  cr_expect(!jit__cpu_plan_vecmat(12, 64, 1024, &big, 2).split);
+  cr_expect(!jit__cpu_batch_split(&a, 2, 1, 1, 768, 3072), "one matmul for two threads");
+}
+
+// A batch of x W^T with few rows: register tiles of up to 4 rows and as many columns
+// as the accumulators allow, up to 8 ("a batch of 12 1x64x1024, B transposed, dot
+// products, threads split the batch", "a batch of 6 2x32x77", "a batch of 5 4x128x50").
+Test(cpu_plans, batch_dot) {
+  jit__cpu_host a = host(AVX512, 512 << 10, 2), b = host(AVX2, 512 << 10, 1);
+  jit__cpu_dot_plan p = jit__cpu_plan_batch_dot(12, 1, 64, 1024, &a, 2);
+  cr_expect(p.dot && p.split);
+  cr_expect_eq(p.tm * 100 + p.tn, 108);
+  cr_expect_eq(p.L, 16);
+  cr_expect(!p.tile_m && p.tile_n && !p.peel_n);
+  p = jit__cpu_plan_batch_dot(6, 2, 32, 77, &a, 1);
+  cr_expect(!p.split);
+  cr_expect_eq(p.tm * 100 + p.tn, 208);
+  cr_expect(p.peel_n, "77 keys: a peeled column tile");
+  p = jit__cpu_plan_batch_dot(6, 2, 32, 77, &b, 1);
+  cr_expect_eq(p.tm * 100 + p.tn, 206);
+  cr_expect_eq(p.L, 8);
+  cr_expect_eq(jit__cpu_plan_batch_dot(5, 4, 128, 50, &a, 1).tn, 6);
+  cr_expect_eq(jit__cpu_plan_batch_dot(5, 4, 128, 50, &b, 1).tn, 3);
+  p = jit__cpu_plan_batch_dot(12, 8, 256, 512, &a, 1);
+  cr_expect(p.tile_m && !p.peel_m);
+}
+
+// x W^T: dot products when K is a whole number of vectors and long enough, else
+// in-register transposes with up to 8 rows a tile, 9-17 rows as two equal tiles
+// ("1x768x3072, B transposed, dot products, threads split N", "3x100x45, B
+// transposed", "register tile 6x", "register tile 7x", "9x32x200").
+Test(cpu_plans, matmul_bt) {
+  jit__cpu_host a = host(AVX512, 2 << 20, 2), b = host(AVX2, 512 << 10, 1);
+  jit__cpu_dot_plan p = jit__cpu_plan_matmul_bt(1, 768, 3072, &a, 2);
+  cr_expect(p.dot && p.split);
+  cr_expect_eq(p.tN, 1536);
+  cr_expect_eq(p.tm * 100 + p.tn, 108);
+  cr_expect(!p.unroll_k);
+  p = jit__cpu_plan_matmul_bt(3, 100, 45, &a, 1);
+  cr_expect(!p.dot && !p.split);
+  cr_expect_eq(p.tm * 100 + p.tn, 316);
+  cr_expect(!p.tile_m && p.tile_n && p.peel_n);
+  cr_expect_eq(jit__cpu_plan_matmul_bt(12, 766, 200, &a, 1).tm, 6);
+  cr_expect_eq(jit__cpu_plan_matmul_bt(13, 100, 77, &a, 1).tm, 7);
+  cr_expect(!jit__cpu_plan_matmul_bt(9, 32, 200, &a, 1).dot, "AVX-512: K of 2 vectors");
+  cr_expect(jit__cpu_plan_matmul_bt(9, 32, 200, &b, 1).dot, "AVX2: K of 4 vectors");
+  p = jit__cpu_plan_matmul_bt(16, 768, 3072, &a, 1);
+  cr_expect(p.dot && p.unroll_k);
+  cr_expect_eq(p.tm, 4);
+}
+
+//===--- Rows, elementwise ops and streaming (plan_row_choice.c) ------------===//
+
+// Softmax rows split across 2 threads from 2^15 elements, when the rows divide evenly
+// (test_perf_paths softmax_rows_split_across_threads: 64x1024, 16x3001, 4x9x1031).
+Test(cpu_plans, row_split) {
+  jit__cpu_row_plan p = jit__cpu_plan_row(64, 64 * 1024, 2);
+  cr_expect(p.par);
+  cr_expect_eq(p.rows, 32);
+  cr_expect_eq(jit__cpu_plan_row(16, 16 * 3001, 2).rows, 8);
+  cr_expect_eq(jit__cpu_plan_row(4, 4 * 9 * 1031, 2).rows, 2);
+  cr_expect(!jit__cpu_plan_row(64, 64 * 1024, 1).par);
+  cr_expect(!jit__cpu_plan_row(8, 8 * 16, 2).par, "too small");
+  cr_expect(!jit__cpu_plan_row(63, 63 * 1024, 2).par, "uneven rows");
+}
+
+static jit__cpu_ew_plan ew(const char *features, int threads, int64_t rows, int64_t cols,
+                           bool reduction, int tl) {
+  jit__cpu_host h = jit__cpu_host_make(features, 512 << 10, threads);
+  jit__cpu_ew_shape s = {.nl = 2, .ext = {rows, cols}, .reduction = reduction, .tl = tl};
+  return jit__cpu_plan_elementwise(&s, &h, threads);
+}
+
+// An elementwise chain (test_perf_paths elementwise_chain): rows of 4 vectors, the
+// partial last one peeled; split across 2 threads over 2^20 elements (2048x513), not
+// below (256x513); nothing planned under 64 elements.
+Test(cpu_plans, elementwise_tiles) {
+  jit__cpu_ew_plan p = ew(AVX512, 2, 2048, 513, false, -1);
+  cr_expect(!p.skip && p.par);
+  cr_expect_eq(p.e0, 1024);
+  cr_expect_eq(p.n_loops, 2);
+  cr_expect_eq(p.sizes[0] * 1000 + p.sizes[1], 1064);
+  cr_expect(!p.peel[0] && p.peel[1]);
+  cr_expect_eq(ew(AVX2, 2, 2048, 513, false, -1).sizes[1], 32);
+  p = ew(AVX512, 2, 256, 513, false, -1);
+  cr_expect(!p.par);
+  cr_expect_eq(p.e0, 256);
+  cr_expect(ew(AVX512, 1, 1, 37, false, -1).skip);
+  cr_expect(!ew(AVX512, 1, 3, 1000, false, -1).skip);
+}
+
+// A transposed read (test_perf_paths transpose_tiles): L x L tiles, partial ones peeled.
+Test(cpu_plans, transpose_tiles) {
+  jit__cpu_ew_plan p = ew(AVX512, 1, 1000, 37, false, 0);
+  cr_expect(p.transposes);
+  cr_expect_eq(p.sizes[0] * 100 + p.sizes[1], 1616);
+  cr_expect(p.peel[0] && p.peel[1]);
+  p = ew(AVX2, 1, 48, 64, false, 0);
+  cr_expect_eq(p.sizes[0] * 100 + p.sizes[1], 808);
+  cr_expect(!p.peel[0] && !p.peel[1]);
+}
+
+// Reductions are only split across threads (from 2^18 elements), or left as they are.
+Test(cpu_plans, reductions) {
+  jit__cpu_ew_plan p = ew(AVX512, 2, 1024, 512, true, -1);
+  cr_expect(!p.skip && p.par);
+  cr_expect_eq(p.e0, 512);
+  cr_expect(ew(AVX512, 1, 1024, 512, true, -1).skip);
+  cr_expect(ew(AVX512, 2, 64, 512, true, -1).skip);
+}
+
+// Streaming stores from 8 MiB of output; the next row prefetched by a lone row loop over
+// 1 MiB or more (test_perf_paths large_softmax_streams_small_does_not).
+Test(cpu_plans, streams) {
+  int64_t big = 2054LL * 1031 * 4, small = 64LL * 1024 * 4;
+  jit__cpu_stream_facts f = {.out_bytes = big, .n_row = 1, .row_bytes = 1031 * 4,
+                             .row_input_bytes = big};
+  jit__cpu_stream_plan p = jit__cpu_plan_stream(&f);
+  cr_expect(p.stream);
+  cr_expect_eq(p.row_prefetch, 1031 * 4);
+  f.out_bytes = f.row_input_bytes = small;
+  p = jit__cpu_plan_stream(&f);
+  cr_expect(!p.stream);
+  cr_expect_eq(p.row_prefetch, 0);
+  f.out_bytes = f.row_input_bytes = big;
+  f.other = true;
+  cr_expect(!jit__cpu_plan_stream(&f).stream, "a reduction reads its output back");
 }

@@ -75,4 +75,101 @@ typedef struct jit__cpu_mm_plan {
 jit__cpu_mm_plan jit__cpu_plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu_host *h,
                                       int threads);
 
+//===--- Batches and x W^T (plan_batch.c) --------------------------------===//
+
+// Whether a batch of Bt matmuls M x K x N is split across `threads` threads, whole
+// matmuls per thread (plan_batch.c says when). Pure.
+bool jit__cpu_batch_split(const jit__cpu_host *h, int threads, int64_t Bt, int64_t M,
+                          int64_t K, int64_t N);
+
+// A batch of vector x matrix products (batch_matmul with M = 1). Thread-compatible.
+typedef struct jit__cpu_vecmat_plan {
+  bool split;    // threads split the batch
+  int64_t tn;    // n tile (up to 8 vectors)
+  int64_t kb;    // k block (0: none)
+  bool peel_k;   // the k blocks' last one is partial: peeled
+  bool peel_n;   // the n tiles' last one is partial: peeled
+} jit__cpu_vecmat_plan;
+
+// The plan for a batch of Bt products 1 x K x N on host `h` with `threads`. Pure.
+jit__cpu_vecmat_plan jit__cpu_plan_vecmat(int64_t Bt, int64_t K, int64_t N,
+                                          const jit__cpu_host *h, int threads);
+
+// Register tiles of a matmul as dot products along k, or of x W^T by in-register
+// transposes, and how threads split it. Thread-compatible.
+typedef struct jit__cpu_dot_plan {
+  bool dot;            // dot products along k (else: in-register transposes, x W^T only)
+  bool split;          // threads split the batch (batched) or N (x W^T)
+  int64_t tN;          // one thread's columns (x W^T; else N)
+  int64_t tm, tn;      // the register tile
+  int64_t L;           // the k step: one vector's lanes
+  bool tile_m, tile_n; // the register tiles loop over m, n
+  bool peel_m, peel_n; // that loop's last tile is partial: peeled
+  bool unroll_k;       // 2^24 multiply-adds or more (x W^T)
+} jit__cpu_dot_plan;
+
+// A batch of Bt x W^T products M x K x N (jit__cpu_batch_dot_rows holds). Pure.
+jit__cpu_dot_plan jit__cpu_plan_batch_dot(int64_t Bt, int64_t M, int64_t K, int64_t N,
+                                          const jit__cpu_host *h, int threads);
+
+// x W^T (W stored N x K), M x K x N. Pure.
+jit__cpu_dot_plan jit__cpu_plan_matmul_bt(int64_t M, int64_t K, int64_t N,
+                                          const jit__cpu_host *h, int threads);
+
+//===--- Row loops, elementwise ops and streaming (plan_row_choice.c) ----===//
+
+// A row loop (softmax, a normalization) over a result of `numel` elements whose first
+// dim is `d0`. Thread-compatible.
+typedef struct jit__cpu_row_plan {
+  bool par;      // rows split across the threads (producers fused into the forall)
+  int64_t rows;  // one thread's rows when `par`
+} jit__cpu_row_plan;
+
+// The plan for that row loop with `threads` threads. Pure.
+jit__cpu_row_plan jit__cpu_plan_row(int64_t d0, int64_t numel, int threads);
+
+// Loops of an elementwise op or a reduction, as plan_rows.c reads them off the op.
+typedef struct jit__cpu_ew_shape {
+  int nl;                           // loops
+  int64_t ext[JIT_MAX_RANK + 2];    // their extents
+  bool reduction;                   // one reduction, over the last loop
+  int tl;                           // the loop walking an input's contiguous dim when
+                                    // that is not the last (a transposed read), or -1
+  bool follow_split;                // split like the batch before it (walk's ew_split)
+} jit__cpu_ew_shape;
+
+// How it is tiled. Thread-compatible.
+typedef struct jit__cpu_ew_plan {
+  bool skip;                        // left as it is
+  bool par;                         // the outer loop split across the threads
+  int64_t e0;                       // one thread's share of the outer loop
+  int n_loops;                      // loops tiled below (0: none)
+  int64_t sizes[JIT_MAX_RANK + 2];  // the inner tile per loop (0: not tiled)
+  bool peel[JIT_MAX_RANK + 2];      // that loop's last tile is partial: peeled
+  bool transposes;                  // tiled for a transposed read
+} jit__cpu_ew_plan;
+
+// The plan for op `s` on host `h` with `threads` threads. Pure.
+jit__cpu_ew_plan jit__cpu_plan_elementwise(const jit__cpu_ew_shape *s, const jit__cpu_host *h,
+                                           int threads);
+
+// What the streaming plan reads of a module: the walk's findings (plan_rows.c).
+typedef struct jit__cpu_stream_facts {
+  bool other;               // an op that reads its output back, or that is not known
+  int loose;                // generics outside the row loop
+  int64_t out_bytes;        // bytes of all outputs
+  int n_row;                // row loops
+  int64_t row_bytes;        // the last row loop's row
+  int64_t row_input_bytes;  // the last row loop's whole input
+} jit__cpu_stream_facts;
+
+// Non-temporal stores, and the prefetched row (0: none). Thread-compatible.
+typedef struct jit__cpu_stream_plan {
+  bool stream;
+  int64_t row_prefetch;
+} jit__cpu_stream_plan;
+
+// The streaming plan of an x86 module without matmuls. Pure.
+jit__cpu_stream_plan jit__cpu_plan_stream(const jit__cpu_stream_facts *f);
+
 #endif  // JITML_LOWERING_CPU_PLAN_H_

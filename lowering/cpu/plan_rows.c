@@ -89,14 +89,13 @@ static void plan_row(walk *w, MlirOperation g) {
   w->row_input_bytes = bytes;
   w->row_bytes = bytes > 0 ? bytes / numel * mlirShapedTypeGetDimSize(rt, nl - 1) : 0;
   jit__text *sb = &w->sb;
-  int T = w->threads;
-  bool par = T > 1 && d0 % T == 0 && numel >= (1 << 15);
+  jit__cpu_row_plan p = jit__cpu_plan_row(d0, numel, w->threads);
   sb_printf(sb,
             "  %%row%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
             "{jit_row = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
             i, i);
   const char *src = "%row";
-  if (par) {
+  if (p.par) {
     // Rows split across threads with the producers fused into the forall, so that each
     // thread runs whole row loops. (tile_using_forall on the root alone left the max,
     // exp and sum outside the forall, over the whole matrix on one thread, with a
@@ -104,7 +103,7 @@ static void plan_row(walk *w, MlirOperation g) {
     w->parallel = true;
     sb_printf(sb, "  %%rowt%d, %%rowf%d = transform.structured.fuse %%row%d "
                   "tile_sizes [%lld",
-              i, i, i, (long long)(d0 / T));
+              i, i, i, (long long)p.rows);
     for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
     sb_printf(sb, "] {use_forall} : (" ANY ") -> (" ANY ", " ANY ")\n");
     src = "%rowt";
@@ -155,6 +154,85 @@ static bool broadcasts_last(MlirOperation g, int nl) {
   return false;
 }
 
+// Reduction `g` (nl loops) split across the threads as plan `p` says.
+static void emit_reduction(walk *w, MlirOperation g, int nl, const jit__cpu_ew_plan *p) {
+  jit__text *sb = &w->sb;
+  int i = w->n_rd++;
+  jit__cpu_set_tag(w->ctx, g, "jit_rd", i);
+  w->parallel = true;
+  sb_printf(sb,
+            "  %%rd%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+            "{jit_rd = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+            "  %%rdt%d, %%rdf%d = transform.structured.tile_using_forall %%rd%d "
+            "tile_sizes [%lld",
+            i, i, i, i, i, (long long)p->e0);
+  for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+  sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
+}
+
+// Elementwise op `g` (loops `s`) tiled as plan `p` says.
+static void emit_elementwise(walk *w, MlirOperation g, const jit__cpu_ew_shape *s,
+                             const jit__cpu_ew_plan *p) {
+  jit__text *sb = &w->sb;
+  char hb[32];  // handle() text for sb_peel
+  int nl = s->nl, tl = s->tl;
+  int i = w->n_ew++;
+  jit__cpu_set_tag(w->ctx, g, "jit_ew", i);
+  sb_printf(sb,
+            "  %%ew%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+            "{jit_ew = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
+            i, i);
+  const char *src = "%ew";
+  if (p->par) {
+    w->parallel = true;
+    sb_printf(sb, "  %%ewt%d, %%ewf%d = transform.structured.tile_using_forall %%ew%d "
+                  "tile_sizes [%lld",
+              i, i, i, (long long)p->e0);
+    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+    sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
+    src = "%ewt";
+  }
+  if (p->transposes) w->transposes = true;
+  if (!p->n_loops) return;
+  if (s->ext[nl - 1] > 1) w->ew_bcast[i] = broadcasts_last(g, nl);
+  sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
+                "tile_sizes [",
+            i, i, p->n_loops, src, i);
+  for (int l = 0; l < nl; l++) sb_printf(sb, "%s%lld", l ? ", " : "", (long long)p->sizes[l]);
+  sb_printf(sb, "] : (" ANY ") -> ");
+  sb_types(sb, p->n_loops + 1);
+  sb_printf(sb, "\n");
+  // The inner loop peeled first: peeling an outer one copies the inner loop, which
+  // would leave its handle on only one of the copies.
+  bool rest = false;
+  for (int l = nl - 1, li = p->n_loops - 1; l >= 0; l--) {
+    if (!p->sizes[l]) continue;
+    if (p->peel[l]) {
+      char prefix[32];
+      snprintf(prefix, sizeof prefix, "ewp%d_", i);
+      sb_peel(sb, prefix, l, handle(hb, "ewl", i, li));
+      if (tl >= 0) {
+        // Tagged for their own vectorization (below); the rest loop may have been folded
+        // away (a handle to no loop), so each of the loops it holds, if any.
+        sb_printf(sb,
+                  "  transform.foreach %%ewp%d_%dr : !transform.op<\"scf.for\"> {\n"
+                  "  ^bb0(%%ewq%d_%d: !transform.op<\"scf.for\">):\n"
+                  "    %%ewg%d_%d = transform.structured.match ops{[\"linalg.generic\"]} in "
+                  "%%ewq%d_%d : (!transform.op<\"scf.for\">) -> " ANY "\n"
+                  "    transform.annotate %%ewg%d_%d \"jit_ewrest\" : " ANY "\n"
+                  "  }\n",
+                  i, l, i, l, i, l, i, l, i, l);
+        rest = true;
+      }
+    }
+    li--;
+  }
+  if (rest) {
+    w->ew_rest[i][0] = tl;
+    w->ew_rest[i][1] = nl;
+  }
+}
+
 void jit__cpu_plan_generic(walk *w, MlirOperation g) {
   for (int f = 0; f < w->n_fused; f++)
     if (mlirOperationEqual(w->fused[f], g)) return;
@@ -190,126 +268,18 @@ void jit__cpu_plan_generic(walk *w, MlirOperation g) {
     if (!jit__cpu_static_shaped(t0) || mlirShapedTypeGetRank(t0) != nl) return;
     for (int l = 0; l < nl; l++) ext[l] = mlirShapedTypeGetDimSize(t0, l);
   }
-  int64_t numel = 1;
-  for (int l = 0; l < nl; l++) numel *= ext[l];
-  if (numel < 64 && n_red == 0) return;  // nothing to gain
-  jit__text *sb = &w->sb;
-  char hb[32];  // handle() text for sb_peel
-  int T = w->threads;
-  bool par = T > 1 && nl >= (n_red ? 2 : 1) && ext[0] % T == 0 && ext[0] >= T &&
-             (numel >= (n_red ? (1 << 18) : (1 << 20)) || w->ew_split);  // see the matmul bound
-  int64_t e0 = par ? ext[0] / T : ext[0];
-  if (n_red) {
-    if (!par) return;  // inner loops stay as they are: see the file comment
-    int i = w->n_rd++;
-    jit__cpu_set_tag(w->ctx, g, "jit_rd", i);
-    w->parallel = true;
-    sb_printf(sb,
-              "  %%rd%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
-              "{jit_rd = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
-              "  %%rdt%d, %%rdf%d = transform.structured.tile_using_forall %%rd%d "
-              "tile_sizes [%lld",
-              i, i, i, i, i, (long long)e0);
-    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
-    sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
-    return;
-  }
-  int i = w->n_ew++;
-  jit__cpu_set_tag(w->ctx, g, "jit_ew", i);
-  sb_printf(sb,
-            "  %%ew%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
-            "{jit_ew = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
-            i, i);
-  const char *src = "%ew";
-  if (par) {
-    w->parallel = true;
-    sb_printf(sb, "  %%ewt%d, %%ewf%d = transform.structured.tile_using_forall %%ew%d "
-                  "tile_sizes [%lld",
-              i, i, i, (long long)e0);
-    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
-    sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
-    src = "%ewt";
-  }
-  // Inner tile: V lanes of the last dim (4 vector registers), 1 elsewhere.
-  int64_t V = 4 * w->h.lanes;
-  int64_t last = nl == 1 ? e0 : ext[nl - 1];
-  int64_t vl = last > V ? V : 0;
-  int n_loops = 0;
-  int64_t sizes[JIT_MAX_RANK + 2];
-  // An input whose contiguous dim another loop walks (a transpose): tiles of L x L
-  // (L = lanes), each read as L rows of L contiguous elements and transposed in
-  // registers. With 1 x V tiles every element read came from another cache line, the
-  // lines evicted before the next tile used them: a 3072x768 transpose took ~23 ms.
-  int tl = nl >= 2 ? jit__cpu_transposed_loop(g, nl) : -1;
-  int64_t L = w->h.lanes;
-  for (int l = 0; l < nl; l++) {
-    int64_t e = l == 0 ? e0 : ext[l];
-    sizes[l] = l == nl - 1 ? vl : (e > 1 ? 1 : 0);
-    if (tl >= 0 && (l == tl || l == nl - 1)) sizes[l] = e > L ? L : 0;
-    n_loops += sizes[l] != 0;
-  }
-  if (tl >= 0) w->transposes = true;
-  if (!n_loops) return;
-  if (ext[nl - 1] > 1) w->ew_bcast[i] = broadcasts_last(g, nl);
-  sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
-                "tile_sizes [",
-            i, i, n_loops, src, i);
-  for (int l = 0; l < nl; l++) sb_printf(sb, "%s%lld", l ? ", " : "", (long long)sizes[l]);
-  sb_printf(sb, "] : (" ANY ") -> ");
-  sb_types(sb, n_loops + 1);
-  sb_printf(sb, "\n");
-  // Each loop of vector tiles with a partial last tile is peeled, so every tile is
-  // static; the inner loop first: peeling an outer one copies the inner loop, which
-  // would leave its handle on only one of the copies.
-  bool rest = false;
-  for (int l = nl - 1, li = n_loops - 1; l >= 0; l--) {
-    if (!sizes[l]) continue;
-    int64_t e = l == 0 ? e0 : ext[l];
-    if (sizes[l] > 1 && e % sizes[l]) {
-      char prefix[32];
-      snprintf(prefix, sizeof prefix, "ewp%d_", i);
-      sb_peel(sb, prefix, l, handle(hb, "ewl", i, li));
-      if (tl >= 0) {
-        // Tagged for their own vectorization (below); the rest loop may have been folded
-        // away (a handle to no loop), so each of the loops it holds, if any.
-        sb_printf(sb,
-                  "  transform.foreach %%ewp%d_%dr : !transform.op<\"scf.for\"> {\n"
-                  "  ^bb0(%%ewq%d_%d: !transform.op<\"scf.for\">):\n"
-                  "    %%ewg%d_%d = transform.structured.match ops{[\"linalg.generic\"]} in "
-                  "%%ewq%d_%d : (!transform.op<\"scf.for\">) -> " ANY "\n"
-                  "    transform.annotate %%ewg%d_%d \"jit_ewrest\" : " ANY "\n"
-                  "  }\n",
-                  i, l, i, l, i, l, i, l, i, l);
-        rest = true;
-      }
-    }
-    li--;
-  }
-  if (rest) {
-    w->ew_rest[i][0] = tl;
-    w->ew_rest[i][1] = nl;
-  }
+  jit__cpu_ew_shape es = {.nl = nl, .reduction = n_red != 0, .follow_split = w->ew_split};
+  for (int l = 0; l < nl; l++) es.ext[l] = ext[l];
+  es.tl = nl >= 2 && !n_red ? jit__cpu_transposed_loop(g, nl) : -1;
+  jit__cpu_ew_plan p = jit__cpu_plan_elementwise(&es, &w->h, w->threads);
+  if (p.skip) return;
+  if (n_red) emit_reduction(w, g, nl, &p);
+  else emit_elementwise(w, g, &es, &p);
 }
 
 //===--- Streaming -------------------------------------------------------===//
 //
-// A kernel that writes large outputs once, without reading them back (elementwise
-// chains, softmax and normalization rows), is bound by memory traffic, and a plain
-// store first reads each line of the output in: a third of the traffic of y = f(x).
-// Its vector stores to the outputs become non-temporal instead (what memcpy does past
-// a size). Not when the output would still be in the cache for the next kernel, below
-// JIT__STREAM_BYTES (a quarter of this L3), and never with a matmul or a reduction
-// outside a row loop, which read their output back while accumulating into it.
-// A lone row loop over an input larger than L2 also prefetches the next row while it
-// computes this one: the hardware prefetcher stops at the end of the row, and the
-// memory would sit idle during the row's exp and sums. softmax 4096x1024, 1 thread, in
-// a C model of the kernel: 3.6-4.1 ms before, 2.4-2.7 ms with both (aligned 32-byte
-// streaming stores), 2.7-3.7 ms with the 8-byte ones this emits, the output's alignment
-// being unknown here; the kernel itself, on a busy machine: 5.9-7.4 ms before, 5.4-6.0
-// ms after.
-
-#define JIT__STREAM_BYTES (8 << 20)
-#define JIT__PREFETCH_BYTES (1 << 20)
+// What jit__cpu_plan_stream (plan_row_choice.c, which says why) reads of a module.
 
 typedef struct stream_walk {
   const walk *w;
@@ -352,11 +322,11 @@ void jit__cpu_plan_streams(const walk *w, MlirOperation module, jit__cpu_plan *o
   if (w->n_mm || strncmp(w->o->triple, "x86_64", 6) != 0) return;
   stream_walk s = {w, false, 0, 0};
   mlirOperationWalk(module, find_streams, &s, MlirWalkPreOrder);
-  if (s.other) return;
-  out->stream = s.out_bytes >= JIT__STREAM_BYTES;
-  if (w->n_row == 1 && s.loose == 0 && w->row_bytes > 0 &&
-      w->row_input_bytes >= JIT__PREFETCH_BYTES)
-    out->row_prefetch = w->row_bytes;
+  jit__cpu_stream_facts f = {s.other, s.loose, s.out_bytes, w->n_row, w->row_bytes,
+                             w->row_input_bytes};
+  jit__cpu_stream_plan p = jit__cpu_plan_stream(&f);
+  out->stream = p.stream;
+  out->row_prefetch = p.row_prefetch;
 }
 
 

@@ -360,36 +360,16 @@ static void plan_batch(walk *w, int i, int64_t Bt, bool has_fill, bool split) {
               i, i, i, i);
 }
 
-// Whether a batch of Bt matmuls M x K x N is split across the threads, a matmul per
-// thread: when it has one for each and is worth splitting by multiply-adds or by the
-// bytes of B (as in plan_matmul).
-static bool batch_split(const walk *w, int64_t Bt, int64_t M, int64_t K, int64_t N) {
-  return w->threads > 1 && Bt >= w->threads &&
-         ((double)Bt * M * N * K >= (double)(1 << 23) ||
-          (double)Bt * K * N * 4 >= jit__cpu_split_b_bytes(w->h));
-}
-
-// A batch of vector x matrix products (batch_matmul with M = 1: attention's decode
-// step, q K^T and p V for one token), as the small-M path treats one (plan_matmul): for
-// each k block of ~8 rows of B, the row of C 8 vectors at a time. The batch_matmul is
-// tiled as it is (batch by 1, k blocks, n by 8 vectors, k) and
-// vectorized with its unit dims, which vector.cast_away_vector_leading_one_dim drops
-// before the contraction becomes FMAs. Threads split the batch when it is worth
-// splitting (as in plan_matmul) and has a matmul per thread.
+// A batch of vector x matrix products (batch_matmul with M = 1; jit__cpu_plan_vecmat
+// chooses): the batch_matmul is tiled as it is (batch by 1, k blocks, n by 8 vectors,
+// k) and vectorized with its unit dims, which vector.cast_away_vector_leading_one_dim
+// drops before the contraction becomes FMAs.
 static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, int64_t N) {
   bool has_fill;
   int i = tag_matmul(w, bm, &has_fill);
   jit__text *sb = &w->sb;
   char hb[32];  // handle() text for sb_peel
-  jit__cpu_host h = w->h;
-  bool split = batch_split(w, Bt, 1, K, N);
-  int64_t tn = 8 * h.lanes < N ? 8 * h.lanes : N;
-  int64_t kb = jit__cpu_pick_block(K, 8, 1);
-  bool peel_k = false;
-  if (!kb && K > 16) {
-    kb = 8;
-    peel_k = K % 8 != 0;
-  }
+  jit__cpu_vecmat_plan p = jit__cpu_plan_vecmat(Bt, K, N, &w->h, w->threads);
   w->vecmat[i] = true;
   w->any_vecmat = true;
   // Its k loops are not unrolled (unroll_k): with the k blocks outside the n tiles,
@@ -397,9 +377,9 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
   // threads), and unrolled took 6-10 ms longer to compile.
   sb_printf(sb, "  // matmul %d: a batch of %lld vector x matrix 1x%lldx%lld, threads split %s, "
                 "n tile %lld, k blocks %lld\n",
-            i, (long long)Bt, (long long)K, (long long)N, split ? "the batch" : "none",
-            (long long)tn, (long long)kb);
-  batch_loop(w, i, "jit_mm", "jit_f", has_fill, split);
+            i, (long long)Bt, (long long)K, (long long)N, p.split ? "the batch" : "none",
+            (long long)p.tn, (long long)p.kb);
+  batch_loop(w, i, "jit_mm", "jit_f", has_fill, p.split);
   // k blocks outside the n tiles (as on the 2-D small-M path), so each block streams
   // whole rows of B: with the n tiles outside, every row was read in pieces of 8
   // vectors, one n tile at a time (1 thread: 2x1x2048x1024 1.03 -> 0.58 ms,
@@ -407,12 +387,12 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
   // 12x1x64x1024 and 12x1x1024x64 the same, at 2 threads 24 -> 19 and the same).
   char cur[32];
   snprintf(cur, sizeof cur, "%%b1_%d", i);
-  if (kb) {
+  if (p.kb) {
     sb_printf(sb,
               "  %%bkt%d, %%bkl%d = transform.structured.tile_using_for %%b1_%d tile_sizes "
               "[0, 0, 0, %lld] : (" ANY ") -> (" ANY ", " ANY ")\n",
-              i, i, i, (long long)kb);
-    if (peel_k) sb_peel(sb, "bkq", i, handle(hb, "bkl", i, -1));
+              i, i, i, (long long)p.kb);
+    if (p.peel_k) sb_peel(sb, "bkq", i, handle(hb, "bkl", i, -1));
     sb_printf(sb,
               "  %%bk%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} "
               "attributes {jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
@@ -422,8 +402,8 @@ static void plan_batch_vecmat(walk *w, MlirOperation bm, int64_t Bt, int64_t K, 
   sb_printf(sb,
             "  %%bn%d, %%bnl%d = transform.structured.tile_using_for %s tile_sizes "
             "[0, 0, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
-            i, i, cur, (long long)tn);
-  if (N % tn) sb_peel(sb, "bq", i, handle(hb, "bnl", i, -1));
+            i, i, cur, (long long)p.tn);
+  if (p.peel_n) sb_peel(sb, "bq", i, handle(hb, "bnl", i, -1));
 }
 
 
@@ -485,111 +465,82 @@ static void plan_matmul_dot(walk *w, int i, const char *op, int kpos, int64_t L)
 }
 
 
-// A batch of x W^T with few rows (a decode step's q K^T: 12 heads of 1x64 against
-// 1024x64 keys): the batch loop (split across threads as plan_batch_vecmat would),
-// register tiles of up to 4 rows x 8 columns, each a set of dot products along k
-// (plan_matmul_dot). Before, K was copied transposed per call (the transpose its own
-// op): 12x1x64x1024 326 -> 153 us (2 threads 351 -> 60; K stored (B, D, S): 98),
-// 12x2x64x1024 1.11 ms -> 0.24, f16 12x1x64x1024 226 -> 111 us. With D = 64 the four
-// steps per dot product leave the reductions across lanes a large share.
+// The register tiles of plan `p` over matmul i's op `cur` (linalg.matmul, or the
+// batch's 2-D body: `batched` puts the batch loop first), the loop over n outside the
+// loop over m when both are tiled; each partial last tile peeled, the inner loop first:
+// peeling the outer one copies the inner loop.
+static void emit_dot_tiles(walk *w, int i, const char *cur, const jit__cpu_dot_plan *p,
+                           bool batched) {
+  jit__text *sb = &w->sb;
+  char hb[32];  // handle() text for sb_peel
+  int nreg = p->tile_m + p->tile_n;
+  bool nout = p->tile_m && p->tile_n;
+  if (!nreg) return;
+  sb_printf(sb, "  %%rt%d, %%rl%d:%d = transform.structured.tile_using_for %s tile_sizes "
+                "[%s%lld, %lld, 0]%s : (" ANY ") -> ",
+            i, i, nreg, cur, batched ? "0, " : "", (long long)(p->tile_m ? p->tm : 0),
+            (long long)(p->tile_n ? p->tn : 0),
+            !nout ? "" : batched ? " interchange = [0, 2, 1, 3]" : " interchange = [1, 0, 2]");
+  sb_types(sb, nreg + 1);
+  sb_printf(sb, "\n");
+  if (nout) {
+    if (p->peel_m) sb_peel(sb, "qm", i, handle(hb, "rl", i, 1));
+    if (p->peel_n) sb_peel(sb, "qn", i, handle(hb, "rl", i, 0));
+  } else {
+    if (p->peel_n) sb_peel(sb, "qn", i, handle(hb, "rl", i, 0));
+    if (p->peel_m) sb_peel(sb, "qm", i, handle(hb, "rl", i, 0));
+  }
+}
+
+// A batch of x W^T with few rows (jit__cpu_plan_batch_dot chooses): the batch loop,
+// then register tiles, each a set of dot products along k (plan_matmul_dot).
 static void plan_batch_dot(walk *w, MlirOperation bm, int64_t Bt, int64_t M, int64_t K,
                            int64_t N) {
   bool has_fill;
   int i = tag_matmul(w, bm, &has_fill);
   jit__text *sb = &w->sb;
-  char hb[32];  // handle() text for sb_peel
-  jit__cpu_host h = w->h;
-  bool split = batch_split(w, Bt, M, K, N);
-  int64_t tm = M < 4 ? M : 4, tn = h.acc / tm < 8 ? h.acc / tm : 8;
-  if (tn > N) tn = N;
+  jit__cpu_dot_plan p = jit__cpu_plan_batch_dot(Bt, M, K, N, &w->h, w->threads);
   contract_body(w->ctx, bm);
   sb_printf(sb, "  // matmul %d: a batch of %lld %lldx%lldx%lld, B transposed, dot products, "
                 "threads split %s, register tile %lldx%lld\n",
             i, (long long)Bt, (long long)M, (long long)K, (long long)N,
-            split ? "the batch" : "none", (long long)tm, (long long)tn);
-  batch_loop(w, i, "jit_mm", "jit_f", has_fill, split);
-  bool tile_m = tm < M, tile_n = tn < N;
-  int nreg = tile_m + tile_n;
-  if (nreg) {
-    sb_printf(sb, "  %%rt%d, %%rl%d:%d = transform.structured.tile_using_for %%b1_%d tile_sizes "
-                  "[0, %lld, %lld, 0]%s : (" ANY ") -> ",
-              i, i, nreg, i, (long long)(tile_m ? tm : 0), (long long)(tile_n ? tn : 0),
-              tile_m && tile_n ? " interchange = [0, 2, 1, 3]" : "");
-    sb_types(sb, nreg + 1);
-    sb_printf(sb, "\n");
-    if (tile_m && tile_n) {
-      if (M % tm) sb_peel(sb, "qm", i, handle(hb, "rl", i, 1));
-      if (N % tn) sb_peel(sb, "qn", i, handle(hb, "rl", i, 0));
-    } else {
-      if (tile_n && N % tn) sb_peel(sb, "qn", i, handle(hb, "rl", i, 0));
-      if (tile_m && M % tm) sb_peel(sb, "qm", i, handle(hb, "rl", i, 0));
-    }
-  }
-  plan_matmul_dot(w, i, "linalg.batch_matmul", 3, h.lanes);
+            p.split ? "the batch" : "none", (long long)p.tm, (long long)p.tn);
+  batch_loop(w, i, "jit_mm", "jit_f", has_fill, p.split);
+  char cur[32];
+  snprintf(cur, sizeof cur, "%%b1_%d", i);
+  emit_dot_tiles(w, i, cur, &p, true);
+  plan_matmul_dot(w, i, "linalg.batch_matmul", 3, p.L);
 }
 
-// x W^T with W stored N x K, up to 17 rows (emit_mlir.c), or imported: each register
-// tile [up to 8 rows, one vector of N] steps k by one vector's lanes L, reading B as L
-// rows of L contiguous k and transposing them in registers (16x16 shuffles on AVX-512)
-// before the outer-product FMAs, rather than reading a column of W (K floats apart)
-// per k. No packing and no fused epilogue; threads split N. Tiles of 4 vectors of N
-// made 64x16 transposes, lowered element by element (1x768x3072: 0.87 ms and 335 ms to
-// compile, against 0.47 ms and ~60 ms). With more than 8 rows the n loop is outside
-// the m loop, so each row tile reads its L rows of W from L1 after the first, not all
-// of W again from memory (16x768x3072: 1.20 ms against 1.34; imported 64x768x3072:
-// 4.1 against 5.7); 9-17 rows are two equal row tiles (12 rows: no peeled rest, 74 ms
-// to compile against 114).
-//
-// With K a whole number of vectors and long enough for the tiles' final reductions
-// across lanes to matter little (2 vectors with up to 4 rows, 4 with up to 12, else 8),
-// the tiles are dot products instead (plan_matmul_dot): no transposes. f16 W, whose
-// 16x16 transposes cost more than its halved bytes saved (it was copied transposed per
-// call instead): 1x768x3072 1.0 ms -> 0.18 (x W: 0.19), 8x768x3072 1.26 -> 0.48,
-// 16x768x3072 1.83 -> 0.79, 4x64x1000 15.5 -> 7.5 us, 3x32x1000 7.4 -> 3.8; f32
-// 1x768x3072 0.39 -> 0.34, 16x768x3072 1.12 -> 0.86, 16x256x512 42 -> 35 us, 12x64x256
-// 5.2 -> 4.7, 3x32x1000 3.9 -> 3.5; AVX2 code 1.3-1.9x (16x768x3072 1.58 -> 0.99 ms).
-// Shorter K lost to the transposes (9x32x200 2.0 against 1.7 us, 17x64x300 f16 9.6
-// against 8.5 for the copy).
+// x W^T with W stored N x K (jit__cpu_plan_matmul_bt chooses, and says why): threads
+// split N; register tiles as dot products along k (plan_matmul_dot), or stepping k by
+// one vector's lanes, B's L x L blocks transposed in registers.
 static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int64_t N) {
   bool has_fill;
   int i = tag_matmul(w, mm, &has_fill);
   jit__text *sb = &w->sb;
   char hb[32];  // handle() text for sb_peel
-  jit__cpu_host h = w->h;
-  int64_t L = h.lanes, tn = L, tm = M < 8 ? M : 8;
-  if (M > 8 && M <= 17) tm = (M + 1) / 2;  // two row tiles, no peel when M is even
-  // jit__cpu_bt_map (emit_mlir.c) sends f16 here only where this holds on AVX-512 and AVX2.
-  bool dot = M <= 17 && K % L == 0 && K >= (M <= 4 ? 2 : M <= 12 ? 4 : 8) * L;
-  if (dot) {
-    tm = M < 4 ? M : 4;
-    tn = h.acc / tm < 8 ? h.acc / tm : 8;
-    contract_body(w->ctx, mm);
-  }
-  int T = w->threads;
-  bool big = (double)M * N * K >= (double)(1 << 24) ||
-             (M <= 16 && (double)K * N * 4 >= jit__cpu_split_b_bytes(h));
-  bool split = T > 1 && big && N % T == 0 && N / T >= tn;
-  int64_t tN = split ? N / T : N;
-  if (tn > tN) tn = tN;
-  if (tm > M) tm = M;
-  if (!dot) w->transposes = true;
-  if (M * N * K >= (1 << 24)) w->unroll_k = true;
+  jit__cpu_dot_plan p = jit__cpu_plan_matmul_bt(M, K, N, &w->h, w->threads);
+  int64_t L = p.L;
+  if (p.dot) contract_body(w->ctx, mm);
+  if (!p.dot) w->transposes = true;
+  if (p.unroll_k) w->unroll_k = true;
   sb_printf(sb, "  // matmul %d: %lldx%lldx%lld, B transposed%s, threads split %s, register "
                 "tile %lldx%lld, k step %lld\n",
-            i, (long long)M, (long long)K, (long long)N, dot ? ", dot products" : "",
-            split ? "N" : "none", (long long)tm, (long long)tn, (long long)L);
+            i, (long long)M, (long long)K, (long long)N, p.dot ? ", dot products" : "",
+            p.split ? "N" : "none", (long long)p.tm, (long long)p.tn, (long long)L);
   sb_printf(sb,
             "  %%mm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
             "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
             i, i);
   char cur[32];
   snprintf(cur, sizeof cur, "%%mm%d", i);
-  if (split) {
+  if (p.split) {
     w->parallel = true;
     sb_printf(sb,
               "  %%pt%d, %%pf%d = transform.structured.tile_using_forall %%mm%d tile_sizes "
               "[0, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
-              i, i, i, (long long)tN);
+              i, i, i, (long long)p.tN);
     if (has_fill)
       sb_printf(sb,
                 "  %%fl%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
@@ -599,26 +550,8 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
                 i, i, i, i, i, i);
     snprintf(cur, sizeof cur, "%%pt%d", i);
   }
-  bool tile_m = tm < M, tile_n = tn < tN;
-  int nreg = tile_m + tile_n;
-  bool nout = tile_m && tile_n;
-  if (nreg) {
-    sb_printf(sb, "  %%rt%d, %%rl%d:%d = transform.structured.tile_using_for %s tile_sizes "
-                  "[%lld, %lld, 0]%s : (" ANY ") -> ",
-              i, i, nreg, cur, (long long)(tile_m ? tm : 0), (long long)(tile_n ? tn : 0),
-              nout ? " interchange = [1, 0, 2]" : "");
-    sb_types(sb, nreg + 1);
-    sb_printf(sb, "\n");
-    // The inner loop first: peeling the outer one copies the inner loop.
-    if (nout) {
-      if (M % tm) sb_peel(sb, "qm", i, handle(hb, "rl", i, 1));
-      if (tN % tn) sb_peel(sb, "qn", i, handle(hb, "rl", i, 0));
-    } else {
-      if (tile_n && tN % tn) sb_peel(sb, "qn", i, handle(hb, "rl", i, 0));
-      if (tile_m && M % tm) sb_peel(sb, "qm", i, handle(hb, "rl", i, 0));
-    }
-  }
-  if (dot) {
+  emit_dot_tiles(w, i, cur, &p, false);
+  if (p.dot) {
     plan_matmul_dot(w, i, "linalg.matmul", 2, L);
     return;
   }
