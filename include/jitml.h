@@ -44,6 +44,12 @@ extern "C" {
 // Largest tensor rank a graph value may have.
 #define JIT_MAX_RANK 8
 
+// Largest tensor, in bytes (2^48 = 256 TiB), that a run binds: every input, output
+// and intermediate value. Larger shapes, and shapes whose element count overflows
+// int64, are refused with JIT_RESOURCE_EXHAUSTED before anything is allocated or
+// compiled. The bound keeps every byte count and offset of a kernel far from wrapping.
+#define JIT_MAX_TENSOR_BYTES ((uint64_t)1 << 48)
+
 //===--- Status ----------------------------------------------------------===//
 
 typedef enum jit_status_code {
