@@ -11,7 +11,9 @@
 #define JITML_BASE_CHECKED_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 // a * b into *out, false on overflow (or a negative factor).
 static inline bool jit__checked_mul_i64(int64_t a, int64_t b, int64_t *out) {
@@ -46,6 +48,17 @@ static inline bool jit__checked_static_numel(int rank, const int64_t *dims, int6
     if (dims[d] >= 0 && !jit__checked_mul_i64(n, dims[d], &n)) return false;
   *out = n;
   return true;
+}
+
+// Formats a concrete shape as "[2, 3]" into buf (truncated to fit), for the messages
+// that refuse one.
+static inline const char *jit__fmt_shape(int rank, const int64_t *dims, char *buf,
+                                         size_t size) {
+  size_t n = (size_t)snprintf(buf, size, "[");
+  for (int d = 0; d < rank && n < size; d++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%lld", d ? ", " : "", (long long)dims[d]);
+  if (n < size) snprintf(buf + n, size - n, "]");
+  return buf;
 }
 
 #endif  // JITML_BASE_CHECKED_H_

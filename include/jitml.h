@@ -415,7 +415,7 @@ JIT_API jit_status jit_device_get_info(const jit_device *device, jit_device_info
 // shape array is owned by the library). For GPU devices `data` is an opaque handle,
 // usable only with this context's jit_run, jit_copy and jit_tensor_free. Returns
 // JIT_INVALID_ARGUMENT, JIT_UNSUPPORTED (dtype, size over the device's limits),
-// JIT_RESOURCE_EXHAUSTED.
+// JIT_RESOURCE_EXHAUSTED (out of memory, more than JIT_MAX_TENSOR_BYTES).
 JIT_API jit_status jit_tensor_alloc(jit_context *ctx, jit_device *device, DLDataType dtype,
                                     int rank, const int64_t *shape, DLTensor *out_tensor);
 // Frees a tensor from jit_tensor_alloc and clears *tensor. Returns JIT_INVALID_ARGUMENT
@@ -423,6 +423,8 @@ JIT_API jit_status jit_tensor_alloc(jit_context *ctx, jit_device *device, DLData
 JIT_API jit_status jit_tensor_free(jit_context *ctx, DLTensor *tensor);
 // Copies `src` into `dst` (same dtype and shape): host to device, device to host,
 // device to device (same device) or host to host. Host tensors must be dense.
+// Returns JIT_INVALID_ARGUMENT, JIT_SHAPE_MISMATCH, JIT_UNSUPPORTED,
+// JIT_RESOURCE_EXHAUSTED (more than JIT_MAX_TENSOR_BYTES), JIT_DEVICE_ERROR.
 JIT_API jit_status jit_copy(jit_context *ctx, const DLTensor *dst, const DLTensor *src);
 
 //===--- Kernel cache ----------------------------------------------------===//

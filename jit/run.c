@@ -33,15 +33,6 @@ static bool jit__dl_dtype(DLDataType t, jit__dtype *out) {
   return true;
 }
 
-// Formats dims as "[2, 3]" into buf (truncated to fit).
-static const char *jit__fmt_shape(int rank, const int64_t *dims, char *buf, size_t size) {
-  size_t n = (size_t)snprintf(buf, size, "[");
-  for (int d = 0; d < rank && n < size; d++)
-    n += (size_t)snprintf(buf + n, size - n, "%s%lld", d ? ", " : "", (long long)dims[d]);
-  if (n < size) snprintf(buf + n, size - n, "]");
-  return buf;
-}
-
 // The byte size of a tensor of shape `dims` with `elem_bytes`-byte elements, refused
 // (JIT_RESOURCE_EXHAUSTED) past JIT_MAX_TENSOR_BYTES or where the count overflows.
 // `where` names the tensor ("input 0 `x`", "output 1", "node 3 (matmul)").

@@ -129,6 +129,30 @@ Test(limits, bound_reshape_overflow_refused) {
   jit_context_destroy(ctx);
 }
 
+// jit_tensor_alloc and jit_copy size their tensors with the same checks.
+Test(limits, tensor_alloc_and_copy_sizes_checked) {
+  jit_context *ctx = tu_context();
+  jit_device *cpu = NULL;
+  TU_OK(jit_context_find_device(ctx, JIT_DEVICE_CPU, 0, &cpu));
+  DLTensor t;
+  int64_t wrap[2] = {INT64_C(1) << 31, INT64_C(1) << 31};  // 2^64 f32 bytes
+  jit_status s = jit_tensor_alloc(ctx, cpu, TU_F32, 2, wrap, &t);
+  TU_EXPECT_CODE(s, JIT_RESOURCE_EXHAUSTED);
+  TU_EXPECT_MSG(s, "[2147483648, 2147483648]");
+  jit_status_free(s);
+  // 2^62 + 1 elements: the byte count wrapped to 4, copying the wrong size.
+  int64_t odd[2] = {(INT64_C(1) << 31) + 1, (INT64_C(1) << 31) - 1};
+  DLTensor a = tu_tensor(dummy, TU_F32, 2, odd), b = tu_tensor(dummy + 32, TU_F32, 2, odd);
+  s = jit_copy(ctx, &b, &a);
+  TU_EXPECT_CODE(s, JIT_RESOURCE_EXHAUSTED);
+  TU_EXPECT_MSG(s, "JIT_MAX_TENSOR_BYTES");
+  jit_status_free(s);
+  int64_t empty[2] = {0, 5};
+  TU_OK(jit_tensor_alloc(ctx, cpu, TU_F32, 2, empty, &t));
+  TU_OK(jit_tensor_free(ctx, &t));
+  jit_context_destroy(ctx);
+}
+
 //===--- Static dims that overflow (builder time) --------------------------===//
 
 static void expect_finalize_invalid(jit_graph *g, const char *needle) {
