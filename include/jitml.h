@@ -126,8 +126,7 @@ typedef struct jit_options {
   // $XDG_CACHE_HOME/jitml, else ~/.cache/jitml. "" turns the disk cache off.
   const char *cache_dir;
   // Size limit of the disk cache in bytes; 0 = $JITML_CACHE_MAX_BYTES, else 1 GiB.
-  // Least recently used entries are evicted past it. Nonzero values must be in
-  // [1 MiB, INT64_MAX].
+  // Least recently used entries are evicted past it. At most INT64_MAX.
   uint64_t cache_max_bytes;
   // Entries unused for longer than this many seconds are evicted; 0 = no age limit.
   // At most INT64_MAX / 10^9 (about 292 years).

@@ -29,9 +29,6 @@ static void jit__context_free(jit_context *ctx) {
   free(ctx);
 }
 
-// The smallest nonzero cache_max_bytes: below it every store would evict the entry
-// just written, a cache that only costs disk writes.
-#define JIT__MIN_CACHE_BYTES (UINT64_C(1) << 20)
 // The largest cache_max_age_s: the cache compares ages in int64 nanoseconds, so a
 // larger value (about 292 years) cannot be represented there.
 #define JIT__MAX_CACHE_AGE_S ((uint64_t)INT64_MAX / 1000000000u)
@@ -52,13 +49,12 @@ static jit_status jit__check_option_ranges(const jit_options *o) {
                    "jit_context_create: options.log_level is %d, not in [%d, %d] "
                    "(JIT_LOG_ERROR .. JIT_LOG_DEBUG)",
                    (int)o->log_level, JIT_LOG_ERROR, JIT_LOG_DEBUG);
-  if (o->cache_max_bytes != 0 &&
-      (o->cache_max_bytes < JIT__MIN_CACHE_BYTES || o->cache_max_bytes > (uint64_t)INT64_MAX))
+  // No lower bound: small limits are how eviction is tested. The upper one keeps the
+  // cache's size sums (int64 on disk and in stat) from wrapping.
+  if (o->cache_max_bytes > (uint64_t)INT64_MAX)
     return JIT_ERR(JIT_INVALID_ARGUMENT,
-                   "jit_context_create: options.cache_max_bytes is %llu; use 0 (default) "
-                   "or a size in [%llu, %lld]",
-                   (unsigned long long)o->cache_max_bytes,
-                   (unsigned long long)JIT__MIN_CACHE_BYTES, (long long)INT64_MAX);
+                   "jit_context_create: options.cache_max_bytes is %llu, more than %lld",
+                   (unsigned long long)o->cache_max_bytes, (long long)INT64_MAX);
   if (o->cache_max_age_s > JIT__MAX_CACHE_AGE_S)
     return JIT_ERR(JIT_INVALID_ARGUMENT,
                    "jit_context_create: options.cache_max_age_s is %llu, more than %llu "

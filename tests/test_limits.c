@@ -223,7 +223,7 @@ Test(limits, option_fields_out_of_range) {
   REFUSED(num_threads, JIT_MAX_THREADS + 1);
   REFUSED(log_level, (jit_log_level)-1);
   REFUSED(log_level, (jit_log_level)4);
-  REFUSED(cache_max_bytes, 1);
+  REFUSED(cache_max_bytes, (uint64_t)INT64_MAX + 1);
   REFUSED(cache_max_bytes, UINT64_MAX);
   REFUSED(cache_max_age_s, UINT64_MAX);
   REFUSED(cache_allow_shared_readonly, 2);
@@ -234,7 +234,7 @@ Test(limits, option_fields_out_of_range) {
   o.opt_level = 3;
   o.num_threads = 1;
   o.log_level = JIT_LOG_DEBUG;
-  o.cache_max_bytes = UINT64_C(1) << 20;
+  o.cache_max_bytes = 1;
   o.cache_max_age_s = (uint64_t)INT64_MAX / 1000000000u;
   o.cache_allow_shared_readonly = 1;
   jit_context *ctx = NULL;
