@@ -44,6 +44,12 @@ extern "C" {
 // Largest tensor rank a graph value may have.
 #define JIT_MAX_RANK 8
 
+// Largest tensor, in bytes (2^48 = 256 TiB), that a run binds: every input, output
+// and intermediate value. Larger shapes, and shapes whose element count overflows
+// int64, are refused with JIT_RESOURCE_EXHAUSTED before anything is allocated or
+// compiled. The bound keeps every byte count and offset of a kernel far from wrapping.
+#define JIT_MAX_TENSOR_BYTES ((uint64_t)1 << 48)
+
 //===--- Status ----------------------------------------------------------===//
 
 typedef enum jit_status_code {
@@ -98,12 +104,15 @@ typedef enum jit_log_level {
 // Receives the library's log lines. Called from any thread that runs library code.
 typedef void (*jit_log_fn)(void *user_data, jit_log_level level, const char *message);
 
+// Largest jit_options.num_threads.
+#define JIT_MAX_THREADS 4096
+
 typedef struct jit_options {
   // sizeof(jit_options), set by jit_options_init. Lets the struct grow.
   size_t struct_size;
   // 0 = debug pipeline (plain loops), 1-3 = optimized (default 2).
   int opt_level;
-  // Threads a CPU kernel may use; 0 = all online cores. Large matmuls, elementwise
+  // Threads a CPU kernel may use, in [0, JIT_MAX_THREADS]; 0 = all online cores. Large matmuls, elementwise
   // chains and row reductions are split across them with OpenMP (LLVM's libomp, loaded
   // on first use; without it kernels run on one thread). Results do not depend on the
   // thread count: no reduction is split. Part of the kernel key.
@@ -112,18 +121,19 @@ typedef struct jit_options {
   // the environment, which logs to stderr.
   jit_log_fn log_fn;
   void *log_user_data;
-  jit_log_level log_level;
+  jit_log_level log_level;  // JIT_LOG_ERROR .. JIT_LOG_DEBUG
   // On-disk kernel cache directory. NULL: $JITML_CACHE_DIR, else
   // $XDG_CACHE_HOME/jitml, else ~/.cache/jitml. "" turns the disk cache off.
   const char *cache_dir;
   // Size limit of the disk cache in bytes; 0 = $JITML_CACHE_MAX_BYTES, else 1 GiB.
-  // Least recently used entries are evicted past it.
+  // Least recently used entries are evicted past it. At most INT64_MAX.
   uint64_t cache_max_bytes;
   // Entries unused for longer than this many seconds are evicted; 0 = no age limit.
+  // At most INT64_MAX / 10^9 (about 292 years).
   uint64_t cache_max_age_s;
   // Accept a cache directory owned by root that this process cannot write, and use
   // it read-only (a shared, prewarmed cache). Directories writable by other users are
-  // always refused: loading object code from them would run their code.
+  // always refused: loading object code from them would run their code. 0 or 1.
   int cache_allow_shared_readonly;
   // If non-NULL (or $JITML_DUMP_IR is set), every compile writes the IR of each stage
   // there as numbered files named by kernel key.
@@ -145,8 +155,8 @@ typedef struct jit_options {
 JIT_API void jit_options_init(jit_options *options);
 
 // Creates a context. `options` may be NULL for defaults and is copied.
-// Returns JIT_INVALID_ARGUMENT (NULL out_ctx, bad struct_size or field),
-// JIT_RESOURCE_EXHAUSTED.
+// Returns JIT_INVALID_ARGUMENT (NULL out_ctx, bad struct_size, or a field outside the
+// range its comment gives; the message names the field), JIT_RESOURCE_EXHAUSTED.
 JIT_API jit_status jit_context_create(const jit_options *options, jit_context **out_ctx);
 // Destroys `ctx` and its compiled kernels. Every graph of it must be destroyed first.
 // NULL is a no-op.
@@ -330,11 +340,26 @@ JIT_API jit_status jit_output_shape(jit_graph *graph, const DLTensor *inputs,
 // (strides NULL or dense). At the first call for a set of input shapes the graph is
 // compiled for them (once, even when several threads ask at once); later calls with
 // those shapes run the compiled kernel. Outputs must not alias inputs. Thread-safe.
+//
+// Limits: rank at most JIT_MAX_RANK; every input, output and intermediate value at
+// most JIT_MAX_TENSOR_BYTES (2^48) bytes, its element count within int64. A binding
+// past them is refused with JIT_RESOURCE_EXHAUSTED naming the tensor (input index and
+// name, output index, or node) and its shape, before anything is compiled or written.
+//
+// Zero-size tensors (a dim of 0) are accepted. A binding with an empty input runs no
+// kernel: it succeeds, writing nothing, when every output is empty too (elementwise
+// ops, matmul with M = 0 or N = 0, a reduction or softmax over a non-empty axis of an
+// empty tensor, softmax over an empty axis). Where an op would make a non-empty value
+// from an empty one — matmul with K = 0 (zeros), reduce_sum / reduce_max / reduce_mean
+// over an empty axis (0, -inf, NaN) — the run is refused with JIT_UNSUPPORTED naming
+// the node and op.
+//
 // Returns JIT_INVALID_ARGUMENT (NULL pointers, counts, bad device), JIT_SHAPE_MISMATCH,
-// JIT_DTYPE_MISMATCH, JIT_UNSUPPORTED (strides), JIT_COMPILE_ERROR, JIT_DEVICE_ERROR,
-// JIT_RESOURCE_EXHAUSTED (out of memory; or a CPU kernel that keeps more scratch on
-// the calling thread's stack, up to ~320 KiB, than the thread has left, or on each
-// OpenMP worker's stack than OMP_STACKSIZE gives).
+// JIT_DTYPE_MISMATCH, JIT_UNSUPPORTED (strides; an empty input feeding a non-empty
+// output), JIT_COMPILE_ERROR, JIT_DEVICE_ERROR, JIT_RESOURCE_EXHAUSTED (out of memory;
+// a tensor past the limits above; or a CPU kernel that keeps more scratch on the
+// calling thread's stack, up to ~320 KiB, than the thread has left, or on each OpenMP
+// worker's stack than OMP_STACKSIZE gives).
 JIT_API jit_status jit_run(jit_graph *graph, const DLTensor *inputs, int n_inputs,
                            const DLTensor *outputs, int n_outputs);
 
@@ -346,7 +371,9 @@ JIT_API jit_status jit_graph_compile(jit_graph *graph, const DLTensor *inputs,
 
 // As jit_run, but allocates the outputs: on success out_outputs[i] (n_outputs entries,
 // which must equal the graph's output count) are DLManagedTensors the caller owns and
-// releases by calling their deleter. On failure nothing is allocated.
+// releases by calling their deleter. On failure nothing is allocated. Each output is
+// sized (and refused past JIT_MAX_TENSOR_BYTES with JIT_RESOURCE_EXHAUSTED naming it)
+// before it is allocated; an empty output gets a valid buffer of no elements.
 JIT_API jit_status jit_run_alloc(jit_graph *graph, const DLTensor *inputs, int n_inputs,
                                  DLManagedTensor **out_outputs, int n_outputs);
 
@@ -387,7 +414,7 @@ JIT_API jit_status jit_device_get_info(const jit_device *device, jit_device_info
 // shape array is owned by the library). For GPU devices `data` is an opaque handle,
 // usable only with this context's jit_run, jit_copy and jit_tensor_free. Returns
 // JIT_INVALID_ARGUMENT, JIT_UNSUPPORTED (dtype, size over the device's limits),
-// JIT_RESOURCE_EXHAUSTED.
+// JIT_RESOURCE_EXHAUSTED (out of memory, more than JIT_MAX_TENSOR_BYTES).
 JIT_API jit_status jit_tensor_alloc(jit_context *ctx, jit_device *device, DLDataType dtype,
                                     int rank, const int64_t *shape, DLTensor *out_tensor);
 // Frees a tensor from jit_tensor_alloc and clears *tensor. Returns JIT_INVALID_ARGUMENT
@@ -395,6 +422,8 @@ JIT_API jit_status jit_tensor_alloc(jit_context *ctx, jit_device *device, DLData
 JIT_API jit_status jit_tensor_free(jit_context *ctx, DLTensor *tensor);
 // Copies `src` into `dst` (same dtype and shape): host to device, device to host,
 // device to device (same device) or host to host. Host tensors must be dense.
+// Returns JIT_INVALID_ARGUMENT, JIT_SHAPE_MISMATCH, JIT_UNSUPPORTED,
+// JIT_RESOURCE_EXHAUSTED (more than JIT_MAX_TENSOR_BYTES), JIT_DEVICE_ERROR.
 JIT_API jit_status jit_copy(jit_context *ctx, const DLTensor *dst, const DLTensor *src);
 
 //===--- Kernel cache ----------------------------------------------------===//

@@ -29,6 +29,45 @@ static void jit__context_free(jit_context *ctx) {
   free(ctx);
 }
 
+// The largest cache_max_age_s: the cache compares ages in int64 nanoseconds, so a
+// larger value (about 292 years) cannot be represented there.
+#define JIT__MAX_CACHE_AGE_S ((uint64_t)INT64_MAX / 1000000000u)
+
+// Refuses option fields outside their documented ranges (see jit_options), naming the
+// field, so that a typo fails at creation rather than as odd behaviour later.
+static jit_status jit__check_option_ranges(const jit_options *o) {
+  if (o->opt_level < 0 || o->opt_level > 3)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.opt_level is %d, not in [0, 3]",
+                   o->opt_level);
+  if (o->num_threads < 0 || o->num_threads > JIT_MAX_THREADS)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.num_threads is %d, not in [0, %d]",
+                   o->num_threads, JIT_MAX_THREADS);
+  if ((int)o->log_level < JIT_LOG_ERROR || (int)o->log_level > JIT_LOG_DEBUG)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.log_level is %d, not in [%d, %d] "
+                   "(JIT_LOG_ERROR .. JIT_LOG_DEBUG)",
+                   (int)o->log_level, JIT_LOG_ERROR, JIT_LOG_DEBUG);
+  // No lower bound: small limits are how eviction is tested. The upper one keeps the
+  // cache's size sums (int64 on disk and in stat) from wrapping.
+  if (o->cache_max_bytes > (uint64_t)INT64_MAX)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.cache_max_bytes is %llu, more than %lld",
+                   (unsigned long long)o->cache_max_bytes, (long long)INT64_MAX);
+  if (o->cache_max_age_s > JIT__MAX_CACHE_AGE_S)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.cache_max_age_s is %llu, more than %llu "
+                   "(use 0 for no age limit)",
+                   (unsigned long long)o->cache_max_age_s,
+                   (unsigned long long)JIT__MAX_CACHE_AGE_S);
+  if (o->cache_allow_shared_readonly != 0 && o->cache_allow_shared_readonly != 1)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.cache_allow_shared_readonly is %d, not 0 "
+                   "or 1", o->cache_allow_shared_readonly);
+  return NULL;
+}
+
 jit_status jit_context_create(const jit_options *options, jit_context **out_ctx) {
   if (!out_ctx) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_create: out_ctx is NULL");
   *out_ctx = NULL;
@@ -44,13 +83,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
     memcpy(&o, options, options->struct_size);
     o.struct_size = sizeof(o);
   }
-  if (o.opt_level < 0 || o.opt_level > 3)
-    return JIT_ERR(JIT_INVALID_ARGUMENT,
-                   "jit_context_create: options.opt_level is %d, not in [0, 3]",
-                   o.opt_level);
-  if (o.num_threads < 0)
-    return JIT_ERR(JIT_INVALID_ARGUMENT,
-                   "jit_context_create: options.num_threads is %d (< 0)", o.num_threads);
+  JIT_PROPAGATE(jit__check_option_ranges(&o));
   if (!o.log_fn) {
     const char *env = getenv("JITML_LOG");
     static const char *levels[] = {"error", "warning", "info", "debug"};

@@ -18,6 +18,7 @@
 
 #include <xxhash.h>
 
+#include "base/checked.h"
 #include "jit/internal.h"
 
 static void jit__device_release(jit_device *d, const jit__live *l);
@@ -487,17 +488,22 @@ jit_status jit_tensor_alloc(jit_context *ctx, jit_device *device, DLDataType dty
   if (rank < 0 || rank > JIT_MAX_RANK)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_tensor_alloc: rank %d not in [0, %d]", rank,
                    JIT_MAX_RANK);
-  uint64_t count = 1;
-  for (int i = 0; i < rank; i++) {
-    if (shape[i] < 0 || (shape[i] && count > UINT64_MAX / (uint64_t)shape[i] / 8))
+  for (int i = 0; i < rank; i++)
+    if (shape[i] < 0)
       return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_tensor_alloc: dim %d is %lld", i,
                      (long long)shape[i]);
-    count *= (uint64_t)shape[i];
+  int64_t nbytes;
+  if (!jit__checked_numel(rank, shape, (int64_t)jit__dtype_bytes(dtype), &nbytes) ||
+      (uint64_t)nbytes > JIT_MAX_TENSOR_BYTES) {
+    char sd[200];
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_tensor_alloc: shape %s of %d-bit elements "
+                   "is more than JIT_MAX_TENSOR_BYTES (2^48 bytes)",
+                   jit__fmt_shape(rank, shape, sd, sizeof sd), dtype.bits);
   }
   jit__tensor_box *box = malloc(sizeof(*box));
   if (!box) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_tensor_alloc: out of memory");
   memcpy(box->shape, shape, sizeof(int64_t) * (size_t)rank);
-  uint64_t bytes = count * jit__dtype_bytes(dtype);
+  uint64_t bytes = (uint64_t)nbytes;
   void *data = NULL;
   jit_status s = jit__device_buffer_alloc(device, bytes, &data);
   if (s) {
@@ -542,16 +548,31 @@ jit_status jit_copy(jit_context *ctx, const DLTensor *dst, const DLTensor *src) 
   if (dst->dtype.code != src->dtype.code || dst->dtype.bits != src->dtype.bits ||
       dst->dtype.lanes != src->dtype.lanes || dst->ndim != src->ndim)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: dtype or rank differ");
-  uint64_t count = 1;
+  if (src->ndim < 0 || src->ndim > JIT_MAX_RANK || (src->ndim > 0 && (!src->shape ||
+                                                                       !dst->shape)))
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: bad ndim %d or NULL shape", src->ndim);
   for (int i = 0; i < src->ndim; i++) {
     if (src->shape[i] != dst->shape[i])
       return JIT_ERR(JIT_SHAPE_MISMATCH, "jit_copy: dim %d is %lld in src, %lld in dst", i,
                      (long long)src->shape[i], (long long)dst->shape[i]);
-    count *= (uint64_t)src->shape[i];
+    if (src->shape[i] < 0)
+      return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_copy: dim %d is %lld", i,
+                     (long long)src->shape[i]);
+  }
+  // Sized before anything multiplies the dims: a wrapped count would copy the wrong
+  // number of bytes.
+  int64_t nbytes;
+  int64_t esz = src->dtype.bits >= 8 ? src->dtype.bits / 8 : 1;
+  if (!jit__checked_numel(src->ndim, src->shape, esz, &nbytes) ||
+      (uint64_t)nbytes > JIT_MAX_TENSOR_BYTES) {
+    char sd[200];
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_copy: shape %s of %lld-byte elements is "
+                   "more than JIT_MAX_TENSOR_BYTES (2^48 bytes)",
+                   jit__fmt_shape(src->ndim, src->shape, sd, sizeof sd), (long long)esz);
   }
   if (!jit__dense(src) || !jit__dense(dst))
     return JIT_ERR(JIT_UNSUPPORTED, "jit_copy: only dense tensors");
-  uint64_t bytes = count * jit__dtype_bytes(src->dtype);
+  uint64_t bytes = (uint64_t)nbytes;
   jit_device *ds = NULL, *dd = NULL;
   JIT_PROPAGATE(jit__device_of(ctx, src->device, &ds));
   JIT_PROPAGATE(jit__device_of(ctx, dst->device, &dd));

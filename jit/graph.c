@@ -14,6 +14,7 @@
 
 #include <xxhash.h>
 
+#include "base/checked.h"
 #include "jit/internal.h"
 
 //===--- Small helpers ---------------------------------------------------===//
@@ -204,10 +205,10 @@ static jit_status jit__rule_reshape(const jit_graph *g, const jit__node *x, int 
                                     jit__node *out) {
   out->rank = rank;
   int infer = -1;
-  bool known_in = true, known_out = true;
+  bool known_in = true, known_out = true, overflow = false;
   int64_t in_count = 1, out_count = 1;
   for (int i = 0; i < x->rank; i++) {
-    if (jit__dim_known(x->dims[i])) in_count *= x->dims[i];
+    if (jit__dim_known(x->dims[i])) in_count *= x->dims[i];  // x's shape was checked
     else known_in = false;
   }
   for (int i = 0; i < rank; i++) {
@@ -219,10 +220,19 @@ static jit_status jit__rule_reshape(const jit_graph *g, const jit__node *x, int 
       continue;
     }
     out->dims[i] = d;
-    if (jit__dim_known(d)) out_count *= d;
-    else known_out = false;
+    if (!jit__dim_known(d)) known_out = false;
+    else if (!jit__checked_mul_i64(out_count, d, &out_count))
+      overflow = true;
   }
   char sx[160], sr[160];
+  // The requested sizes (static, or symbols bound at run time) may multiply past
+  // int64 even where each fits; at build time that is a bad argument, at run time a
+  // binding too large to run.
+  if (overflow)
+    return JIT_ERR(symvals ? JIT_RESOURCE_EXHAUSTED : JIT_INVALID_ARGUMENT,
+                   "cannot reshape %s to %s: more than INT64_MAX elements",
+                   jit__fmt_dims(g, x->rank, x->dims, sx, sizeof sx),
+                   jit__fmt_dims(g, rank, req, sr, sizeof sr));
   if (infer >= 0 && known_in && known_out) {
     if (out_count == 0 || in_count % out_count != 0)
       return JIT_ERR(JIT_SHAPE_MISMATCH,
@@ -402,6 +412,14 @@ jit_value jit_input(jit_graph *g, const char *name, DLDataType dtype, int rank,
                 g->name, g->n_inputs, nm, i, (long long)d);
     node.n.dims[i] = d;
   }
+  int64_t count;
+  if (!jit__checked_static_numel(rank, dims, &count)) {
+    char sd[200];
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT,
+              "graph `%s`: input %u `%s`: the static dims of %s have more than "
+              "INT64_MAX elements",
+              g->name, g->n_inputs, nm, jit__fmt_dims(g, rank, dims, sd, sizeof sd));
+  }
   node.name = jit__strdup(nm);
   if (!node.name || !jit__grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs,
                                sizeof(uint32_t))) {
@@ -464,6 +482,17 @@ static jit_value jit__make_node(jit_graph *g, jit__op op, jit_value a, jit_value
     jit__record(g, jit__status_annotate(s, "graph `%s`: node %u (%s)", g->name,
                                         g->n_nodes, opname));
     return (jit_value){0};
+  }
+  // Operands that fit can still make a result that does not (matmul [2^40, 1] x
+  // [1, 2^40], a broadcast outer sum): no binding could ever run it.
+  int64_t count;
+  if (!jit__checked_static_numel(node->n.rank, node->n.dims, &count)) {
+    char sd[200];
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT,
+              "graph `%s`: node %u (%s): the static dims of its result %s have more "
+              "than INT64_MAX elements",
+              g->name, g->n_nodes, opname,
+              jit__fmt_dims(g, node->n.rank, node->n.dims, sd, sizeof sd));
   }
   return jit__append(g, node);
 }

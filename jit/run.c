@@ -15,8 +15,9 @@
 
 #include <xxhash.h>
 
-#include "base/hex.h"
+#include "base/checked.h"
 #include "base/clock.h"
+#include "base/hex.h"
 #include "jit/internal.h"
 #include "jit/kernel_table.h"
 
@@ -31,6 +32,28 @@ static bool jit__dl_dtype(DLDataType t, jit__dtype *out) {
   else return false;
   return true;
 }
+
+// The byte size of a tensor of shape `dims` with `elem_bytes`-byte elements, refused
+// (JIT_RESOURCE_EXHAUSTED) past JIT_MAX_TENSOR_BYTES or where the count overflows.
+// `where` names the tensor ("input 0 `x`", "output 1", "node 3 (matmul)").
+static jit_status jit__tensor_bytes(const jit_graph *g, const char *where, int rank,
+                                    const int64_t *dims, int64_t elem_bytes,
+                                    uint64_t *out) {
+  int64_t bytes;
+  if (jit__checked_numel(rank, dims, elem_bytes, &bytes) &&
+      (uint64_t)bytes <= JIT_MAX_TENSOR_BYTES) {
+    *out = (uint64_t)bytes;
+    return NULL;
+  }
+  char sd[200];
+  return JIT_ERR(JIT_RESOURCE_EXHAUSTED,
+                 "graph `%s`: %s: shape %s of %lld-byte elements is more than "
+                 "JIT_MAX_TENSOR_BYTES (2^48 bytes)",
+                 g->name, where, jit__fmt_shape(rank, dims, sd, sizeof sd),
+                 (long long)elem_bytes);
+}
+
+static int64_t jit__elem_bytes(jit__dtype t) { return t == JIT__F16 ? 2 : 4; }
 
 // Checks what every tensor needs, whatever the graph: the device `d` (a GPU tensor must
 // be a live allocation of this context), dense row-major strides, data. `what` is
@@ -59,6 +82,17 @@ static jit_status jit__check_tensor(const jit_graph *g, const char *what, int i,
   if (t->ndim < 0 || t->ndim > JIT_MAX_RANK || (t->ndim > 0 && !t->shape))
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: %s %d `%s`: bad ndim %d or NULL shape",
                    g->name, what, i, name, t->ndim);
+  for (int d = 0; d < t->ndim; d++)
+    if (t->shape[d] < 0)
+      return JIT_ERR(JIT_SHAPE_MISMATCH, "graph `%s`: %s %d `%s`: dim %d is %lld; sizes "
+                     "must be >= 0", g->name, what, i, name, d, (long long)t->shape[d]);
+  // Sized before anything multiplies the dims (strides below, buffer sizes later).
+  uint64_t bytes = 0;
+  int64_t esz = t->dtype.bits >= 8 ? t->dtype.bits / 8 : 1;
+  char where[160];
+  snprintf(where, sizeof where, "%s %d%s%s%s", what, i, name[0] ? " `" : "", name,
+           name[0] ? "`" : "");
+  JIT_PROPAGATE(jit__tensor_bytes(g, where, t->ndim, t->shape, esz, &bytes));
   if (need_data && !t->data)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: %s %d `%s`: data is NULL", g->name,
                    what, i, name);
@@ -164,11 +198,10 @@ static jit_status jit__bind_symbols(const jit_graph *g, const DLTensor *inputs,
     const jit__node *decl = &g->nodes[g->inputs[i]].n;
     for (int d = 0; d < t->ndim; d++) {
       int64_t v = t->shape[d], want = decl->dims[d];
-      if (v <= 0)
-        return JIT_ERR(v == 0 ? JIT_UNSUPPORTED : JIT_SHAPE_MISMATCH,
-                       "graph `%s`: input %u `%s`: dim %d is %lld; %s", g->name, i,
-                       jit__input_name(g, (int)i), d, (long long)v,
-                       v == 0 ? "zero-size tensors are not supported" : "sizes must be > 0");
+      if (v < 0)
+        return JIT_ERR(JIT_SHAPE_MISMATCH,
+                       "graph `%s`: input %u `%s`: dim %d is %lld; sizes must be >= 0",
+                       g->name, i, jit__input_name(g, (int)i), d, (long long)v);
       if (want >= 0) {
         if (v != want)
           return JIT_ERR(JIT_SHAPE_MISMATCH,
@@ -214,6 +247,19 @@ static jit_status jit__bind(const jit_graph *g, const DLTensor *inputs,
       continue;
     }
     JIT_PROPAGATE(jit__infer_concrete(g, i, shapes, symvals, &shapes[i]));
+    // Inputs that fit can bind an intermediate that does not (an outer product of
+    // two long vectors): refuse it before compiling a kernel for it.
+    uint64_t bytes = 0;
+    char what[96];
+    int out = -1;
+    for (uint32_t j = 0; j < g->n_outputs && out < 0; j++)
+      if (g->outputs[j] == i) out = (int)j;
+    if (out >= 0)
+      snprintf(what, sizeof what, "output %d (node %u, %s)", out, i, jit__op_name(n->op));
+    else
+      snprintf(what, sizeof what, "node %u (%s)", i, jit__op_name(n->op));
+    JIT_PROPAGATE(jit__tensor_bytes(g, what, shapes[i].rank, shapes[i].dims,
+                                    jit__elem_bytes(shapes[i].dtype), &bytes));
   }
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *o = &shapes[g->outputs[j]];
@@ -224,9 +270,10 @@ static jit_status jit__bind(const jit_graph *g, const DLTensor *inputs,
   return NULL;
 }
 
-static size_t jit__numel(int rank, const int64_t *dims) {
-  size_t n = 1;
-  for (int d = 0; d < rank; d++) n *= (size_t)dims[d];
+// The element count of a shape that jit__tensor_bytes accepted (so it cannot wrap).
+static uint64_t jit__numel(int rank, const int64_t *dims) {
+  uint64_t n = 1;
+  for (int d = 0; d < rank; d++) n *= (uint64_t)dims[d];
   return n;
 }
 
@@ -412,7 +459,7 @@ static jit_status jit__dispatch(jit_graph *g, jit_device *d, const DLTensor *inp
 
 //===--- Public entry points ---------------------------------------------===//
 
-static jit_status jit__check_outputs(const jit_graph *g, const jit__kernel *k,
+static jit_status jit__check_outputs(const jit_graph *g, const jit__oshape *oshapes,
                                      const DLTensor *outputs, int n_outputs,
                                      const DLTensor *inputs, jit_device *d) {
   if (n_outputs != (int)g->n_outputs)
@@ -422,7 +469,7 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__kernel *k,
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: outputs is NULL", g->name);
   for (int j = 0; j < n_outputs; j++) {
     const DLTensor *t = &outputs[j];
-    const jit__oshape *o = &k->outputs[j];
+    const jit__oshape *o = &oshapes[j];
     JIT_PROPAGATE(jit__check_tensor(g, "output", j, "", t, true, d));
     jit__dtype dt;
     if (!jit__dl_dtype(t->dtype, &dt) || dt != o->dtype)
@@ -434,17 +481,8 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__kernel *k,
     for (int d = 0; same && d < o->rank; d++) same = t->shape[d] == o->dims[d];
     if (!same) {
       char want[200], got[200];
-      size_t n = 0, m = 0;
-      n += (size_t)snprintf(want, sizeof want, "[");
-      for (int d = 0; d < o->rank; d++)
-        n += (size_t)snprintf(want + n, sizeof want - n, "%s%lld", d ? ", " : "",
-                              (long long)o->dims[d]);
-      snprintf(want + n, sizeof want - n, "]");
-      m += (size_t)snprintf(got, sizeof got, "[");
-      for (int d = 0; d < t->ndim && m < sizeof got; d++)
-        m += (size_t)snprintf(got + m, sizeof got - m, "%s%lld", d ? ", " : "",
-                              (long long)t->shape[d]);
-      if (m < sizeof got) snprintf(got + m, sizeof got - m, "]");
+      jit__fmt_shape(o->rank, o->dims, want, sizeof want);
+      jit__fmt_shape(t->ndim, t->shape, got, sizeof got);
       return JIT_ERR(JIT_SHAPE_MISMATCH,
                      "graph `%s`: output %d has shape %s but the graph produces %s for "
                      "these inputs",
@@ -475,6 +513,72 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__kernel *k,
     }
   }
   return NULL;
+}
+
+//===--- Zero-size bindings ----------------------------------------------===//
+
+// True if some input has a zero dim (the inputs passed jit__inputs_key).
+static bool jit__any_empty_input(const jit_graph *g, const DLTensor *inputs) {
+  for (uint32_t i = 0; i < g->n_inputs; i++)
+    if (jit__numel(inputs[i].ndim, inputs[i].shape) == 0) return true;
+  return false;
+}
+
+// A binding with an empty input runs no kernel: kernels are lowered for non-empty
+// loops, and an empty result needs nothing written. It is accepted when every output
+// is empty too. An op that makes a non-empty value from an empty one (matmul with
+// K = 0, a reduction or softmax over an empty axis feeding a non-empty output) would
+// need its identity written, which no kernel here does: JIT_UNSUPPORTED naming it
+// (the header says so). Writes the outputs' shapes into `oshapes`.
+static jit_status jit__empty_binding(jit_graph *g, const DLTensor *inputs,
+                                     jit__oshape *oshapes) {
+  int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
+  jit__node *shapes = malloc(sizeof(jit__node) * (g->n_nodes + 1));
+  jit_status s = symvals && shapes ? jit__bind(g, inputs, symvals, shapes, oshapes)
+                                   : JIT_ERR(JIT_RESOURCE_EXHAUSTED,
+                                             "graph `%s`: out of memory", g->name);
+  for (uint32_t i = 0; !s && !g->mlir && i < g->n_nodes; i++) {
+    const jit__node *n = &shapes[i];
+    if (jit__numel(n->rank, n->dims) == 0) continue;
+    for (int o = 0; o < n->n_operands; o++) {
+      const jit__node *a = &shapes[n->operands[o]];
+      if (jit__numel(a->rank, a->dims) != 0) continue;
+      char sa[200], sn[200];
+      s = JIT_ERR(JIT_UNSUPPORTED,
+                  "graph `%s`: node %u (%s) makes a non-empty result %s from an empty "
+                  "operand %s; zero-size bindings run only where every value computed "
+                  "from an empty one is empty",
+                  g->name, i, jit__op_name(n->op), jit__fmt_shape(n->rank, n->dims, sn,
+                  sizeof sn), jit__fmt_shape(a->rank, a->dims, sa, sizeof sa));
+      break;
+    }
+  }
+  for (uint32_t j = 0; !s && j < g->n_outputs; j++) {
+    if (jit__numel(oshapes[j].rank, oshapes[j].dims) == 0) continue;
+    char so[200];
+    s = JIT_ERR(JIT_UNSUPPORTED,
+                "graph `%s`: output %u has shape %s but an input is empty; a binding "
+                "with an empty input runs only when every output is empty",
+                g->name, j, jit__fmt_shape(oshapes[j].rank, oshapes[j].dims, so, sizeof so));
+  }
+  free(symvals);
+  free(shapes);
+  return s;
+}
+
+// jit_run for a binding with an empty input: checks the outputs against the empty
+// shapes and returns them untouched (they hold no elements).
+static jit_status jit__run_empty(jit_graph *g, const DLTensor *inputs,
+                                 const DLTensor *outputs, int n_outputs, jit_device *d) {
+  jit__oshape *oshapes = calloc(g->n_outputs + 1, sizeof(*oshapes));
+  if (!oshapes) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run: out of memory");
+  jit_status s = jit__empty_binding(g, inputs, oshapes);
+  bool host = g->n_inputs == 0 || inputs[0].device.device_type == kDLCPU;
+  if (!s)
+    s = jit__check_outputs(g, oshapes, outputs, n_outputs, inputs,
+                           host ? g->ctx->devices[0] : d);
+  free(oshapes);
+  return s;
 }
 
 // Runs GPU kernel `k` on host tensors: uploads the inputs into temporary device
@@ -521,7 +625,7 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
   jit_device *d = k->device;
   bool host = g->n_inputs == 0 || inputs[0].device.device_type == kDLCPU;
   jit_device *od = host ? g->ctx->devices[0] : d;
-  JIT_PROPAGATE(jit__check_outputs(g, k, outputs, n_outputs, inputs, od));
+  JIT_PROPAGATE(jit__check_outputs(g, k->outputs, outputs, n_outputs, inputs, od));
   if (d->kind != JIT_DEVICE_CPU) {
     jit_status s = host ? jit__call_offloaded(g, k, inputs, outputs, n_outputs)
                         : jit__gpu_run(k->gpu, inputs, g->n_inputs, outputs, g->n_outputs);
@@ -574,6 +678,8 @@ jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
   if (n_outputs != (int)g->n_outputs || !outputs)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d%s", g->name,
                    g->n_outputs, n_outputs, outputs ? "" : " (outputs is NULL)");
+  if (jit__any_empty_input(g, inputs))
+    return jit__run_empty(g, inputs, outputs, n_outputs, d);
   jit__kernel *k = NULL;
   JIT_PROPAGATE(jit__dispatch(g, d, inputs, key, &k));
   return jit__call(g, k, inputs, outputs, n_outputs);
@@ -585,6 +691,13 @@ jit_status jit_graph_compile(jit_graph *g, const DLTensor *inputs, int n_inputs)
   JIT_PROPAGATE(jit__run_device(g, inputs, n_inputs, true, &d));
   uint8_t key[16];
   JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, false, d, key));
+  if (jit__any_empty_input(g, inputs)) {  // nothing to compile; refused as jit_run would
+    jit__oshape *oshapes = calloc(g->n_outputs + 1, sizeof(*oshapes));
+    if (!oshapes) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_graph_compile: out of memory");
+    jit_status s = jit__empty_binding(g, inputs, oshapes);
+    free(oshapes);
+    return s;
+  }
   jit__kernel *k = NULL;
   return jit__dispatch(g, d, inputs, key, &k);
 }
@@ -667,9 +780,24 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
                    "host inputs; for device tensors use jit_tensor_alloc and jit_run");
   uint8_t key[16];
   JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, true, d, key));
+  // A binding with an empty input has no kernel (see jit__empty_binding): its
+  // outputs are allocated empty and nothing runs.
   jit__kernel *k = NULL;
-  JIT_PROPAGATE(jit__dispatch(g, d, inputs, key, &k));
-  const jit__oshape *oshapes = k->outputs;
+  jit__oshape *empty = NULL;
+  const jit__oshape *oshapes;
+  if (jit__any_empty_input(g, inputs)) {
+    empty = calloc(g->n_outputs + 1, sizeof(*empty));
+    if (!empty) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory");
+    jit_status s = jit__empty_binding(g, inputs, empty);
+    if (s) {
+      free(empty);
+      return s;
+    }
+    oshapes = empty;
+  } else {
+    JIT_PROPAGATE(jit__dispatch(g, d, inputs, key, &k));
+    oshapes = k->outputs;
+  }
   DLTensor *views = calloc((size_t)n_outputs + 1, sizeof(DLTensor));
   jit_status s = views ? NULL : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory");
   for (int j = 0; j < n_outputs && !s; j++) {
@@ -687,18 +815,26 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
     t->ndim = rank;
     t->shape = o->shape;
     t->dtype = (DLDataType){kDLFloat, oshapes[j].dtype == JIT__F16 ? 16 : 32, 1};
-    size_t bytes = jit__numel(rank, o->shape) * (t->dtype.bits / 8);
-    // 64-byte alignment: whole cache lines and aligned vector loads for the kernel.
-    t->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    // Graphs from MLIR learn their output shapes from the compile, not jit__bind:
+    // size every output here, before the allocation a wrapped count would undersize.
+    uint64_t bytes = 0;
+    char where[32];
+    snprintf(where, sizeof where, "output %d", j);
+    s = jit__tensor_bytes(g, where, rank, o->shape, t->dtype.bits / 8, &bytes);
+    if (s) break;
+    // 64-byte alignment: whole cache lines and aligned vector loads for the kernel. An
+    // empty output still gets a (unique, freeable) buffer.
+    t->data = aligned_alloc(64, bytes ? (size_t)(bytes + 63) / 64 * 64 : 64);
     if (!t->data) {
       s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run_alloc: out of memory for output %d "
-                  "(%zu bytes)", j, bytes);
+                  "(%llu bytes)", j, (unsigned long long)bytes);
       break;
     }
     views[j] = *t;
   }
-  if (!s) s = jit__call(g, k, inputs, views, n_outputs);
+  if (!s && k) s = jit__call(g, k, inputs, views, n_outputs);
   free(views);
+  free(empty);
   if (s) {
     for (int j = 0; j < n_outputs; j++) {
       if (out_outputs[j]) out_outputs[j]->deleter(out_outputs[j]);

@@ -422,12 +422,12 @@ Test(errors, symbols_meeting_in_broadcast) {
   jit_context_destroy(ctx);
 }
 
-Test(errors, zero_size_dim_unsupported) {
+// N = 0: both outputs are empty ([0, 4] and [0]), so the run succeeds without a
+// kernel (tests/test_limits.c covers zero-size bindings in depth).
+Test(errors, zero_size_dim_runs_empty) {
   fixture f;
   fixture_init(&f, 0);
-  jit_status s = fixture_run(&f);
-  TU_EXPECT_CODE(s, JIT_UNSUPPORTED);
-  jit_status_free(s);
+  TU_OK(fixture_run(&f));
   fixture_fini(&f);
 }
 
