@@ -87,12 +87,16 @@ static jit_status jit__check_tensor(const jit_graph *g, const char *what, int i,
       return JIT_ERR(JIT_SHAPE_MISMATCH, "graph `%s`: %s %d `%s`: dim %d is %lld; sizes "
                      "must be >= 0", g->name, what, i, name, d, (long long)t->shape[d]);
   // Sized before anything multiplies the dims (strides below, buffer sizes later).
-  uint64_t bytes = 0;
-  int64_t esz = t->dtype.bits >= 8 ? t->dtype.bits / 8 : 1;
-  char where[160];
-  snprintf(where, sizeof where, "%s %d%s%s%s", what, i, name[0] ? " `" : "", name,
-           name[0] ? "`" : "");
-  JIT_PROPAGATE(jit__tensor_bytes(g, where, t->ndim, t->shape, esz, &bytes));
+  // The name is formatted only on failure: this runs for every tensor of every call.
+  int64_t esz = t->dtype.bits >= 8 ? t->dtype.bits / 8 : 1, bytes = 0;
+  if (!jit__checked_numel(t->ndim, t->shape, esz, &bytes) ||
+      (uint64_t)bytes > JIT_MAX_TENSOR_BYTES) {
+    char where[160];
+    snprintf(where, sizeof where, "%s %d%s%s%s", what, i, name[0] ? " `" : "", name,
+             name[0] ? "`" : "");
+    uint64_t ignored;
+    return jit__tensor_bytes(g, where, t->ndim, t->shape, esz, &ignored);
+  }
   if (need_data && !t->data)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: %s %d `%s`: data is NULL", g->name,
                    what, i, name);
