@@ -109,14 +109,15 @@ static bool export_one(jit__cache *cache, void *user, jit__cache_scan_kind kind,
   struct stat st;
   uint8_t *bytes = NULL;
   bool go = true;
-  if (fstat(fd, &st) == 0 && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > ENTRY_MAX_SIZE)) {
+  bool stat_ok = fstat(fd, &st) == 0;
+  if (stat_ok && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > ENTRY_MAX_SIZE)) {
     jit__cache_remove_bad(cache, path, fd,
                           S_ISREG(st.st_mode) ? "larger than any entry can be"
                                               : "not a regular file");
     close(fd);
     return true;
   }
-  if (fstat(fd, &st) != 0 || read_whole(fd, (uint64_t)st.st_size, &bytes) != 0) {
+  if (!stat_ok || read_whole(fd, (uint64_t)st.st_size, &bytes) != 0) {
     if (errno == ENOMEM) {
       w->error = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "exporting %s: out of memory", path);
       go = false;
@@ -316,11 +317,12 @@ jit_status jit__cache_import(jit__cache *cache, const char *bundle_path, uint64_
   uint8_t header[BUNDLE_HEADER_SIZE];
   struct stat st;
   char why[256] = "";
-  if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+  bool stat_ok = fstat(fd, &st) == 0;
+  if (stat_ok && !S_ISREG(st.st_mode)) {
     snprintf(why, sizeof(why), "not a regular file");
     goto refuse;
   }
-  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < BUNDLE_HEADER_SIZE ||
+  if (!stat_ok || (uint64_t)st.st_size < BUNDLE_HEADER_SIZE ||
       jit__cache_pread_full(fd, header, sizeof(header), 0) != 0) {
     snprintf(why, sizeof(why), "too short or unreadable");
     goto refuse;
