@@ -73,6 +73,15 @@ static const char kToLLVMPipeline[] =
     "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},convert-ub-to-llvm,"
     "reconcile-unrealized-casts)";
 
+// A generic kernel's memrefs have run-time sizes, which bare pointers cannot carry:
+// its arguments are whole memref descriptors (jit__add_generic_entry fills them).
+static const char kToLLVMPipelineGeneric[] =
+    "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm,"
+    "convert-vector-to-scf{full-unroll=1},convert-scf-to-cf,expand-strided-metadata,"
+    "lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,"
+    "convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-ub-to-llvm,"
+    "reconcile-unrealized-casts)";
+
 // The same with the scf.forall loops the strategy made for threads turned into OpenMP
 // (scf.forall -> scf.parallel -> omp.parallel + omp.wsloop). finalize-memref-to-llvm
 // must run before convert-scf-to-cf here (recipes/omp.pipe), and convert-openmp-to-llvm
@@ -218,6 +227,107 @@ static jit_status jit__add_entry(LLVMContextRef llctx, LLVMModuleRef mod,
   return NULL;
 }
 
+// The rank and sizes (-1: `?`) of each argument of a generic kernel's function, read
+// off its type before lowering: the entry fills one memref descriptor per argument.
+typedef struct jit__arg_shape {
+  int rank;
+  int64_t dims[JIT_MAX_RANK];
+} jit__arg_shape;
+
+static jit_status jit__generic_arg_shapes(MlirModule module, uint32_t n_args,
+                                          jit__arg_shape *out) {
+  MlirOperation fn = mlirBlockGetFirstOperation(mlirModuleGetBody(module));
+  if (mlirOperationIsNull(fn))
+    return JIT_ERR(JIT_INTERNAL, "generic kernel: empty module");
+  MlirAttribute ft = mlirOperationGetAttributeByName(
+      fn, mlirStringRefCreateFromCString("function_type"));
+  if (mlirAttributeIsNull(ft) || !mlirAttributeIsAType(ft))
+    return JIT_ERR(JIT_INTERNAL, "generic kernel: no function type");
+  MlirType t = mlirTypeAttrGetValue(ft);
+  if ((uint32_t)mlirFunctionTypeGetNumInputs(t) != n_args)
+    return JIT_ERR(JIT_INTERNAL, "generic kernel: %ld arguments, expected %u",
+                   (long)mlirFunctionTypeGetNumInputs(t), n_args);
+  for (uint32_t i = 0; i < n_args; i++) {
+    MlirType a = mlirFunctionTypeGetInput(t, (intptr_t)i);
+    if (!mlirTypeIsAShaped(a) || !mlirShapedTypeHasRank(a) ||
+        mlirShapedTypeGetRank(a) > JIT_MAX_RANK)
+      return JIT_ERR(JIT_INTERNAL, "generic kernel: argument %u is not a ranked shape", i);
+    out[i].rank = (int)mlirShapedTypeGetRank(a);
+    for (int d = 0; d < out[i].rank; d++) {
+      int64_t v = mlirShapedTypeGetDimSize(a, d);
+      out[i].dims[d] = mlirShapedTypeIsDynamicSize(v) ? -1 : v;
+    }
+  }
+  return NULL;
+}
+
+// The generic form of jit__add_entry: `void <entry>(void **args)`, args[n_args] the
+// int64 sizes of every argument (lower.h). Each memref argument becomes its descriptor
+// fields (allocated and aligned pointer, offset 0, sizes, row-major strides), static
+// sizes as constants, `?` ones loaded from the sizes.
+static jit_status jit__add_generic_entry(LLVMContextRef llctx, LLVMModuleRef mod,
+                                         const char *kernel, const char *entry,
+                                         uint32_t n_args, const jit__arg_shape *shapes) {
+  LLVMValueRef fn = LLVMGetNamedFunction(mod, kernel);
+  if (!fn) return JIT_ERR(JIT_INTERNAL, "kernel `%s` missing from LLVM IR", kernel);
+  LLVMTypeRef fty = LLVMGlobalGetValueType(fn);
+  uint32_t n_params = 0, n_dims = 0;
+  for (uint32_t i = 0; i < n_args; i++) {
+    n_params += 3 + 2 * (uint32_t)shapes[i].rank;
+    n_dims += (uint32_t)shapes[i].rank;
+  }
+  if (LLVMCountParamTypes(fty) != n_params)
+    return JIT_ERR(JIT_INTERNAL, "kernel `%s` takes %u parameters, expected %u", kernel,
+                   LLVMCountParamTypes(fty), n_params);
+  LLVMTypeRef ptr = LLVMPointerTypeInContext(llctx, 0);
+  LLVMTypeRef i64 = LLVMInt64TypeInContext(llctx);
+  LLVMTypeRef ety = LLVMFunctionType(LLVMVoidTypeInContext(llctx), &ptr, 1, 0);
+  LLVMValueRef efn = LLVMAddFunction(mod, entry, ety);
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(llctx);
+  LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(llctx, efn, "entry"));
+  LLVMValueRef *params = calloc(n_params ? n_params : 1, sizeof(*params));
+  if (!params) {
+    LLVMDisposeBuilder(b);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  LLVMValueRef base = LLVMGetParam(efn, 0);
+  LLVMValueRef nidx = LLVMConstInt(i64, n_args, 0);
+  LLVMValueRef dims = LLVMBuildLoad2(b, ptr, LLVMBuildGEP2(b, ptr, base, &nidx, 1, ""), "dims");
+  uint32_t p = 0, off = 0;
+  (void)n_dims;
+  for (uint32_t i = 0; i < n_args; i++) {
+    LLVMValueRef idx = LLVMConstInt(i64, i, 0);
+    LLVMValueRef data = LLVMBuildLoad2(b, ptr, LLVMBuildGEP2(b, ptr, base, &idx, 1, ""), "");
+    int r = shapes[i].rank;
+    LLVMValueRef size[JIT_MAX_RANK], stride[JIT_MAX_RANK];
+    for (int d = 0; d < r; d++) {
+      if (shapes[i].dims[d] >= 0) {
+        size[d] = LLVMConstInt(i64, (unsigned long long)shapes[i].dims[d], 0);
+      } else {
+        LLVMValueRef at = LLVMConstInt(i64, off + (uint32_t)d, 0);
+        size[d] = LLVMBuildLoad2(b, i64, LLVMBuildGEP2(b, i64, dims, &at, 1, ""), "");
+      }
+    }
+    LLVMValueRef st = LLVMConstInt(i64, 1, 0);
+    for (int d = r - 1; d >= 0; d--) {
+      stride[d] = st;
+      if (d > 0) st = LLVMBuildNUWMul(b, st, size[d], "");
+    }
+    params[p++] = data;
+    params[p++] = data;
+    params[p++] = LLVMConstInt(i64, 0, 0);
+    for (int d = 0; d < r; d++) params[p++] = size[d];
+    for (int d = 0; d < r; d++) params[p++] = stride[d];
+    off += (uint32_t)r;
+  }
+  LLVMBuildCall2(b, fty, fn, params, n_params, "");
+  LLVMBuildRetVoid(b);
+  LLVMDisposeBuilder(b);
+  free(params);
+  LLVMSetLinkage(fn, LLVMInternalLinkage);
+  return NULL;
+}
+
 // LLVM's part: the vector code MLIR made needs cleaning up (allocas, redundant loads,
 // loop-invariant address arithmetic), the loops of its fills vectorizing (and SLP +
 // vector-combine for what MLIR left in narrow vectors), not O2's repeated
@@ -234,8 +344,10 @@ static jit_status jit__add_entry(LLVMContextRef llctx, LLVMModuleRef mod,
 // jit__cpu_unroll_k_loops marked (every other loop is marked unroll.disable; no full
 // unrolling by size either).
 static const char kLLVMPipeline[] =
-    "function(sroa,early-cse<memssa>,instcombine,simplifycfg,loop-mssa(licm),%sgvn,"
-    "loop-vectorize,slp-vectorizer,vector-combine,instcombine,simplifycfg%s)";
+    "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,simplifycfg,"
+    "loop-mssa(licm),%sgvn,"
+    "loop-vectorize,slp-vectorizer,vector-combine,instcombine<no-verify-fixpoint>,"
+    "simplifycfg%s)";
 static const char kRotate[] = "loop(loop-rotate),";
 static const char kUnrollK[] =
     ",loop-unroll<O2;no-partial;no-runtime;no-upperbound;no-profile-peeling;"
@@ -374,7 +486,30 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   plan.threads = 1;
   LLVMContextRef llctx = NULL;
   LLVMModuleRef mod = NULL;
-  if (options->opt_level > 0) {
+  jit__arg_shape *arg_shapes = NULL;
+  if (options->generic) {
+    arg_shapes = calloc(n_args + 1, sizeof(*arg_shapes));
+    status = arg_shapes ? jit__generic_arg_shapes(module, n_args, arg_shapes)
+                        : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    if (status) goto done;
+  }
+  if (options->opt_level > 0 && options->generic) {
+    if ((status = jit__generalize_named(ctx, module, diag))) goto done;
+    status = jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
+    if (status) goto done;
+    jit__dump_op(options, func_name, "02-fused.mlir", mop);
+    plan.script = jit__cpu_generic_script(ctx, mop, options, &plan.n_ops);
+    if (!plan.script) {
+      status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+      goto done;
+    }
+    if (options->dump_dir)
+      jit__dump_text(options, func_name, "03-transform-script.mlir", plan.script,
+                     strlen(plan.script));
+    if ((status = jit__apply_script(ctx, module, plan.script, "generic tiling", diag)))
+      goto done;
+    jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
+  } else if (options->opt_level > 0) {
     if ((status = jit__generalize_named(ctx, module, diag))) goto done;
     status = jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
     if (status) goto done;
@@ -423,7 +558,10 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   }
   char omp_pipeline[sizeof(kToLLVMPipelineOmp) + 16];
   snprintf(omp_pipeline, sizeof omp_pipeline, kToLLVMPipelineOmp, plan.threads);
-  status = jit__run_own_pipeline(ctx, module, plan.parallel ? omp_pipeline : kToLLVMPipeline,
+  status = jit__run_own_pipeline(ctx, module,
+                                 options->generic ? kToLLVMPipelineGeneric
+                                 : plan.parallel  ? omp_pipeline
+                                                  : kToLLVMPipeline,
                                  diag, "lowering to LLVM");
   if (status) goto done;
   if (!mlirOperationVerify(mop)) {
@@ -448,7 +586,10 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   }
   snprintf(out->entry, sizeof(out->entry), "%s_entry", func_name);
   out->n_args = n_args;
-  status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);
+  status = options->generic
+               ? jit__add_generic_entry(llctx, mod, func_name, out->entry, out->n_args,
+                                        arg_shapes)
+               : jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);
   if (status) goto done;
   if (plan.wide_vectors) jit__cpu_prefer_wide_vectors(mod);
   jit__dump_llvm(options, func_name, "06-llvm.ll", mod);
@@ -457,6 +598,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   out->ms_llvm_opt = jit__now_ms() - t1 - out->ms_codegen;
 
 done:
+  free(arg_shapes);
   if (mod) LLVMDisposeModule(mod);
   if (llctx) LLVMContextDispose(llctx);
   jit__cpu_plan_free(&plan);
@@ -466,19 +608,15 @@ done:
 
 //===--- Entry -----------------------------------------------------------===//
 
-jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
-                            const jit__lower_options *options, jit__artifact *out) {
-  memset(out, 0, sizeof(*out));
-  double t0 = jit__now_ms();
-  char *text = NULL;
-  JIT_RETURN_IF_ERROR(jit__emit_mlir(graph, func_name, true, &text), "emitting MLIR");
+// Parses `text` (the graph's function, emitted already) and compiles it.
+static jit_status jit__compile_text(const jit__lgraph *graph, const char *func_name,
+                                    const jit__lower_options *options, char *text,
+                                    double t0, jit__artifact *out) {
   jit__dump_text(options, func_name, "00-graph.mlir", text, strlen(text));
-
   jit__diag diag = {{0}, 0, NULL};
   int uses = 0;
   MlirContext ctx = jit__mlir_pool_take(options->pool, &uses);
-  MlirDiagnosticHandlerID handler =
-      jit__diag_attach(ctx, &diag);
+  MlirDiagnosticHandlerID handler = jit__diag_attach(ctx, &diag);
   jit_status status = NULL;
   MlirModule module = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
   if (mlirModuleIsNull(module)) {
@@ -495,7 +633,39 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
   jit__mlir_pool_give(options->pool, ctx, uses + 1);
   free(text);
   if (status)
-    status = jit__status_annotate(status, "compiling `%s` for the CPU",
+    status = jit__status_annotate(status, "compiling %s`%s` for the CPU",
+                                  options->generic ? "the generic kernel of " : "",
                                   graph->name ? graph->name : func_name);
   return status;
+}
+
+jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
+                            const jit__lower_options *options, jit__artifact *out) {
+  memset(out, 0, sizeof(*out));
+  double t0 = jit__now_ms();
+  char *text = NULL;
+  JIT_RETURN_IF_ERROR(jit__emit_mlir(graph, func_name, true, &text), "emitting MLIR");
+  jit__lower_options o = *options;
+  o.generic = false;
+  return jit__compile_text(graph, func_name, &o, text, t0, out);
+}
+
+jit_status jit__compile_cpu_generic(const jit__lgraph *graph,
+                                   const int64_t (*reshape_req)[JIT_MAX_RANK],
+                                   const char *func_name, const jit__lower_options *options,
+                                   jit__artifact *out) {
+  memset(out, 0, sizeof(*out));
+  double t0 = jit__now_ms();
+  char *text = NULL;
+  jit__emit_options eo = {.symbolic = true, .destination = true, .reshape_req = reshape_req};
+  jit_status s = jit__emit_mlir_with(graph, func_name, &eo, &text);
+  if (s) {
+    // What the emitter cannot write with `?` dims is not supported generically.
+    if (jit_status_get_code(s) == JIT_INTERNAL) return s;
+    return jit__status_annotate(s, "emitting the generic kernel of `%s`",
+                                graph->name ? graph->name : func_name);
+  }
+  jit__lower_options o = *options;
+  o.generic = true;
+  return jit__compile_text(graph, func_name, &o, text, t0, out);
 }

@@ -67,6 +67,13 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
                         jit__cpu_plan *out);
 void jit__cpu_plan_free(jit__cpu_plan *plan);
 
+// For a generic kernel (a module with `?` dims): tags its matmuls `jit.gmm = i` and
+// writes the script that tiles them with peeled remainders and vectorizes what is
+// static (lowering/cpu/generic.c); *n_ops: the matmuls it plans. NULL when out of
+// memory. Thread-safe.
+char *jit__cpu_generic_script(MlirContext ctx, MlirOperation module,
+                              const jit__lower_options *o, int *n_ops);
+
 // After one-shot bufferization (before deallocations are placed): replaces the heap
 // allocation of each packed-B buffer of `plan` made once per call or per thread, and
 // of each small scratch buffer made inside loops, by a stack allocation at the top of

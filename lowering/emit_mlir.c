@@ -168,8 +168,11 @@ static jit_status name_inputs(jit__emitter *e) {
     if (id >= g->n_nodes || g->nodes[id].op != JIT__OP_INPUT || e->names[id][0])
       return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': input %u is node %u, "
                      "which is not a distinct input node", g->name ? g->name : "", i, id);
-    if (!e->symbolic) {
+    const jit__node *n = &g->nodes[id];
+    if (!e->symbolic || e->opt->destination) {
       snprintf(e->names[id], sizeof e->names[id], "%%a%u", i);
+      for (int d = 0; e->symbolic && d < n->rank; d++)
+        if (n->dims[d] < 0) snprintf(e->dv[id][d].s, sizeof(jit__dimval), "%%in%u_d%d", i, d);
       continue;
     }
     const char *name = e->opt->input_names ? e->opt->input_names[i] : NULL;
@@ -179,11 +182,25 @@ static jit_status name_inputs(jit__emitter *e) {
     for (uint32_t j = 0; j < i; j++) dup |= !strcmp(e->names[g->inputs[j]] + 1, ident);
     if (dup || reserved_name(ident)) snprintf(ident, sizeof ident, "arg%u", i);
     snprintf(e->names[id], sizeof e->names[id], "%%%s", ident);
-    const jit__node *n = &g->nodes[id];
     for (int d = 0; d < n->rank; d++)
       if (n->dims[d] < 0) snprintf(e->dv[id][d].s, sizeof(jit__dimval), "%%in%u_d%d", i, d);
   }
   return NULL;
+}
+
+// The index constants %idx0.. and a tensor.dim per `?` input dim, before the body.
+static void frame_dims(jit__emitter *e, jit__text *head) {
+  const jit__lgraph *g = e->g;
+  for (int d = 0; d < JIT_MAX_RANK; d++)
+    jit__text_printf(head, "  %%idx%d = arith.constant %d : index\n", d, d);
+  for (uint32_t k = 0; k < g->n_inputs; k++) {
+    uint32_t id = g->inputs[k];
+    const jit__node *n = &g->nodes[id];
+    for (int d = 0; d < n->rank; d++)
+      if (n->dims[d] < 0)
+        jit__text_printf(head, "  %s = tensor.dim %s, %%idx%d : %s\n", e->dv[id][d].s,
+                         e->names[id], d, jit__tensor_type(n->dtype, n->rank, n->dims).s);
+  }
 }
 
 // The symbolic frame (jit_graph_to_mlir): tensors in, tensors out, each argument's
@@ -219,16 +236,7 @@ static void frame_symbolic(jit__emitter *e, const char *func_name, jit__text bod
   if (e->opt->func_attributes)
     jit__text_printf(&head, " attributes {%s}", e->opt->func_attributes);
   jit__text_printf(&head, " {\n");
-  for (int d = 0; d < JIT_MAX_RANK; d++)
-    jit__text_printf(&head, "  %%idx%d = arith.constant %d : index\n", d, d);
-  for (uint32_t k = 0; k < g->n_inputs; k++) {
-    uint32_t id = g->inputs[k];
-    const jit__node *n = &g->nodes[id];
-    for (int d = 0; d < n->rank; d++)
-      if (n->dims[d] < 0)
-        jit__text_printf(&head, "  %s = tensor.dim %s, %%idx%d : %s\n", e->dv[id][d].s,
-                         e->names[id], d, jit__tensor_type(n->dtype, n->rank, n->dims).s);
-  }
+  frame_dims(e, &head);
   jit__text_append(&head, body.p ? body.p : "", body.len);
   head.oom |= body.oom;
   free(body.p);
@@ -265,7 +273,7 @@ static jit_status emit_graph(jit__emitter *e, const char *func_name) {
   if (e->dim_lost)
     return JIT_ERR(JIT_INTERNAL, "emitting MLIR for graph '%s': a `?` dim has no value",
                    g->name ? g->name : "");
-  if (e->symbolic) {
+  if (e->symbolic && !e->opt->destination) {
     frame_symbolic(e, func_name, e->tb);
     return NULL;
   }
@@ -279,7 +287,7 @@ static jit_status emit_graph(jit__emitter *e, const char *func_name) {
   jit__text_printf(&head, "func.func @%s(", func_name);
   for (uint32_t i = 0; i < g->n_inputs; i++) {
     const jit__node *n = &g->nodes[g->inputs[i]];
-    bool empty = jit__num_elements(n->rank, n->dims) == 0;
+    bool empty = !e->symbolic && jit__num_elements(n->rank, n->dims) == 0;
     jit__text_printf(&head, "%s%%a%u: %s", i ? ", " : "", i,
               jit__tensor_type(n->dtype, empty ? 1 : n->rank, empty ? &zero : n->dims).s);
   }
@@ -288,7 +296,7 @@ static jit_status emit_graph(jit__emitter *e, const char *func_name) {
   // place: through the reshape it would go to a temporary and be copied.
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *n = &g->nodes[g->outputs[j]];
-    bool empty = jit__num_elements(n->rank, n->dims) == 0;
+    bool empty = !e->symbolic && jit__num_elements(n->rank, n->dims) == 0;
     const struct jit__flat_value *f = &e->flat[g->outputs[j]];
     int rank = empty ? 1 : f->rank ? f->rank : n->rank;
     const int64_t *dims = empty ? &zero : f->rank ? f->dims : n->dims;
@@ -296,6 +304,7 @@ static jit_status emit_graph(jit__emitter *e, const char *func_name) {
               jit__shape_type("memref", n->dtype, rank, dims).s);
   }
   jit__text_printf(&head, ") {\n");
+  if (e->symbolic) frame_dims(e, &head);
 
   jit__text_append(&head, body.p ? body.p : "", body.len);
   head.oom |= body.oom;
@@ -306,7 +315,7 @@ static jit_status emit_graph(jit__emitter *e, const char *func_name) {
   // lets eliminate-empty-tensors compute the producing op directly into it.
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *n = &g->nodes[g->outputs[j]];
-    if (jit__num_elements(n->rank, n->dims) == 0) continue;
+    if (!e->symbolic && jit__num_elements(n->rank, n->dims) == 0) continue;
     const struct jit__flat_value *f = &e->flat[g->outputs[j]];
     int rank = f->rank ? f->rank : n->rank;
     const int64_t *dims = f->rank ? f->dims : n->dims;
@@ -328,7 +337,7 @@ jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
       (graph->n_inputs && !graph->inputs) || (graph->n_outputs && !graph->outputs) ||
       (options->symbolic && (!func_name || !options->reshape_req)))
     return JIT_ERR(JIT_INTERNAL, "jit__emit_mlir: NULL argument");
-  if (!options->symbolic && !is_bare_id(func_name))
+  if ((!options->symbolic || options->destination) && !is_bare_id(func_name))
     return JIT_ERR(JIT_INTERNAL, "jit__emit_mlir: function name '%s' is not an MLIR "
                    "identifier", func_name ? func_name : "(null)");
   // The named-op forms are tuned for (and only written for) static shapes.

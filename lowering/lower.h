@@ -101,12 +101,17 @@ typedef struct jit__lower_options {
   long l2_bytes;         // the target's L2 per core; 0 when unknown
   int num_threads;       // threads a kernel may use (jit__cpu_threads); 0 or 1: one
   jit__mlir_pool *pool;  // where CPU compiles get their MLIR context; NULL: a fresh one
+  // A generic kernel (jit__compile_cpu_generic): the module has `?` dims, its
+  // arguments are memrefs with run-time sizes (see jit__artifact for the entry).
+  bool generic;
 } jit__lower_options;
 
 // What a compile produces: object code for the host CPU whose entry point is
 // `void <entry>(void **args)`, args = inputs then outputs, each a pointer to the
-// first element of a dense row-major buffer of the specialized shape. This is exactly
-// what a kernel cache stores.
+// first element of a dense row-major buffer of the specialized shape. A generic
+// kernel's entry reads one more: args[n_args] points to the int64 sizes of every
+// argument, in argument order, all `rank` dims of each (static ones included). This is
+// exactly what a kernel cache stores.
 typedef struct jit__artifact {
   uint8_t *object;        // ELF object bytes, malloc'ed, owned by the artifact
   size_t object_size;
@@ -155,6 +160,10 @@ typedef struct jit__emit_options {
   // reshape nodes only.
   const int64_t (*reshape_req)[JIT_MAX_RANK];
   const char *func_attributes;  // written inside `attributes {...}`; NULL: none
+  // Symbolic mode in destination-passing form (the generic kernel's compile): the
+  // function takes the inputs as tensors and the outputs as memrefs with `?` dims and
+  // writes them, as static mode does; no jit.dims, input_names and symbol_name unused.
+  bool destination;
 } jit__emit_options;
 
 // jit__emit_mlir with the dims mode of `options`. In symbolic mode `func_name` is made
@@ -166,6 +175,15 @@ jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
 // Creates and destroys its own MLIR and LLVM contexts; thread-safe.
 jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
                            const jit__lower_options *options, jit__artifact *out);
+
+// Compiles the generic kernel of `graph`, whose dims < 0 are symbols (jit/'s codes)
+// or unknown, kept as `?` (jit__emit_options' symbolic mode; `reshape_req` as there).
+// The entry takes the sizes of every argument at run time (jit__artifact). Fails with
+// JIT_UNSUPPORTED where some op has no `?`-dim lowering. Thread-safe.
+jit_status jit__compile_cpu_generic(const jit__lgraph *graph,
+                                   const int64_t (*reshape_req)[JIT_MAX_RANK],
+                                   const char *func_name, const jit__lower_options *options,
+                                   jit__artifact *out);
 
 // Whether x W^T with `rows` rows of x (W stored N x K, of f16 or f32) is best read
 // through the transposed map (n, k) rather than as a transpose of W and a plain matmul

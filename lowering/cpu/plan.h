@@ -172,4 +172,20 @@ typedef struct jit__cpu_stream_plan {
 // The streaming plan of an x86 module without matmuls. Pure.
 jit__cpu_stream_plan jit__cpu_plan_stream(const jit__cpu_stream_facts *f);
 
+//===--- Generic kernels (generic.c) -------------------------------------===//
+
+// How a matmul with `?` dims is tiled in a generic kernel (generic.c says how the
+// pieces fit). M, K, N: sizes, or -1 for `?`. Thread-compatible.
+typedef struct jit__cpu_generic_mm_plan {
+  int64_t mc;      // rows per cache block (0: none; only where M is `?`)
+  int64_t kc;      // k per cache block (0: none)
+  int64_t tm, tn;  // the register tile
+  bool peel_m;     // the m loop's last tile can be partial: peeled, its rows one by one
+  bool peel_n;     // the n loop's last tile can be partial: peeled (scalar)
+} jit__cpu_generic_mm_plan;
+
+// The plan for an M x K x N matmul of a generic kernel on host `h`. Pure.
+jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t N,
+                                                  const jit__cpu_host *h);
+
 #endif  // JITML_LOWERING_CPU_PLAN_H_
