@@ -107,6 +107,21 @@ typedef void (*jit_log_fn)(void *user_data, jit_log_level level, const char *mes
 // Largest jit_options.num_threads.
 #define JIT_MAX_THREADS 4096
 
+// How a graph with symbolic dims gets a kernel for a binding it has not seen
+// (README, "Shape policies").
+typedef enum jit_shape_policy {
+  // The default. A new binding runs at once on the graph's generic kernel (compiled
+  // once per graph and device with its symbolic dims kept as `?`, or found on disk); a
+  // binding called options.specialize_after times gets a kernel of its own, compiled
+  // on a background thread, which later calls switch to. Specialized kernels found on
+  // disk are used directly.
+  JIT_SHAPE_POLICY_AUTO = 0,
+  // Every binding gets its own kernel before its first result (compiled or from disk).
+  JIT_SHAPE_POLICY_EXACT = 1,
+  // Only the generic kernel: no specialization, no exact kernels.
+  JIT_SHAPE_POLICY_GENERIC = 2,
+} jit_shape_policy;
+
 typedef struct jit_options {
   // sizeof(jit_options), set by jit_options_init. Lets the struct grow.
   size_t struct_size;
@@ -149,6 +164,16 @@ typedef struct jit_options {
   // /usr/local/cuda, else ptxas on $PATH. "" : no toolkit (PTX only). Without a ptxas,
   // or when it fails, kernels ship as PTX alone and the reason is logged. Copied.
   const char *cuda_toolkit;
+  // The shape policy of graphs that set none (jit_graph_set_shape_policy), overridden
+  // by $JITML_SHAPE_POLICY=auto|exact|generic. Graphs without symbolic dims, graphs
+  // from MLIR and runs on a GPU use EXACT (README's support table).
+  jit_shape_policy shape_policy;
+  // AUTO: the calls of one binding after which it is specialized; 0 = 4.
+  // In [0, 1000000].
+  int specialize_after;
+  // AUTO: the most specialized kernels one graph gets; past it the graph's other
+  // bindings stay on its generic kernel (logged once). 0 = 64. In [0, 1000000].
+  int max_specializations;
 } jit_options;
 
 // Fills `options` with defaults. Always call it before setting fields.
@@ -179,6 +204,11 @@ typedef struct jit_stats {
   uint64_t cuda_cubin_loads;  // CUDA kernels loaded from a cubin (no driver JIT)
   uint64_t cuda_ptx_loads;    // CUDA kernels loaded from PTX (JIT-compiled by the
                               // driver: no cubin, or the driver refused it; logged)
+  uint64_t generic_runs;      // runs served by a graph's generic kernel
+  uint64_t generic_compiles;  // generic kernels compiled (not found on disk)
+  uint64_t specializations;   // bindings given their own kernel in the background
+  uint64_t specialization_failures;  // background compiles that failed (logged; the
+                                     // binding stays on the generic kernel)
 } jit_stats;
 
 // Copies the context's counters into `out_stats` (whose struct_size the caller sets,
@@ -274,6 +304,11 @@ JIT_API jit_value jit_reshape(jit_graph *graph, jit_value x, int rank, const int
 // (JIT_INVALID_ARGUMENT, JIT_SHAPE_MISMATCH, JIT_DTYPE_MISMATCH, ...), or
 // JIT_INVALID_ARGUMENT if the graph has no outputs. Required before running.
 JIT_API jit_status jit_graph_finalize(jit_graph *graph);
+
+// Sets the shape policy of `graph`, overriding the context's (options.shape_policy and
+// $JITML_SHAPE_POLICY) for it; affects bindings not seen yet. Thread-safe.
+// JIT_INVALID_ARGUMENT for a value that is not a jit_shape_policy.
+JIT_API jit_status jit_graph_set_shape_policy(jit_graph *graph, jit_shape_policy policy);
 
 // Creates a graph from MLIR text: a module whose function `entry_name` (NULL: the only
 // or first public func.func) takes and returns ranked tensors of f32/f16 with static

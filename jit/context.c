@@ -106,7 +106,12 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   ctx->options = o;
   ctx->logger = (jit__logger){o.log_fn, o.log_user_data, o.log_level};
   pthread_mutex_init(&ctx->toolkit_mu, NULL);
-  jit_status s = jit__cpu_device_create(&ctx->cpu);
+  jit_status s = jit__shape_options(ctx, &o);
+  if (s) {
+    jit__context_free(ctx);
+    return s;
+  }
+  s = jit__cpu_device_create(&ctx->cpu);
   if (s) {
     jit__context_free(ctx);
     return jit__status_annotate(s, "jit_context_create");
@@ -163,6 +168,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->cv, NULL);
   ctx->mlir_pool = jit__mlir_pool_create();  // none: each compile makes its own
+  ctx->spec = jit__spec_create();  // none: bindings stay on their generic kernels
   jit__log(ctx, JIT_LOG_DEBUG, "context created: libjitml %s, LLVM %s, target %s/%s",
            jit_version(), JITML_LLVM_VERSION, t->triple, t->cpu);
   *out_ctx = ctx;
@@ -173,6 +179,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
 
 void jit_context_destroy(jit_context *ctx) {
   if (!ctx) return;
+  jit__spec_destroy(ctx->spec);
   jit__kernel_table_free(&ctx->table);  // GPU kernels free their temporaries on devices
   jit__devices_destroy(ctx);
   jit__cache_close(ctx->cache);
@@ -202,7 +209,7 @@ jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
   pthread_mutex_lock(&ctx->mu);
   s.compile_ms = ctx->compile_ms;
   s.load_ms = ctx->load_ms;
-  s.kernels = ctx->table.count;
+  s.kernels = atomic_load(&ctx->loaded);
   pthread_mutex_unlock(&ctx->mu);
   jit__cache_stats cs;
   jit__cache_get_stats(ctx->cache, &cs);
@@ -212,6 +219,10 @@ jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
   s.bad_entries = cs.bad_entries;
   s.cuda_cubin_loads = atomic_load(&ctx->cuda_cubin_loads);
   s.cuda_ptx_loads = atomic_load(&ctx->cuda_ptx_loads);
+  s.generic_runs = atomic_load(&ctx->generic_runs);
+  s.generic_compiles = atomic_load(&ctx->generic_compiles);
+  s.specializations = atomic_load(&ctx->specializations);
+  s.specialization_failures = atomic_load(&ctx->spec_failures);
   memcpy(out, &s, size);
   return NULL;
 }

@@ -84,8 +84,12 @@ char *jit__key_components(const jit_graph *g, const jit_device *d, const DLTenso
     const DLTensor *t = &inputs[i];
     n += (size_t)snprintf(s + n, cap - n, "input.%u=%s %s [", i, g->nodes[g->inputs[i]].name,
                           t->dtype.bits == 16 ? "f16" : "f32");
-    for (int d = 0; d < t->ndim && n < cap; d++)
-      n += (size_t)snprintf(s + n, cap - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    // A generic kernel's inputs carry their symbols (negative codes): named `?name`.
+    for (int d = 0; d < t->ndim && n < cap; d++) {
+      const char *sym = t->shape[d] < 0 ? jit_symbol_name(g, t->shape[d]) : NULL;
+      if (sym) n += (size_t)snprintf(s + n, cap - n, "%s?%s", d ? ", " : "", sym);
+      else n += (size_t)snprintf(s + n, cap - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    }
     if (n < cap) n += (size_t)snprintf(s + n, cap - n, "]\n");
   }
   if (n < cap) snprintf(s + n, cap - n, "%s", d->target_text);

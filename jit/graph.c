@@ -310,6 +310,7 @@ jit_status jit_graph_create(jit_context *ctx, const char *name, jit_graph **out_
   jit_graph *g = calloc(1, sizeof(*g));
   if (!g) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_graph_create: out of memory");
   g->ctx = ctx;
+  atomic_init(&g->shape_policy, -1);
   g->name = jit__strdup(name && name[0] ? name : "graph");
   if (!g->name) {
     free(g);
@@ -321,6 +322,7 @@ jit_status jit_graph_create(jit_context *ctx, const char *name, jit_graph **out_
 
 void jit_graph_destroy(jit_graph *g) {
   if (!g) return;
+  jit__spec_forget_graph(g);
   for (uint32_t i = 0; i < g->n_nodes; i++) free(g->nodes[i].name);
   for (uint32_t i = 0; i < g->n_symbols; i++) free(g->symbols[i]);
   free(g->nodes);

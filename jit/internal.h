@@ -18,6 +18,7 @@
 //===--- Context ---------------------------------------------------------===//
 
 typedef struct jit__kernel jit__kernel;
+typedef struct jit__specializer jit__specializer;
 
 // A live allocation: what tensors hold in `data` (host pointer, Vulkan buffer handle,
 // CUDA device address) and the backend's object behind it.
@@ -80,6 +81,13 @@ struct jit_context {
   jit__backend *backends[JIT__N_BACKENDS];  // loaded backends, by jit_device_kind
   jit_device *offload;          // options.device when it names a GPU, else NULL
   atomic_uint_fast64_t runs, memory_hits, misses, compiles, disk_hits;
+  // Shape policies (shapes.c): options.shape_policy after $JITML_SHAPE_POLICY, and the
+  // AUTO limits with their defaults filled in.
+  jit_shape_policy policy;
+  int specialize_after, max_specializations;
+  atomic_uint_fast64_t generic_runs, generic_compiles, specializations, spec_failures;
+  atomic_uint_fast64_t loaded;  // CPU kernels loaded (exact and generic)
+  jit__specializer *spec;       // background compiles (specialize.c)
   double compile_ms, load_ms;  // guarded by mu
   // CUDA cubins (jit/gpu_run.c): options.cuda_toolkit points at the context's own copy;
   // ptxas is looked for once, at the first CUDA compile, under toolkit_mu.
@@ -125,6 +133,15 @@ struct jit_graph {
   jit_status error;     // first builder error (sticky)
   bool finalized;
   uint8_t fingerprint[16];
+  // Shape policy (shapes.c): jit_graph_set_shape_policy's, or -1 for the context's.
+  atomic_int shape_policy;
+  // The graph's generic kernel on the CPU once ready (NULL before), and, guarded by
+  // ctx->mu, whether it cannot have one (then it runs EXACT; logged once) and how
+  // many of its bindings were given kernels of their own in the background.
+  _Atomic(jit__kernel *) generic;
+  bool generic_failed;
+  uint32_t n_specialized;
+  bool spec_limit_logged;
 };
 
 // Infers node `i`'s concrete shape from its operands' concrete shapes (`shapes` holds
@@ -139,6 +156,52 @@ typedef struct jit__oshape {
   int64_t dims[JIT_MAX_RANK];
   jit__dtype dtype;
 } jit__oshape;
+
+// Binds the symbols of `inputs` (which passed jit__inputs_key) and infers every
+// node's concrete shape into `shapes` (n_nodes entries) and the outputs' into
+// `oshapes`, refusing sizes past JIT_MAX_TENSOR_BYTES (jit/run.c).
+jit_status jit__bind(const jit_graph *g, const DLTensor *inputs, int64_t *symvals,
+                     jit__node *shapes, jit__oshape *oshapes);
+
+// The kernel table's single flight (jit/run.c). Finds or makes the record of `key`:
+// *mine when this thread made it (state COMPILING; it must jit__publish it), else
+// the record once READY, or the error its compile failed with.
+jit_status jit__claim(jit_context *ctx, jit_device *d, uint32_t n_outputs,
+                      const uint8_t key[16], jit__kernel **out, bool *mine);
+// Ends a claim: READY, or FAILED with `status` (which the caller still owns).
+void jit__publish(jit_context *ctx, jit__kernel *k, jit_status status);
+
+//===--- Shape policies and generic kernels (jit/shapes.c) ----------------===//
+
+// Reads options.shape_policy, $JITML_SHAPE_POLICY and the AUTO limits into `ctx`;
+// JIT_INVALID_ARGUMENT naming the field or variable.
+jit_status jit__shape_options(jit_context *ctx, const jit_options *o);
+// The policy a new binding of `g` on device `d` gets: EXACT where there is no generic
+// kernel to be had (no symbols, a graph from MLIR, a GPU, a generic compile that failed).
+jit_shape_policy jit__policy_of(jit_graph *g, const jit_device *d);
+// The graph's generic kernel for the CPU, loaded from disk or compiled once (single
+// flight); an error when it cannot be built (then g->generic_failed is set).
+jit_status jit__generic_get(jit_graph *g, jit__kernel **out);
+// Binding record `k` (COMPILING, claimed by this thread) runs on generic kernel `gk`:
+// binds `inputs`, fills k->outputs and the sizes the generic entry reads.
+// `specialize`: AUTO, so that enough calls specialize it.
+jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
+                              jit__kernel *gk, bool specialize);
+
+//===--- Background specialization (jit/specialize.c) --------------------===//
+
+// The specializer of a context, its thread started at the first job. NULL on OOM.
+jit__specializer *jit__spec_create(void);
+// Stops the thread (the job in flight ends first) and frees what is queued.
+void jit__spec_destroy(jit__specializer *sp);
+// Queues binding `k` of `g` for its own kernel (jit__specialize_binding), unless the
+// graph reached its limit (logged once). Never blocks on a compile.
+void jit__spec_enqueue(jit_graph *g, jit__kernel *k);
+// Drops the queued jobs of `g` and waits for its job in flight (jit_graph_destroy).
+void jit__spec_forget_graph(jit_graph *g);
+// Compiles (or loads from disk) binding `k`'s own kernel and switches its calls to it
+// (jit/run.c). Runs on the specializer's thread.
+void jit__specialize_binding(jit_graph *g, jit__kernel *k);
 
 //===--- Devices (jit/device.c) ------------------------------------------===//
 

@@ -46,6 +46,7 @@ void jit__kernel_free(jit__kernel *k) {
   if (!k) return;
   jit__gpu_exec_destroy(k->gpu);
   free(k->outputs);
+  free(k->dims);
   free(k->fail_message);
   free(k);
 }

@@ -16,14 +16,30 @@ typedef enum jit__kstate {
   JIT__K_FAILED,
 } jit__kstate;
 
+// CPU code as jit_run calls it.
+typedef struct jit__cpu_impl {
+  jit__cpu_kernel_fn fn;
+  uint32_t stack_bytes;         // stack the kernel needs (jit__artifact.stack_bytes)
+  bool threaded;                // it forks OpenMP workers, which need that stack too
+  const int64_t *dims;          // a generic kernel's: the binding's argument sizes
+                                // (its entry's last argument); NULL: exact code
+} jit__cpu_impl;
+
 struct jit__kernel {
   uint8_t key[16];
   jit_device *device;           // where it runs
   jit__gpu_exec *gpu;           // GPU devices: the loaded module and plan
   jit__kstate state;            // guarded by ctx->mu; READY and FAILED are final
-  jit__cpu_kernel_fn fn;        // set before READY
-  uint32_t stack_bytes;         // CPU: stack the kernel needs (jit__artifact.stack_bytes)
-  bool threaded;                // CPU: it forks OpenMP workers, which need that stack too
+  // CPU: what runs, &exact or &shared, set before READY; a binding served by the
+  // generic kernel switches to &exact once, when its own kernel is ready (release
+  // store after `exact` is filled; jit_run loads it with acquire).
+  _Atomic(const jit__cpu_impl *) impl;
+  jit__cpu_impl exact;          // this key's own code (for a generic key: the generic code)
+  jit__cpu_impl shared;         // served by a generic kernel: its code, with `dims`
+  int64_t *dims;                // owned storage behind shared.dims
+  bool specialize;              // AUTO: specialize after ctx->specialize_after runs
+  atomic_uint hits;             // runs through `shared`
+  atomic_bool queued;           // asked to be specialized
   uint32_t n_outputs;
   jit__oshape *outputs;         // the output shapes of this binding
   jit_status_code fail_code;    // FAILED: the compile's status, replayed to callers

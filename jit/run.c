@@ -238,8 +238,8 @@ static jit_status jit__bind_symbols(const jit_graph *g, const DLTensor *inputs,
 
 // Binds the symbols and infers every node's concrete shape into `shapes` (n_nodes
 // entries) and the outputs' into `oshapes`. For MLIR graphs `shapes` is unused.
-static jit_status jit__bind(const jit_graph *g, const DLTensor *inputs,
-                            int64_t *symvals, jit__node *shapes, jit__oshape *oshapes) {
+jit_status jit__bind(const jit_graph *g, const DLTensor *inputs, int64_t *symvals,
+                     jit__node *shapes, jit__oshape *oshapes) {
   JIT_PROPAGATE(jit__bind_symbols(g, inputs, symvals));
   if (g->mlir) return jit__mlir_graph_bind(g, inputs, oshapes);
   for (uint32_t i = 0; i < g->n_nodes; i++) {
@@ -286,8 +286,7 @@ static uint64_t jit__numel(int rank, const int64_t *dims) {
 // Compiles the kernel for one binding, stores it in the disk cache, and loads it.
 static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
                                         const jit__node *shapes, jit__oshape *oshapes,
-                                        const uint8_t key[16], jit__cpu_kernel_fn *fn,
-                                        uint32_t *stack_bytes, bool *threaded) {
+                                        const uint8_t key[16], jit__cpu_impl *impl) {
   jit_context *ctx = g->ctx;
   char hex[33], func_name[48];
   jit__hex_encode(key, 16, hex);
@@ -297,9 +296,12 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
   const jit__cpu_target *t = jit__cpu_host_target();
   const char *dump = ctx->options.dump_ir_dir ? ctx->options.dump_ir_dir
                                                : getenv("JITML_DUMP_IR");
-  jit__lower_options lo = {ctx->options.opt_level, dump && dump[0] ? dump : NULL,
-                           t->triple, t->cpu, t->features, t->l2_bytes,
-                           jit__cpu_threads(ctx->options.num_threads), ctx->mlir_pool};
+  jit__lower_options lo = {.opt_level = ctx->options.opt_level,
+                           .dump_dir = dump && dump[0] ? dump : NULL,
+                           .triple = t->triple, .cpu = t->cpu, .features = t->features,
+                           .l2_bytes = t->l2_bytes,
+                           .num_threads = jit__cpu_threads(ctx->options.num_threads),
+                           .pool = ctx->mlir_pool};
   jit__artifact art;
   double t0 = jit__now_ms();
   jit_status s = g->mlir ? jit__mlir_graph_compile(g, inputs, func_name, &lo, &art, oshapes)
@@ -315,8 +317,9 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
            "%.1f ms, codegen %.1f ms, %zu-byte object",
            g->name, func_name, ms, art.ms_mlir, art.llvm_passes ? art.llvm_passes : "LLVM",
            art.ms_llvm_opt, art.ms_codegen, art.object_size);
-  s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, fn, threaded);
-  *stack_bytes = art.stack_bytes;
+  s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, &impl->fn,
+                    &impl->threaded);
+  impl->stack_bytes = art.stack_bytes;
   if (!s) jit__disk_store(g, key, inputs, &art, oshapes);
   jit__artifact_release(&art);
   return s;
@@ -326,14 +329,15 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
 // compiles the kernel itself.
 enum { kCompileLockTimeoutMs = 30000 };
 
-// Makes kernel `k` (claimed by this thread, state COMPILING) ready: from the disk
-// cache, else by compiling it, with a cross-process lock so that processes sharing a
-// cache compile each key once. Fills k->fn and k->outputs.
-static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__kernel *k) {
+// Makes the exact code of key k->key ready: from the disk cache, else by compiling
+// it, with a cross-process lock so that processes sharing a cache compile each key
+// once. Fills `impl` (CPU) or k->gpu, and `outs`.
+static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
+                                   jit__cpu_impl *impl, jit__oshape *outs) {
   jit_context *ctx = g->ctx;
   bool gpu = k->device->kind != JIT_DEVICE_CPU;
-  if (gpu ? jit__gpu_disk_load(g, k->device, k->key, k->outputs, &k->gpu)
-          : jit__disk_load(g, k->key, &k->fn, &k->stack_bytes, &k->threaded, k->outputs))
+  if (gpu ? jit__gpu_disk_load(g, k->device, k->key, outs, &k->gpu)
+          : jit__disk_load(g, k->key, &impl->fn, &impl->stack_bytes, &impl->threaded, outs))
     return NULL;
 
   jit_status status = NULL;
@@ -348,27 +352,25 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   if (g->mlir && !gpu)
     status = jit__bind_symbols(g, inputs, symvals);
   else
-    status = jit__bind(g, inputs, symvals, shapes, k->outputs);
+    status = jit__bind(g, inputs, symvals, shapes, outs);
   if (status) goto done;
 
   jit__cache_lock lock;
   bool locked = false;
   jit__cache_lock_key(ctx->cache, k->key, kCompileLockTimeoutMs, &lock, &locked);
   // Whoever held the lock may just have stored the kernel.
-  if (locked && (gpu ? jit__gpu_disk_load(g, k->device, k->key, k->outputs, &k->gpu)
-                     : jit__disk_load(g, k->key, &k->fn, &k->stack_bytes, &k->threaded,
-                                      k->outputs))) {
+  if (locked && (gpu ? jit__gpu_disk_load(g, k->device, k->key, outs, &k->gpu)
+                     : jit__disk_load(g, k->key, &impl->fn, &impl->stack_bytes,
+                                      &impl->threaded, outs))) {
     jit__cache_unlock(&lock);
     goto done;
   }
   if (gpu) {
     jit__lgraph lg = {g->name, shapes, g->n_nodes, g->inputs, g->n_inputs,
                       g->outputs, g->n_outputs};
-    status = jit__gpu_compile_and_load(g, k->device, &lg, k->key, inputs, k->outputs,
-                                       &k->gpu);
+    status = jit__gpu_compile_and_load(g, k->device, &lg, k->key, inputs, outs, &k->gpu);
   } else {
-    status = jit__compile_and_load(g, inputs, shapes, k->outputs, k->key, &k->fn,
-                                    &k->stack_bytes, &k->threaded);
+    status = jit__compile_and_load(g, inputs, shapes, outs, k->key, impl);
   }
   if (locked) jit__cache_unlock(&lock);
 done:
@@ -384,9 +386,85 @@ static jit_status jit__wait_ready(jit_context *ctx, jit__kernel *k) {
   return JIT_ERR(k->fail_code, "%s", k->fail_message ? k->fail_message : "");
 }
 
+jit_status jit__claim(jit_context *ctx, jit_device *d, uint32_t n_outputs,
+                      const uint8_t key[16], jit__kernel **out, bool *mine) {
+  *out = NULL;
+  *mine = false;
+  jit__kernel *k = calloc(1, sizeof(*k));
+  jit__oshape *oshapes = calloc(n_outputs + 1, sizeof(*oshapes));
+  if (!k || !oshapes) {
+    free(k);
+    free(oshapes);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  memcpy(k->key, key, 16);
+  k->device = d;
+  k->n_outputs = n_outputs;
+  k->outputs = oshapes;
+  k->state = JIT__K_COMPILING;
+
+  pthread_mutex_lock(&ctx->mu);
+  jit__kernel *other = jit__table_find(&ctx->table, key);
+  if (other || !jit__table_insert(&ctx->table, k)) {
+    jit__kernel_free(k);
+    jit_status status = other ? jit__wait_ready(ctx, other)
+                              : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    pthread_mutex_unlock(&ctx->mu);
+    if (!status) *out = other;
+    return status;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  *out = k;
+  *mine = true;
+  return NULL;
+}
+
+void jit__publish(jit_context *ctx, jit__kernel *k, jit_status status) {
+  pthread_mutex_lock(&ctx->mu);
+  if (status) {
+    // Binding and compiling are deterministic: the same key would fail the same way,
+    // so later callers get the error without trying again.
+    k->fail_code = jit_status_get_code(status);
+    size_t len = strlen(jit_status_message(status)) + 1;
+    k->fail_message = malloc(len);
+    if (k->fail_message) memcpy(k->fail_message, jit_status_message(status), len);
+    k->state = JIT__K_FAILED;
+  } else {
+    k->state = JIT__K_READY;
+  }
+  pthread_cond_broadcast(&ctx->cv);
+  pthread_mutex_unlock(&ctx->mu);
+}
+
+// Makes binding record `k` (claimed by this thread) ready by the graph's shape policy:
+// its own kernel (EXACT; AUTO when one is on disk), or the generic kernel.
+static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__kernel *k) {
+  jit_context *ctx = g->ctx;
+  jit_shape_policy policy = jit__policy_of(g, k->device);
+  if (policy != JIT_SHAPE_POLICY_EXACT) {
+    if (policy == JIT_SHAPE_POLICY_AUTO &&
+        jit__disk_load(g, k->key, &k->exact.fn, &k->exact.stack_bytes, &k->exact.threaded,
+                       k->outputs)) {
+      atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
+      atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
+      return NULL;
+    }
+    jit__kernel *gk = NULL;
+    jit_status s = jit__generic_get(g, &gk);
+    if (!s) return jit__serve_generic(g, inputs, k, gk, policy == JIT_SHAPE_POLICY_AUTO);
+    // The generic kernel cannot be had (logged once, g->generic_failed): the graph runs
+    // EXACT from now on.
+    jit_status_free(s);
+  }
+  JIT_PROPAGATE(jit__materialize(g, inputs, k, &k->exact, k->outputs));
+  if (k->device->kind == JIT_DEVICE_CPU)
+    atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
+  atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
+  return NULL;
+}
+
 // The dispatch: returns the ready kernel for `key`, loading or compiling it if needed.
-// All of kernel selection goes through here (later: generic kernels, background
-// promotion of hot shapes).
+// All of kernel selection goes through here.
 static jit_status jit__dispatch(jit_graph *g, jit_device *d, const DLTensor *inputs,
                                 const uint8_t key[16], jit__kernel **out) {
   jit_context *ctx = g->ctx;
@@ -415,50 +493,57 @@ static jit_status jit__dispatch(jit_graph *g, jit_device *d, const DLTensor *inp
                               : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
   free(symvals);
   if (status) return status;
-  k = calloc(1, sizeof(*k));
-  jit__oshape *oshapes = calloc(g->n_outputs + 1, sizeof(*oshapes));
-  if (!k || !oshapes) {
-    free(k);
-    free(oshapes);
-    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+  bool mine = false;
+  status = jit__claim(ctx, d, g->n_outputs, key, &k, &mine);
+  if (status || !mine) {
+    if (!status) *out = k;
+    return status ? jit__status_annotate(status, "graph `%s`", g->name) : NULL;
   }
-  memcpy(k->key, key, 16);
-  k->device = d;
-  k->n_outputs = g->n_outputs;
-  k->outputs = oshapes;
-  k->state = JIT__K_COMPILING;
-
-  pthread_mutex_lock(&ctx->mu);
-  jit__kernel *other = jit__table_find(&ctx->table, key);
-  if (other || !jit__table_insert(&ctx->table, k)) {
-    jit__kernel_free(k);
-    status = other ? jit__wait_ready(ctx, other)
-                   : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
-    pthread_mutex_unlock(&ctx->mu);
-    if (!status) *out = other;
-    return status;
-  }
-  pthread_mutex_unlock(&ctx->mu);
-
-  status = jit__materialize(g, inputs, k);
+  status = jit__ready_binding(g, inputs, k);
   if (status) jit__log(ctx, JIT_LOG_ERROR, "%s", jit_status_message(status));
-
-  pthread_mutex_lock(&ctx->mu);
-  if (status) {
-    // Binding and compiling are deterministic: the same key would fail the same way,
-    // so later callers get the error without trying again.
-    k->fail_code = jit_status_get_code(status);
-    size_t len = strlen(jit_status_message(status)) + 1;
-    k->fail_message = malloc(len);
-    if (k->fail_message) memcpy(k->fail_message, jit_status_message(status), len);
-    k->state = JIT__K_FAILED;
-  } else {
-    k->state = JIT__K_READY;
-    *out = k;
-  }
-  pthread_cond_broadcast(&ctx->cv);
-  pthread_mutex_unlock(&ctx->mu);
+  jit__publish(ctx, k, status);
+  if (!status) *out = k;
   return status;
+}
+
+//===--- Background specialization ---------------------------------------===//
+
+void jit__specialize_binding(jit_graph *g, jit__kernel *k) {
+  jit_context *ctx = g->ctx;
+  DLTensor *in = calloc(g->n_inputs + 1, sizeof(*in));
+  jit__oshape *outs = calloc(g->n_outputs + 1, sizeof(*outs));
+  jit_status s = NULL;
+  if (!in || !outs) {
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    // The binding's input shapes are the first of the sizes its generic calls pass.
+    const int64_t *dims = k->dims;
+    for (uint32_t i = 0; i < g->n_inputs; i++) {
+      const jit__node *decl = &g->nodes[g->inputs[i]].n;
+      in[i].device = (DLDevice){kDLCPU, 0};
+      in[i].ndim = decl->rank;
+      in[i].shape = (int64_t *)dims;
+      in[i].dtype = (DLDataType){kDLFloat, decl->dtype == JIT__F16 ? 16 : 32, 1};
+      dims += decl->rank;
+    }
+    double t0 = jit__now_ms();
+    s = jit__materialize(g, in, k, &k->exact, outs);
+    if (!s) {
+      atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&ctx->specializations, 1, memory_order_relaxed);
+      atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
+      jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: a binding got its own kernel in the "
+               "background (%.1f ms)", g->name, jit__now_ms() - t0);
+    }
+  }
+  if (s) {
+    atomic_fetch_add_explicit(&ctx->spec_failures, 1, memory_order_relaxed);
+    jit__log(ctx, JIT_LOG_WARNING, "graph `%s`: specializing a binding in the background "
+             "failed; it stays on the generic kernel: %s", g->name, jit_status_message(s));
+    jit_status_free(s);
+  }
+  free(in);
+  free(outs);
 }
 
 //===--- Public entry points ---------------------------------------------===//
@@ -638,18 +723,19 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
     atomic_fetch_add_explicit(&g->ctx->runs, 1, memory_order_relaxed);
     return NULL;
   }
+  const jit__cpu_impl *im = atomic_load_explicit(&k->impl, memory_order_acquire);
   // Kernels keep their packed blocks and scratch rows on the calling thread's stack:
   // a thread with too little left (small pthread or musl stacks) gets an error rather
   // than a crash. 64 KiB more for the kernel's own frames and the OpenMP fork.
-  if (k->stack_bytes) {
-    size_t left = jit__cpu_stack_left(), need = (size_t)k->stack_bytes + (64u << 10);
+  if (im->stack_bytes) {
+    size_t left = jit__cpu_stack_left(), need = (size_t)im->stack_bytes + (64u << 10);
     if (left < need)
       return JIT_ERR(JIT_RESOURCE_EXHAUSTED,
                      "jit_run: graph `%s`: its kernel for these shapes needs %zu KiB of "
                      "stack and the calling thread has %zu KiB left; call it from a "
                      "thread with a larger stack (pthread_attr_setstacksize)",
                      g->name, need >> 10, left >> 10);
-    size_t workers = k->threaded ? jit__cpu_omp_stack() : SIZE_MAX;
+    size_t workers = im->threaded ? jit__cpu_omp_stack() : SIZE_MAX;
     if (workers < need)
       return JIT_ERR(JIT_RESOURCE_EXHAUSTED,
                      "jit_run: graph `%s`: its kernel for these shapes needs %zu KiB of "
@@ -658,17 +744,28 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
                      "jit_options.num_threads = 1",
                      g->name, need >> 10, workers >> 10);
   }
-  void *stack_args[32];
+  // A generic kernel takes one more argument: the sizes of this binding.
+  void *stack_args[33];
   size_t n_args = g->n_inputs + g->n_outputs;
-  void **args = n_args <= 32 ? stack_args : malloc(n_args * sizeof(void *));
+  void **args = n_args < 33 ? stack_args : malloc((n_args + 1) * sizeof(void *));
   if (!args) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run: out of memory");
   for (uint32_t i = 0; i < g->n_inputs; i++)
     args[i] = (char *)inputs[i].data + inputs[i].byte_offset;
   for (uint32_t j = 0; j < g->n_outputs; j++)
     args[g->n_inputs + j] = (char *)outputs[j].data + outputs[j].byte_offset;
-  k->fn(args);
+  args[n_args] = (void *)im->dims;
+  im->fn(args);
   if (args != stack_args) free(args);
   atomic_fetch_add_explicit(&g->ctx->runs, 1, memory_order_relaxed);
+  if (im->dims) {
+    atomic_fetch_add_explicit(&g->ctx->generic_runs, 1, memory_order_relaxed);
+    // AUTO: the call that makes the binding hot asks for its own kernel, once.
+    if (k->specialize &&
+        atomic_fetch_add_explicit(&k->hits, 1, memory_order_relaxed) + 1 >=
+            (unsigned)g->ctx->specialize_after &&
+        !atomic_exchange_explicit(&k->queued, true, memory_order_relaxed))
+      jit__spec_enqueue(g, k);
+  }
   return NULL;
 }
 

@@ -1,0 +1,265 @@
+//===--- shapes.c - shape policies and generic kernels ---------------------===//
+//
+// A graph with symbolic dims has one generic kernel per device: the graph lowered
+// with those dims kept as `?` (lowering/cpu/generic.c), keyed by everything a binding
+// key holds except the symbols' values, and cached on disk like any kernel. Under
+// AUTO and GENERIC a binding seen for the first time runs on it at once: its record
+// in the kernel table points at the generic code plus the binding's sizes (the
+// generic entry's last argument). Under AUTO a binding that keeps coming back gets
+// its own kernel from the specializer (specialize.c) and switches to it.
+//
+// Where no generic kernel can be had the graph runs EXACT: graphs without symbols
+// (their one binding is the generic one), graphs from MLIR (their `?` dims are
+// specialized by import_mlir.c), GPU devices (their launch plans are static), and a
+// graph whose generic compile failed (logged once, and kept in the graph).
+//
+//===----------------------------------------------------------------------===//
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <xxhash.h>
+
+#include "base/clock.h"
+#include "base/hex.h"
+#include "jit/internal.h"
+#include "jit/kernel_table.h"
+
+enum { kDefaultSpecializeAfter = 4, kDefaultMaxSpecializations = 64, kMaxLimit = 1000000 };
+
+static const char *const kPolicyNames[] = {"auto", "exact", "generic"};
+
+jit_status jit__shape_options(jit_context *ctx, const jit_options *o) {
+  if ((int)o->shape_policy < JIT_SHAPE_POLICY_AUTO ||
+      (int)o->shape_policy > JIT_SHAPE_POLICY_GENERIC)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.shape_policy is %d, not a jit_shape_policy "
+                   "(JIT_SHAPE_POLICY_AUTO, _EXACT or _GENERIC)", (int)o->shape_policy);
+  if (o->specialize_after < 0 || o->specialize_after > kMaxLimit)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.specialize_after is %d, not in [0, %d]",
+                   o->specialize_after, kMaxLimit);
+  if (o->max_specializations < 0 || o->max_specializations > kMaxLimit)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.max_specializations is %d, not in [0, %d]",
+                   o->max_specializations, kMaxLimit);
+  ctx->policy = o->shape_policy;
+  const char *env = getenv("JITML_SHAPE_POLICY");
+  if (env && env[0]) {
+    int found = -1;
+    for (int i = 0; i < 3; i++)
+      if (strcasecmp(env, kPolicyNames[i]) == 0) found = i;
+    if (found < 0)
+      return JIT_ERR(JIT_INVALID_ARGUMENT,
+                     "jit_context_create: JITML_SHAPE_POLICY is `%s`, not auto, exact or "
+                     "generic", env);
+    ctx->policy = (jit_shape_policy)found;
+  }
+  ctx->specialize_after = o->specialize_after ? o->specialize_after : kDefaultSpecializeAfter;
+  ctx->max_specializations =
+      o->max_specializations ? o->max_specializations : kDefaultMaxSpecializations;
+  return NULL;
+}
+
+jit_status jit_graph_set_shape_policy(jit_graph *g, jit_shape_policy policy) {
+  if (!g) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_set_shape_policy: graph is NULL");
+  if ((int)policy < JIT_SHAPE_POLICY_AUTO || (int)policy > JIT_SHAPE_POLICY_GENERIC)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_graph_set_shape_policy: graph `%s`: policy is %d, not a "
+                   "jit_shape_policy", g->name, (int)policy);
+  atomic_store(&g->shape_policy, (int)policy);
+  return NULL;
+}
+
+jit_shape_policy jit__policy_of(jit_graph *g, const jit_device *d) {
+  if (g->n_symbols == 0 || g->mlir || d->kind != JIT_DEVICE_CPU)
+    return JIT_SHAPE_POLICY_EXACT;
+  int p = atomic_load_explicit(&g->shape_policy, memory_order_relaxed);
+  jit_shape_policy policy = p >= 0 ? (jit_shape_policy)p : g->ctx->policy;
+  if (policy == JIT_SHAPE_POLICY_EXACT) return policy;
+  pthread_mutex_lock(&g->ctx->mu);
+  bool failed = g->generic_failed;
+  pthread_mutex_unlock(&g->ctx->mu);
+  return failed ? JIT_SHAPE_POLICY_EXACT : policy;
+}
+
+//===--- The generic kernel ----------------------------------------------===//
+
+// The generic key: a binding key's record (run.c) with each input's declared dims,
+// symbols as their (negative) codes, after a tag no binding record can start with.
+static jit_status jit__generic_key(const jit_graph *g, const jit_device *d,
+                                   uint8_t key[16]) {
+  size_t n = 0, cap = 7 + (size_t)g->n_inputs * (1 + JIT_MAX_RANK);
+  int64_t *rec = malloc(cap * sizeof(int64_t));
+  if (!rec) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+  memcpy(rec, "jitml generic kernel\0\0\0", 24);
+  memcpy(rec + 3, g->fingerprint, 16);
+  memcpy(rec + 5, d->target_hash, 16);
+  n = 7;
+  for (uint32_t i = 0; i < g->n_inputs; i++) {
+    const jit__node *in = &g->nodes[g->inputs[i]].n;
+    rec[n++] = ((int64_t)in->dtype << 8) | in->rank;
+    for (int k = 0; k < in->rank; k++) rec[n++] = in->dims[k];
+  }
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits(rec, n * sizeof(int64_t)));
+  memcpy(key, c.digest, 16);
+  free(rec);
+  return NULL;
+}
+
+// The inputs as declared (symbols as their codes), for the disk entry's key text.
+static void jit__declared_inputs(const jit_graph *g, DLTensor *in) {
+  for (uint32_t i = 0; i < g->n_inputs; i++) {
+    jit__node *n = &g->nodes[g->inputs[i]].n;
+    in[i] = (DLTensor){.device = {kDLCPU, 0}, .ndim = n->rank, .shape = n->dims,
+                       .dtype = {kDLFloat, n->dtype == JIT__F16 ? 16 : 32, 1}};
+  }
+}
+
+// Compiles the generic kernel of `g` into gk->exact and stores it on disk.
+static jit_status jit__generic_compile(jit_graph *g, jit__kernel *gk) {
+  jit_context *ctx = g->ctx;
+  uint32_t n = g->n_nodes ? g->n_nodes : 1;
+  jit__node *nodes = malloc(sizeof(*nodes) * n);
+  int64_t(*req)[JIT_MAX_RANK] = malloc(sizeof(*req) * n);
+  DLTensor *in = calloc(g->n_inputs + 1, sizeof(*in));
+  jit_status s = NULL;
+  if (!nodes || !req || !in) {
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    nodes[i] = g->nodes[i].n;
+    memcpy(req[i], g->nodes[i].req, sizeof req[i]);
+  }
+  char hex[33], func_name[48];
+  jit__hex_encode(gk->key, 16, hex);
+  snprintf(func_name, sizeof func_name, "jitg_%.24s", hex);
+  jit__lgraph lg = {g->name, nodes, g->n_nodes, g->inputs, g->n_inputs,
+                    g->outputs, g->n_outputs};
+  const jit__cpu_target *t = jit__cpu_host_target();
+  const char *dump = ctx->options.dump_ir_dir ? ctx->options.dump_ir_dir
+                                               : getenv("JITML_DUMP_IR");
+  // Generic kernels run on one thread: their loops are not split (a specialized
+  // kernel of a hot binding is).
+  jit__lower_options lo = {.opt_level = ctx->options.opt_level,
+                           .dump_dir = dump && dump[0] ? dump : NULL,
+                           .triple = t->triple, .cpu = t->cpu, .features = t->features,
+                           .l2_bytes = t->l2_bytes, .num_threads = 1,
+                           .pool = ctx->mlir_pool};
+  jit__artifact art;
+  double t0 = jit__now_ms();
+  s = jit__compile_cpu_generic(&lg, (const int64_t(*)[JIT_MAX_RANK])req, func_name, &lo,
+                               &art);
+  double ms = jit__now_ms() - t0;
+  atomic_fetch_add_explicit(&ctx->compiles, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&ctx->generic_compiles, 1, memory_order_relaxed);
+  pthread_mutex_lock(&ctx->mu);
+  ctx->compile_ms += ms;
+  pthread_mutex_unlock(&ctx->mu);
+  if (s) goto done;
+  jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: generic kernel %s compiled in %.1f ms",
+           g->name, func_name, ms);
+  s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, &gk->exact.fn,
+                    &gk->exact.threaded);
+  gk->exact.stack_bytes = art.stack_bytes;
+  // The outputs' declared shapes (`?` dims negative) go into the entry's record.
+  for (uint32_t j = 0; j < g->n_outputs; j++) {
+    const jit__node *o = &g->nodes[g->outputs[j]].n;
+    gk->outputs[j].rank = o->rank;
+    gk->outputs[j].dtype = o->dtype;
+    memcpy(gk->outputs[j].dims, o->dims, sizeof o->dims);
+  }
+  if (!s) {
+    jit__declared_inputs(g, in);
+    jit__disk_store(g, gk->key, in, &art, gk->outputs);
+  }
+  jit__artifact_release(&art);
+done:
+  free(nodes);
+  free(req);
+  free(in);
+  return s;
+}
+
+jit_status jit__generic_get(jit_graph *g, jit__kernel **out) {
+  jit__kernel *gk = atomic_load_explicit(&g->generic, memory_order_acquire);
+  if (gk) {
+    *out = gk;
+    return NULL;
+  }
+  jit_context *ctx = g->ctx;
+  uint8_t key[16];
+  bool mine = false;
+  jit_status s = jit__generic_key(g, ctx->devices[0], key);
+  if (!s) s = jit__claim(ctx, ctx->devices[0], g->n_outputs, key, &gk, &mine);
+  if (!s && mine) {
+    if (jit__disk_load(g, key, &gk->exact.fn, &gk->exact.stack_bytes, &gk->exact.threaded,
+                       gk->outputs)) {
+      jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: generic kernel loaded from the disk cache",
+               g->name);
+    } else {
+      jit__cache_lock lock;
+      bool locked = false;
+      jit__cache_lock_key(ctx->cache, key, 30000, &lock, &locked);
+      if (!(locked && jit__disk_load(g, key, &gk->exact.fn, &gk->exact.stack_bytes,
+                                     &gk->exact.threaded, gk->outputs)))
+        s = jit__generic_compile(g, gk);
+      if (locked) jit__cache_unlock(&lock);
+    }
+    if (!s) {
+      atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
+      atomic_store_explicit(&gk->impl, &gk->exact, memory_order_release);
+    }
+    jit__publish(ctx, gk, s);
+  }
+  if (s) {
+    pthread_mutex_lock(&ctx->mu);
+    bool first = !g->generic_failed;
+    g->generic_failed = true;
+    pthread_mutex_unlock(&ctx->mu);
+    if (first)
+      jit__log(ctx, JIT_LOG_WARNING,
+               "graph `%s`: no generic kernel (%s); its bindings get exact kernels "
+               "(shape policy EXACT)", g->name, jit_status_message(s));
+    return s;
+  }
+  atomic_store_explicit(&g->generic, gk, memory_order_release);
+  *out = gk;
+  return NULL;
+}
+
+jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
+                              jit__kernel *gk, bool specialize) {
+  size_t n_dims = 0;
+  for (uint32_t i = 0; i < g->n_inputs; i++) n_dims += (size_t)inputs[i].ndim;
+  for (uint32_t j = 0; j < g->n_outputs; j++) n_dims += (size_t)gk->outputs[j].rank;
+  int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
+  jit__node *shapes = g->mlir ? NULL : malloc(sizeof(jit__node) * (g->n_nodes + 1));
+  k->dims = malloc(sizeof(int64_t) * (n_dims + 1));
+  jit_status s = NULL;
+  if (!symvals || !shapes || !k->dims)
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+  else
+    s = jit__bind(g, inputs, symvals, shapes, k->outputs);
+  if (!s) {
+    int64_t *p = k->dims;
+    for (uint32_t i = 0; i < g->n_inputs; i++) {
+      memcpy(p, inputs[i].shape, sizeof(int64_t) * (size_t)inputs[i].ndim);
+      p += inputs[i].ndim;
+    }
+    for (uint32_t j = 0; j < g->n_outputs; j++) {
+      memcpy(p, k->outputs[j].dims, sizeof(int64_t) * (size_t)k->outputs[j].rank);
+      p += k->outputs[j].rank;
+    }
+    k->shared = gk->exact;
+    k->shared.dims = k->dims;
+    k->specialize = specialize;
+    atomic_store_explicit(&k->impl, &k->shared, memory_order_release);
+  }
+  free(symvals);
+  free(shapes);
+  return s;
+}

@@ -1,0 +1,147 @@
+//===--- specialize.c - background compiles of hot bindings -----------------===//
+//
+// Under the AUTO shape policy a binding served by its graph's generic kernel asks for
+// a kernel of its own once it has run options.specialize_after times (run.c). The
+// request goes into a FIFO queue of the context's specializer: one thread, started
+// at the first request, that compiles (or loads from disk) one binding at a time and
+// switches the binding's calls to the result (jit__specialize_binding). No call waits
+// for it: until the switch the binding keeps running on the generic kernel.
+//
+// Lifetimes: a job names a graph and one of its binding records. The record lives as
+// long as the context; the graph does not, so jit_graph_destroy drops the graph's
+// queued jobs and waits for its job in flight (jit__spec_forget_graph). The context
+// stops the thread when it is destroyed, after its graphs.
+//
+//===----------------------------------------------------------------------===//
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "jit/internal.h"
+#include "jit/kernel_table.h"
+
+typedef struct jit__spec_job {
+  struct jit__spec_job *next;
+  jit_graph *g;
+  jit__kernel *k;
+} jit__spec_job;
+
+struct jit__specializer {
+  pthread_mutex_t mu;
+  pthread_cond_t work;   // a job was queued, or stop was set
+  pthread_cond_t idle;   // the job in flight ended
+  jit__spec_job *head, *tail;
+  jit_graph *running;    // the graph of the job in flight, or NULL
+  pthread_t thread;
+  bool started, stop;
+};
+
+jit__specializer *jit__spec_create(void) {
+  jit__specializer *sp = calloc(1, sizeof(*sp));
+  if (!sp) return NULL;
+  pthread_mutex_init(&sp->mu, NULL);
+  pthread_cond_init(&sp->work, NULL);
+  pthread_cond_init(&sp->idle, NULL);
+  return sp;
+}
+
+static void *jit__spec_main(void *arg) {
+  jit__specializer *sp = arg;
+  pthread_mutex_lock(&sp->mu);
+  for (;;) {
+    while (!sp->head && !sp->stop) pthread_cond_wait(&sp->work, &sp->mu);
+    if (sp->stop) break;
+    jit__spec_job *job = sp->head;
+    sp->head = job->next;
+    if (!sp->head) sp->tail = NULL;
+    sp->running = job->g;
+    pthread_mutex_unlock(&sp->mu);
+    jit__specialize_binding(job->g, job->k);
+    free(job);
+    pthread_mutex_lock(&sp->mu);
+    sp->running = NULL;
+    pthread_cond_broadcast(&sp->idle);
+  }
+  pthread_mutex_unlock(&sp->mu);
+  return NULL;
+}
+
+void jit__spec_destroy(jit__specializer *sp) {
+  if (!sp) return;
+  pthread_mutex_lock(&sp->mu);
+  sp->stop = true;
+  pthread_cond_broadcast(&sp->work);
+  bool started = sp->started;
+  pthread_mutex_unlock(&sp->mu);
+  if (started) pthread_join(sp->thread, NULL);
+  for (jit__spec_job *j = sp->head, *next; j; j = next) {
+    next = j->next;
+    free(j);
+  }
+  pthread_cond_destroy(&sp->work);
+  pthread_cond_destroy(&sp->idle);
+  pthread_mutex_destroy(&sp->mu);
+  free(sp);
+}
+
+void jit__spec_enqueue(jit_graph *g, jit__kernel *k) {
+  jit_context *ctx = g->ctx;
+  jit__specializer *sp = ctx->spec;
+  // The recompile guard: past its limit a graph stays on its generic kernel.
+  pthread_mutex_lock(&ctx->mu);
+  bool over = g->n_specialized >= (uint32_t)ctx->max_specializations;
+  bool tell = over && !g->spec_limit_logged;
+  if (over) g->spec_limit_logged = true;
+  else g->n_specialized++;
+  pthread_mutex_unlock(&ctx->mu);
+  if (tell)
+    jit__log(ctx, JIT_LOG_INFO,
+             "graph `%s`: %d bindings have kernels of their own "
+             "(options.max_specializations); its other bindings stay on the generic kernel",
+             g->name, ctx->max_specializations);
+  if (over || !sp) return;
+  jit__spec_job *job = malloc(sizeof(*job));
+  if (!job) return;  // out of memory: the binding stays on the generic kernel
+  *job = (jit__spec_job){NULL, g, k};
+  pthread_mutex_lock(&sp->mu);
+  if (!sp->started && !sp->stop) {
+    // Compiles need room: MLIR's passes recurse, LLVM's codegen too.
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 8u << 20);
+    sp->started = pthread_create(&sp->thread, &attr, jit__spec_main, sp) == 0;
+    pthread_attr_destroy(&attr);
+    if (!sp->started)
+      jit__log(ctx, JIT_LOG_WARNING, "no thread for background compiles; bindings stay "
+               "on their generic kernels");
+  }
+  if (!sp->started || sp->stop) {
+    pthread_mutex_unlock(&sp->mu);
+    free(job);
+    return;
+  }
+  if (sp->tail) sp->tail->next = job;
+  else sp->head = job;
+  sp->tail = job;
+  pthread_cond_signal(&sp->work);
+  pthread_mutex_unlock(&sp->mu);
+}
+
+void jit__spec_forget_graph(jit_graph *g) {
+  jit__specializer *sp = g->ctx ? g->ctx->spec : NULL;
+  if (!sp) return;
+  pthread_mutex_lock(&sp->mu);
+  jit__spec_job **link = &sp->head;
+  sp->tail = NULL;
+  while (*link) {
+    jit__spec_job *j = *link;
+    if (j->g == g) {
+      *link = j->next;
+      free(j);
+    } else {
+      sp->tail = j;
+      link = &j->next;
+    }
+  }
+  while (sp->running == g) pthread_cond_wait(&sp->idle, &sp->mu);
+  pthread_mutex_unlock(&sp->mu);
+}
