@@ -38,6 +38,7 @@ static jit_context *ctx_with(const char *dir, uint64_t max_bytes) {
   jit_options_init(&o);
   o.cache_dir = dir;
   o.cache_max_bytes = max_bytes;
+  o.shape_policy = JIT_SHAPE_POLICY_EXACT;  // entries per binding (test_shapes.c: generic)
   jit_context *ctx = NULL;
   TU_OK(jit_context_create(&o, &ctx));
   return ctx;

@@ -36,6 +36,8 @@ static jit_context *make_ctx(int opt_level, const char *dump_dir) {
   o.cache_dir = "";
   o.opt_level = opt_level;
   o.dump_ir_dir = dump_dir;
+  // Compile counts and dumps here are of exact kernels (test_shapes.c has the rest).
+  o.shape_policy = JIT_SHAPE_POLICY_EXACT;
   jit_context *ctx = NULL;
   TU_OK(jit_context_create(&o, &ctx));
   return ctx;

@@ -113,7 +113,7 @@ static void layer_check(jit_graph *g, layer *l, int64_t n, uint64_t seed) {
 //===--- Specialization and statistics -------------------------------------------===//
 
 Test(run, each_shape_compiles_once) {
-  jit_context *ctx = tu_context();
+  jit_context *ctx = tu_context_policy(JIT_SHAPE_POLICY_EXACT);
   jit_graph *g = build_layer(ctx);
   layer l;
   layer_init(&l, 1);
@@ -149,7 +149,7 @@ Test(run, each_shape_compiles_once) {
 // (lowering/compile_cpu.c: 32): every kernel exact, including those compiled in a
 // reused MLIR context and in the one that replaced it.
 Test(run, many_shapes_in_one_context) {
-  jit_context *ctx = tu_context();
+  jit_context *ctx = tu_context_policy(JIT_SHAPE_POLICY_EXACT);
   jit_graph *g = build_layer(ctx);
   layer l;
   layer_init(&l, 3);
@@ -589,7 +589,7 @@ static void run_threads(jit_graph **graphs, int n_graphs, layer *l) {
 }
 
 Test(run, threads_share_one_graph) {
-  jit_context *ctx = tu_context();
+  jit_context *ctx = tu_context_policy(JIT_SHAPE_POLICY_EXACT);
   jit_graph *g = build_layer(ctx);
   layer l;
   layer_init(&l, 31);
@@ -610,7 +610,7 @@ Test(run, threads_share_one_graph) {
 Test(run, threads_on_two_graphs_of_one_context) {
   // Two separately built graphs: threads 0 and 2 run one, threads 1 and 3 the other.
   // Identical graphs may share kernels, so compiles is 3 (shared) or 6 (per graph).
-  jit_context *ctx = tu_context();
+  jit_context *ctx = tu_context_policy(JIT_SHAPE_POLICY_EXACT);
   jit_graph *g[2] = {build_layer(ctx), build_layer(ctx)};
   layer l;
   layer_init(&l, 32);

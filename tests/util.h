@@ -81,11 +81,14 @@ static inline DLTensor tu_tensor(void *data, DLDataType dtype, int rank,
 // A context with default options, except that $JITML_TEST_DEVICE (e.g. "vulkan") sets
 // options.device: CTest runs the op suite once per backend that way (the conformance
 // suite). A backend that is absent skips the test with a visible line.
-static inline jit_context *tu_context(void) {
+// tu_context with options.shape_policy = `policy` (tests that count compiles per
+// binding ask for EXACT).
+static inline jit_context *tu_context_policy(jit_shape_policy policy) {
   jit_context *ctx = NULL;
   jit_options o;
   jit_options_init(&o);
   o.device = getenv("JITML_TEST_DEVICE");
+  o.shape_policy = policy;
   jit_status s = jit_context_create(&o, &ctx);
   if (s && jit_status_get_code(s) == JIT_UNAVAILABLE) {
     char msg[512];
@@ -96,6 +99,10 @@ static inline jit_context *tu_context(void) {
   TU_OK(s);
   cr_assert(ctx != NULL);
   return ctx;
+}
+
+static inline jit_context *tu_context(void) {
+  return tu_context_policy(JIT_SHAPE_POLICY_AUTO);
 }
 
 static inline jit_graph *tu_graph(jit_context *ctx, const char *name) {

@@ -1,0 +1,545 @@
+//===--- test_shapes.c - generic kernels and shape policies ----------------===//
+//
+// Generic kernels (one per graph, `?` dims bound at run time) against plain C over
+// shapes that include 1, primes and non-multiples of every register tile (8x32 on
+// AVX-512, 6x16 on AVX2); the EXACT, GENERIC and AUTO policies and their limits; the
+// background specializer racing with runs and with graph and context destruction.
+//
+//===----------------------------------------------------------------------===//
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "util.h"
+
+static jit_stats stats(jit_context *ctx) {
+  jit_stats s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  TU_OK(jit_context_stats(ctx, &s));
+  return s;
+}
+
+static jit_context *ctx_with(jit_shape_policy policy, int after, int max_spec) {
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";
+  o.shape_policy = policy;
+  o.specialize_after = after;
+  o.max_specializations = max_spec;
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  return ctx;
+}
+
+// Waits (up to 60 s) until the context has made `n` specializations.
+static void wait_specializations(jit_context *ctx, uint64_t n) {
+  for (int i = 0; i < 6000 && stats(ctx).specializations < n; i++) usleep(10000);
+  cr_assert(stats(ctx).specializations >= n, "%llu specializations, want %llu",
+            (unsigned long long)stats(ctx).specializations, (unsigned long long)n);
+}
+
+//===--- Matmuls ---------------------------------------------------------===//
+
+// [M, K] x [K, N] with the dims named in `sym` ("MKN" subset) symbolic.
+static jit_graph *matmul_graph(jit_context *ctx, const char *sym, int64_t K, int64_t N,
+                               DLDataType dt) {
+  jit_graph *g = tu_graph(ctx, "mm");
+  int64_t m = jit_symbol(g, "M");
+  int64_t k = strchr(sym, 'K') ? jit_symbol(g, "K") : K;
+  int64_t n = strchr(sym, 'N') ? jit_symbol(g, "N") : N;
+  int64_t da[2] = {m, k}, db[2] = {k, n};
+  jit_value a = jit_input(g, "a", dt, 2, da);  // inputs in this order
+  jit_value b = jit_input(g, "b", dt, 2, db);
+  jit_output(g, jit_matmul(g, a, b));
+  TU_OK(jit_graph_finalize(g));
+  return g;
+}
+
+static void check_matmul(jit_graph *g, int64_t M, int64_t K, int64_t N, DLDataType dt,
+                         uint64_t seed) {
+  ref_rng rng;
+  ref_rng_seed(&rng, seed);
+  float *a = tu_malloc(sizeof(float) * (size_t)(M * K + 1));
+  float *b = tu_malloc(sizeof(float) * (size_t)(K * N + 1));
+  float *want = tu_malloc(sizeof(float) * (size_t)(M * N + 1));
+  ref_rng_fill_signed(&rng, a, M * K);
+  ref_rng_fill_signed(&rng, b, K * N);
+  bool f16 = tu_is_f16(dt);
+  if (f16) {
+    ref_round_f16_array(a, M * K);
+    ref_round_f16_array(b, K * N);
+  }
+  int64_t da[2] = {M, K}, db[2] = {K, N}, dc[2];
+  ref_matmul(a, 2, da, b, 2, db, want, dc);
+  void *ad = tu_input_data(dt, a, M * K), *bd = tu_input_data(dt, b, K * N);
+  DLTensor in[2] = {tu_tensor(ad, dt, 2, da), tu_tensor(bd, dt, 2, db)};
+  char what[96];
+  snprintf(what, sizeof what, "%s matmul %lldx%lldx%lld", f16 ? "f16" : "f32",
+           (long long)M, (long long)K, (long long)N);
+  // f16 results are rounded once from an f32 accumulation of K products.
+  double tol = f16 ? 2e-3 : 1e-4 * (1.0 + (double)K / 256.0);
+  tu_run_check(g, in, 2, dt, 2, dc, want, tol, tol, NULL, what);
+  if (ad != a) free(ad);
+  if (bd != b) free(bd);
+  free(a);
+  free(b);
+  free(want);
+}
+
+Test(shapes, generic_matmul_dynamic_rows) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
+  static const int64_t kn[][2] = {{1000, 31}, {33, 17}, {256, 256}, {5, 1}, {64, 40}};
+  static const int64_t ms[] = {1, 2, 5, 7, 8, 9, 13, 17, 31, 64, 65, 100};
+  for (size_t c = 0; c < sizeof kn / sizeof kn[0]; c++) {
+    jit_graph *g = matmul_graph(ctx, "M", kn[c][0], kn[c][1], TU_F32);
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+      check_matmul(g, ms[i], kn[c][0], kn[c][1], TU_F32, 10 + i);
+    jit_graph_destroy(g);
+  }
+  jit_stats st = stats(ctx);
+  // One kernel per graph, whatever the row counts.
+  cr_expect_eq(st.compiles, 5, "compiles %llu", (unsigned long long)st.compiles);
+  cr_expect_eq(st.generic_compiles, 5);
+  cr_expect_eq(st.generic_runs, 5 * 12, "generic runs %llu",
+               (unsigned long long)st.generic_runs);
+  jit_context_destroy(ctx);
+}
+
+Test(shapes, generic_matmul_all_dims_symbolic) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
+  jit_graph *g = matmul_graph(ctx, "MKN", 0, 0, TU_F32);
+  static const int64_t s[][3] = {{17, 1000, 31}, {1, 1, 1}, {13, 7, 40}, {64, 64, 64},
+                                 {3, 129, 33}, {1, 784, 256}, {97, 5, 65}};
+  for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+    check_matmul(g, s[i][0], s[i][1], s[i][2], TU_F32, 40 + i);
+  cr_expect_eq(stats(ctx).compiles, 1);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(shapes, generic_matmul_f16) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
+  jit_graph *g = matmul_graph(ctx, "M", 96, 48, TU_F16);
+  static const int64_t ms[] = {1, 7, 33};
+  for (size_t i = 0; i < 3; i++) check_matmul(g, ms[i], 96, 48, TU_F16, 60 + i);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+// [B, M, K] x [B, K, N], B and M symbolic.
+Test(shapes, generic_batch_matmul) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
+  jit_graph *g = tu_graph(ctx, "bmm");
+  int64_t B = jit_symbol(g, "B"), M = jit_symbol(g, "M");
+  int64_t da[3] = {B, M, 24}, db[3] = {B, 24, 40};
+  jit_value a = jit_input(g, "a", TU_F32, 3, da);
+  jit_value b = jit_input(g, "b", TU_F32, 3, db);
+  jit_output(g, jit_matmul(g, a, b));
+  TU_OK(jit_graph_finalize(g));
+  static const int64_t bm[][2] = {{1, 1}, {3, 7}, {2, 17}, {5, 9}};
+  for (int c = 0; c < 4; c++) {
+    int64_t sa[3] = {bm[c][0], bm[c][1], 24}, sb[3] = {bm[c][0], 24, 40}, sc[3];
+    ref_rng rng;
+    ref_rng_seed(&rng, 70 + (uint64_t)c);
+    int64_t na = ref_numel(3, sa), nb = ref_numel(3, sb);
+    float *a = tu_malloc(sizeof(float) * (size_t)na), *b = tu_malloc(sizeof(float) * (size_t)nb);
+    ref_rng_fill_signed(&rng, a, na);
+    ref_rng_fill_signed(&rng, b, nb);
+    float *want = tu_malloc(sizeof(float) * (size_t)(bm[c][0] * bm[c][1] * 40));
+    ref_matmul(a, 3, sa, b, 3, sb, want, sc);
+    DLTensor in[2] = {tu_tensor(a, TU_F32, 3, sa), tu_tensor(b, TU_F32, 3, sb)};
+    tu_run_check(g, in, 2, TU_F32, 3, sc, want, 1e-4, 1e-4, NULL, "batch matmul");
+    free(a);
+    free(b);
+    free(want);
+  }
+  cr_expect_eq(stats(ctx).compiles, 1);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+//===--- The MLP of examples/mlp.c ---------------------------------------===//
+
+enum { IN = 784, HID = 256, OUT = 10 };
+
+static jit_graph *mlp_graph(jit_context *ctx) {
+  jit_graph *g = tu_graph(ctx, "mlp");
+  int64_t n = jit_symbol(g, "N");
+  int64_t dx[2] = {n, IN}, dw1[2] = {IN, HID}, db1[1] = {HID}, dw2[2] = {HID, OUT},
+          db2[1] = {OUT};
+  jit_value x = jit_input(g, "x", TU_F32, 2, dx);
+  jit_value w1 = jit_input(g, "w1", TU_F32, 2, dw1);
+  jit_value b1 = jit_input(g, "b1", TU_F32, 1, db1);
+  jit_value w2 = jit_input(g, "w2", TU_F32, 2, dw2);
+  jit_value b2 = jit_input(g, "b2", TU_F32, 1, db2);
+  jit_value h = jit_gelu(g, jit_add(g, jit_matmul(g, x, w1), b1));
+  jit_output(g, jit_softmax(g, jit_add(g, jit_matmul(g, h, w2), b2), -1));
+  TU_OK(jit_graph_finalize(g));
+  return g;
+}
+
+typedef struct mlp_weights {
+  float w1[IN * HID], b1[HID], w2[HID * OUT], b2[OUT];
+} mlp_weights;
+
+static mlp_weights *mlp_weights_make(uint64_t seed) {
+  mlp_weights *w = tu_malloc(sizeof *w);
+  ref_rng rng;
+  ref_rng_seed(&rng, seed);
+  ref_rng_fill(&rng, w->w1, IN * HID, -0.05f, 0.05f);
+  ref_rng_fill(&rng, w->b1, HID, -0.1f, 0.1f);
+  ref_rng_fill(&rng, w->w2, HID * OUT, -0.2f, 0.2f);
+  ref_rng_fill(&rng, w->b2, OUT, -0.1f, 0.1f);
+  return w;
+}
+
+static double gelu_ref(double x) {
+  return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// Runs the MLP for batch n and compares with plain C; returns the max error.
+static double mlp_check(jit_graph *g, const mlp_weights *w, int64_t n, uint64_t seed) {
+  ref_rng rng;
+  ref_rng_seed(&rng, seed);
+  float *x = tu_malloc(sizeof(float) * (size_t)(n * IN));
+  float *y = tu_malloc(sizeof(float) * (size_t)(n * OUT));
+  ref_rng_fill(&rng, x, n * IN, -1.0f, 1.0f);
+  int64_t sx[2] = {n, IN}, sw1[2] = {IN, HID}, sb1[1] = {HID}, sw2[2] = {HID, OUT},
+          sb2[1] = {OUT}, sy[2] = {n, OUT};
+  DLTensor in[5] = {tu_tensor(x, TU_F32, 2, sx), tu_tensor((void *)w->w1, TU_F32, 2, sw1),
+                    tu_tensor((void *)w->b1, TU_F32, 1, sb1),
+                    tu_tensor((void *)w->w2, TU_F32, 2, sw2),
+                    tu_tensor((void *)w->b2, TU_F32, 1, sb2)};
+  DLTensor out = tu_tensor(y, TU_F32, 2, sy);
+  TU_OK(jit_run(g, in, 5, &out, 1));
+  double worst = 0;
+  for (int64_t r = 0; r < n; r++) {
+    double h[HID], z[OUT], mx = -INFINITY, sum = 0;
+    for (int j = 0; j < HID; j++) {
+      double acc = w->b1[j];
+      for (int k = 0; k < IN; k++) acc += (double)x[r * IN + k] * w->w1[k * HID + j];
+      h[j] = gelu_ref(acc);
+    }
+    for (int j = 0; j < OUT; j++) {
+      double acc = w->b2[j];
+      for (int k = 0; k < HID; k++) acc += h[k] * w->w2[k * OUT + j];
+      z[j] = acc;
+      mx = acc > mx ? acc : mx;
+    }
+    for (int j = 0; j < OUT; j++) sum += (z[j] = exp(z[j] - mx));
+    for (int j = 0; j < OUT; j++) {
+      double e = fabs(z[j] / sum - y[r * OUT + j]);
+      worst = e > worst || isnan(y[r * OUT + j]) ? (isnan(e) ? INFINITY : e) : worst;
+    }
+  }
+  free(x);
+  free(y);
+  return worst;
+}
+
+Test(shapes, generic_mlp_against_plain_c) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
+  jit_graph *g = mlp_graph(ctx);
+  mlp_weights *w = mlp_weights_make(1);
+  static const int64_t ns[] = {1, 2, 3, 7, 8, 9, 31, 64, 65, 129};
+  for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+    double e = mlp_check(g, w, ns[i], 100 + i);
+    cr_expect(e <= 1e-5, "N=%lld: max |error| %g", (long long)ns[i], e);
+  }
+  jit_stats st = stats(ctx);
+  cr_expect_eq(st.compiles, 1, "compiles %llu", (unsigned long long)st.compiles);
+  cr_expect_eq(st.generic_runs, 10);
+  cr_expect_eq(st.specializations, 0);
+  free(w);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+//===--- Other ops -------------------------------------------------------===//
+
+// Reductions on both axes, softmax, a transpose, elementwise with broadcasting and
+// reshapes (to one `?` dim, and to two) of one [R, C] input, R and C symbolic.
+Test(shapes, generic_row_and_layout_ops) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
+  jit_graph *g = tu_graph(ctx, "ops");
+  int64_t R = jit_symbol(g, "R"), C = jit_symbol(g, "C");
+  int64_t dx[2] = {R, C}, db[1] = {C};
+  jit_value x = jit_input(g, "x", TU_F32, 2, dx);
+  jit_value b = jit_input(g, "b", TU_F32, 1, db);
+  int perm[2] = {1, 0};
+  int64_t flat[1] = {-1}, back[2] = {-1, R};
+  jit_output(g, jit_reduce_sum(g, x, 1, 0));                    // 0: [R]
+  jit_output(g, jit_reduce_max(g, x, 0, 1));                    // 1: [1, C]
+  jit_output(g, jit_softmax(g, x, 1));                          // 2: [R, C]
+  jit_output(g, jit_transpose(g, jit_tanh(g, x), perm));        // 3: [C, R]
+  jit_output(g, jit_mul(g, jit_sub(g, x, b), jit_exp(g, b)));   // 4: [R, C]
+  jit_output(g, jit_reshape(g, jit_relu(g, x), 1, flat));       // 5: [R*C]
+  jit_output(g, jit_reshape(g, jit_transpose(g, x, perm), 2, back));  // 6: [C, R]
+  TU_OK(jit_graph_finalize(g));
+  static const int64_t rc[][2] = {{1, 1}, {1, 33}, {7, 5}, {17, 31}, {64, 100}, {3, 257}};
+  for (int c = 0; c < 6; c++) {
+    int64_t r = rc[c][0], cc = rc[c][1], n = r * cc;
+    ref_rng rng;
+    ref_rng_seed(&rng, 200 + (uint64_t)c);
+    float *xv = tu_malloc(sizeof(float) * (size_t)n), *bv = tu_malloc(sizeof(float) * (size_t)cc);
+    ref_rng_fill_signed(&rng, xv, n);
+    ref_rng_fill_signed(&rng, bv, cc);
+    int64_t sx[2] = {r, cc}, sb[1] = {cc};
+    DLTensor in[2] = {tu_tensor(xv, TU_F32, 2, sx), tu_tensor(bv, TU_F32, 1, sb)};
+    DLManagedTensor *outs[7] = {0};
+    TU_OK(jit_run_alloc(g, in, 2, outs, 7));
+    float *want = tu_malloc(sizeof(float) * (size_t)n), *tmp = tu_malloc(sizeof(float) * (size_t)n);
+    int64_t dout[2];
+    char what[64];
+    // 0, 1: reductions
+    int rk = ref_reduce(REF_SUM, xv, 2, sx, 1, 0, want, dout);
+    snprintf(what, sizeof what, "reduce_sum %lldx%lld", (long long)r, (long long)cc);
+    tu_assert_shape(outs[0]->dl_tensor.ndim, outs[0]->dl_tensor.shape, rk, dout, what);
+    tu_assert_close(outs[0]->dl_tensor.data, want, r, 1e-5, 1e-5, rk, dout, what);
+    rk = ref_reduce(REF_RMAX, xv, 2, sx, 0, 1, want, dout);
+    tu_assert_shape(outs[1]->dl_tensor.ndim, outs[1]->dl_tensor.shape, rk, dout, "reduce_max");
+    tu_assert_close(outs[1]->dl_tensor.data, want, cc, 0, 0, rk, dout, "reduce_max");
+    // 2: softmax
+    ref_softmax(xv, 2, sx, 1, want);
+    tu_assert_close(outs[2]->dl_tensor.data, want, n, 1e-5, 1e-6, 2, sx, "softmax");
+    // 3: transpose of tanh
+    ref_unary(REF_TANH, xv, n, tmp);
+    ref_transpose(tmp, 2, sx, perm, want, dout);
+    tu_assert_shape(outs[3]->dl_tensor.ndim, outs[3]->dl_tensor.shape, 2, dout, "transpose");
+    tu_assert_close(outs[3]->dl_tensor.data, want, n, 1e-5, 1e-6, 2, dout, "transpose");
+    // 4: (x - b) * exp(b)
+    for (int64_t i = 0; i < n; i++)
+      want[i] = (float)(((double)xv[i] - bv[i % cc]) * exp((double)bv[i % cc]));
+    tu_assert_close(outs[4]->dl_tensor.data, want, n, 1e-5, 1e-6, 2, sx, "broadcast");
+    // 5: relu, flattened
+    for (int64_t i = 0; i < n; i++) want[i] = xv[i] > 0 ? xv[i] : 0;
+    cr_expect_eq(outs[5]->dl_tensor.ndim, 1);
+    cr_expect_eq(outs[5]->dl_tensor.shape[0], n);
+    tu_assert_close(outs[5]->dl_tensor.data, want, n, 0, 0, 1, &n, "reshape to [?]");
+    // 6: the transpose reshaped to [-1, R] (two `?` dims): the same [C, R] values
+    ref_transpose(xv, 2, sx, perm, want, dout);
+    tu_assert_shape(outs[6]->dl_tensor.ndim, outs[6]->dl_tensor.shape, 2, dout, "reshape");
+    tu_assert_close(outs[6]->dl_tensor.data, want, n, 0, 0, 2, dout, "reshape to [?, R]");
+    for (int j = 0; j < 7; j++) outs[j]->deleter(outs[j]);
+    free(xv);
+    free(bv);
+    free(want);
+    free(tmp);
+  }
+  cr_expect_eq(stats(ctx).compiles, 1);
+  cr_expect_eq(stats(ctx).generic_runs, 6);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+//===--- Policies --------------------------------------------------------===//
+
+Test(shapes, exact_compiles_every_binding) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_EXACT, 0, 0);
+  jit_graph *g = matmul_graph(ctx, "M", 33, 17, TU_F32);
+  for (int64_t m = 1; m <= 3; m++) check_matmul(g, m, 33, 17, TU_F32, 300 + (uint64_t)m);
+  jit_stats st = stats(ctx);
+  cr_expect_eq(st.compiles, 3);
+  cr_expect_eq(st.generic_runs, 0);
+  cr_expect_eq(st.generic_compiles, 0);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+// AUTO: new bindings run on the generic kernel; the one called specialize_after times
+// is compiled in the background, and later calls run its own kernel.
+Test(shapes, auto_specializes_hot_bindings) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_AUTO, 3, 0);
+  jit_graph *g = mlp_graph(ctx);
+  mlp_weights *w = mlp_weights_make(2);
+  cr_expect(mlp_check(g, w, 5, 1) <= 1e-5);
+  cr_expect(mlp_check(g, w, 6, 2) <= 1e-5);
+  jit_stats st = stats(ctx);
+  cr_expect_eq(st.compiles, 1, "only the generic kernel before any binding is hot");
+  cr_expect_eq(st.generic_runs, 2);
+  for (int i = 0; i < 2; i++) cr_expect(mlp_check(g, w, 5, 3 + (uint64_t)i) <= 1e-5);
+  wait_specializations(ctx, 1);
+  uint64_t before = stats(ctx).generic_runs;
+  for (int i = 0; i < 3; i++) cr_expect(mlp_check(g, w, 5, 9 + (uint64_t)i) <= 1e-5);
+  st = stats(ctx);
+  cr_expect_eq(st.generic_runs, before, "N=5 still ran on the generic kernel");
+  cr_expect_eq(st.compiles, 2);
+  cr_expect_eq(st.specializations, 1);
+  cr_expect_eq(st.kernels, 2);
+  free(w);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(shapes, max_specializations_is_a_limit) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_AUTO, 1, 2);
+  jit_graph *g = matmul_graph(ctx, "M", 33, 17, TU_F32);
+  for (int64_t m = 1; m <= 5; m++) check_matmul(g, m, 33, 17, TU_F32, 400 + (uint64_t)m);
+  wait_specializations(ctx, 2);
+  usleep(200000);
+  jit_stats st = stats(ctx);
+  cr_expect_eq(st.specializations, 2, "specializations %llu",
+               (unsigned long long)st.specializations);
+  for (int64_t m = 1; m <= 5; m++) check_matmul(g, m, 33, 17, TU_F32, 410 + (uint64_t)m);
+  cr_expect_eq(stats(ctx).generic_runs - st.generic_runs, 3, "three bindings stay generic");
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(shapes, graph_policy_overrides_the_context) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_EXACT, 0, 0);
+  jit_graph *g = matmul_graph(ctx, "M", 33, 17, TU_F32);
+  TU_OK(jit_graph_set_shape_policy(g, JIT_SHAPE_POLICY_GENERIC));
+  for (int64_t m = 1; m <= 3; m++) check_matmul(g, m, 33, 17, TU_F32, 500 + (uint64_t)m);
+  cr_expect_eq(stats(ctx).compiles, 1);
+  cr_expect_eq(stats(ctx).generic_runs, 3);
+  jit_status s = jit_graph_set_shape_policy(g, (jit_shape_policy)7);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+// A graph without symbols has one binding: it is compiled exactly, never generically.
+Test(shapes, static_graphs_stay_exact) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
+  jit_graph *g = tu_graph(ctx, "static");
+  int64_t d[2] = {4, 8};
+  jit_output(g, jit_relu(g, jit_input(g, "x", TU_F32, 2, d)));
+  TU_OK(jit_graph_finalize(g));
+  float x[32], y[32];
+  for (int i = 0; i < 32; i++) x[i] = (float)i - 16;
+  DLTensor in = tu_tensor(x, TU_F32, 2, d), out = tu_tensor(y, TU_F32, 2, d);
+  TU_OK(jit_run(g, &in, 1, &out, 1));
+  cr_expect_eq(stats(ctx).generic_runs, 0);
+  cr_expect_eq(stats(ctx).generic_compiles, 0);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(shapes, bad_policy_options_are_refused) {
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";
+  jit_context *ctx = NULL;
+  struct {
+    jit_shape_policy policy;
+    int after, max;
+    const char *field;
+  } bad[] = {{(jit_shape_policy)3, 0, 0, "options.shape_policy"},
+             {(jit_shape_policy)-1, 0, 0, "options.shape_policy"},
+             {JIT_SHAPE_POLICY_AUTO, -1, 0, "options.specialize_after"},
+             {JIT_SHAPE_POLICY_AUTO, 0, 2000000, "options.max_specializations"}};
+  for (int i = 0; i < 4; i++) {
+    o.shape_policy = bad[i].policy;
+    o.specialize_after = bad[i].after;
+    o.max_specializations = bad[i].max;
+    jit_status s = jit_context_create(&o, &ctx);
+    TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+    TU_EXPECT_MSG(s, bad[i].field);
+    jit_status_free(s);
+    cr_expect(ctx == NULL);
+  }
+}
+
+Test(shapes, environment_overrides_the_option) {
+  setenv("JITML_SHAPE_POLICY", "Generic", 1);
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_EXACT, 0, 0);
+  jit_graph *g = matmul_graph(ctx, "M", 33, 17, TU_F32);
+  for (int64_t m = 1; m <= 2; m++) check_matmul(g, m, 33, 17, TU_F32, 600 + (uint64_t)m);
+  cr_expect_eq(stats(ctx).generic_runs, 2);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  setenv("JITML_SHAPE_POLICY", "sometimes", 1);
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";
+  jit_status s = jit_context_create(&o, &ctx);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "JITML_SHAPE_POLICY");
+  jit_status_free(s);
+  unsetenv("JITML_SHAPE_POLICY");
+}
+
+//===--- Disk ------------------------------------------------------------===//
+
+Test(shapes, generic_kernel_comes_back_from_disk) {
+  char dir[] = "/tmp/jitml-shapes-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = dir;
+  o.shape_policy = JIT_SHAPE_POLICY_GENERIC;
+  for (int round = 0; round < 2; round++) {
+    jit_context *ctx = NULL;
+    TU_OK(jit_context_create(&o, &ctx));
+    jit_graph *g = matmul_graph(ctx, "M", 40, 24, TU_F32);
+    check_matmul(g, 3 + round, 40, 24, TU_F32, 700 + (uint64_t)round);
+    jit_stats st = stats(ctx);
+    cr_expect_eq(st.compiles, round == 0 ? 1 : 0, "round %d: compiles %llu", round,
+                 (unsigned long long)st.compiles);
+    cr_expect_eq(st.disk_hits, round == 0 ? 0 : 1, "round %d", round);
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_expect(system(cmd) == 0);
+}
+
+//===--- Threads ---------------------------------------------------------===//
+
+enum { kThreads = 4, kRounds = 24 };
+
+typedef struct runner {
+  jit_graph *g;
+  const mlp_weights *w;
+  int index;
+  double worst;
+} runner;
+
+static void *run_stream(void *arg) {
+  runner *r = arg;
+  for (int i = 0; i < kRounds; i++) {
+    int64_t n = 1 + (r->index + i) % 6;  // six bindings, each hot soon
+    double e = mlp_check(r->g, r->w, n, (uint64_t)(r->index * 1000 + i));
+    if (e > r->worst) r->worst = e;
+  }
+  return NULL;
+}
+
+// Runs from four threads while bindings are specialized in the background and switch
+// from the generic kernel to their own: every result stays right.
+Test(shapes, background_compiles_race_with_runs) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_AUTO, 2, 0);
+  jit_graph *g = mlp_graph(ctx);
+  mlp_weights *w = mlp_weights_make(3);
+  pthread_t t[kThreads];
+  runner r[kThreads];
+  for (int i = 0; i < kThreads; i++) {
+    r[i] = (runner){g, w, i, 0};
+    cr_assert(pthread_create(&t[i], NULL, run_stream, &r[i]) == 0);
+  }
+  for (int i = 0; i < kThreads; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < kThreads; i++)
+    cr_expect(r[i].worst <= 1e-5, "thread %d: max |error| %g", i, r[i].worst);
+  jit_stats st = stats(ctx);
+  cr_expect_eq(st.runs, kThreads * kRounds);
+  cr_expect_eq(st.generic_compiles, 1);
+  free(w);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+// Destroying a graph (then its context) with specializations queued and in flight
+// neither hangs nor leaks (the ASan leg checks the leaks).
+Test(shapes, destroy_with_compiles_in_flight) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_AUTO, 1, 0);
+  jit_graph *g = matmul_graph(ctx, "M", 300, 200, TU_F32);
+  for (int64_t m = 1; m <= 6; m++) check_matmul(g, m, 300, 200, TU_F32, 800 + (uint64_t)m);
+  jit_graph_destroy(g);  // five or six compiles were asked for; at most one runs
+  cr_expect(stats(ctx).specializations < 6);
+  jit_context_destroy(ctx);
+}
