@@ -13,7 +13,11 @@
 // 1..512. Streams: 300 calls over 100 distinct values (each three times, shuffled),
 // and 1,000 calls drawn Zipf-like (s = 1.1) from 100 values.
 //
-//   jitml_stream [--quick] [--only mlp|block] [--stream uniform|zipf]
+//   jitml_stream [--quick] [--only mlp|block] [--stream uniform|zipf] [--threads N]
+//   jitml_stream --kernels [--threads N]
+//
+// --kernels: generic kernels against exact ones, shape by shape (the targets: >= 0.85x
+// on large shapes, >= 0.7x on odd ones).
 //
 // --quick: 120 calls over 40 values, for a smoke run. bench/stream_iree.py runs the
 // same streams through IREE for comparison.
@@ -237,15 +241,26 @@ static jit_stats stats_of(jit_context *ctx) {
   return s;
 }
 
-// The steady state: `hot` values, each called `reps` times round robin.
-static double steady(jit_graph *g, const workload *w, buffers *b, const int64_t *hot,
-                     int n_hot, int reps) {
-  for (int i = 0; i < n_hot; i++) call(g, w, b, hot[i]);
+// Waits until no background compile is queued or running.
+static void settle(jit_context *ctx) {
+  struct timespec ts = {0, 20 * 1000 * 1000};
+  for (int i = 0; i < 3000 && stats_of(ctx).specializations_pending; i++) nanosleep(&ts, NULL);
+}
+
+// The steady state: `hot` values, each called `reps` times round robin, after enough
+// calls of each to make it hot (AUTO) and its compile done.
+static double steady(jit_context *ctx, jit_graph *g, const workload *w, buffers *b,
+                     const int64_t *hot, int n_hot, int reps) {
+  for (int k = 0; k < 8; k++)
+    for (int i = 0; i < n_hot; i++) call(g, w, b, hot[i]);
+  settle(ctx);
   double t0 = now_ms();
   for (int r = 0; r < reps; r++)
     for (int i = 0; i < n_hot; i++) call(g, w, b, hot[i]);
   return (double)(reps * n_hot) / ((now_ms() - t0) / 1e3);
 }
+
+static int g_threads;
 
 static result run_policy(const workload *w, jit_shape_policy policy, const int64_t *stream,
                          int calls, const int64_t *hot, int n_hot, buffers *b) {
@@ -254,6 +269,7 @@ static result run_policy(const workload *w, jit_shape_policy policy, const int64
   jit_options_init(&o);
   o.cache_dir = "";
   o.shape_policy = policy;
+  o.num_threads = g_threads;
   jit_context *ctx = NULL;
   if (!ok(jit_context_create(&o, &ctx), "context")) exit(1);
   jit_graph *g = w->build(ctx);
@@ -275,17 +291,11 @@ static result run_policy(const workload *w, jit_shape_policy policy, const int64
   r.p50 = percentile(lat, calls, 0.5);
   r.p99 = percentile(lat, calls, 0.99);
   free(lat);
-  // Let the background compiles the stream asked for finish (AUTO), then measure.
-  uint64_t last = ~0ull;
-  for (int i = 0; i < 600; i++) {
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    uint64_t n = stats_of(ctx).specializations + stats_of(ctx).specialization_failures;
-    if (n == last) break;
-    last = n;
-    nanosleep(&ts, NULL);
-  }
+  // The stream's own specializations (AUTO), then the steady state.
+  settle(ctx);
   r.specializations = stats_of(ctx).specializations;
-  r.steady_cps = steady(g, w, b, hot, n_hot, 20);
+  r.steady_cps = steady(ctx, g, w, b, hot, n_hot, 20);
+  if (getenv("STREAM_DEBUG")) fprintf(stderr, "after steady: %llu specializations, %llu generic runs\n", (unsigned long long)stats_of(ctx).specializations, (unsigned long long)stats_of(ctx).generic_runs);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
   return r;
@@ -320,22 +330,128 @@ static int hottest(const int64_t *stream, int calls, int64_t *hot, int n) {
   return k;
 }
 
+//===--- Kernels: generic against exact, shape by shape ------------------===//
+
+// A [M, K] x [K, N] matmul graph; `all` makes K and N symbolic too (else only M).
+static jit_graph *build_matmul(jit_context *ctx, bool all, int64_t K, int64_t N) {
+  jit_graph *g = NULL;
+  if (!ok(jit_graph_create(ctx, "matmul", &g), "graph")) exit(1);
+  const DLDataType f32 = {kDLFloat, 32, 1};
+  int64_t m = jit_symbol(g, "M");
+  int64_t k = all ? jit_symbol(g, "K") : K, n = all ? jit_symbol(g, "N") : N;
+  int64_t da[2] = {m, k}, db[2] = {k, n};
+  jit_value a = jit_input(g, "a", f32, 2, da);
+  jit_value b = jit_input(g, "b", f32, 2, db);
+  jit_output(g, jit_matmul(g, a, b));
+  return finalize(g);
+}
+
+typedef struct kcase {
+  const char *what;
+  int kind;  // 0: the MLP at batch M; 1: matmul, M symbolic; 2: matmul, all symbolic
+  int64_t M, K, N;
+} kcase;
+
+// Microseconds per call of `g` on the case's shapes: the best of `rounds` rounds.
+static double time_case(jit_graph *g, const kcase *c, float **bufs, int reps) {
+  int64_t sh[kMaxInputs][2], so[2];
+  DLTensor in[kMaxInputs], out;
+  int n_in;
+  if (c->kind == 0) {
+    n_in = 5;
+    for (int i = 0; i < 5; i++) in[i] = tensor(bufs[i], shape_mlp(i, c->M, sh[i]), sh[i]);
+    so[0] = c->M;
+    so[1] = 10;
+  } else {
+    n_in = 2;
+    sh[0][0] = c->M, sh[0][1] = c->K, sh[1][0] = c->K, sh[1][1] = c->N;
+    in[0] = tensor(bufs[0], 2, sh[0]);
+    in[1] = tensor(bufs[1], 2, sh[1]);
+    so[0] = c->M;
+    so[1] = c->N;
+  }
+  out = tensor(bufs[kMaxInputs - 1], 2, so);
+  if (!ok(jit_run(g, in, n_in, &out, 1), "jit_run")) exit(1);
+  double t0 = now_ms();
+  for (int r = 0; r < reps; r++) jit_run(g, in, n_in, &out, 1);
+  return (now_ms() - t0) * 1e3 / reps;
+}
+
+static int cmp_dbl(const void *a, const void *b) { return cmp_double(a, b); }
+
+// Generic against exact kernels: for each case the two contexts' kernels are timed
+// in alternation, 7 rounds, and the median of the per-round ratios is printed.
+static void kernels(int threads) {
+  static const kcase cases[] = {
+      {"mlp N=1", 0, 1, 0, 0},         {"mlp N=7", 0, 7, 0, 0},
+      {"mlp N=64", 0, 64, 0, 0},       {"mlp N=300", 0, 300, 0, 0},
+      {"mlp N=512", 0, 512, 0, 0},     {"mm 17x1000x31 (M)", 1, 17, 1000, 31},
+      {"mm 17x1000x31 (MKN)", 2, 17, 1000, 31}, {"mm 1x784x256 (M)", 1, 1, 784, 256},
+      {"mm 97x127x131 (MKN)", 2, 97, 127, 131}, {"mm 512x512x512 (M)", 1, 512, 512, 512},
+      {"mm 512x512x512 (MKN)", 2, 512, 512, 512}, {"mm 1024x1024x1024 (M)", 1, 1024, 1024, 1024},
+  };
+  float *bufs[kMaxInputs] = {0};
+  for (int i = 0; i < kMaxInputs; i++) bufs[i] = rand_array(1024 * 1024, 0.1f);
+  printf("\ngeneric kernels against exact ones (threads %d; median of 7 alternating "
+         "rounds, us per call)\n%-24s %10s %10s %8s\n", threads, "case", "exact us",
+         "generic us", "ratio");
+  jit_context *ctx[2];
+  for (int p = 0; p < 2; p++) {
+    jit_options o;
+    jit_options_init(&o);
+    o.cache_dir = "";
+    o.num_threads = threads;
+    o.shape_policy = p ? JIT_SHAPE_POLICY_GENERIC : JIT_SHAPE_POLICY_EXACT;
+    if (!ok(jit_context_create(&o, &ctx[p]), "context")) exit(1);
+  }
+  for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+    const kcase *c = &cases[ci];
+    jit_graph *g[2];
+    for (int p = 0; p < 2; p++)
+      g[p] = c->kind == 0 ? build_mlp(ctx[p]) : build_matmul(ctx[p], c->kind == 2, c->K, c->N);
+    double flops = c->kind == 0 ? 2.0 * c->M * (784 * 256 + 2560) : 2.0 * c->M * c->K * c->N;
+    int reps = flops > 1e8 ? 10 : flops > 1e7 ? 50 : flops > 1e6 ? 300 : 2000;
+    double ex[7], ge[7], ratio[7];
+    for (int r = 0; r < 7; r++) {
+      ex[r] = time_case(g[0], c, bufs, reps);
+      ge[r] = time_case(g[1], c, bufs, reps);
+      ratio[r] = ex[r] / ge[r];
+    }
+    qsort(ex, 7, sizeof *ex, cmp_dbl);
+    qsort(ge, 7, sizeof *ge, cmp_dbl);
+    qsort(ratio, 7, sizeof *ratio, cmp_dbl);
+    printf("%-24s %10.1f %10.1f %7.2fx\n", c->what, ex[3], ge[3], ratio[3]);
+    fflush(stdout);
+    for (int p = 0; p < 2; p++) jit_graph_destroy(g[p]);
+  }
+  for (int p = 0; p < 2; p++) jit_context_destroy(ctx[p]);
+  for (int i = 0; i < kMaxInputs; i++) free(bufs[i]);
+}
+
 int main(int argc, char **argv) {
-  bool quick = false;
+  bool quick = false, kernel_mode = false;
+  int threads = 0;
   const char *only = NULL, *which = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--stream") && i + 1 < argc) which = argv[++i];
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--kernels")) kernel_mode = true;
     else {
       fprintf(stderr, "usage: jitml_stream [--quick] [--only mlp|block] "
-              "[--stream uniform|zipf]\n");
+              "[--stream uniform|zipf] [--threads N] [--kernels]\n");
       return 2;
     }
   }
+  g_threads = threads;
   if (getenv("JITML_SHAPE_POLICY"))
     fprintf(stderr, "jitml_stream: JITML_SHAPE_POLICY is set and overrides every policy "
             "below; unset it\n");
+  if (kernel_mode) {
+    kernels(threads);
+    return 0;
+  }
   printf("libjitml %s; each policy in a fresh context, disk cache off\n", jit_version());
   static const char *const pname[] = {"AUTO", "EXACT", "GENERIC"};
   for (size_t wi = 0; wi < sizeof kWorkloads / sizeof *kWorkloads; wi++) {

@@ -209,6 +209,7 @@ typedef struct jit_stats {
   uint64_t specializations;   // bindings given their own kernel in the background
   uint64_t specialization_failures;  // background compiles that failed (logged; the
                                      // binding stays on the generic kernel)
+  uint64_t specializations_pending;  // background compiles queued or running now
 } jit_stats;
 
 // Copies the context's counters into `out_stats` (whose struct_size the caller sets,

@@ -223,6 +223,7 @@ jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
   s.generic_compiles = atomic_load(&ctx->generic_compiles);
   s.specializations = atomic_load(&ctx->specializations);
   s.specialization_failures = atomic_load(&ctx->spec_failures);
+  s.specializations_pending = jit__spec_pending(ctx->spec);
   memcpy(out, &s, size);
   return NULL;
 }

@@ -197,6 +197,8 @@ void jit__spec_destroy(jit__specializer *sp);
 // Queues binding `k` of `g` for its own kernel (jit__specialize_binding), unless the
 // graph reached its limit (logged once). Never blocks on a compile.
 void jit__spec_enqueue(jit_graph *g, jit__kernel *k);
+// Jobs queued or running now.
+uint64_t jit__spec_pending(jit__specializer *sp);
 // Drops the queued jobs of `g` and waits for its job in flight (jit_graph_destroy).
 void jit__spec_forget_graph(jit_graph *g);
 // Compiles (or loads from disk) binding `k`'s own kernel and switches its calls to it

@@ -142,12 +142,11 @@ static jit_status jit__generic_compile(jit_graph *g, jit__kernel *gk) {
   const jit__cpu_target *t = jit__cpu_host_target();
   const char *dump = ctx->options.dump_ir_dir ? ctx->options.dump_ir_dir
                                                : getenv("JITML_DUMP_IR");
-  // Generic kernels run on one thread: their loops are not split (a specialized
-  // kernel of a hot binding is).
   jit__lower_options lo = {.opt_level = ctx->options.opt_level,
                            .dump_dir = dump && dump[0] ? dump : NULL,
                            .triple = t->triple, .cpu = t->cpu, .features = t->features,
-                           .l2_bytes = t->l2_bytes, .num_threads = 1,
+                           .l2_bytes = t->l2_bytes,
+                           .num_threads = jit__cpu_threads(ctx->options.num_threads),
                            .pool = ctx->mlir_pool};
   jit__artifact art;
   double t0 = jit__now_ms();
@@ -160,8 +159,11 @@ static jit_status jit__generic_compile(jit_graph *g, jit__kernel *gk) {
   ctx->compile_ms += ms;
   pthread_mutex_unlock(&ctx->mu);
   if (s) goto done;
-  jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: generic kernel %s compiled in %.1f ms",
-           g->name, func_name, ms);
+  jit__log(ctx, JIT_LOG_DEBUG,
+           "graph `%s`: generic kernel %s compiled in %.1f ms: MLIR %.1f ms, LLVM IR + %s "
+           "passes %.1f ms, codegen %.1f ms, %zu-byte object",
+           g->name, func_name, ms, art.ms_mlir, art.llvm_passes ? art.llvm_passes : "LLVM",
+           art.ms_llvm_opt, art.ms_codegen, art.object_size);
   s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, &gk->exact.fn,
                     &gk->exact.threaded);
   gk->exact.stack_bytes = art.stack_bytes;

@@ -126,6 +126,16 @@ void jit__spec_enqueue(jit_graph *g, jit__kernel *k) {
   pthread_mutex_unlock(&sp->mu);
 }
 
+uint64_t jit__spec_pending(jit__specializer *sp) {
+  if (!sp) return 0;
+  uint64_t n = 0;
+  pthread_mutex_lock(&sp->mu);
+  for (jit__spec_job *j = sp->head; j; j = j->next) n++;
+  n += sp->running != NULL;
+  pthread_mutex_unlock(&sp->mu);
+  return n;
+}
+
 void jit__spec_forget_graph(jit_graph *g) {
   jit__specializer *sp = g->ctx ? g->ctx->spec : NULL;
   if (!sp) return;

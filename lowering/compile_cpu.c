@@ -81,6 +81,13 @@ static const char kToLLVMPipelineGeneric[] =
     "lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,"
     "convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-ub-to-llvm,"
     "reconcile-unrealized-casts)";
+static const char kToLLVMPipelineGenericOmp[] =
+    "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm,"
+    "convert-vector-to-scf{full-unroll=1},scf-forall-to-parallel,"
+    "convert-scf-to-openmp{num-threads=%d},expand-strided-metadata,lower-affine,"
+    "finalize-memref-to-llvm,convert-scf-to-cf,convert-vector-to-llvm,"
+    "convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-openmp-to-llvm,"
+    "convert-ub-to-llvm,reconcile-unrealized-casts)";
 
 // The same with the scf.forall loops the strategy made for threads turned into OpenMP
 // (scf.forall -> scf.parallel -> omp.parallel + omp.wsloop). finalize-memref-to-llvm
@@ -498,7 +505,8 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     status = jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
     if (status) goto done;
     jit__dump_op(options, func_name, "02-fused.mlir", mop);
-    plan.script = jit__cpu_generic_script(ctx, mop, options, &plan.n_ops);
+    plan.script = jit__cpu_generic_script(ctx, mop, options, &plan.n_ops, &plan.threads);
+    plan.parallel = plan.threads > 1;
     if (!plan.script) {
       status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
       goto done;
@@ -557,11 +565,12 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     unroll = plan.unroll_k && jit__cpu_unroll_k_loops(ctx, mop) > 0;
   }
   char omp_pipeline[sizeof(kToLLVMPipelineOmp) + 16];
-  snprintf(omp_pipeline, sizeof omp_pipeline, kToLLVMPipelineOmp, plan.threads);
+  snprintf(omp_pipeline, sizeof omp_pipeline,
+           options->generic ? kToLLVMPipelineGenericOmp : kToLLVMPipelineOmp, plan.threads);
   status = jit__run_own_pipeline(ctx, module,
-                                 options->generic ? kToLLVMPipelineGeneric
-                                 : plan.parallel  ? omp_pipeline
-                                                  : kToLLVMPipeline,
+                                 plan.parallel      ? omp_pipeline
+                                 : options->generic ? kToLLVMPipelineGeneric
+                                                    : kToLLVMPipeline,
                                  diag, "lowering to LLVM");
   if (status) goto done;
   if (!mlirOperationVerify(mop)) {

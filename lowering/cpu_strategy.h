@@ -69,10 +69,11 @@ void jit__cpu_plan_free(jit__cpu_plan *plan);
 
 // For a generic kernel (a module with `?` dims): tags its matmuls `jit.gmm = i` and
 // writes the script that tiles them with peeled remainders and vectorizes what is
-// static (lowering/cpu/generic.c); *n_ops: the matmuls it plans. NULL when out of
-// memory. Thread-safe.
+// static (lowering/cpu/generic.c); *n_ops: the matmuls it plans; *threads: the
+// threads its scf.forall loops use (1: none made). NULL when out of memory.
+// Thread-safe.
 char *jit__cpu_generic_script(MlirContext ctx, MlirOperation module,
-                              const jit__lower_options *o, int *n_ops);
+                              const jit__lower_options *o, int *n_ops, int *threads);
 
 // After one-shot bufferization (before deallocations are placed): replaces the heap
 // allocation of each packed-B buffer of `plan` made once per call or per thread, and

@@ -24,95 +24,270 @@
 #include "lowering/cpu/internal.h"
 
 jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t N,
-                                                  const jit__cpu_host *h) {
+                                                  const jit__cpu_host *h, int threads) {
   jit__cpu_generic_mm_plan p = {0};
   p.tm = h->tm;
   p.tn = h->tn;
-  // A static N of at most one register tile is one tile, whole: no n loop to peel.
-  if (N >= 0 && N <= p.tn) {
-    p.tn = N;
-    p.peel_n = false;
-  } else {
-    p.peel_n = N < 0 || N % p.tn != 0;
-  }
+  p.M = M;
+  p.N = N;
+  p.peel_n = N < 0 || N % p.tn != 0;
+  // The static-M rows: tm divides them, or they are peeled (a static M < tm is one tile).
+  if (M >= 0 && M < p.tm) p.tm = M;
   // Cache blocks of rows only where M is `?` (the usual case: a batch); a static M
   // is tiled by tm directly, peeled when tm does not divide it.
   p.mc = M < 0 ? 8 * p.tm : 0;
   p.peel_m = M < 0 || M % p.tm != 0;
   p.kc = (K < 0 || K > 256) ? 128 : 0;
+  // Rows left after the whole tiles go in halving tiles where B is large enough to
+  // matter (read once per level, not once per row), else one by one.
+  p.halve_rows = K < 0 || N < 0 || K * N >= 16384;
+  // Threads split the columns where each gets whole register tiles of a static N (B
+  // is then read once in all, and a small M is as fast as a large one), else the rows:
+  // a `?` M always (its size is not known here; a thread with no rows does nothing), a
+  // static one with a register tile for each thread.
+  p.split_n = threads > 1 && N > 0 && N % ((int64_t)threads * p.tn) == 0 && !p.peel_n;
+  p.threads = threads > 1 && (p.split_n || M < 0 || M >= (int64_t)threads * p.tm) ? threads
+                                                                                  : 1;
   return p;
 }
 
 //===--- Script ----------------------------------------------------------===//
 
-// Writes `%<res>, %<res>l:<loops> = tile_using_for %<op> tile_sizes [...]`; returns
-// the number of loops (non-zero sizes).
-static int tile(jit__text *sb, const char *res, const char *op, int n, const int64_t *sizes) {
-  int loops = 0;
-  for (int i = 0; i < n; i++) loops += sizes[i] != 0;
-  sb_printf(sb, "  %%%s, %%%sl:%d = transform.structured.tile_using_for %s tile_sizes [",
-            res, res, loops ? loops : 1, op);
-  for (int i = 0; i < n; i++) sb_printf(sb, "%s%lld", i ? ", " : "", (long long)sizes[i]);
-  sb_printf(sb, "] : (" ANY ") -> ");
-  sb_types(sb, 1 + loops);
-  sb_printf(sb, "\n");
-  return loops;
+#define FOR "!transform.op<\"scf.for\">"
+
+// Handles are named %h<n>, n counting up through the whole script.
+typedef struct writer {
+  jit__text *sb;
+  int n;
+} writer;
+
+// `%h = match <name> in <in>` (in of type `in_ty`); returns h.
+static int match_in(writer *w, const char *name, const char *in, const char *in_ty) {
+  sb_printf(w->sb, "  %%h%d = transform.structured.match ops{[\"%s\"]} in %s : (%s) -> " ANY
+            "\n", w->n, name, in, in_ty);
+  return w->n++;
 }
 
-// One matmul (tag jit.gmm = i): `b` is 1 for a batch_matmul (its leading batch loop is
-// tiled by 1 with the cache blocks), else 0.
-static void write_matmul(jit__text *sb, int i, const char *name, int b,
-                         const jit__cpu_generic_mm_plan *p) {
-  char cur[48], loop[48], res[32];
-  sb_printf(sb,
-            "  %%g%d = transform.structured.match ops{[\"%s\"]} attributes {jit.gmm = %d} "
-            "in %%root : (" ANY ") -> " ANY "\n", i, name, i);
-  snprintf(cur, sizeof cur, "%%g%d", i);
+// `%h, %hl:<loops> = tile_using_for %h<op> tile_sizes [...]`; returns h.
+static int tile(writer *w, int op, int n, const int64_t *sizes) {
+  int loops = 0;
+  for (int i = 0; i < n; i++) loops += sizes[i] != 0;
+  sb_printf(w->sb, "  %%h%d, %%h%dl:%d = transform.structured.tile_using_for %%h%d tile_sizes [",
+            w->n, w->n, loops, op);
+  for (int i = 0; i < n; i++) sb_printf(w->sb, "%s%lld", i ? ", " : "", (long long)sizes[i]);
+  sb_printf(w->sb, "] : (" ANY ") -> ");
+  sb_types(w->sb, 1 + loops);
+  sb_printf(w->sb, "\n");
+  return w->n++;
+}
+
+// Fuses producer %h<op> into the loop `into` (tiles of it computed inside, where the
+// loop's body reads them; only that op, not its own producers); returns the fused
+// op's handle.
+static int fuse_into(writer *w, int op, const char *into) {
+  sb_printf(w->sb, "  %%h%d, %%h%dc = transform.structured.fuse_into_containing_op %%h%d into "
+            "%s : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n", w->n, w->n, op, into);
+  return w->n++;
+}
+
+// Peels loop `loop` (an any_op handle text); returns h: %h<h>m whole, %h<h>r the rest.
+static int peel(writer *w, const char *loop) {
+  sb_printf(w->sb,
+            "  %%h%d = transform.cast %s : " ANY " to " FOR "\n"
+            "  %%h%dm, %%h%dr = transform.loop.peel %%h%d : (" FOR ") -> (" FOR ", " FOR ")\n",
+            w->n, loop, w->n, w->n, w->n);
+  return w->n++;
+}
+
+// Tiles the k loop by 1 (a register tile's outer products) of every `name` op in `in`.
+static void k_by_one(writer *w, const char *name, int b, const char *in, const char *in_ty) {
+  int mm = match_in(w, name, in, in_ty);
   int64_t s[4] = {0};
-  if (b || p->mc || p->kc) {
-    s[0] = 1;
-    s[b] = p->mc;
-    s[b + 2] = p->kc;
-    snprintf(res, sizeof res, "g%do", i);
-    tile(sb, res, cur, 3 + b, s);
-    snprintf(cur, sizeof cur, "%%g%do", i);
-  }
-  memset(s, 0, sizeof s);
-  s[b] = p->tm;
-  s[b + 1] = p->tn;
-  snprintf(res, sizeof res, "g%dt", i);
-  tile(sb, res, cur, 3 + b, s);
-  // The m loop is the first of the register tiling's loops, n the second (none when
-  // tn is all of a static N; MLIR still makes a one-trip loop for it).
-  if (p->peel_n) {
-    snprintf(loop, sizeof loop, "%%g%dtl#1", i);
-    sb_peel(sb, "gn", i, loop);
-  }
-  snprintf(loop, sizeof loop, "%%g%dtl#0", i);
-  const char *whole = loop;
-  char wbuf[48];
-  if (p->peel_m) {
-    sb_peel(sb, "gm", i, loop);
-    snprintf(wbuf, sizeof wbuf, "%%gm%dm", i);
-    whole = wbuf;
-    // The remaining rows, one at a time.
-    sb_printf(sb,
-              "  %%gr%d = transform.structured.match ops{[\"%s\"]} in %%gm%dr : "
-              "(!transform.op<\"scf.for\">) -> " ANY "\n", i, name, i);
-    memset(s, 0, sizeof s);
-    s[b] = 1;
-    s[b + 2] = 1;
-    snprintf(res, sizeof res, "gr%dt", i);
-    snprintf(cur, sizeof cur, "%%gr%d", i);
-    tile(sb, res, cur, 3 + b, s);
-  }
-  sb_printf(sb, "  %%gw%d = transform.structured.match ops{[\"%s\"]} in %s : (%s) -> " ANY "\n",
-            i, name, whole, p->peel_m ? "!transform.op<\"scf.for\">" : ANY);
-  memset(s, 0, sizeof s);
   s[b + 2] = 1;
-  snprintf(res, sizeof res, "gw%dt", i);
-  snprintf(cur, sizeof cur, "%%gw%d", i);
-  tile(sb, res, cur, 3 + b, s);
+  tile(w, mm, 3 + b, s);
+}
+
+// Splits op %h<op> across the threads along loop `dim` of `n` (scf.forall); returns
+// the tiled op's handle, the forall's is %h<h>l.
+static int split(writer *w, int op, int n, int dim, int threads) {
+  sb_printf(w->sb, "  %%h%d, %%h%dl = transform.structured.tile_using_forall %%h%d num_threads [",
+            w->n, w->n, op);
+  for (int d = 0; d < n; d++) sb_printf(w->sb, "%s%d", d ? ", " : "", d == dim ? threads : 0);
+  sb_printf(w->sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
+  return w->n++;
+}
+
+// What the column and row tilings work on: the matmul (tag jit.gmm = i, `name`,
+// batch loop first when `b` is 1), or, when `ep` is set, its elementwise epilogue
+// (tag jit.gep = i), whose tiles get the matmul's tiles fused in, so that bias and
+// activation run on the accumulators (recipes/gelu.mlir).
+typedef struct target {
+  const char *name;
+  int b;
+  const char *ep;  // "linalg.generic", or NULL
+  int top, mm;     // handles of the tiled op (the epilogue, or the matmul) and the matmul
+  int fill;        // the fill making the matmul's zeros (an epilogue's matmul only) is
+                   // fused into every tile, so the accumulators start as zeros in
+                   // registers rather than loaded from a zeroed buffer: 0, else -1
+} target;
+
+// With t->fill: fuses the fill that makes the zeros of fused matmul %h<mm> into `loop`
+// as well. The matmul tile's init is a slice of that fill's result (found through the
+// producers: a name match would also see a full-size copy that tiling leaves behind
+// for a tensor.dim until canonicalization).
+static void fuse_into_fill(writer *w, const target *t, int mm, const char *loop) {
+  if (t->fill < 0) return;
+  sb_printf(w->sb,
+            "  %%h%d = transform.get_producer_of_operand %%h%d[2] : (" ANY ") -> " ANY "\n"
+            "  %%h%dp = transform.get_producer_of_operand %%h%d[0] : (" ANY ") -> " ANY "\n",
+            w->n, mm, w->n, w->n);
+  char p[32];
+  snprintf(p, sizeof p, "%%h%dp", w->n++);
+  sb_printf(w->sb, "  %%h%d, %%h%dc = transform.structured.fuse_into_containing_op %s into "
+            "%s : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n", w->n, w->n, p, loop);
+  w->n++;
+}
+
+// Tiles the target found in `in` (of type `in_ty`) along loop `dim` by `size` (the
+// epilogue's dim, the matmul's dim + b), fusing the matmul into the new loop; returns
+// the tiled op's handle (its loop is %h<h>l#0).
+static int tile_dim(writer *w, const target *t, const char *in, const char *in_ty, int dim,
+                    int64_t size) {
+  int64_t s[4] = {0};
+  // In %root the ops are the tagged ones (t->top, t->mm), not found by name.
+  bool root = !strcmp(in, "%root");
+  char loop[48];
+  if (!t->ep) {
+    s[t->b + dim] = size;
+    return tile(w, root ? t->top : match_in(w, t->name, in, in_ty), 3 + t->b, s);
+  }
+  int mm = root ? t->mm : match_in(w, t->name, in, in_ty);
+  s[dim] = size;
+  int h = tile(w, root ? t->top : match_in(w, t->ep, in, in_ty), 2, s);
+  snprintf(loop, sizeof loop, "%%h%dl#0", h);
+  fuse_into_fill(w, t, fuse_into(w, mm, loop), loop);
+  return h;
+}
+
+static int64_t pow2_floor(int64_t x) {
+  int64_t r = 1;
+  while (r * 2 <= x) r *= 2;
+  return r;
+}
+
+// Cuts loop `dim` (0: rows, 1: columns) of the target in `in` into pieces whose
+// widths are static, so that every register tile vectorizes unmasked at a width LLVM
+// handles well (a 31-wide vector of columns cost 45x): tiles of the register tile's
+// size (tm, tn), then, peeled off, what is left: a static rest in power-of-two widths
+// (31 = 16 + 8 + 4 + 2 + 1), a `?` rest of rows in halving tiles (tm/2, .., 1, each
+// level peeled; B is read once per level rather than once per row), a `?` rest of
+// columns as scalar loops. Rows are cut first; in each row piece the columns; in each
+// column piece the k loop by one (outer products, accumulators in registers).
+static void write_dim(writer *w, const target *t, const char *in, const char *in_ty,
+                      const jit__cpu_generic_mm_plan *p, int dim) {
+  char cur[48], loop[48];
+  snprintf(cur, sizeof cur, "%s", in);
+  const char *cur_ty = in_ty;
+  int64_t left = dim == 0 ? p->M : p->N, width = dim == 0 ? p->tm : p->tn;
+  for (;;) {
+    if (left >= 0 && left < width) width = pow2_floor(left);
+    // Each piece costs compile time (a vectorized copy of the kernel's core): the
+    // last few columns stay scalar loops, and where B is small the rows left after
+    // the whole tiles go one by one.
+    // (Their k loop still goes by one: the vectorizer takes any static op whole, and a
+    // [8, 2] tile over all of K became a 256-deep contraction of 2-wide vectors.)
+    if (dim == 1 && width < 4 && width < p->tn) {
+      k_by_one(w, t->name, t->b, cur, cur_ty);
+      return;
+    }
+    if (dim == 0 && left < 0 && width < p->tm && !p->halve_rows) width = 1;
+    int h = tile_dim(w, t, cur, cur_ty, dim, width);
+    snprintf(loop, sizeof loop, "%%h%dl#0", h);
+    // Whole tiles only: a static extent they divide, or a `?` one in tiles of one.
+    if ((left >= 0 && left % width == 0) || (left < 0 && width == 1)) {
+      if (dim == 0) write_dim(w, t, loop, ANY, p, 1);
+      else k_by_one(w, t->name, t->b, loop, ANY);
+      return;
+    }
+    int pl = peel(w, loop);
+    char whole[48];
+    snprintf(whole, sizeof whole, "%%h%dm", pl);
+    if (dim == 0) write_dim(w, t, whole, FOR, p, 1);
+    else k_by_one(w, t->name, t->b, whole, FOR);
+    // A `?` rest of columns stays scalar: halving it too made the generic kernel of
+    // a fully symbolic matmul compile in 760 ms (12 of its tiles still `?`-sized).
+    if (left < 0 && dim == 1) {
+      snprintf(cur, sizeof cur, "%%h%dr", pl);
+      k_by_one(w, t->name, t->b, cur, FOR);
+      return;
+    }
+    if (left >= 0) left %= width;
+    else width /= 2;
+    snprintf(cur, sizeof cur, "%%h%dr", pl);
+    cur_ty = FOR;
+  }
+}
+
+// One matmul (tag jit.gmm = i) and its epilogue (tag jit.gep = i) if `fused`: threads
+// split the target (scf.forall, the matmul fused into it), cache blocks of rows (and
+// of k, without an epilogue: the epilogue needs the finished sums), then columns and
+// rows (write_columns).
+static void write_matmul(writer *w, int i, const char *name, int b, bool fused, bool fill,
+                         const jit__cpu_generic_mm_plan *p) {
+  target t = {name, b, fused ? "linalg.generic" : NULL, 0, 0, -1};
+  (void)fill;  // fusing the fill too made each row tile a copied temporary (2x slower)
+  sb_printf(w->sb, "  %%h%d = transform.structured.match ops{[\"%s\"]} attributes "
+            "{jit.gmm = %d} in %%root : (" ANY ") -> " ANY "\n", w->n, name, i);
+  int mm = w->n++, top = mm;
+  if (fused) {
+    sb_printf(w->sb, "  %%h%d = transform.structured.match ops{[\"linalg.generic\"]} "
+              "attributes {jit.gep = %d} in %%root : (" ANY ") -> " ANY "\n", w->n, i);
+    top = w->n++;
+  }
+  int n = fused ? 2 : 3 + b, off = fused ? 0 : b;
+  char loop[48];
+  snprintf(loop, sizeof loop, "%%root");
+  if (p->threads > 1) {
+    top = split(w, top, n, off + (p->split_n ? 1 : 0), p->threads);
+    snprintf(loop, sizeof loop, "%%h%dl", top);
+    if (fused) {
+      mm = fuse_into(w, mm, loop);
+      fuse_into_fill(w, &t, mm, loop);
+    }
+  }
+  int64_t s[4] = {0};
+  bool kc = p->kc && !fused;
+  if (b || p->mc || kc) {
+    if (b) s[0] = 1;
+    s[off] = p->mc;
+    if (kc) s[off + 2] = p->kc;
+    top = tile(w, top, n, s);
+    snprintf(loop, sizeof loop, "%%h%dl#0", top);
+    if (fused) {
+      mm = fuse_into(w, mm, loop);
+      fuse_into_fill(w, &t, mm, loop);
+    }
+  }
+  t.top = top;
+  t.mm = mm;
+  write_dim(w, &t, loop, ANY, p, 0);
+}
+
+// The one elementwise consumer of matmul `mm` that write_fused can fuse, or null.
+static MlirOperation fusable_epilogue(MlirOperation mm) {
+  MlirOperation none = {NULL};
+  MlirOpOperand use = mlirValueGetFirstUse(mlirOperationGetResult(mm, 0));
+  if (mlirOpOperandIsNull(use) || !mlirOpOperandIsNull(mlirOpOperandGetNextUse(use)))
+    return none;
+  MlirOperation g = mlirOpOperandGetOwner(use);
+  if (!jit__cpu_op_is(g, "linalg.generic") || mlirOperationGetNumResults(g) != 1) return none;
+  char it[8];
+  if (jit__cpu_read_iterators(g, it, 8) != 2 || it[0] != 'p' || it[1] != 'p') return none;
+  intptr_t n_ops = mlirOperationGetNumOperands(g);
+  unsigned idx = mlirOpOperandGetOperandNumber(use);
+  if ((intptr_t)idx == n_ops - 1) return none;  // the matmul is its init, not an input
+  if (!jit__cpu_map_is_identity(g, idx) || !jit__cpu_map_is_identity(g, n_ops - 1)) return none;
+  return g;
 }
 
 // The matmul shape (M, K, N; -1 for `?`) of a linalg.matmul or batch_matmul.
@@ -131,6 +306,9 @@ typedef struct generic_walk {
   jit__cpu_host host;
   jit__text sb;
   int n;
+  int threads;       // the options' thread count
+  int used_threads;  // the most any forall uses
+  int handles;       // transform handles named so far
 } generic_walk;
 
 static MlirWalkResult visit(MlirOperation op, void *user) {
@@ -145,18 +323,33 @@ static MlirWalkResult visit(MlirOperation op, void *user) {
   int b = bm ? 1 : 0;
   int64_t M, K, N;
   matmul_shape(op, b, &M, &K, &N);
-  jit__cpu_generic_mm_plan p = jit__cpu_plan_generic_mm(M, K, N, &w->host);
+  jit__cpu_generic_mm_plan p = jit__cpu_plan_generic_mm(M, K, N, &w->host, w->threads);
+  if (p.threads > w->used_threads) w->used_threads = p.threads;
   if (p.tn == 0 || M == 0 || K == 0) return MlirWalkResultAdvance;
   jit__cpu_set_tag(w->ctx, op, "jit.gmm", w->n);
-  write_matmul(&w->sb, w->n, bm ? "linalg.batch_matmul" : "linalg.matmul", b, &p);
+  // An epilogue is fused where N is static (a `?` N leaves a scalar rest of columns).
+  MlirOperation ep = mm && N >= 0 ? fusable_epilogue(op) : (MlirOperation){NULL};
+  writer wr = {&w->sb, w->handles};
+  bool fused = !mlirOperationIsNull(ep);
+  if (fused) jit__cpu_set_tag(w->ctx, ep, "jit.gep", w->n);
+  // The zeros the sums start from, when a fill of this matmul's alone makes them.
+  MlirValue init = mlirOperationGetOperand(op, 2);
+  MlirOperation fill = mlirValueIsAOpResult(init) ? mlirOpResultGetOwner(init)
+                                                  : (MlirOperation){NULL};
+  bool fills = !mlirOperationIsNull(fill) && jit__cpu_op_is(fill, "linalg.fill") &&
+               mlirOpOperandIsNull(mlirOpOperandGetNextUse(mlirValueGetFirstUse(init)));
+  write_matmul(&wr, w->n, bm ? "linalg.batch_matmul" : "linalg.matmul", b, fused, fills, &p);
+  w->handles = wr.n;
   w->n++;
   return MlirWalkResultAdvance;
 }
 
 char *jit__cpu_generic_script(MlirContext ctx, MlirOperation module,
-                              const jit__lower_options *o, int *out_n_ops) {
-  generic_walk w = {.ctx = ctx, .host = jit__cpu_host_of(o)};
+                              const jit__lower_options *o, int *out_n_ops, int *out_threads) {
+  generic_walk w = {.ctx = ctx, .host = jit__cpu_host_of(o), .threads = o->num_threads,
+                    .used_threads = 1};
   *out_n_ops = 0;
+  *out_threads = 1;
   sb_printf(&w.sb,
             "module attributes {transform.with_named_sequence} {\n"
             "transform.named_sequence @__transform_main(%%root: " ANY
@@ -189,5 +382,6 @@ char *jit__cpu_generic_script(MlirContext ctx, MlirOperation module,
     return NULL;
   }
   *out_n_ops = w.n;
+  *out_threads = w.used_threads;
   return w.sb.p;
 }

@@ -180,12 +180,19 @@ typedef struct jit__cpu_generic_mm_plan {
   int64_t mc;      // rows per cache block (0: none; only where M is `?`)
   int64_t kc;      // k per cache block (0: none)
   int64_t tm, tn;  // the register tile
-  bool peel_m;     // the m loop's last tile can be partial: peeled, its rows one by one
-  bool peel_n;     // the n loop's last tile can be partial: peeled (scalar)
+  int64_t M, N;    // the matmul's M and N (-1: `?`)
+  bool peel_m;     // the m loop's last tile can be partial: peeled, the rest in halving
+                   // tiles (tm/2, tm/4, .., 1 rows)
+  bool peel_n;     // the n loop's last tile can be partial: peeled (static: pieces of
+                   // power-of-two widths down to 4; `?`: scalar)
+  bool halve_rows; // the rows after the whole m tiles go in halving tiles, else by one
+  int threads;     // threads splitting the work (scf.forall; 1: none)
+  bool split_n;    // they split the columns (N), else the rows
 } jit__cpu_generic_mm_plan;
 
-// The plan for an M x K x N matmul of a generic kernel on host `h`. Pure.
+// The plan for an M x K x N matmul of a generic kernel on host `h` with `threads`
+// threads. Pure.
 jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t N,
-                                                  const jit__cpu_host *h);
+                                                  const jit__cpu_host *h, int threads);
 
 #endif  // JITML_LOWERING_CPU_PLAN_H_
