@@ -254,10 +254,16 @@ static double steady(jit_context *ctx, jit_graph *g, const workload *w, buffers 
   for (int k = 0; k < 8; k++)
     for (int i = 0; i < n_hot; i++) call(g, w, b, hot[i]);
   settle(ctx);
-  double t0 = now_ms();
-  for (int r = 0; r < reps; r++)
-    for (int i = 0; i < n_hot; i++) call(g, w, b, hot[i]);
-  return (double)(reps * n_hot) / ((now_ms() - t0) / 1e3);
+  // The best of five rounds: a shared machine's noise only ever slows a round down.
+  double best = 1e300;
+  for (int round = 0; round < 5; round++) {
+    double t0 = now_ms();
+    for (int r = 0; r < reps; r++)
+      for (int i = 0; i < n_hot; i++) call(g, w, b, hot[i]);
+    double ms = now_ms() - t0;
+    if (ms < best) best = ms;
+  }
+  return (double)(reps * n_hot) / (best / 1e3);
 }
 
 static int g_threads;
@@ -295,7 +301,6 @@ static result run_policy(const workload *w, jit_shape_policy policy, const int64
   settle(ctx);
   r.specializations = stats_of(ctx).specializations;
   r.steady_cps = steady(ctx, g, w, b, hot, n_hot, 20);
-  if (getenv("STREAM_DEBUG")) fprintf(stderr, "after steady: %llu specializations, %llu generic runs\n", (unsigned long long)stats_of(ctx).specializations, (unsigned long long)stats_of(ctx).generic_runs);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
   return r;

@@ -174,6 +174,12 @@ typedef struct jit_options {
   // AUTO: the most specialized kernels one graph gets; past it the graph's other
   // bindings stay on its generic kernel (logged once). 0 = 64. In [0, 1000000].
   int max_specializations;
+  // Kernels a context keeps loaded, and their bytes of object code; past either, the
+  // least recently used are unloaded (the next call of their binding loads it from
+  // the disk cache, or runs the generic kernel). A graph's generic kernel is never
+  // unloaded. 0 = 1024 kernels and 256 MiB. Kernels at most 1000000.
+  int max_loaded_kernels;
+  uint64_t max_loaded_kernel_bytes;
 } jit_options;
 
 // Fills `options` with defaults. Always call it before setting fields.
@@ -210,6 +216,8 @@ typedef struct jit_stats {
   uint64_t specialization_failures;  // background compiles that failed (logged; the
                                      // binding stays on the generic kernel)
   uint64_t specializations_pending;  // background compiles queued or running now
+  uint64_t kernels_unloaded;  // kernels unloaded to stay within options.max_loaded_kernels
+                              // and max_loaded_kernel_bytes (least recently used first)
 } jit_stats;
 
 // Copies the context's counters into `out_stats` (whose struct_size the caller sets,

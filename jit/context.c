@@ -180,7 +180,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
 void jit_context_destroy(jit_context *ctx) {
   if (!ctx) return;
   jit__spec_destroy(ctx->spec);
-  jit__kernel_table_free(&ctx->table);  // GPU kernels free their temporaries on devices
+  jit__kernel_table_free(&ctx->table, ctx->cpu);  // GPU kernels free device temporaries
   jit__devices_destroy(ctx);
   jit__cache_close(ctx->cache);
   free(ctx->target_text);
@@ -224,6 +224,7 @@ jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
   s.specializations = atomic_load(&ctx->specializations);
   s.specialization_failures = atomic_load(&ctx->spec_failures);
   s.specializations_pending = jit__spec_pending(ctx->spec);
+  s.kernels_unloaded = atomic_load(&ctx->unloaded);
   memcpy(out, &s, size);
   return NULL;
 }

@@ -98,10 +98,10 @@ char *jit__key_components(const jit_graph *g, const jit_device *d, const DLTenso
 
 //===--- Load and store --------------------------------------------------===//
 
-bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out_fn,
-                    uint32_t *out_stack_bytes, bool *out_threaded, jit__oshape *out_shapes) {
+bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
+                    jit__oshape *out_shapes) {
   jit_context *ctx = g->ctx;
-  *out_fn = NULL;
+  impl->fn = NULL;
   if (!jit__cache_enabled(ctx->cache)) return false;
   double t0 = jit__now_ms();
   jit__cache_entry e;
@@ -117,7 +117,7 @@ bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out
   bool ok = false;
   if (e.kind != JIT__PAYLOAD_CPU_OBJECT ||
       !jit__meta_decode(e.meta, e.meta_size, g->n_inputs + g->n_outputs, g->n_outputs,
-                        entry, out_stack_bytes, out_shapes)) {
+                        entry, &impl->stack_bytes, out_shapes)) {
     char hex[33];
     jit__hex_encode(key, 16, hex);
     jit__log(ctx, JIT_LOG_WARNING,
@@ -125,7 +125,9 @@ bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out
              "recompiling",
              hex, g->name);
   } else {
-    s = jit__cpu_load(ctx->cpu, e.payload, e.payload_size, entry, out_fn, out_threaded);
+    s = jit__cpu_load_code(ctx->cpu, e.payload, e.payload_size, entry, &impl->fn,
+                           &impl->threaded, &impl->code);
+    impl->code_bytes = e.payload_size;
     if (s) {
       jit__log(ctx, JIT_LOG_WARNING, "disk cache: loading a cached kernel failed (%s); "
                "recompiling", jit_status_message(s));

@@ -87,6 +87,13 @@ struct jit_context {
   int specialize_after, max_specializations;
   atomic_uint_fast64_t generic_runs, generic_compiles, specializations, spec_failures;
   atomic_uint_fast64_t loaded;  // CPU kernels loaded (exact and generic)
+  // Bounded kernel memory (run.c, jit__evict), guarded by mu: the limits, the
+  // unloadable kernels loaded and their bytes, the use clock; and how many were
+  // unloaded.
+  int max_loaded;
+  uint64_t max_loaded_bytes;
+  uint64_t n_code, code_bytes, tick;
+  atomic_uint_fast64_t unloaded;
   jit__specializer *spec;       // background compiles (specialize.c)
   double compile_ms, load_ms;  // guarded by mu
   // CUDA cubins (jit/gpu_run.c): options.cuda_toolkit points at the context's own copy;
@@ -170,6 +177,10 @@ jit_status jit__claim(jit_context *ctx, jit_device *d, uint32_t n_outputs,
                       const uint8_t key[16], jit__kernel **out, bool *mine);
 // Ends a claim: READY, or FAILED with `status` (which the caller still owns).
 void jit__publish(jit_context *ctx, jit__kernel *k, jit_status status);
+// Drops a use of a kernel that the dispatch returned (every path that got one).
+void jit__kernel_release(jit__kernel *k);
+// Unloads least recently used kernels while `ctx` is past its limits.
+void jit__evict(jit_context *ctx);
 
 //===--- Shape policies and generic kernels (jit/shapes.c) ----------------===//
 
@@ -240,13 +251,24 @@ jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inp
                         const DLTensor *outputs, uint32_t n_outputs);
 void jit__gpu_exec_destroy(jit__gpu_exec *e);
 
+// CPU code as jit_run calls it.
+typedef struct jit__cpu_impl {
+  jit__cpu_kernel_fn fn;
+  uint32_t stack_bytes;         // stack the kernel needs (jit__artifact.stack_bytes)
+  bool threaded;                // it forks OpenMP workers, which need that stack too
+  const int64_t *dims;          // a generic kernel's: the binding's argument sizes
+                                // (its entry's last argument); NULL: exact code
+  jit__cpu_code *code;          // the loaded object when owned here (unloadable)
+  uint64_t code_bytes;          // its size
+} jit__cpu_impl;
+
 //===--- Disk tier (jit/disk.c) -------------------------------------------===//
 
-// Loads the kernel for `key` from the disk cache: true with *out_fn, its stack need
-// (jit__artifact.stack_bytes), whether it forks OpenMP threads and the output shapes
-// set, or false (miss, bad entry, unusable cache; logged, never an error).
-bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_kernel_fn *out_fn,
-                    uint32_t *out_stack_bytes, bool *out_threaded, jit__oshape *out_shapes);
+// Loads the kernel for `key` from the disk cache: true with `impl` (its code loaded
+// unloadably, its stack need and whether it forks OpenMP threads) and the output
+// shapes set, or false (miss, bad entry, unusable cache; logged, never an error).
+bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
+                    jit__oshape *out_shapes);
 // Stores a compiled kernel (best effort).
 void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,
                      const jit__artifact *art, const jit__oshape *shapes);

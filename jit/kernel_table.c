@@ -42,18 +42,41 @@ bool jit__table_insert(jit__kernel_table *t, jit__kernel *k) {
   return true;
 }
 
-void jit__kernel_free(jit__kernel *k) {
+void jit__table_remove(jit__kernel_table *t, jit__kernel *k) {
+  if (!t->cap) return;
+  size_t i = jit__key_slot(k->key, t->cap);
+  while (t->slots[i] && t->slots[i] != k) i = (i + 1) & (t->cap - 1);
+  if (!t->slots[i]) return;
+  t->slots[i] = NULL;
+  t->count--;
+  // Linear probing: entries after the hole that probed past it move back into it.
+  for (size_t j = (i + 1) & (t->cap - 1); t->slots[j]; j = (j + 1) & (t->cap - 1)) {
+    size_t home = jit__key_slot(t->slots[j]->key, t->cap);
+    // Does the probe path of the entry at j (from home) pass through the hole i?
+    bool passes = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+    if (passes) {
+      t->slots[i] = t->slots[j];
+      t->slots[j] = NULL;
+      i = j;
+    }
+  }
+}
+
+bool jit__kernel_owns_code(const jit__kernel *k) { return k->exact.code || k->gpu; }
+
+void jit__kernel_free(jit__kernel *k, jit__cpu_device *cpu, bool unload) {
   if (!k) return;
   jit__gpu_exec_destroy(k->gpu);
+  if (unload) jit__cpu_unload(cpu, k->exact.code);
+  else jit__cpu_code_release(k->exact.code);
   free(k->outputs);
   free(k->dims);
   free(k->fail_message);
   free(k);
 }
 
-void jit__kernel_table_free(jit__kernel_table *t) {
-  for (size_t i = 0; i < t->cap; i++) jit__kernel_free(t->slots[i]);
+void jit__kernel_table_free(jit__kernel_table *t, jit__cpu_device *cpu) {
+  for (size_t i = 0; i < t->cap; i++) jit__kernel_free(t->slots[i], cpu, false);
   free(t->slots);
   memset(t, 0, sizeof(*t));
 }
-

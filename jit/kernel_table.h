@@ -16,15 +16,6 @@ typedef enum jit__kstate {
   JIT__K_FAILED,
 } jit__kstate;
 
-// CPU code as jit_run calls it.
-typedef struct jit__cpu_impl {
-  jit__cpu_kernel_fn fn;
-  uint32_t stack_bytes;         // stack the kernel needs (jit__artifact.stack_bytes)
-  bool threaded;                // it forks OpenMP workers, which need that stack too
-  const int64_t *dims;          // a generic kernel's: the binding's argument sizes
-                                // (its entry's last argument); NULL: exact code
-} jit__cpu_impl;
-
 struct jit__kernel {
   uint8_t key[16];
   jit_device *device;           // where it runs
@@ -40,6 +31,12 @@ struct jit__kernel {
   bool specialize;              // AUTO: specialize after ctx->specialize_after runs
   atomic_uint hits;             // runs through `shared`
   atomic_bool queued;           // asked to be specialized
+  // Bounded kernel memory (run.c, jit__evict): calls running it now (taken by the
+  // dispatch, dropped by jit__kernel_release), the context's tick at its last use
+  // (guarded by ctx->mu), and whether it is never unloaded (a graph's generic kernel).
+  atomic_int users;
+  uint64_t tick;
+  bool pinned;
   uint32_t n_outputs;
   jit__oshape *outputs;         // the output shapes of this binding
   jit_status_code fail_code;    // FAILED: the compile's status, replayed to callers
@@ -50,9 +47,14 @@ struct jit__kernel {
 jit__kernel *jit__table_find(jit__kernel_table *t, const uint8_t key[16]);
 // Inserts `k` (whose key is absent); false when out of memory. Caller holds ctx->mu.
 bool jit__table_insert(jit__kernel_table *t, jit__kernel *k);
-// Frees one kernel (NULL: nothing) and what it holds.
-void jit__kernel_free(jit__kernel *k);
+// Removes `k` (present) from the table. Caller holds ctx->mu.
+void jit__table_remove(jit__kernel_table *t, jit__kernel *k);
+// Whether `k` holds unloadable code (its own CPU object or a GPU module).
+bool jit__kernel_owns_code(const jit__kernel *k);
+// Frees one kernel (NULL: nothing) and what it holds; its CPU code stays loaded until
+// `cpu` is destroyed, or is unloaded now with `unload`.
+void jit__kernel_free(jit__kernel *k, jit__cpu_device *cpu, bool unload);
 // Frees every kernel (GPU kernels free their device temporaries) and the table.
-void jit__kernel_table_free(jit__kernel_table *t);
+void jit__kernel_table_free(jit__kernel_table *t, jit__cpu_device *cpu);
 
 #endif  // JITML_JIT_KERNEL_TABLE_H_

@@ -317,8 +317,9 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
            "%.1f ms, codegen %.1f ms, %zu-byte object",
            g->name, func_name, ms, art.ms_mlir, art.llvm_passes ? art.llvm_passes : "LLVM",
            art.ms_llvm_opt, art.ms_codegen, art.object_size);
-  s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, &impl->fn,
-                    &impl->threaded);
+  s = jit__cpu_load_code(ctx->cpu, art.object, art.object_size, art.entry, &impl->fn,
+                         &impl->threaded, &impl->code);
+  impl->code_bytes = art.object_size;
   impl->stack_bytes = art.stack_bytes;
   if (!s) jit__disk_store(g, key, inputs, &art, oshapes);
   jit__artifact_release(&art);
@@ -337,7 +338,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   jit_context *ctx = g->ctx;
   bool gpu = k->device->kind != JIT_DEVICE_CPU;
   if (gpu ? jit__gpu_disk_load(g, k->device, k->key, outs, &k->gpu)
-          : jit__disk_load(g, k->key, &impl->fn, &impl->stack_bytes, &impl->threaded, outs))
+          : jit__disk_load(g, k->key, impl, outs))
     return NULL;
 
   jit_status status = NULL;
@@ -360,8 +361,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   jit__cache_lock_key(ctx->cache, k->key, kCompileLockTimeoutMs, &lock, &locked);
   // Whoever held the lock may just have stored the kernel.
   if (locked && (gpu ? jit__gpu_disk_load(g, k->device, k->key, outs, &k->gpu)
-                     : jit__disk_load(g, k->key, &impl->fn, &impl->stack_bytes,
-                                      &impl->threaded, outs))) {
+                     : jit__disk_load(g, k->key, impl, outs))) {
     jit__cache_unlock(&lock);
     goto done;
   }
@@ -377,6 +377,50 @@ done:
   free(symvals);
   free(shapes);
   return status;
+}
+
+// Takes a use of READY kernel `k` (ctx->mu held), and marks it just used.
+static void jit__kernel_take(jit_context *ctx, jit__kernel *k) {
+  atomic_fetch_add_explicit(&k->users, 1, memory_order_relaxed);
+  k->tick = ++ctx->tick;
+}
+
+void jit__kernel_release(jit__kernel *k) {
+  if (k) atomic_fetch_sub_explicit(&k->users, 1, memory_order_release);
+}
+
+void jit__evict(jit_context *ctx) {
+  jit__kernel *list[64];  // unloaded after the lock is dropped, at most 64 a call
+  int n = 0;
+  pthread_mutex_lock(&ctx->mu);
+  while (n < 64 && (ctx->n_code > (uint64_t)ctx->max_loaded ||
+                    ctx->code_bytes > ctx->max_loaded_bytes)) {
+    // The least recently used kernel with code of its own that no call is running.
+    jit__kernel *v = NULL;
+    for (size_t i = 0; i < ctx->table.cap; i++) {
+      jit__kernel *k = ctx->table.slots[i];
+      if (!k || k->state != JIT__K_READY || k->pinned || !jit__kernel_owns_code(k) ||
+          atomic_load_explicit(&k->users, memory_order_acquire) != 0)
+        continue;
+      if (!v || k->tick < v->tick) v = k;
+    }
+    if (!v) break;
+    jit__table_remove(&ctx->table, v);
+    ctx->n_code--;
+    ctx->code_bytes -= v->exact.code_bytes;
+    list[n++] = v;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  for (int i = 0; i < n; i++) {
+    if (list[i]->device->kind == JIT_DEVICE_CPU)
+      atomic_fetch_sub_explicit(&ctx->loaded, 1, memory_order_relaxed);
+    jit__kernel_free(list[i], ctx->cpu, true);
+    atomic_fetch_add_explicit(&ctx->unloaded, 1, memory_order_relaxed);
+  }
+  if (n)
+    jit__log(ctx, JIT_LOG_DEBUG, "unloaded %d least recently used kernel%s (limits: %d "
+             "kernels, %llu bytes)", n, n > 1 ? "s" : "", ctx->max_loaded,
+             (unsigned long long)ctx->max_loaded_bytes);
 }
 
 // Waits (ctx->mu held) until kernel `k` leaves COMPILING; returns its outcome.
@@ -402,17 +446,20 @@ jit_status jit__claim(jit_context *ctx, jit_device *d, uint32_t n_outputs,
   k->n_outputs = n_outputs;
   k->outputs = oshapes;
   k->state = JIT__K_COMPILING;
+  atomic_init(&k->users, 1);  // the claimer's use
 
   pthread_mutex_lock(&ctx->mu);
   jit__kernel *other = jit__table_find(&ctx->table, key);
   if (other || !jit__table_insert(&ctx->table, k)) {
-    jit__kernel_free(k);
+    jit__kernel_free(k, ctx->cpu, false);
     jit_status status = other ? jit__wait_ready(ctx, other)
                               : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    if (!status) jit__kernel_take(ctx, other);
     pthread_mutex_unlock(&ctx->mu);
     if (!status) *out = other;
     return status;
   }
+  k->tick = ++ctx->tick;
   pthread_mutex_unlock(&ctx->mu);
   *out = k;
   *mine = true;
@@ -421,6 +468,10 @@ jit_status jit__claim(jit_context *ctx, jit_device *d, uint32_t n_outputs,
 
 void jit__publish(jit_context *ctx, jit__kernel *k, jit_status status) {
   pthread_mutex_lock(&ctx->mu);
+  if (!status && !k->pinned && jit__kernel_owns_code(k)) {
+    ctx->n_code++;
+    ctx->code_bytes += k->exact.code_bytes;
+  }
   if (status) {
     // Binding and compiling are deterministic: the same key would fail the same way,
     // so later callers get the error without trying again.
@@ -443,8 +494,7 @@ static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__
   jit_shape_policy policy = jit__policy_of(g, k->device);
   if (policy != JIT_SHAPE_POLICY_EXACT) {
     if (policy == JIT_SHAPE_POLICY_AUTO &&
-        jit__disk_load(g, k->key, &k->exact.fn, &k->exact.stack_bytes, &k->exact.threaded,
-                       k->outputs)) {
+        jit__disk_load(g, k->key, &k->exact, k->outputs)) {
       atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
       atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
       return NULL;
@@ -472,6 +522,7 @@ static jit_status jit__dispatch(jit_graph *g, jit_device *d, const DLTensor *inp
   pthread_mutex_lock(&ctx->mu);
   jit__kernel *k = jit__table_find(&ctx->table, key);
   if (k && k->state == JIT__K_READY) {
+    jit__kernel_take(ctx, k);
     pthread_mutex_unlock(&ctx->mu);
     atomic_fetch_add_explicit(&ctx->memory_hits, 1, memory_order_relaxed);
     *out = k;
@@ -480,6 +531,7 @@ static jit_status jit__dispatch(jit_graph *g, jit_device *d, const DLTensor *inp
   atomic_fetch_add_explicit(&ctx->misses, 1, memory_order_relaxed);
   if (k) {
     jit_status s = jit__wait_ready(ctx, k);
+    if (!s) jit__kernel_take(ctx, k);
     pthread_mutex_unlock(&ctx->mu);
     if (!s) *out = k;
     return s;
@@ -502,8 +554,13 @@ static jit_status jit__dispatch(jit_graph *g, jit_device *d, const DLTensor *inp
   status = jit__ready_binding(g, inputs, k);
   if (status) jit__log(ctx, JIT_LOG_ERROR, "%s", jit_status_message(status));
   jit__publish(ctx, k, status);
-  if (!status) *out = k;
-  return status;
+  if (status) {
+    jit__kernel_release(k);
+    return status;
+  }
+  *out = k;
+  jit__evict(ctx);  // never `k`: this call holds it
+  return NULL;
 }
 
 //===--- Background specialization ---------------------------------------===//
@@ -527,11 +584,20 @@ void jit__specialize_binding(jit_graph *g, jit__kernel *k) {
       dims += decl->rank;
     }
     double t0 = jit__now_ms();
-    s = jit__materialize(g, in, k, &k->exact, outs);
+    // Into a copy: until the switch `k` holds no code of its own, so no eviction
+    // looks at it; after it, `k` may be unloaded (and freed) at once.
+    jit__cpu_impl im = {0};
+    s = jit__materialize(g, in, k, &im, outs);
     if (!s) {
       atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(&ctx->specializations, 1, memory_order_relaxed);
+      pthread_mutex_lock(&ctx->mu);
+      k->exact = im;
       atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
+      ctx->n_code++;
+      ctx->code_bytes += k->exact.code_bytes;
+      pthread_mutex_unlock(&ctx->mu);
+      jit__evict(ctx);
       jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: a binding got its own kernel in the "
                "background (%.1f ms)", g->name, jit__now_ms() - t0);
     }
@@ -783,7 +849,9 @@ jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
     return jit__run_empty(g, inputs, outputs, n_outputs, d);
   jit__kernel *k = NULL;
   JIT_PROPAGATE(jit__dispatch(g, d, inputs, key, &k));
-  return jit__call(g, k, inputs, outputs, n_outputs);
+  jit_status s = jit__call(g, k, inputs, outputs, n_outputs);
+  jit__kernel_release(k);
+  return s;
 }
 
 jit_status jit_graph_compile(jit_graph *g, const DLTensor *inputs, int n_inputs) {
@@ -800,7 +868,9 @@ jit_status jit_graph_compile(jit_graph *g, const DLTensor *inputs, int n_inputs)
     return s;
   }
   jit__kernel *k = NULL;
-  return jit__dispatch(g, d, inputs, key, &k);
+  jit_status s = jit__dispatch(g, d, inputs, key, &k);
+  jit__kernel_release(k);
+  return s;
 }
 
 // Binds `inputs` and writes every output's shape and dtype (g->n_outputs entries).
@@ -934,6 +1004,7 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
     views[j] = *t;
   }
   if (!s && k) s = jit__call(g, k, inputs, views, n_outputs);
+  jit__kernel_release(k);
   free(views);
   free(empty);
   if (s) {

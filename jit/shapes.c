@@ -56,6 +56,13 @@ jit_status jit__shape_options(jit_context *ctx, const jit_options *o) {
                      "generic", env);
     ctx->policy = (jit_shape_policy)found;
   }
+  if (o->max_loaded_kernels < 0 || o->max_loaded_kernels > kMaxLimit)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: options.max_loaded_kernels is %d, not in [0, %d]",
+                   o->max_loaded_kernels, kMaxLimit);
+  ctx->max_loaded = o->max_loaded_kernels ? o->max_loaded_kernels : 1024;
+  ctx->max_loaded_bytes =
+      o->max_loaded_kernel_bytes ? o->max_loaded_kernel_bytes : (uint64_t)256 << 20;
   ctx->specialize_after = o->specialize_after ? o->specialize_after : kDefaultSpecializeAfter;
   ctx->max_specializations =
       o->max_specializations ? o->max_specializations : kDefaultMaxSpecializations;
@@ -198,25 +205,26 @@ jit_status jit__generic_get(jit_graph *g, jit__kernel **out) {
   jit_status s = jit__generic_key(g, ctx->devices[0], key);
   if (!s) s = jit__claim(ctx, ctx->devices[0], g->n_outputs, key, &gk, &mine);
   if (!s && mine) {
-    if (jit__disk_load(g, key, &gk->exact.fn, &gk->exact.stack_bytes, &gk->exact.threaded,
-                       gk->outputs)) {
+    if (jit__disk_load(g, key, &gk->exact, gk->outputs)) {
       jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: generic kernel loaded from the disk cache",
                g->name);
     } else {
       jit__cache_lock lock;
       bool locked = false;
       jit__cache_lock_key(ctx->cache, key, 30000, &lock, &locked);
-      if (!(locked && jit__disk_load(g, key, &gk->exact.fn, &gk->exact.stack_bytes,
-                                     &gk->exact.threaded, gk->outputs)))
+      if (!(locked && jit__disk_load(g, key, &gk->exact, gk->outputs)))
         s = jit__generic_compile(g, gk);
       if (locked) jit__cache_unlock(&lock);
     }
     if (!s) {
       atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
       atomic_store_explicit(&gk->impl, &gk->exact, memory_order_release);
+      gk->pinned = true;  // bindings share its code: never unloaded
     }
     jit__publish(ctx, gk, s);
   }
+  // The claim's use: a generic kernel is pinned, so none is kept for the bindings.
+  if (gk && (mine || !s)) jit__kernel_release(gk);
   if (s) {
     pthread_mutex_lock(&ctx->mu);
     bool first = !g->generic_failed;
@@ -258,6 +266,7 @@ jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel 
     }
     k->shared = gk->exact;
     k->shared.dims = k->dims;
+    k->shared.code = NULL;  // the generic kernel's own
     k->specialize = specialize;
     atomic_store_explicit(&k->impl, &k->shared, memory_order_release);
   }

@@ -429,10 +429,11 @@ Test(shapes, bad_policy_options_are_refused) {
     int after, max;
     const char *field;
   } bad[] = {{(jit_shape_policy)3, 0, 0, "options.shape_policy"},
+             {JIT_SHAPE_POLICY_AUTO, 0, -5, "options.max_specializations"},
              {(jit_shape_policy)-1, 0, 0, "options.shape_policy"},
              {JIT_SHAPE_POLICY_AUTO, -1, 0, "options.specialize_after"},
              {JIT_SHAPE_POLICY_AUTO, 0, 2000000, "options.max_specializations"}};
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 5; i++) {
     o.shape_policy = bad[i].policy;
     o.specialize_after = bad[i].after;
     o.max_specializations = bad[i].max;
@@ -442,6 +443,13 @@ Test(shapes, bad_policy_options_are_refused) {
     jit_status_free(s);
     cr_expect(ctx == NULL);
   }
+  jit_options_init(&o);
+  o.cache_dir = "";
+  o.max_loaded_kernels = -1;
+  jit_status s = jit_context_create(&o, &ctx);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "options.max_loaded_kernels");
+  jit_status_free(s);
 }
 
 Test(shapes, environment_overrides_the_option) {
@@ -461,6 +469,54 @@ Test(shapes, environment_overrides_the_option) {
   TU_EXPECT_MSG(s, "JITML_SHAPE_POLICY");
   jit_status_free(s);
   unsetenv("JITML_SHAPE_POLICY");
+}
+
+//===--- Bounded kernel memory -------------------------------------------===//
+
+// Six exact kernels under a limit of four: the two least recently used are unloaded;
+// a binding unloaded runs again (compiled anew: the disk cache is off) and another
+// goes.
+Test(shapes, least_recently_used_kernels_are_unloaded) {
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";
+  o.shape_policy = JIT_SHAPE_POLICY_EXACT;
+  o.max_loaded_kernels = 4;
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  jit_graph *g = matmul_graph(ctx, "M", 33, 17, TU_F32);
+  for (int64_t m = 1; m <= 6; m++) check_matmul(g, m, 33, 17, TU_F32, 900 + (uint64_t)m);
+  jit_stats st = stats(ctx);
+  cr_expect_eq(st.kernels, 4, "kernels %llu", (unsigned long long)st.kernels);
+  cr_expect_eq(st.kernels_unloaded, 2);
+  // M = 3 was used last among the first ones kept: hit. M = 1 was unloaded: compiled.
+  check_matmul(g, 3, 33, 17, TU_F32, 910);
+  cr_expect_eq(stats(ctx).compiles, 6);
+  check_matmul(g, 1, 33, 17, TU_F32, 911);
+  st = stats(ctx);
+  cr_expect_eq(st.compiles, 7);
+  cr_expect_eq(st.kernels, 4);
+  cr_expect_eq(st.kernels_unloaded, 3);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+// A byte limit below one kernel's size keeps just the kernel in use.
+Test(shapes, byte_limit_unloads_too) {
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";
+  o.shape_policy = JIT_SHAPE_POLICY_EXACT;
+  o.max_loaded_kernel_bytes = 1;
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  jit_graph *g = matmul_graph(ctx, "M", 33, 17, TU_F32);
+  for (int64_t m = 1; m <= 3; m++) check_matmul(g, m, 33, 17, TU_F32, 920 + (uint64_t)m);
+  jit_stats st = stats(ctx);
+  cr_expect_eq(st.kernels, 1, "kernels %llu", (unsigned long long)st.kernels);
+  cr_expect_eq(st.kernels_unloaded, 2);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
 }
 
 //===--- Disk ------------------------------------------------------------===//

@@ -157,10 +157,11 @@ static void jit__omp_load(void) {
 }
 
 int jit__cpu_threads(int requested) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // libomp is not sanitizer-clean: LeakSanitizer's exit-time thread suspension crashes
-  // on its idle workers, and omp_pause_resource_all leaks its own allocations. In
-  // ASan builds kernels are single-threaded (the release test suite covers threads).
+  // on its idle workers, and omp_pause_resource_all leaks its own allocations; it is
+  // not instrumented for ThreadSanitizer either. In ASan and TSan builds kernels are
+  // single-threaded (the release test suite covers threads).
   (void)requested;
   return 1;
 #else
@@ -422,7 +423,14 @@ void jit__cpu_device_destroy(jit__cpu_device *device) {
 
 jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t size,
                          const char *entry, jit__cpu_kernel_fn *out_fn, bool *out_threaded) {
+  return jit__cpu_load_code(device, object, size, entry, out_fn, out_threaded, NULL);
+}
+
+jit_status jit__cpu_load_code(jit__cpu_device *device, const void *object, size_t size,
+                              const char *entry, jit__cpu_kernel_fn *out_fn,
+                              bool *out_threaded, jit__cpu_code **out_code) {
   *out_fn = NULL;
+  if (out_code) *out_code = NULL;
   static const char kFork[] = "__kmpc_fork_call";
   bool threaded = memmem(object, size, kFork, sizeof kFork - 1) != NULL;
   if (out_threaded) *out_threaded = threaded;
@@ -437,8 +445,11 @@ jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t siz
   snprintf(name, sizeof(name), "%s.o", entry);
   LLVMMemoryBufferRef buf =
       LLVMCreateMemoryBufferWithMemoryRangeCopy((const char *)object, size, name);
-  LLVMErrorRef err = LLVMOrcLLJITAddObjectFile(
-      device->jit, LLVMOrcLLJITGetMainJITDylib(device->jit), buf);  // takes buf
+  LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(device->jit);
+  // Unloadable code gets a resource tracker of its own; the rest the dylib's default.
+  LLVMOrcResourceTrackerRef rt = out_code ? LLVMOrcJITDylibCreateResourceTracker(jd) : NULL;
+  LLVMErrorRef err = rt ? LLVMOrcLLJITAddObjectFileWithRT(device->jit, rt, buf)
+                        : LLVMOrcLLJITAddObjectFile(device->jit, jd, buf);  // take buf
   jit_status status = NULL;
   if (err) {
     status = jit__from_llvm_error(err, "adding the object file");
@@ -456,8 +467,30 @@ jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t siz
       device->n_loaded++;
     }
   }
+  if (rt && status) {
+    LLVMErrorRef e = LLVMOrcResourceTrackerRemove(rt);
+    if (e) LLVMConsumeError(e);
+    LLVMOrcReleaseResourceTracker(rt);
+  } else if (rt) {
+    *out_code = (jit__cpu_code *)rt;
+  }
   pthread_mutex_unlock(&device->mu);
   return status;
+}
+
+void jit__cpu_code_release(jit__cpu_code *code) {
+  if (code) LLVMOrcReleaseResourceTracker((LLVMOrcResourceTrackerRef)code);
+}
+
+void jit__cpu_unload(jit__cpu_device *device, jit__cpu_code *code) {
+  if (!code) return;
+  LLVMOrcResourceTrackerRef rt = (LLVMOrcResourceTrackerRef)code;
+  pthread_mutex_lock(&device->mu);
+  LLVMErrorRef e = LLVMOrcResourceTrackerRemove(rt);
+  if (e) LLVMConsumeError(e);
+  LLVMOrcReleaseResourceTracker(rt);
+  device->n_loaded--;
+  pthread_mutex_unlock(&device->mu);
 }
 
 //===--- Stack -------------------------------------------------------------===//
