@@ -413,6 +413,14 @@ JIT_API jit_status jit_run(jit_graph *graph, const DLTensor *inputs, int n_input
 JIT_API jit_status jit_graph_compile(jit_graph *graph, const DLTensor *inputs,
                                      int n_inputs);
 
+// Makes the graph's generic kernel for the CPU ready (its symbolic dims kept as `?`;
+// loaded from the disk cache, or compiled and stored), so that the first call of any
+// binding under AUTO or GENERIC waits for no compiler; `jit_graph_compile` under EXACT
+// prewarms exact kernels. JIT_UNSUPPORTED with the reason for a graph that has no
+// generic kernel (no symbolic dims, a graph from MLIR, an op without a `?`-dim
+// lowering: README's support table); JIT_INVALID_ARGUMENT for a graph not finalized.
+JIT_API jit_status jit_graph_compile_generic(jit_graph *graph);
+
 // As jit_run, but allocates the outputs: on success out_outputs[i] (n_outputs entries,
 // which must equal the graph's output count) are DLManagedTensors the caller owns and
 // releases by calling their deleter. On failure nothing is allocated. Each output is

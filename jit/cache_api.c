@@ -98,37 +98,8 @@ jit_status jit_cache_import(jit_context *ctx, const char *path, uint64_t *out_co
 
 //===--- Explain ---------------------------------------------------------===//
 
-// A growable report.
-typedef struct jit__text {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} jit__text;
-
-static void jit__text_add(jit__text *t, const char *fmt, ...) JIT__PRINTF(2, 3);
-static void jit__text_add(jit__text *t, const char *fmt, ...) {
-  if (t->oom) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if (t->len + (size_t)n + 1 > t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 1024;
-    while (cap < t->len + (size_t)n + 1) cap *= 2;
-    char *p = realloc(t->p, cap);
-    if (!p) {
-      t->oom = true;
-      return;
-    }
-    t->p = p;
-    t->cap = cap;
-  }
-  va_start(ap, fmt);
-  vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
-  va_end(ap);
-  t->len += (size_t)n;
-}
+// The report is written with base/text.h's printf.
+#define jit__text_add jit__text_printf
 
 // The value of line "name=" in a components text, copied into buf ("" if absent).
 static const char *jit__component(const char *text, const char *name, char *buf,
@@ -246,6 +217,7 @@ jit_status jit_cache_explain(jit_graph *g, const DLTensor *inputs, int n_inputs,
   jit__component(want, "graph", x->graph_fp, sizeof x->graph_fp);
   jit_context *ctx = g->ctx;
   jit__text out = {0};
+  jit__explain_policy(g, d, key, &out);
   const char *reason = NULL;
   const char *dir = jit_cache_dir(ctx, &reason);
   jit_status s = NULL;

@@ -323,6 +323,7 @@ jit_status jit_graph_create(jit_context *ctx, const char *name, jit_graph **out_
 void jit_graph_destroy(jit_graph *g) {
   if (!g) return;
   jit__spec_forget_graph(g);
+  free(g->generic_why);
   for (uint32_t i = 0; i < g->n_nodes; i++) free(g->nodes[i].name);
   for (uint32_t i = 0; i < g->n_symbols; i++) free(g->symbols[i]);
   free(g->nodes);

@@ -11,6 +11,7 @@
 #include "devices/cpu/cpu.h"
 #include "devices/device.h"
 #include "base/status.h"
+#include "base/text.h"
 #include "jitml.h"
 #include "lowering/lower.h"
 #include "lowering/ptxas.h"
@@ -147,6 +148,7 @@ struct jit_graph {
   // many of its bindings were given kernels of their own in the background.
   _Atomic(jit__kernel *) generic;
   bool generic_failed;
+  char *generic_why;    // why, when it failed (malloc'ed)
   uint32_t n_specialized;
   bool spec_limit_logged;
 };
@@ -198,6 +200,9 @@ jit_status jit__generic_get(jit_graph *g, jit__kernel **out);
 // `specialize`: AUTO, so that enough calls specialize it.
 jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
                               jit__kernel *gk, bool specialize);
+// Appends to `out` which kernel a call of binding `key` on `d` would run now, and why
+// (jit_cache_explain).
+void jit__explain_policy(jit_graph *g, jit_device *d, const uint8_t key[16], jit__text *out);
 
 //===--- Background specialization (jit/specialize.c) --------------------===//
 

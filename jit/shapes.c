@@ -229,6 +229,11 @@ jit_status jit__generic_get(jit_graph *g, jit__kernel **out) {
     pthread_mutex_lock(&ctx->mu);
     bool first = !g->generic_failed;
     g->generic_failed = true;
+    if (first) {
+      size_t n = strlen(jit_status_message(s)) + 1;
+      g->generic_why = malloc(n);
+      if (g->generic_why) memcpy(g->generic_why, jit_status_message(s), n);
+    }
     pthread_mutex_unlock(&ctx->mu);
     if (first)
       jit__log(ctx, JIT_LOG_WARNING,
@@ -273,4 +278,86 @@ jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel 
   free(symvals);
   free(shapes);
   return s;
+}
+
+jit_status jit_graph_compile_generic(jit_graph *g) {
+  if (!g) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_compile_generic: graph is NULL");
+  if (!g->finalized)
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "graph `%s` is not finalized (call jit_graph_finalize)", g->name);
+  if (g->n_symbols == 0)
+    return JIT_ERR(JIT_UNSUPPORTED, "graph `%s` has no symbolic dims: its one binding is "
+                   "compiled exactly (jit_graph_compile)", g->name);
+  if (g->mlir)
+    return JIT_ERR(JIT_UNSUPPORTED, "graph `%s` is from MLIR: its bindings get exact "
+                   "kernels (generic kernels are built for graphs of the C API and their "
+                   "exports)", g->name);
+  jit__kernel *gk = NULL;
+  jit_status s = jit__generic_get(g, &gk);
+  if (s && jit_status_get_code(s) != JIT_RESOURCE_EXHAUSTED) {
+    jit_status u = JIT_ERR(JIT_UNSUPPORTED, "graph `%s` has no generic kernel: %s", g->name,
+                           jit_status_message(s));
+    jit_status_free(s);
+    return u;
+  }
+  return s;
+}
+
+//===--- Explain ---------------------------------------------------------===//
+
+static const char *const kPolicyUpper[] = {"AUTO", "EXACT", "GENERIC"};
+
+void jit__explain_policy(jit_graph *g, jit_device *d, const uint8_t key[16], jit__text *out) {
+  jit_context *ctx = g->ctx;
+  int gp = atomic_load(&g->shape_policy);
+  jit_shape_policy asked = gp >= 0 ? (jit_shape_policy)gp : ctx->policy;
+  jit_shape_policy policy = jit__policy_of(g, d);
+  jit__text_printf(out, "shape policy: %s", kPolicyUpper[policy]);
+  if (policy != asked) {
+    pthread_mutex_lock(&ctx->mu);
+    const char *why = g->n_symbols == 0            ? "the graph has no symbolic dims"
+                      : g->mlir                    ? "graphs from MLIR get exact kernels"
+                      : d->kind != JIT_DEVICE_CPU  ? "generic kernels run on the CPU only"
+                      : g->generic_why             ? g->generic_why
+                                                   : "no generic kernel";
+    jit__text_printf(out, " (%s asked; %s)", kPolicyUpper[asked], why);
+    pthread_mutex_unlock(&ctx->mu);
+  } else if (gp >= 0) {
+    jit__text_printf(out, " (set on the graph)");
+  }
+  jit__text_printf(out, "\n");
+  pthread_mutex_lock(&ctx->mu);
+  jit__kernel *k = jit__table_find(&ctx->table, key);
+  const char *now = NULL;
+  char buf[256];
+  if (k && k->state == JIT__K_READY) {
+    const jit__cpu_impl *im = atomic_load(&k->impl);
+    if (!im || !im->dims) {
+      now = "kernel now: its own kernel, loaded";
+    } else if (atomic_load(&k->queued)) {
+      now = "kernel now: the generic kernel; its own is being compiled in the background";
+    } else if (k->specialize) {
+      snprintf(buf, sizeof buf, "kernel now: the generic kernel (%u of %d runs before it "
+               "is specialized)", atomic_load(&k->hits), ctx->specialize_after);
+      now = buf;
+    } else {
+      now = "kernel now: the generic kernel (policy GENERIC)";
+    }
+    if (im && im->dims && g->spec_limit_logged)
+      now = "kernel now: the generic kernel (options.max_specializations reached)";
+  } else if (k && k->state == JIT__K_FAILED) {
+    now = "kernel now: none, its compile failed";
+  } else if (policy == JIT_SHAPE_POLICY_EXACT) {
+    now = "kernel now: none loaded; the next call loads its own from disk or compiles it";
+  } else {
+    bool generic = atomic_load(&g->generic) != NULL;
+    snprintf(buf, sizeof buf, "kernel now: none loaded; the next call %sruns the generic "
+             "kernel%s",
+             policy == JIT_SHAPE_POLICY_AUTO ? "uses its own kernel if cached on disk, "
+                                               "else " : "",
+             generic ? " (loaded)" : " (loaded from disk or compiled first)");
+    now = buf;
+  }
+  jit__text_printf(out, "%s\n", now);
+  pthread_mutex_unlock(&ctx->mu);
 }

@@ -471,6 +471,73 @@ Test(shapes, environment_overrides_the_option) {
   unsetenv("JITML_SHAPE_POLICY");
 }
 
+Test(shapes, compile_generic_prewarms) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_AUTO, 0, 0);
+  jit_graph *g = matmul_graph(ctx, "M", 33, 17, TU_F32);
+  TU_OK(jit_graph_compile_generic(g));
+  TU_OK(jit_graph_compile_generic(g));  // ready: nothing more
+  cr_expect_eq(stats(ctx).compiles, 1);
+  check_matmul(g, 9, 33, 17, TU_F32, 960);
+  cr_expect_eq(stats(ctx).compiles, 1, "the first call waited for a compile");
+  jit_graph_destroy(g);
+  g = tu_graph(ctx, "static");
+  int64_t d[1] = {3};
+  jit_output(g, jit_exp(g, jit_input(g, "x", TU_F32, 1, d)));
+  jit_status s = jit_graph_compile_generic(g);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);  // not finalized
+  jit_status_free(s);
+  TU_OK(jit_graph_finalize(g));
+  s = jit_graph_compile_generic(g);
+  TU_EXPECT_CODE(s, JIT_UNSUPPORTED);
+  TU_EXPECT_MSG(s, "no symbolic dims");
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+//===--- Explain ---------------------------------------------------------===//
+
+static void expect_explain(jit_graph *g, int64_t m, const char *needle) {
+  float a[1], b[1];
+  int64_t sa[2] = {m, 33}, sb[2] = {33, 17};
+  DLTensor in[2] = {tu_tensor(a, TU_F32, 2, sa), tu_tensor(b, TU_F32, 2, sb)};
+  char *text = NULL;
+  TU_OK(jit_cache_explain(g, in, 2, &text));
+  cr_expect(strstr(text, needle) != NULL, "explain for M=%lld lacks \"%s\":\n%s",
+            (long long)m, needle, text);
+  jit_string_free(text);
+}
+
+Test(shapes, explain_says_which_kernel_and_why) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_AUTO, 2, 0);
+  jit_graph *g = matmul_graph(ctx, "M", 33, 17, TU_F32);
+  expect_explain(g, 5, "shape policy: AUTO");
+  expect_explain(g, 5, "the next call uses its own kernel if cached on disk, else runs "
+                       "the generic kernel");
+  check_matmul(g, 5, 33, 17, TU_F32, 950);
+  expect_explain(g, 5, "kernel now: the generic kernel (1 of 2 runs");
+  check_matmul(g, 5, 33, 17, TU_F32, 951);
+  wait_specializations(ctx, 1);
+  expect_explain(g, 5, "kernel now: its own kernel, loaded");
+  TU_OK(jit_graph_set_shape_policy(g, JIT_SHAPE_POLICY_EXACT));
+  expect_explain(g, 6, "shape policy: EXACT (set on the graph)");
+  jit_graph_destroy(g);
+  // No symbols: EXACT whatever was asked, and why.
+  g = tu_graph(ctx, "static");
+  int64_t d[2] = {5, 33};
+  jit_output(g, jit_relu(g, jit_input(g, "a", TU_F32, 2, d)));
+  TU_OK(jit_graph_finalize(g));
+  float a[1];
+  DLTensor in = tu_tensor(a, TU_F32, 2, d);
+  char *text = NULL;
+  TU_OK(jit_cache_explain(g, &in, 1, &text));
+  cr_expect(strstr(text, "shape policy: EXACT (AUTO asked; the graph has no symbolic dims)"),
+            "%s", text);
+  jit_string_free(text);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 //===--- Bounded kernel memory -------------------------------------------===//
 
 // Six exact kernels under a limit of four: the two least recently used are unloaded;
