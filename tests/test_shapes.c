@@ -257,6 +257,46 @@ Test(shapes, generic_mlp_against_plain_c) {
   jit_context_destroy(ctx);
 }
 
+// (x W1) W2 + x, a residual block: the second matmul's epilogue reads x and its A is
+// the first matmul. Its exact kernels failed to compile for M >= 24 ("hoist_pad failed
+// to apply": the epilogue's tiling fused the first matmul in too).
+Test(shapes, residual_after_two_matmuls) {
+  for (int policy = JIT_SHAPE_POLICY_EXACT; policy <= JIT_SHAPE_POLICY_GENERIC; policy++) {
+    jit_context *ctx = ctx_with((jit_shape_policy)policy, 0, 0);
+    jit_graph *g = tu_graph(ctx, "residual");
+    int64_t dx[2] = {jit_symbol(g, "M"), 64}, dw[2] = {64, 64};
+    jit_value x = jit_input(g, "x", TU_F32, 2, dx);
+    jit_value w1 = jit_input(g, "w1", TU_F32, 2, dw);
+    jit_value w2 = jit_input(g, "w2", TU_F32, 2, dw);
+    jit_output(g, jit_add(g, jit_matmul(g, jit_matmul(g, x, w1), w2), x));
+    TU_OK(jit_graph_finalize(g));
+    static const int64_t ms[] = {1, 23, 24, 27, 64, 97};
+    for (int c = 0; c < 6; c++) {
+      int64_t m = ms[c], sx[2] = {m, 64}, sw[2] = {64, 64};
+      ref_rng rng;
+      ref_rng_seed(&rng, 990 + (uint64_t)c);
+      float *xv = tu_malloc(sizeof(float) * (size_t)(m * 64)), w1v[64 * 64], w2v[64 * 64];
+      float *h = tu_malloc(sizeof(float) * (size_t)(m * 64));
+      float *want = tu_malloc(sizeof(float) * (size_t)(m * 64));
+      ref_rng_fill_signed(&rng, xv, m * 64);
+      ref_rng_fill(&rng, w1v, 64 * 64, -0.2f, 0.2f);
+      ref_rng_fill(&rng, w2v, 64 * 64, -0.2f, 0.2f);
+      int64_t dh[2];
+      ref_matmul(xv, 2, sx, w1v, 2, sw, h, dh);
+      ref_matmul(h, 2, sx, w2v, 2, sw, want, dh);
+      for (int64_t i = 0; i < m * 64; i++) want[i] += xv[i];
+      DLTensor in[3] = {tu_tensor(xv, TU_F32, 2, sx), tu_tensor(w1v, TU_F32, 2, sw),
+                        tu_tensor(w2v, TU_F32, 2, sw)};
+      tu_run_check(g, in, 3, TU_F32, 2, sx, want, 1e-4, 1e-4, NULL, "(x W1) W2 + x");
+      free(xv);
+      free(h);
+      free(want);
+    }
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+}
+
 //===--- Other ops -------------------------------------------------------===//
 
 // Reductions on both axes, softmax, a transpose, elementwise with broadcasting and

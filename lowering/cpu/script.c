@@ -76,19 +76,52 @@
 // the matmul and fill fused in at each level, so bias + activation run on the
 // finished accumulator of each register tile as on the unpacked fused path:
 //   for n block (nc)   pack B[:, n block]   for m tile   for n tile   k; G on the tile
+// Tiles `cur` (a fused matmul's epilogue) by [rows, cols] (0: that loop not tiled;
+// `interchange` [1, 0] puts the column loop outside) with tile_using_for, naming the
+// results %<tile><i> and %<loops><i>:<n>, then fuses exactly its matmul (`mm`,
+// updated) and that matmul's fill (`fill`, updated; "" for none) into the innermost
+// new loop. structured.fuse would pull every producer in, a matmul before this one
+// too: in (x W1) Wo + x at M >= 24 its tiles ended up inside Wo's, and hoist_pad
+// failed ("transform.structured.hoist_pad failed to apply").
+static void tile_fused(walk *w, int i, const char *tile, const char *loops, const char *cur,
+                       int64_t rows, int64_t cols, bool interchange, char mm[32],
+                       char fill[32]) {
+  jit__text *sb = &w->sb;
+  int n = (rows != 0) + (cols != 0);
+  sb_printf(sb, "  %%%s%d, %%%s%d:%d = transform.structured.tile_using_for %s tile_sizes "
+                "[%lld, %lld]%s : (" ANY ") -> ",
+            tile, i, loops, i, n, cur, (long long)rows, (long long)cols,
+            interchange ? " interchange [1, 0]" : "");
+  sb_types(sb, 1 + n);
+  sb_printf(sb, "\n  %%%sm%d, %%%smc%d = transform.structured.fuse_into_containing_op %s "
+                "into %%%s%d#%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
+            tile, i, tile, i, mm, loops, i, n - 1);
+  snprintf(mm, 32, "%%%sm%d", tile, i);
+  if (fill[0]) {
+    sb_printf(sb, "  %%%sf%d, %%%sfc%d = transform.structured.fuse_into_containing_op %s "
+                  "into %%%smc%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
+              tile, i, tile, i, fill, tile, i);
+    snprintf(fill, 32, "%%%sf%d", tile, i);
+  }
+}
+
 static void plan_packed(walk *w, int i, const char *root, int64_t tM,
                         int64_t tN, int64_t K, int64_t tm, int64_t tn, int64_t nc,
                         int64_t kc, bool copy_a, bool fused, const char *a_ty,
-                        const char *b_ty, bool b_tr, bool fill_tiles) {
+                        const char *b_ty, bool b_tr, bool fill_tiles, char mm[32],
+                        char fill[32]) {
   jit__text *sb = &w->sb;
   char hb[32];  // handle() text for sb_peel
   char cur[32];
   snprintf(cur, sizeof cur, "%s", root);
   int rows = kc % 8 == 0 ? 8 : kc % 4 == 0 ? 4 : kc % 2 == 0 ? 2 : 1;  // per panel copy
-  if (nc < tN) {
-    // n blocks with the fill fused in: each block's C columns are zeroed right before
-    // they accumulate (never across k blocks: fusing the fill into a k loop would
-    // zero C at every k block).
+  if (nc < tN && fused) {
+    // n blocks with the matmul and its fill fused in: each block's C columns are
+    // zeroed right before they accumulate (never across k blocks: fusing the fill into
+    // a k loop would zero C at every k block).
+    tile_fused(w, i, "cb", "cbl", cur, 0, nc, false, mm, fill);
+    snprintf(cur, sizeof cur, "%%cb%d", i);
+  } else if (nc < tN) {
     sb_printf(sb, "  %%cb%d, %%cbl%d = transform.structured.fuse %s tile_sizes [0, %lld] "
                   ": (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, cur, (long long)nc);
@@ -100,14 +133,13 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
               i, i, cur, (long long)kc);
     snprintf(cur, sizeof cur, "%%kb%d", i);
   }
-  if (fused)
+  if (fused) {
+    tile_fused(w, i, "rg", "rl", cur, tm, tn, false, mm, fill);
     sb_printf(sb,
-              "  %%rg%d, %%rl%d:2 = transform.structured.fuse %s tile_sizes [%lld, %lld] : "
-              "(" ANY ") -> (" ANY ", " ANY ", " ANY ")\n"
               "  %%rt%d = transform.structured.match ops{[\"linalg.matmul\"]} in %%rl%d#1 "
               ": (" ANY ") -> " ANY "\n",
-              i, i, cur, (long long)tm, (long long)tn, i, i);
-  else if (fill_tiles && kc == K) {
+              i, i);
+  } else if (fill_tiles && kc == K) {
     // Without k blocks, the fill fused into the register tiles, as on the unpacked path
     // (plan_matmul): 256^3 157 -> 150 us (2 threads 86 -> 82), 192x256x512 241 -> 228,
     // 100x512x1024 at 2 threads 327 -> 306; 64x768x3072 the same.
@@ -664,14 +696,17 @@ static void emit_mm_head(walk *w, int i, const jit__cpu_mm_shape *s, const jit__
 
 // Cache blocks, register tiles, peeling and the k loop of an unpacked, unmasked plan.
 static void emit_mm_tiles(walk *w, int i, const jit__cpu_mm_plan *p, bool has_fill,
-                          char root[32]) {
+                          char root[32], char mm[32], char fill[32]) {
   int64_t mc = p->mc, nc = p->nc, kc = p->kc, tm = p->tm, tn = p->tn, em = p->em, en = p->en;
   bool fused = p->fused, narrow_rest = p->narrow_rest;
   jit__text *sb = &w->sb;
   char hb[32];  // handle() text for sb_peel
   (void)hb;
   const char *zk = fused ? "" : ", 0";  // the matmul has a k loop to leave alone
-  if (mc || nc) {
+  if ((mc || nc) && fused) {
+    tile_fused(w, i, "cb", "cbl", root, mc, nc, mc && nc, mm, fill);
+    snprintf(root, 32, "%%cb%d", i);
+  } else if (mc || nc) {
     int nl = (mc != 0) + (nc != 0);
     sb_printf(sb, "  %%cb%d, %%cbl%d:%d = transform.structured.fuse %s tile_sizes [%lld, "
                   "%lld%s] interchange [1, 0%s] : (" ANY ") -> ",
@@ -686,12 +721,8 @@ static void emit_mm_tiles(walk *w, int i, const jit__cpu_mm_plan *p, bool has_fi
   if (fused) {
     // Register tile of G with the matmul (and fill) fused in.
     if (nreg) {
-      sb_printf(sb, "  %%rg%d, %%rl%d:%d = transform.structured.fuse %s tile_sizes "
-                    "[%lld, %lld] : (" ANY ") -> ",
-                i, i, nreg, root, (long long)(tm < em ? tm : 0),
-                (long long)(tn < en ? tn : 0));
-      sb_types(sb, nreg + 1);
-      sb_printf(sb, "\n");
+      tile_fused(w, i, "rg", "rl", root, tm < em ? tm : 0, tn < en ? tn : 0, false, mm,
+                 fill);
       int li = 0;
       if (tm < em) { snprintf(lmb, sizeof lmb, "%%rl%d#%d", i, li++); lm = lmb; }
       if (tn < en) { snprintf(lnb, sizeof lnb, "%%rl%d#%d", i, li++); ln = lnb; }
@@ -761,8 +792,13 @@ static void emit_mm_tiles(walk *w, int i, const jit__cpu_mm_plan *p, bool has_fi
 // Writes the transform IR of matmul i's plan `p`.
 static void emit_matmul(walk *w, int i, const jit__cpu_mm_shape *s, const jit__cpu_mm_plan *p,
                         bool has_fill) {
-  char root[32];
+  char root[32], mm[32], fill[32] = "";
   emit_mm_head(w, i, s, p, has_fill, root);
+  // The handles of the matmul and its fill for tile_fused: inside the threads' forall
+  // when there is one.
+  bool split = p->split >= 0;
+  snprintf(mm, sizeof mm, split && p->fused ? "%%pm%d" : "%%mm%d", i);
+  if (has_fill) snprintf(fill, sizeof fill, split ? "%%pl%d" : "%%fl%d", i);
   int64_t K = s->K, tM = p->tM, tN = p->tN, nc = p->nc, kc = p->kc, tm = p->tm, tn = p->tn;
   bool fused = p->fused, copy_a = p->copy_a, b_tr = p->b_tr, a_made = s->a_made;
   if (p->packed) {
@@ -771,7 +807,7 @@ static void emit_matmul(walk *w, int i, const jit__cpu_mm_shape *s, const jit__c
     bool b_made = s->b_made;
     plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc, copy_a, fused,
                 s->a_f16 ? "f16" : "f32", s->b_f16 ? "f16" : "f32", b_tr,
-                has_fill && !a_made && !b_made);
+                has_fill && !a_made && !b_made, mm, fill);
     return;
   }
   if (p->masked) {
@@ -782,7 +818,7 @@ static void emit_matmul(walk *w, int i, const jit__cpu_mm_shape *s, const jit__c
     plan_masked(w, i, root, tM, p->mtm, p->mv, kc);
     return;
   }
-  emit_mm_tiles(w, i, p, has_fill, root);
+  emit_mm_tiles(w, i, p, has_fill, root, mm, fill);
 }
 
 // Plans matmul `mm` (jit__cpu_plan_matmul) and writes its script; the generics making
