@@ -15,6 +15,7 @@
 //
 //   jitml_stream [--quick] [--only mlp|block] [--stream uniform|zipf] [--threads N]
 //   jitml_stream --kernels [--threads N]
+//   jitml_stream --export DIR ...   (also writes the graphs and streams for stream_iree.py)
 //
 // --kernels: generic kernels against exact ones, shape by shape (the targets: >= 0.85x
 // on large shapes, >= 0.7x on odd ones).
@@ -433,9 +434,41 @@ static void kernels(int threads) {
   for (int i = 0; i < kMaxInputs; i++) free(bufs[i]);
 }
 
+// --export DIR: the workload's graph as MLIR (DIR/<mlp|block>.mlir, `?` dims) and each
+// stream's values (DIR/<mlp|block>-<stream>.txt), for bench/stream_iree.py to run the
+// same calls through IREE.
+static void export_stream(const char *dir, const workload *w, const char *sname,
+                          const int64_t *stream, int calls) {
+  const char *tag = w->build == build_mlp ? "mlp" : "block";
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s-%s.txt", dir, tag, sname);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "jitml_stream: cannot write %s\n", path);
+    exit(1);
+  }
+  for (int c = 0; c < calls; c++) fprintf(f, "%lld\n", (long long)stream[c]);
+  fclose(f);
+  snprintf(path, sizeof path, "%s/%s.mlir", dir, tag);
+  jit_context *ctx = NULL;
+  if (!ok(jit_context_create(NULL, &ctx), "context")) exit(1);
+  jit_graph *g = w->build(ctx);
+  char *text = NULL;
+  if (!ok(jit_graph_to_mlir(g, &text), "jit_graph_to_mlir")) exit(1);
+  f = fopen(path, "w");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+  jit_string_free(text);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
   bool quick = false, kernel_mode = false;
   int threads = 0;
+  const char *export_dir = NULL;
   const char *only = NULL, *which = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = true;
@@ -443,9 +476,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--stream") && i + 1 < argc) which = argv[++i];
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--kernels")) kernel_mode = true;
+    else if (!strcmp(argv[i], "--export") && i + 1 < argc) export_dir = argv[++i];
     else {
       fprintf(stderr, "usage: jitml_stream [--quick] [--only mlp|block] "
-              "[--stream uniform|zipf] [--threads N] [--kernels]\n");
+              "[--stream uniform|zipf] [--threads N] [--kernels] [--export DIR]\n");
       return 2;
     }
   }
@@ -477,6 +511,7 @@ int main(int argc, char **argv) {
       if (si) zipf_stream(calls, distinct, stream);
       else uniform_stream(calls, distinct, stream);
       int n_hot = hottest(stream, calls, hot, 8);
+      if (export_dir) export_stream(export_dir, w, sname, stream, calls);
       printf("\n%s, %s stream: %d calls over %d values of %s in 1..%d\n", w->name, sname,
              calls, distinct, w->sym, kMaxDim);
       printf("%-8s %10s %10s %9s %9s %9s %9s %8s %6s %8s\n", "policy", "total ms",
