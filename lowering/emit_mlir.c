@@ -252,6 +252,8 @@ static void frame_symbolic(jit__emitter *e, const char *func_name, jit__text bod
   e->tb = head;
 }
 
+static void emit_outputs(jit__emitter *e, jit__text *tb);
+
 static jit_status emit_graph(jit__emitter *e, const char *func_name) {
   const jit__lgraph *g = e->g;
   JIT_PROPAGATE(name_inputs(e));
@@ -306,11 +308,40 @@ static jit_status emit_graph(jit__emitter *e, const char *func_name) {
   jit__text_printf(&head, ") {\n");
   if (e->symbolic) frame_dims(e, &head);
 
-  jit__text_append(&head, body.p ? body.p : "", body.len);
-  head.oom |= body.oom;
+  // Two paths (destination mode, options.split_rows): the body in both regions of an
+  // scf.if on the first `?` dim (the first input's, else the next input's), so that
+  // the CPU strategy plans each for its side of options.split_rows (lowering/cpu/
+  // generic.c: B packed for many rows, not for a few). Sibling regions have scopes
+  // of their own: the copies keep their names.
+  const char *split_dim = NULL;
+  for (uint32_t i = 0; e->symbolic && e->opt->split_rows > 0 && !split_dim && i < g->n_inputs;
+       i++) {
+    const jit__node *n = &g->nodes[g->inputs[i]];
+    for (int d = 0; d < n->rank && !split_dim; d++)
+      if (n->dims[d] < 0) split_dim = e->dv[g->inputs[i]][d].s;
+  }
+  int copies = split_dim ? 2 : 1;
+  jit__text whole = head;
+  for (int c = 0; c < copies; c++) {
+    if (split_dim && c == 0)
+      jit__text_printf(&whole, "  %%split_at = arith.constant %lld : index\n"
+                       "  %%split = arith.cmpi sge, %s, %%split_at : index\n"
+                       "  scf.if %%split {\n", (long long)e->opt->split_rows, split_dim);
+    if (split_dim && c == 1) jit__text_printf(&whole, "  } else {\n");
+    jit__text_append(&whole, body.p ? body.p : "", body.len);
+    emit_outputs(e, &whole);
+  }
+  if (split_dim) jit__text_printf(&whole, "  }\n");
+  whole.oom |= body.oom;
   free(body.p);
-  e->tb = head;
+  e->tb = whole;
+  jit__text_printf(&e->tb, "  return\n}\n");
+  return NULL;
+}
 
+// The materialize_in_destination of every output into its %r argument.
+static void emit_outputs(jit__emitter *e, jit__text *tb) {
+  const jit__lgraph *g = e->g;
   // restrict: each %r is a distinct buffer nobody else touches in this function, which
   // lets eliminate-empty-tensors compute the producing op directly into it.
   for (uint32_t j = 0; j < g->n_outputs; j++) {
@@ -319,15 +350,13 @@ static jit_status emit_graph(jit__emitter *e, const char *func_name) {
     const struct jit__flat_value *f = &e->flat[g->outputs[j]];
     int rank = f->rank ? f->rank : n->rank;
     const int64_t *dims = f->rank ? f->dims : n->dims;
-    jit__text_printf(&e->tb,
+    jit__text_printf(tb,
               "  bufferization.materialize_in_destination %s in restrict writable %%r%u"
               " : (%s, %s) -> ()\n",
               f->rank ? f->name.s : e->names[g->outputs[j]], j,
               jit__tensor_type(n->dtype, rank, dims).s,
               jit__shape_type("memref", n->dtype, rank, dims).s);
   }
-  jit__text_printf(&e->tb, "  return\n}\n");
-  return NULL;
 }
 
 jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,

@@ -164,6 +164,10 @@ typedef struct jit__emit_options {
   // function takes the inputs as tensors and the outputs as memrefs with `?` dims and
   // writes them, as static mode does; no jit.dims, input_names and symbol_name unused.
   bool destination;
+  // Destination mode: > 0 writes the body twice, under scf.if (first `?` dim >=
+  // split_rows) and its else (emit_mlir.c); the generic CPU kernel plans each path
+  // for its side.
+  int64_t split_rows;
 } jit__emit_options;
 
 // jit__emit_mlir with the dims mode of `options`. In symbolic mode `func_name` is made
@@ -175,6 +179,12 @@ jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
 // Creates and destroys its own MLIR and LLVM contexts; thread-safe.
 jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
                            const jit__lower_options *options, jit__artifact *out);
+
+// Where the generic CPU kernel's two paths part: calls whose first `?` dim is at least
+// this run the path that packs B (its copy costs more than it saves for fewer rows:
+// the MLP at N = 1 and 7 ran at 0.41-0.49x of exact packed, 0.75-0.83x unpacked; at
+// N = 64-512 0.78-1.4x packed, 0.47-0.85x unpacked; 17x1000x31 0.15x packed, 0.4x not).
+#define JIT__GENERIC_SPLIT_ROWS 32
 
 // Compiles the generic kernel of `graph`, whose dims < 0 are symbols (jit/'s codes)
 // or unknown, kept as `?` (jit__emit_options' symbolic mode; `reshape_req` as there).

@@ -29,6 +29,7 @@ jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t 
   p.tm = h->tm;
   p.tn = h->tn;
   p.M = M;
+  p.K = K;
   p.N = N;
   p.peel_n = N < 0 || N % p.tn != 0;
   // The static-M rows: tm divides them, or they are peeled (a static M < tm is one tile).
@@ -41,6 +42,20 @@ jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t 
   // Rows left after the whole tiles go in halving tiles where B is large enough to
   // matter (read once per level, not once per row), else one by one.
   p.halve_rows = K < 0 || N < 0 || K * N >= 16384;
+  // B packed per column piece where its panel is static and does not sit in L1 anyway;
+  // the rows then run whole under each piece (no row blocks: the panel is packed once).
+  // Not with odd columns: their pieces' C tiles went through temporaries and copies
+  // under k blocks (40x1000x31 packed: 0.1x of exact).
+  p.pack = K > 64 && N > 0 && N % p.tn == 0;
+  // A packed panel must be static: k blocks that divide K (a divisor near 128), or
+  // none where K has no such divisor and fits (its panel is then K x tn).
+  if (p.pack && p.kc) {
+    int64_t kc = jit__cpu_pick_block(K, 128, 8);
+    if (kc) p.kc = kc;
+    else if (K <= 1024) p.kc = 0;
+    else p.pack = false;
+  }
+  if (p.pack) p.mc = 0;
   // Threads split the columns where each gets whole register tiles of a static N (B
   // is then read once in all, and a small M is as fast as a large one), else the rows:
   // a `?` M always (its size is not known here; a thread with no rows does nothing), a
@@ -193,13 +208,53 @@ static int64_t pow2_floor(int64_t x) {
 // level peeled; B is read once per level rather than once per row), a `?` rest of
 // columns as scalar loops. Rows are cut first; in each row piece the columns; in each
 // column piece the k loop by one (outer products, accumulators in registers).
+// B packed (recipes/mm_packBws.mlir): the [K, width] panel of B that the row tiles
+// in `loop` read is copied once, before the loop, into a contiguous buffer (a padded
+// matmul: pad with nofold + hoist_pad, as lowering/cpu/script.c packs), so each k step
+// reads one or two cache lines instead of lines a row of B apart.
+static void pack_b(writer *w, const target *t, const char *loop, const char *loop_ty,
+                   int64_t width, int64_t depth) {
+  int mm = match_in(w, t->name, loop, loop_ty);
+  // The copy goes `rows` rows of the panel at a time, a divisor of its depth (a
+  // partial last tile would be masked, and masking this copy does not lower).
+  int64_t rows = depth % 8 == 0 ? 8 : depth % 4 == 0 ? 4 : depth % 2 == 0 ? 2 : 1;
+  int h = w->n;
+  sb_printf(w->sb,
+            "  %%h%dd, %%h%dp, %%h%dc = transform.structured.pad %%h%d {padding_values = "
+            "[0.0 : f32, 0.0 : f32, 0.0 : f32], padding_dimensions = [%d], nofold_flags = "
+            "[0, 1, 0], copy_back_op = \"none\"} : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n",
+            h, h, h, mm, t->b + 1);
+  sb_printf(w->sb,
+            "  %%h%db = transform.get_producer_of_operand %%h%dd[1] : (" ANY ") -> " ANY "\n"
+            "  %%h%dh = transform.structured.hoist_pad %%h%db by 1 loops : (" ANY ") -> " ANY
+            "\n",
+            h, h, h, h);
+  sb_printf(w->sb,
+            "  %%h%dt, %%h%dtl = transform.structured.tile_using_for %%h%dh tile_sizes "
+            "[%lld, 0] : (" ANY ") -> (" ANY ", " ANY ")\n"
+            "  transform.structured.vectorize %%h%dt vector_sizes [%lld, %lld] : " ANY "\n",
+            h, h, h, (long long)rows, h, (long long)rows, (long long)width);
+  w->n++;
+}
+
+// Cuts loop `dim` (0: rows, 1: columns) of the target in `in` into pieces whose
+// widths are static, so that every register tile vectorizes unmasked at a width LLVM
+// handles well (a 31-wide vector of columns cost 45x): tiles of the register tile's
+// size (tm, tn), then, peeled off, what is left: a static rest in power-of-two widths
+// (31 = 16 + 8 + 4 + 2 + 1), a `?` rest of rows in halving tiles (tm/2, .., 1, each
+// level peeled; B is read once per level rather than once per row), a `?` rest of
+// columns as scalar loops. `outer` is the dim cut first; in each of its pieces the
+// other one is cut; in each of those the k loop goes by one (outer products,
+// accumulators in registers). With columns outer and p->pack, each column piece's B
+// panel is packed ahead of its rows (`piece`: that piece's width, 0 when not known).
 static void write_dim(writer *w, const target *t, const char *in, const char *in_ty,
-                      const jit__cpu_generic_mm_plan *p, int dim) {
+                      const jit__cpu_generic_mm_plan *p, int dim, int outer, int64_t piece) {
   char cur[48], loop[48];
   snprintf(cur, sizeof cur, "%s", in);
   const char *cur_ty = in_ty;
   int64_t left = dim == 0 ? p->M : p->N, width = dim == 0 ? p->tm : p->tn;
-  for (;;) {
+  bool first = true;
+  for (;; first = false) {
     if (left >= 0 && left < width) width = pow2_floor(left);
     // Each piece costs compile time (a vectorized copy of the kernel's core): the
     // last few columns stay scalar loops, and where B is small the rows left after
@@ -207,34 +262,44 @@ static void write_dim(writer *w, const target *t, const char *in, const char *in
     // (Their k loop still goes by one: the vectorizer takes any static op whole, and a
     // [8, 2] tile over all of K became a 256-deep contraction of 2-wide vectors.)
     if (dim == 1 && width < 4 && width < p->tn) {
-      finish_tile(w, t, cur, cur_ty);
+      // With columns outside, its rows still go in static tiles (vector<8x3> beats
+      // 17 rows of scalar loops).
+      if (outer == 1) write_dim(w, t, cur, cur_ty, p, 0, outer, 0);
+      else finish_tile(w, t, cur, cur_ty);
       return;
     }
     if (dim == 0 && left < 0 && width < p->tm && !p->halve_rows) width = 1;
     int h = tile_dim(w, t, cur, cur_ty, dim, width);
     snprintf(loop, sizeof loop, "%%h%dl#0", h);
     // Whole tiles only: a static extent they divide, or a `?` one in tiles of one.
-    if ((left >= 0 && left % width == 0) || (left < 0 && width == 1)) {
-      if (dim == 0) write_dim(w, t, loop, ANY, p, 1);
-      else finish_tile(w, t, loop, ANY);
-      return;
-    }
-    int pl = peel(w, loop);
+    bool whole_only = (left >= 0 && left % width == 0) || (left < 0 && width == 1);
     char whole[48];
-    snprintf(whole, sizeof whole, "%%h%dm", pl);
-    if (dim == 0) write_dim(w, t, whole, FOR, p, 1);
-    else finish_tile(w, t, whole, FOR);
+    int pl = -1;
+    if (whole_only) {
+      snprintf(whole, sizeof whole, "%s", loop);
+    } else {
+      pl = peel(w, loop);
+      snprintf(whole, sizeof whole, "%%h%dm", pl);
+    }
+    const char *whole_ty = whole_only ? ANY : FOR;
+    // The whole row tiles read B packed; the rest, a few rows, read it in place (a pad
+    // there would stop the rest's own tiles from fusing their matmul in).
+    if (dim == 0 && outer == 1 && first && p->pack && piece > 0)
+      pack_b(w, t, whole, whole_ty, piece, p->kc ? p->kc : p->K);
+    if (dim == outer) write_dim(w, t, whole, whole_ty, p, 1 - dim, outer, dim == 1 ? width : 0);
+    else finish_tile(w, t, whole, whole_ty);
+    if (whole_only) return;
+    snprintf(cur, sizeof cur, "%%h%dr", pl);
+    cur_ty = FOR;
     // A `?` rest of columns stays scalar: halving it too made the generic kernel of
     // a fully symbolic matmul compile in 760 ms (12 of its tiles still `?`-sized).
     if (left < 0 && dim == 1) {
-      snprintf(cur, sizeof cur, "%%h%dr", pl);
-      finish_tile(w, t, cur, FOR);
+      if (outer == 1) write_dim(w, t, cur, FOR, p, 0, outer, 0);
+      else finish_tile(w, t, cur, FOR);
       return;
     }
     if (left >= 0) left %= width;
     else width /= 2;
-    snprintf(cur, sizeof cur, "%%h%dr", pl);
-    cur_ty = FOR;
   }
 }
 
@@ -280,7 +345,7 @@ static void write_matmul(writer *w, int i, const char *name, int b, bool fused, 
   }
   t.top = top;
   t.mm = mm;
-  write_dim(w, &t, loop, ANY, p, 0);
+  write_dim(w, &t, loop, ANY, p, p->pack ? 1 : 0, p->pack ? 1 : 0, 0);
 }
 
 // The one elementwise consumer of matmul `mm` that write_fused can fuse, or null.
@@ -311,6 +376,20 @@ static void matmul_shape(MlirOperation op, int b, int64_t *M, int64_t *K, int64_
   *N = mlirShapedTypeIsDynamicSize(n) ? -1 : n;
 }
 
+// Whether `op` is in the else region of an scf.if (the generic kernel's path for few
+// rows, emit_mlir.c's split_rows).
+static bool on_few_rows_path(MlirOperation op) {
+  for (MlirBlock b = mlirOperationGetBlock(op); !mlirBlockIsNull(b);) {
+    MlirOperation parent = mlirBlockGetParentOperation(b);
+    if (mlirOperationIsNull(parent)) break;
+    if (jit__cpu_op_is(parent, "scf.if") && mlirOperationGetNumRegions(parent) == 2 &&
+        mlirRegionEqual(mlirBlockGetParentRegion(b), mlirOperationGetRegion(parent, 1)))
+      return true;
+    b = mlirOperationGetBlock(parent);
+  }
+  return false;
+}
+
 typedef struct generic_walk {
   MlirContext ctx;
   jit__cpu_host host;
@@ -334,6 +413,13 @@ static MlirWalkResult visit(MlirOperation op, void *user) {
   int64_t M, K, N;
   matmul_shape(op, b, &M, &K, &N);
   jit__cpu_generic_mm_plan p = jit__cpu_plan_generic_mm(M, K, N, &w->host, w->threads);
+  // Packing only on the path for many rows (the scf.if's then region, emit_mlir.c).
+  if (p.pack && on_few_rows_path(op)) p.pack = false;
+  if (!p.pack && M < 0) p.mc = 8 * p.tm;
+  // Packing is written for f32 operands (the padding values' type).
+  for (int o = 0; o < 3 && p.pack; o++)
+    p.pack = mlirTypeIsAF32(mlirShapedTypeGetElementType(
+        mlirValueGetType(mlirOperationGetOperand(op, o))));
   if (p.threads > w->used_threads) w->used_threads = p.threads;
   if (p.tn == 0 || M == 0 || K == 0) return MlirWalkResultAdvance;
   jit__cpu_set_tag(w->ctx, op, "jit.gmm", w->n);
