@@ -407,9 +407,11 @@ JIT_API jit_status jit_output_shape(jit_graph *graph, const DLTensor *inputs,
 JIT_API jit_status jit_run(jit_graph *graph, const DLTensor *inputs, int n_inputs,
                            const DLTensor *outputs, int n_outputs);
 
-// Makes the kernel for these input shapes ready without running it: loads it from the
-// disk cache or compiles (and stores) it. Only shapes and dtypes are read; data may be
-// NULL. Used to prewarm caches. Same errors as jit_run.
+// Makes these input shapes ready to run without running them, by the graph's shape
+// policy: under EXACT their own kernel (loaded from the disk cache, or compiled and
+// stored); under AUTO their own kernel if on disk, else the generic kernel; under
+// GENERIC the generic kernel. Only shapes and dtypes are read; data may be NULL. Used
+// to prewarm caches (with EXACT: `jitml prewarm`). Same errors as jit_run.
 JIT_API jit_status jit_graph_compile(jit_graph *graph, const DLTensor *inputs,
                                      int n_inputs);
 
