@@ -147,6 +147,7 @@ struct jit_graph {
   // ctx->mu, whether it cannot have one (then it runs EXACT; logged once) and how
   // many of its bindings were given kernels of their own in the background.
   _Atomic(jit__kernel *) generic;
+  atomic_bool generic_queued;  // AUTO: its compile was queued on the specializer
   bool generic_failed;
   char *generic_why;    // why, when it failed (malloc'ed)
   uint32_t n_specialized;
@@ -172,6 +173,11 @@ typedef struct jit__oshape {
 jit_status jit__bind(const jit_graph *g, const DLTensor *inputs, int64_t *symvals,
                      jit__node *shapes, jit__oshape *oshapes);
 
+// The lowering options of a CPU compile in `ctx` (jit/run.c), and the counting of one
+// compile that took `ms`.
+jit__lower_options jit__cpu_lower_options(jit_context *ctx);
+void jit__count_compile(jit_context *ctx, double ms);
+
 // The kernel table's single flight (jit/run.c). Finds or makes the record of `key`:
 // *mine when this thread made it (state COMPILING; it must jit__publish it), else
 // the record once READY, or the error its compile failed with.
@@ -195,6 +201,8 @@ jit_shape_policy jit__policy_of(jit_graph *g, const jit_device *d);
 // The graph's generic kernel for the CPU, loaded from disk or compiled once (single
 // flight); an error when it cannot be built (then g->generic_failed is set).
 jit_status jit__generic_get(jit_graph *g, jit__kernel **out);
+// jit__generic_get on the specializer's thread (AUTO's first binding queues it).
+void jit__generic_build(jit_graph *g);
 // Binding record `k` (COMPILING, claimed by this thread) runs on generic kernel `gk`:
 // binds `inputs`, fills k->outputs and the sizes the generic entry reads.
 // `specialize`: AUTO, so that enough calls specialize it.
@@ -215,6 +223,9 @@ void jit__spec_destroy(jit__specializer *sp);
 void jit__spec_enqueue(jit_graph *g, jit__kernel *k);
 // Jobs queued or running now.
 uint64_t jit__spec_pending(jit__specializer *sp);
+// Queues a job: binding `k`'s own kernel, or with `k` NULL the graph's generic kernel
+// (jit__generic_build). false when it could not be queued (no thread, no memory).
+bool jit__spec_push(jit_graph *g, jit__kernel *k);
 // Drops the queued jobs of `g` and waits for its job in flight (jit_graph_destroy).
 void jit__spec_forget_graph(jit_graph *g);
 // Compiles (or loads from disk) binding `k`'s own kernel and switches its calls to it

@@ -146,25 +146,14 @@ static jit_status jit__generic_compile(jit_graph *g, jit__kernel *gk) {
   snprintf(func_name, sizeof func_name, "jitg_%.24s", hex);
   jit__lgraph lg = {g->name, nodes, g->n_nodes, g->inputs, g->n_inputs,
                     g->outputs, g->n_outputs};
-  const jit__cpu_target *t = jit__cpu_host_target();
-  const char *dump = ctx->options.dump_ir_dir ? ctx->options.dump_ir_dir
-                                               : getenv("JITML_DUMP_IR");
-  jit__lower_options lo = {.opt_level = ctx->options.opt_level,
-                           .dump_dir = dump && dump[0] ? dump : NULL,
-                           .triple = t->triple, .cpu = t->cpu, .features = t->features,
-                           .l2_bytes = t->l2_bytes,
-                           .num_threads = jit__cpu_threads(ctx->options.num_threads),
-                           .pool = ctx->mlir_pool};
+  jit__lower_options lo = jit__cpu_lower_options(ctx);
   jit__artifact art;
   double t0 = jit__now_ms();
   s = jit__compile_cpu_generic(&lg, (const int64_t(*)[JIT_MAX_RANK])req, func_name, &lo,
                                &art);
   double ms = jit__now_ms() - t0;
-  atomic_fetch_add_explicit(&ctx->compiles, 1, memory_order_relaxed);
+  jit__count_compile(ctx, ms);
   atomic_fetch_add_explicit(&ctx->generic_compiles, 1, memory_order_relaxed);
-  pthread_mutex_lock(&ctx->mu);
-  ctx->compile_ms += ms;
-  pthread_mutex_unlock(&ctx->mu);
   if (s) goto done;
   jit__log(ctx, JIT_LOG_DEBUG,
            "graph `%s`: generic kernel %s compiled in %.1f ms: MLIR %.1f ms, LLVM IR + %s "
@@ -244,6 +233,12 @@ jit_status jit__generic_get(jit_graph *g, jit__kernel **out) {
   atomic_store_explicit(&g->generic, gk, memory_order_release);
   *out = gk;
   return NULL;
+}
+
+void jit__generic_build(jit_graph *g) {
+  jit__kernel *gk = NULL;
+  jit_status s = jit__generic_get(g, &gk);  // a failure is logged and kept in the graph
+  jit_status_free(s);
 }
 
 jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel *k,

@@ -55,7 +55,8 @@ static void *jit__spec_main(void *arg) {
     if (!sp->head) sp->tail = NULL;
     sp->running = job->g;
     pthread_mutex_unlock(&sp->mu);
-    jit__specialize_binding(job->g, job->k);
+    if (job->k) jit__specialize_binding(job->g, job->k);
+    else jit__generic_build(job->g);
     free(job);
     pthread_mutex_lock(&sp->mu);
     sp->running = NULL;
@@ -85,7 +86,6 @@ void jit__spec_destroy(jit__specializer *sp) {
 
 void jit__spec_enqueue(jit_graph *g, jit__kernel *k) {
   jit_context *ctx = g->ctx;
-  jit__specializer *sp = ctx->spec;
   // The recompile guard: past its limit a graph stays on its generic kernel.
   pthread_mutex_lock(&ctx->mu);
   bool over = g->n_specialized >= (uint32_t)ctx->max_specializations;
@@ -98,9 +98,15 @@ void jit__spec_enqueue(jit_graph *g, jit__kernel *k) {
              "graph `%s`: %d bindings have kernels of their own "
              "(options.max_specializations); its other bindings stay on the generic kernel",
              g->name, ctx->max_specializations);
-  if (over || !sp) return;
+  if (!over) jit__spec_push(g, k);
+}
+
+bool jit__spec_push(jit_graph *g, jit__kernel *k) {
+  jit_context *ctx = g->ctx;
+  jit__specializer *sp = ctx->spec;
+  if (!sp) return false;
   jit__spec_job *job = malloc(sizeof(*job));
-  if (!job) return;  // out of memory: the binding stays on the generic kernel
+  if (!job) return false;  // out of memory: the binding stays on the generic kernel
   *job = (jit__spec_job){NULL, g, k};
   pthread_mutex_lock(&sp->mu);
   if (!sp->started && !sp->stop) {
@@ -117,13 +123,14 @@ void jit__spec_enqueue(jit_graph *g, jit__kernel *k) {
   if (!sp->started || sp->stop) {
     pthread_mutex_unlock(&sp->mu);
     free(job);
-    return;
+    return false;
   }
   if (sp->tail) sp->tail->next = job;
   else sp->head = job;
   sp->tail = job;
   pthread_cond_signal(&sp->work);
   pthread_mutex_unlock(&sp->mu);
+  return true;
 }
 
 uint64_t jit__spec_pending(jit__specializer *sp) {

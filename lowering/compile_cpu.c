@@ -63,46 +63,35 @@ static const char kDeallocPipeline[] =
     "buffer-deallocation-simplification,bufferization-lower-deallocations,"
     "canonicalize,cse)";
 
-// Then everything to the LLVM dialect. Memrefs are passed as bare pointers: all shapes
-// are static, so the kernel needs nothing but the base address.
-static const char kToLLVMPipeline[] =
-    "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm,"
-    "convert-vector-to-scf{full-unroll=1},convert-scf-to-cf,expand-strided-metadata,"
-    "lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,"
-    "convert-arith-to-llvm,convert-cf-to-llvm,"
-    "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},convert-ub-to-llvm,"
-    "reconcile-unrealized-casts)";
-
-// A generic kernel's memrefs have run-time sizes, which bare pointers cannot carry:
-// its arguments are whole memref descriptors (jit__add_generic_entry fills them).
-static const char kToLLVMPipelineGeneric[] =
-    "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm,"
-    "convert-vector-to-scf{full-unroll=1},convert-scf-to-cf,expand-strided-metadata,"
-    "lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,"
-    "convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-ub-to-llvm,"
-    "reconcile-unrealized-casts)";
-static const char kToLLVMPipelineGenericOmp[] =
-    "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm,"
-    "convert-vector-to-scf{full-unroll=1},scf-forall-to-parallel,"
-    "convert-scf-to-openmp{num-threads=%d},expand-strided-metadata,lower-affine,"
-    "finalize-memref-to-llvm,convert-scf-to-cf,convert-vector-to-llvm,"
-    "convert-arith-to-llvm,convert-cf-to-llvm,convert-func-to-llvm,convert-openmp-to-llvm,"
-    "convert-ub-to-llvm,reconcile-unrealized-casts)";
-
-// The same with the scf.forall loops the strategy made for threads turned into OpenMP
-// (scf.forall -> scf.parallel -> omp.parallel + omp.wsloop). finalize-memref-to-llvm
-// must run before convert-scf-to-cf here (recipes/omp.pipe), and convert-openmp-to-llvm
-// after convert-func-to-llvm, or it converts the signature with full memref descriptors
-// instead of bare pointers. %d = thread count.
-static const char kToLLVMPipelineOmp[] =
-    "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm,"
-    "convert-vector-to-scf{full-unroll=1},scf-forall-to-parallel,"
-    "convert-scf-to-openmp{num-threads=%d},expand-strided-metadata,lower-affine,"
-    "finalize-memref-to-llvm,convert-scf-to-cf,convert-vector-to-llvm,"
-    "convert-arith-to-llvm,convert-cf-to-llvm,"
-    "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1},convert-openmp-to-llvm,"
-    "convert-ub-to-llvm,"
-    "reconcile-unrealized-casts)";
+// Then everything to the LLVM dialect: two lowerings, one with the scf.forall loops the
+// strategy made for threads, each for bare-pointer memrefs (exact kernels) or whole
+// descriptors (generic ones).
+#define JIT__TO_LLVM(func_conv)                                                          \
+  "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm," \
+  "convert-vector-to-scf{full-unroll=1},convert-scf-to-cf,expand-strided-metadata,"       \
+  "lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,"                          \
+  "convert-arith-to-llvm,convert-cf-to-llvm," func_conv ",convert-ub-to-llvm,"            \
+  "reconcile-unrealized-casts)"
+// With threads: scf.forall -> scf.parallel -> omp.parallel + omp.wsloop.
+// finalize-memref-to-llvm must run before convert-scf-to-cf here (recipes/omp.pipe), and
+// convert-openmp-to-llvm after convert-func-to-llvm, or it converts the signature with
+// full memref descriptors instead of bare pointers. %d = thread count.
+#define JIT__TO_LLVM_OMP(func_conv)                                                      \
+  "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm," \
+  "convert-vector-to-scf{full-unroll=1},scf-forall-to-parallel,"                          \
+  "convert-scf-to-openmp{num-threads=%d},expand-strided-metadata,lower-affine,"           \
+  "finalize-memref-to-llvm,convert-scf-to-cf,convert-vector-to-llvm,"                     \
+  "convert-arith-to-llvm,convert-cf-to-llvm," func_conv ",convert-openmp-to-llvm,"        \
+  "convert-ub-to-llvm,reconcile-unrealized-casts)"
+// Memrefs are passed as bare pointers: all shapes are static, so the kernel needs
+// nothing but the base address. A generic kernel's memrefs have run-time sizes, which
+// bare pointers cannot carry: its arguments are whole memref descriptors
+// (jit__add_generic_entry fills them).
+#define JIT__BARE "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}"
+static const char kToLLVMPipeline[] = JIT__TO_LLVM(JIT__BARE);
+static const char kToLLVMPipelineOmp[] = JIT__TO_LLVM_OMP(JIT__BARE);
+static const char kToLLVMPipelineGeneric[] = JIT__TO_LLVM("convert-func-to-llvm");
+static const char kToLLVMPipelineGenericOmp[] = JIT__TO_LLVM_OMP("convert-func-to-llvm");
 
 //===--- Steps -----------------------------------------------------------===//
 
