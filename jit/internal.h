@@ -201,8 +201,11 @@ jit_shape_policy jit__policy_of(jit_graph *g, const jit_device *d);
 // The graph's generic kernel for the CPU, loaded from disk or compiled once (single
 // flight); an error when it cannot be built (then g->generic_failed is set).
 jit_status jit__generic_get(jit_graph *g, jit__kernel **out);
-// jit__generic_get on the specializer's thread (AUTO's first binding queues it).
-void jit__generic_build(jit_graph *g);
+// jit__generic_get that, with `queue`, hands a compile (not a disk hit) to the
+// specializer's thread: then *out is NULL (AUTO's first binding compiles its own).
+jit_status jit__generic_get_or_queue(jit_graph *g, bool queue, jit__kernel **out);
+// Compiles claimed generic record `gk` and publishes it (the specializer's thread).
+void jit__generic_build(jit_graph *g, jit__kernel *gk);
 // Binding record `k` (COMPILING, claimed by this thread) runs on generic kernel `gk`:
 // binds `inputs`, fills k->outputs and the sizes the generic entry reads.
 // `specialize`: AUTO, so that enough calls specialize it.
@@ -223,9 +226,10 @@ void jit__spec_destroy(jit__specializer *sp);
 void jit__spec_enqueue(jit_graph *g, jit__kernel *k);
 // Jobs queued or running now.
 uint64_t jit__spec_pending(jit__specializer *sp);
-// Queues a job: binding `k`'s own kernel, or with `k` NULL the graph's generic kernel
-// (jit__generic_build). false when it could not be queued (no thread, no memory).
-bool jit__spec_push(jit_graph *g, jit__kernel *k);
+// Queues a job: binding `k`'s own kernel, or with `generic` the graph's generic
+// kernel into claimed record `k` (jit__generic_build). false when it could not be
+// queued (no thread, no memory).
+bool jit__spec_push(jit_graph *g, jit__kernel *k, bool generic);
 // Drops the queued jobs of `g` and waits for its job in flight (jit_graph_destroy).
 void jit__spec_forget_graph(jit_graph *g);
 // Compiles (or loads from disk) binding `k`'s own kernel and switches its calls to it

@@ -511,11 +511,12 @@ static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__
     // takes several times as long: the MLP's first result 0.09 s, not 0.3-0.45 s) and
     // queues the generic kernel on the background thread for the bindings after it,
     // which wait for it only while it is still being compiled.
-    if (policy == JIT_SHAPE_POLICY_AUTO && !atomic_load(&g->generic) &&
-        !atomic_exchange(&g->generic_queued, true) && jit__spec_push(g, NULL))
-      goto exact;
+    // (A generic kernel on disk is loaded at once, and used.)
+    bool first = policy == JIT_SHAPE_POLICY_AUTO && !atomic_load(&g->generic) &&
+                 !atomic_exchange(&g->generic_queued, true);
     jit__kernel *gk = NULL;
-    jit_status s = jit__generic_get(g, &gk);
+    jit_status s = jit__generic_get_or_queue(g, first, &gk);
+    if (!s && !gk) goto exact;
     if (!s) return jit__serve_generic(g, inputs, k, gk, policy == JIT_SHAPE_POLICY_AUTO);
     // The generic kernel cannot be had (logged once, g->generic_failed): the graph runs
     // EXACT from now on.

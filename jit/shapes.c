@@ -182,38 +182,34 @@ done:
   return s;
 }
 
-jit_status jit__generic_get(jit_graph *g, jit__kernel **out) {
-  jit__kernel *gk = atomic_load_explicit(&g->generic, memory_order_acquire);
-  if (gk) {
-    *out = gk;
-    return NULL;
-  }
+// Ends the build of claimed generic record `gk`: loads it from disk or compiles it
+// (under the key's cross-process lock), publishes it, and on failure marks the graph
+// (logged once). Returns the build's status (owned by the caller).
+static jit_status jit__generic_finish(jit_graph *g, jit__kernel *gk, bool loaded,
+                                      bool tried_disk) {
   jit_context *ctx = g->ctx;
-  uint8_t key[16];
-  bool mine = false;
-  jit_status s = jit__generic_key(g, ctx->devices[0], key);
-  if (!s) s = jit__claim(ctx, ctx->devices[0], g->n_outputs, key, &gk, &mine);
-  if (!s && mine) {
-    if (jit__disk_load(g, key, &gk->exact, gk->outputs)) {
-      jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: generic kernel loaded from the disk cache",
-               g->name);
-    } else {
-      jit__cache_lock lock;
-      bool locked = false;
-      jit__cache_lock_key(ctx->cache, key, 30000, &lock, &locked);
-      if (!(locked && jit__disk_load(g, key, &gk->exact, gk->outputs)))
-        s = jit__generic_compile(g, gk);
-      if (locked) jit__cache_unlock(&lock);
-    }
-    if (!s) {
-      atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
-      atomic_store_explicit(&gk->impl, &gk->exact, memory_order_release);
-      gk->pinned = true;  // bindings share its code: never unloaded
-    }
-    jit__publish(ctx, gk, s);
+  jit_status s = NULL;
+  if (loaded) {
+    jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: generic kernel loaded from the disk cache",
+             g->name);
+  } else if (!tried_disk && jit__disk_load(g, gk->key, &gk->exact, gk->outputs)) {
+    jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: generic kernel loaded from the disk cache",
+             g->name);
+  } else {
+    jit__cache_lock lock;
+    bool locked = false;
+    jit__cache_lock_key(ctx->cache, gk->key, 30000, &lock, &locked);
+    if (!(locked && jit__disk_load(g, gk->key, &gk->exact, gk->outputs)))
+      s = jit__generic_compile(g, gk);
+    if (locked) jit__cache_unlock(&lock);
   }
-  // The claim's use: a generic kernel is pinned, so none is kept for the bindings.
-  if (gk && (mine || !s)) jit__kernel_release(gk);
+  if (!s) {
+    atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
+    atomic_store_explicit(&gk->impl, &gk->exact, memory_order_release);
+    gk->pinned = true;  // bindings share its code: never unloaded
+  }
+  jit__publish(ctx, gk, s);
+  jit__kernel_release(gk);  // the claim's use: pinned, none is kept for the bindings
   if (s) {
     pthread_mutex_lock(&ctx->mu);
     bool first = !g->generic_failed;
@@ -231,14 +227,41 @@ jit_status jit__generic_get(jit_graph *g, jit__kernel **out) {
     return s;
   }
   atomic_store_explicit(&g->generic, gk, memory_order_release);
-  *out = gk;
   return NULL;
 }
 
-void jit__generic_build(jit_graph *g) {
+jit_status jit__generic_get_or_queue(jit_graph *g, bool queue, jit__kernel **out) {
+  *out = atomic_load_explicit(&g->generic, memory_order_acquire);
+  if (*out) return NULL;
+  jit_context *ctx = g->ctx;
+  uint8_t key[16];
+  bool mine = false;
   jit__kernel *gk = NULL;
-  jit_status s = jit__generic_get(g, &gk);  // a failure is logged and kept in the graph
-  jit_status_free(s);
+  jit_status s = jit__generic_key(g, ctx->devices[0], key);
+  if (!s) s = jit__claim(ctx, ctx->devices[0], g->n_outputs, key, &gk, &mine);
+  if (!s && !mine) {
+    jit__kernel_release(gk);  // ready (claim waited): pinned
+  } else if (!s) {
+    // From disk at once; a compile goes to the background thread when asked (it ends
+    // the claim there), else happens here.
+    bool loaded = queue && jit__disk_load(g, key, &gk->exact, gk->outputs);
+    if (queue && !loaded && jit__spec_push(g, gk, true))
+      return NULL;  // *out stays NULL: not ready yet
+    s = jit__generic_finish(g, gk, loaded, queue);
+  }
+  if (s) return s;
+  *out = atomic_load_explicit(&g->generic, memory_order_acquire);
+  if (!*out) *out = gk;
+  return NULL;
+}
+
+jit_status jit__generic_get(jit_graph *g, jit__kernel **out) {
+  return jit__generic_get_or_queue(g, false, out);
+}
+
+void jit__generic_build(jit_graph *g, jit__kernel *gk) {
+  // A failure is logged and kept in the graph (its bindings then run EXACT).
+  jit_status_free(jit__generic_finish(g, gk, false, true));
 }
 
 jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel *k,

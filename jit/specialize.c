@@ -9,8 +9,9 @@
 //
 // Lifetimes: a job names a graph and one of its binding records. The record lives as
 // long as the context; the graph does not, so jit_graph_destroy drops the graph's
-// queued jobs and waits for its job in flight (jit__spec_forget_graph). The context
-// stops the thread when it is destroyed, after its graphs.
+// queued jobs (building a queued generic kernel itself: its record is claimed) and
+// waits for its job in flight (jit__spec_forget_graph). The context stops the thread
+// when it is destroyed, after its graphs.
 //
 //===----------------------------------------------------------------------===//
 #include <pthread.h>
@@ -23,6 +24,7 @@ typedef struct jit__spec_job {
   struct jit__spec_job *next;
   jit_graph *g;
   jit__kernel *k;
+  bool generic;  // k is the graph's generic kernel, claimed, to compile
 } jit__spec_job;
 
 struct jit__specializer {
@@ -55,8 +57,8 @@ static void *jit__spec_main(void *arg) {
     if (!sp->head) sp->tail = NULL;
     sp->running = job->g;
     pthread_mutex_unlock(&sp->mu);
-    if (job->k) jit__specialize_binding(job->g, job->k);
-    else jit__generic_build(job->g);
+    if (job->generic) jit__generic_build(job->g, job->k);
+    else jit__specialize_binding(job->g, job->k);
     free(job);
     pthread_mutex_lock(&sp->mu);
     sp->running = NULL;
@@ -98,16 +100,16 @@ void jit__spec_enqueue(jit_graph *g, jit__kernel *k) {
              "graph `%s`: %d bindings have kernels of their own "
              "(options.max_specializations); its other bindings stay on the generic kernel",
              g->name, ctx->max_specializations);
-  if (!over) jit__spec_push(g, k);
+  if (!over) jit__spec_push(g, k, false);
 }
 
-bool jit__spec_push(jit_graph *g, jit__kernel *k) {
+bool jit__spec_push(jit_graph *g, jit__kernel *k, bool generic) {
   jit_context *ctx = g->ctx;
   jit__specializer *sp = ctx->spec;
   if (!sp) return false;
   jit__spec_job *job = malloc(sizeof(*job));
   if (!job) return false;  // out of memory: the binding stays on the generic kernel
-  *job = (jit__spec_job){NULL, g, k};
+  *job = (jit__spec_job){NULL, g, k, generic};
   pthread_mutex_lock(&sp->mu);
   if (!sp->started && !sp->stop) {
     // Compiles need room: MLIR's passes recurse, LLVM's codegen too.
@@ -146,6 +148,7 @@ uint64_t jit__spec_pending(jit__specializer *sp) {
 void jit__spec_forget_graph(jit_graph *g) {
   jit__specializer *sp = g->ctx ? g->ctx->spec : NULL;
   if (!sp) return;
+  jit__spec_job *builds = NULL;
   pthread_mutex_lock(&sp->mu);
   jit__spec_job **link = &sp->head;
   sp->tail = NULL;
@@ -153,7 +156,14 @@ void jit__spec_forget_graph(jit_graph *g) {
     jit__spec_job *j = *link;
     if (j->g == g) {
       *link = j->next;
-      free(j);
+      // A generic kernel's claimed record must still be published (other graphs of the
+      // same key, and later ones, wait on it): built here rather than dropped.
+      if (j->generic) {
+        j->next = builds;
+        builds = j;
+      } else {
+        free(j);
+      }
     } else {
       sp->tail = j;
       link = &j->next;
@@ -161,4 +171,9 @@ void jit__spec_forget_graph(jit_graph *g) {
   }
   while (sp->running == g) pthread_cond_wait(&sp->idle, &sp->mu);
   pthread_mutex_unlock(&sp->mu);
+  for (jit__spec_job *j = builds, *next; j; j = next) {
+    next = j->next;
+    jit__generic_build(j->g, j->k);
+    free(j);
+  }
 }

@@ -661,6 +661,38 @@ Test(shapes, generic_kernel_comes_back_from_disk) {
   cr_expect(system(cmd) == 0);
 }
 
+// AUTO in a restarted process: the first binding runs on the generic kernel the last
+// process left on disk (no compile), one the last process compiled runs its own.
+Test(shapes, auto_restart_uses_the_disk) {
+  char dir[] = "/tmp/jitml-shapes-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = dir;
+  o.shape_policy = JIT_SHAPE_POLICY_AUTO;
+  for (int round = 0; round < 2; round++) {
+    jit_context *ctx = NULL;
+    TU_OK(jit_context_create(&o, &ctx));
+    jit_graph *g = matmul_graph(ctx, "M", 40, 24, TU_F32);
+    check_matmul(g, round == 0 ? 3 : 5, 40, 24, TU_F32, 720 + (uint64_t)round);
+    check_matmul(g, 3, 40, 24, TU_F32, 722);
+    for (int i = 0; i < 3000 && stats(ctx).specializations_pending; i++) usleep(10000);
+    jit_stats st = stats(ctx);
+    if (round == 0) {
+      cr_expect_eq(st.compiles, 2, "M=3's own kernel and the generic one");
+    } else {
+      cr_expect_eq(st.compiles, 0, "round 1: compiles %llu", (unsigned long long)st.compiles);
+      cr_expect_eq(st.generic_runs, 1, "M=5 on the generic kernel from disk");
+      cr_expect_eq(st.disk_hits, 2, "the generic kernel and M=3's own");
+    }
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_expect(system(cmd) == 0);
+}
+
 //===--- Threads ---------------------------------------------------------===//
 
 enum { kThreads = 4, kRounds = 24 };
