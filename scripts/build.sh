@@ -3,6 +3,7 @@
 #   scripts/build.sh [extra cmake args...]      e.g. scripts/build.sh -DJITML_ASAN=ON
 #   BUILD_DIR=build-asan scripts/build.sh ...   builds in another directory
 #   BUILD_TYPE=Debug scripts/build.sh           another CMAKE_BUILD_TYPE (default Release)
+#   BUILD_TARGET=thread_stress scripts/build.sh only that target (and what it needs)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,4 +26,4 @@ if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
 fi
 
 cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" "$@"
-cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+cmake --build "$BUILD_DIR" --parallel "$(nproc)" ${BUILD_TARGET:+--target "$BUILD_TARGET"}
