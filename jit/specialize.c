@@ -16,6 +16,9 @@
 //===----------------------------------------------------------------------===//
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "jit/internal.h"
 #include "jit/kernel_table.h"
@@ -48,6 +51,12 @@ jit__specializer *jit__spec_create(void) {
 
 static void *jit__spec_main(void *arg) {
   jit__specializer *sp = arg;
+  // Below the threads that run kernels: on a machine with few cores a compile then
+  // takes the gaps, rather than a core from a kernel's OpenMP team (whose barriers
+  // wait for every thread). Best effort: an error leaves the priority as it was.
+#ifdef __linux__
+  (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+#endif
   pthread_mutex_lock(&sp->mu);
   for (;;) {
     while (!sp->head && !sp->stop) pthread_cond_wait(&sp->work, &sp->mu);
