@@ -2,18 +2,25 @@
 //
 // A generic kernel (one per graph, its symbolic dims kept as `?`) cannot be planned
 // from sizes: the sizes arrive with each call. Its matmuls get static register tiles
-// over dynamic loops, with the partial last tiles peeled off (transform.loop.peel) so
-// that every whole tile vectorizes unmasked (recipes/mmdyn.mlir: 0.98-1.0x of the
-// static kernel at 512^3 and 1024^3):
+// over dynamic loops, the partial last tiles peeled off (transform.loop.peel) so that
+// every tile that runs vectorized is static and unmasked (recipes/mmdyn.mlir):
 //
-//   [mc rows, kc] cache blocks (dynamic M only; kc when K is large or dynamic)
-//     [tm x tn] register tiles, the m and n loops peeled where they can be partial
-//       whole rows:     k loop of tm x tn outer products (accumulators in registers)
-//       remaining rows: one row at a time, k loop of 1 x tn outer products
+//   threads: scf.forall over rows, or over columns where each thread gets whole
+//            column tiles of a static N (then a small M is as fast as a large one)
+//   cache blocks: rows in blocks of mc (`?` M), k in blocks of kc (large or `?` K;
+//            none under a fused epilogue, which needs the finished sums)
+//   rows and columns cut into static pieces (write_dim): register tiles of tm rows
+//            and tn columns, then the rest: rows in halving tiles (tm/2 .. 1), static
+//            columns in power-of-two widths, a `?` rest of columns as scalar loops
+//   each piece: the k loop by one (tm x tn outer products, accumulators in
+//            registers), a fused epilogue then a row at a time
 //
-// A partial n tile (N not a multiple of tn, or `?`) runs as scalar loops. Everything
-// else (elementwise ops, reductions, softmax) is left as loops for LLVM's loop
-// vectorizer, which handles run-time trip counts with its own remainder loops.
+// emit_mlir.c writes the graph twice, under scf.if on its first `?` dim: the path for
+// many rows (>= JIT__GENERIC_SPLIT_ROWS) cuts columns first and packs each column
+// piece's panel of B (pad + hoist_pad), the path for few rows cuts rows first and
+// reads B in place. Everything that is not a matmul (elementwise ops, reductions,
+// softmax) is left as loops for LLVM's loop vectorizer, which handles run-time trip
+// counts with its own remainder loops.
 //
 //===----------------------------------------------------------------------===//
 #include <stdlib.h>
