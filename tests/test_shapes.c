@@ -299,6 +299,45 @@ Test(shapes, residual_after_two_matmuls) {
   }
 }
 
+// x W1^T W2 with W1 transposed in the graph: a large static transpose in a generic
+// kernel (vectorized whole it made 56 MB of LLVM dialect and a compile that never
+// ended; now tiled to short vectors).
+Test(shapes, generic_static_transpose_of_a_weight) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
+  jit_graph *g = tu_graph(ctx, "xwt");
+  int64_t dx[2] = {jit_symbol(g, "M"), 128}, dw[2] = {128, 128};
+  jit_value x = jit_input(g, "x", TU_F32, 2, dx);
+  jit_value w1 = jit_input(g, "w1", TU_F32, 2, dw);
+  jit_value w2 = jit_input(g, "w2", TU_F32, 2, dw);
+  int perm[2] = {1, 0};
+  jit_output(g, jit_matmul(g, jit_matmul(g, x, jit_transpose(g, w1, perm)), w2));
+  TU_OK(jit_graph_finalize(g));
+  static const int64_t ms[] = {1, 7, 50};
+  for (int c = 0; c < 3; c++) {
+    int64_t m = ms[c], sx[2] = {m, 128}, sw[2] = {128, 128}, d[2];
+    ref_rng rng;
+    ref_rng_seed(&rng, 970 + (uint64_t)c);
+    float *xv = tu_malloc(sizeof(float) * (size_t)(m * 128)), *w1v = tu_malloc(4 * 128 * 128);
+    float *w2v = tu_malloc(4 * 128 * 128), *w1t = tu_malloc(4 * 128 * 128);
+    float *h = tu_malloc(sizeof(float) * (size_t)(m * 128));
+    float *want = tu_malloc(sizeof(float) * (size_t)(m * 128));
+    ref_rng_fill_signed(&rng, xv, m * 128);
+    ref_rng_fill(&rng, w1v, 128 * 128, -0.1f, 0.1f);
+    ref_rng_fill(&rng, w2v, 128 * 128, -0.1f, 0.1f);
+    ref_transpose(w1v, 2, sw, perm, w1t, d);
+    ref_matmul(xv, 2, sx, w1t, 2, sw, h, d);
+    ref_matmul(h, 2, sx, w2v, 2, sw, want, d);
+    DLTensor in[3] = {tu_tensor(xv, TU_F32, 2, sx), tu_tensor(w1v, TU_F32, 2, sw),
+                      tu_tensor(w2v, TU_F32, 2, sw)};
+    tu_run_check(g, in, 3, TU_F32, 2, sx, want, 1e-4, 1e-4, NULL, "x W1^T W2");
+    free(xv), free(w1v), free(w2v), free(w1t), free(h), free(want);
+  }
+  cr_expect_eq(stats(ctx).generic_compiles, 1);
+  cr_expect_eq(stats(ctx).generic_runs, 3);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 //===--- Other ops -------------------------------------------------------===//
 
 // Reductions on both axes, softmax, a transpose, elementwise with broadcasting and

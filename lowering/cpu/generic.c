@@ -405,10 +405,48 @@ typedef struct generic_walk {
   int threads;       // the options' thread count
   int used_threads;  // the most any forall uses
   int handles;       // transform handles named so far
+  int n_big;         // large static generics tiled (tile_big_static)
 } generic_walk;
+
+// A linalg.generic with static sizes (a transposed weight, say) would be vectorized
+// whole by vectorize_children_and_apply_patterns: a 256x256 transpose became 56 MB of
+// LLVM dialect and a compile that never ended. Past 1024 elements its parallel loops
+// are tiled (1, .., 1, 16: one short vector at a time); generics with a `?` size stay
+// loops for LLVM.
+static void tile_big_static(generic_walk *w, MlirOperation op) {
+  if (!jit__cpu_op_is(op, "linalg.generic") || mlirOperationGetNumResults(op) != 1) return;
+  if (!mlirAttributeIsNull(mlirOperationGetAttributeByName(
+          op, mlirStringRefCreateFromCString("jit.gep"))))
+    return;  // a fused epilogue, tiled with its matmul
+  MlirType t = mlirValueGetType(mlirOperationGetResult(op, 0));
+  if (!jit__cpu_static_shaped(t)) return;
+  int64_t n = 1;
+  for (intptr_t d = 0; d < mlirShapedTypeGetRank(t); d++) n *= mlirShapedTypeGetDimSize(t, d);
+  char it[JIT_MAX_RANK + 2];
+  int nl = jit__cpu_read_iterators(op, it, (int)sizeof it);
+  if (n <= 1024 || nl <= 0) return;
+  int last = -1;
+  for (int l = 0; l < nl; l++)
+    if (it[l] == 'p') last = l;
+  if (last < 0) return;
+  jit__cpu_set_tag(w->ctx, op, "jit.gbig", w->n_big);
+  sb_printf(&w->sb, "  %%big%d = transform.structured.match ops{[\"linalg.generic\"]} "
+            "attributes {jit.gbig = %d} in %%root : (" ANY ") -> " ANY "\n", w->n_big, w->n_big);
+  int loops = 0;
+  for (int l = 0; l < nl; l++) loops += it[l] == 'p';
+  sb_printf(&w->sb, "  %%bigt%d, %%bigl%d:%d = transform.structured.tile_using_for %%big%d "
+            "tile_sizes [", w->n_big, w->n_big, loops, w->n_big);
+  for (int l = 0; l < nl; l++)
+    sb_printf(&w->sb, "%s%d", l ? ", " : "", it[l] != 'p' ? 0 : l == last ? 16 : 1);
+  sb_printf(&w->sb, "] : (" ANY ") -> ");
+  sb_types(&w->sb, 1 + loops);
+  sb_printf(&w->sb, "\n");
+  w->n_big++;
+}
 
 static MlirWalkResult visit(MlirOperation op, void *user) {
   generic_walk *w = user;
+  tile_big_static(w, op);
   bool mm = jit__cpu_op_is(op, "linalg.matmul"), bm = jit__cpu_op_is(op, "linalg.batch_matmul");
   if (!mm && !bm) return MlirWalkResultAdvance;
   // Named matmuls with their default maps only (other maps read an operand
