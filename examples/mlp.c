@@ -1,11 +1,13 @@
 //===--- mlp.c - a two-layer MLP with a symbolic batch size -----------------===//
 //
 // Builds   y = softmax(gelu(x W1 + b1) W2 + b2)   once, with the batch size N left
-// symbolic, and runs it for N = 1, 7 and 64. The first jit_run for each N compiles a
-// kernel specialized for that shape (or loads it from the disk cache, if an earlier
-// process compiled it); the second finds it in memory; a second context, standing in
-// for a new process, loads it from the disk cache. Every result is checked against a
-// plain-C reference.
+// symbolic, and runs it for N = 1, 7 and 64. Under the default shape policy (AUTO) the
+// first jit_run compiles a kernel specialized for N = 1 (or loads it from the disk
+// cache, if an earlier process made it) and the graph's generic kernel in the
+// background; N = 7 and 64 run on the generic kernel (N = 7 may wait for it to finish
+// compiling); the second call of each finds its kernel in memory; a second context,
+// standing in for a new process, loads kernels from the disk cache. Every result is
+// checked against a plain-C reference.
 //
 //   build/examples/mlp
 //
