@@ -98,8 +98,6 @@ jit_status jit_cache_import(jit_context *ctx, const char *path, uint64_t *out_co
 
 //===--- Explain ---------------------------------------------------------===//
 
-// The report is written with base/text.h's printf.
-#define jit__text_add jit__text_printf
 
 // The value of line "name=" in a components text, copied into buf ("" if absent).
 static const char *jit__component(const char *text, const char *name, char *buf,
@@ -171,7 +169,7 @@ static bool jit__explain_visit(void *user, const jit__cache_entry *e, const char
     jit__component(x->want, kSharedComponents[i], a, sizeof a);
     jit__component(e->components, kSharedComponents[i], b, sizeof b);
     if (strcmp(a, b) != 0 && !(x->diffs.p && strstr(x->diffs.p, kSharedComponents[i])))
-      jit__text_add(&x->diffs, "%s differs: `%.200s` vs cached `%.200s`\n",
+      jit__text_printf(&x->diffs, "%s differs: `%.200s` vs cached `%.200s`\n",
                     kSharedComponents[i], a, b);
   }
   for (uint32_t i = 0; i < x->g->n_inputs && i < 64; i++) {
@@ -222,32 +220,32 @@ jit_status jit_cache_explain(jit_graph *g, const DLTensor *inputs, int n_inputs,
   const char *dir = jit_cache_dir(ctx, &reason);
   jit_status s = NULL;
   if (!dir[0]) {
-    jit__text_add(&out, "disk cache is off: %s\n", reason ? reason : "disabled");
+    jit__text_printf(&out, "disk cache is off: %s\n", reason ? reason : "disabled");
   } else {
     s = jit__cache_list(ctx->cache, jit__explain_visit, x);
-    jit__text_add(&out, "key %s in %s: %s\n", x->want_key, dir,
+    jit__text_printf(&out, "key %s in %s: %s\n", x->want_key, dir,
                   x->exact ? "hit (a cached kernel exists for these shapes)" : "miss");
     if (!x->exact) {
       if (!x->same_graph)
-        jit__text_add(&out,
+        jit__text_printf(&out,
                       "no cached kernels for graph `%s` (%s); %llu entries of other "
                       "graphs\n",
                       g->name, x->graph_fp, (unsigned long long)x->other_graphs);
       else
-        jit__text_add(&out, "%llu cached kernels for graph `%s`\n",
+        jit__text_printf(&out, "%llu cached kernels for graph `%s`\n",
                       (unsigned long long)x->same_graph, g->name);
-      if (x->diffs.p) jit__text_add(&out, "%s", x->diffs.p);
+      if (x->diffs.p) jit__text_printf(&out, "%s", x->diffs.p);
       for (uint32_t i = 0; x->same_graph && i < g->n_inputs && i < 64; i++) {
         for (int d = 0; d < inputs[i].ndim; d++) {
           bool seen = false;
           for (int k = 0; k < x->n_seen[i][d]; k++) seen |= x->seen[i][d][k] == inputs[i].shape[d];
           if (seen || !x->n_seen[i][d]) continue;
           qsort(x->seen[i][d], (size_t)x->n_seen[i][d], sizeof(int64_t), jit__cmp_i64);
-          jit__text_add(&out, "shape of input %u `%s` dim %d: %lld vs cached", i,
+          jit__text_printf(&out, "shape of input %u `%s` dim %d: %lld vs cached", i,
                         g->nodes[g->inputs[i]].name, d, (long long)inputs[i].shape[d]);
           for (int k = 0; k < x->n_seen[i][d]; k++)
-            jit__text_add(&out, "%s %lld", k ? "," : "", (long long)x->seen[i][d][k]);
-          jit__text_add(&out, "\n");
+            jit__text_printf(&out, "%s %lld", k ? "," : "", (long long)x->seen[i][d][k]);
+          jit__text_printf(&out, "\n");
         }
       }
     }

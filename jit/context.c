@@ -209,7 +209,7 @@ jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
   pthread_mutex_lock(&ctx->mu);
   s.compile_ms = ctx->compile_ms;
   s.load_ms = ctx->load_ms;
-  s.kernels = atomic_load(&ctx->loaded);
+  s.kernels = ctx->n_code + ctx->n_pinned;
   pthread_mutex_unlock(&ctx->mu);
   jit__cache_stats cs;
   jit__cache_get_stats(ctx->cache, &cs);

@@ -87,13 +87,12 @@ struct jit_context {
   jit_shape_policy policy;
   int specialize_after, max_specializations;
   atomic_uint_fast64_t generic_runs, generic_compiles, specializations, spec_failures;
-  atomic_uint_fast64_t loaded;  // CPU kernels loaded (exact and generic)
   // Bounded kernel memory (run.c, jit__evict), guarded by mu: the limits, the
-  // unloadable kernels loaded and their bytes, the use clock; and how many were
-  // unloaded.
+  // unloadable kernels loaded and their bytes, the pinned ones (generic kernels), the
+  // use clock; and how many were unloaded.
   int max_loaded;
   uint64_t max_loaded_bytes;
-  uint64_t n_code, code_bytes, tick;
+  uint64_t n_code, code_bytes, n_pinned, tick;
   atomic_uint_fast64_t unloaded;
   jit__specializer *spec;       // background compiles (specialize.c)
   double compile_ms, load_ms;  // guarded by mu
@@ -174,9 +173,10 @@ jit_status jit__bind(const jit_graph *g, const DLTensor *inputs, int64_t *symval
                      jit__node *shapes, jit__oshape *oshapes);
 
 // The lowering options of a CPU compile in `ctx` (jit/run.c), and the counting of one
-// compile that took `ms`.
+// compile of `g` that took `ms` (with its stage times logged when `art` is set).
 jit__lower_options jit__cpu_lower_options(jit_context *ctx);
-void jit__count_compile(jit_context *ctx, double ms);
+void jit__count_compile(jit_context *ctx, const jit_graph *g, const char *what,
+                        double ms, const jit__artifact *art);
 
 // The kernel table's single flight (jit/run.c). Finds or makes the record of `key`:
 // *mine when this thread made it (state COMPILING; it must jit__publish it), else

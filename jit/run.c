@@ -295,11 +295,19 @@ jit__lower_options jit__cpu_lower_options(jit_context *ctx) {
                               .pool = ctx->mlir_pool};
 }
 
-void jit__count_compile(jit_context *ctx, double ms) {
+void jit__count_compile(jit_context *ctx, const jit_graph *g, const char *what,
+                        double ms, const jit__artifact *art) {
   atomic_fetch_add_explicit(&ctx->compiles, 1, memory_order_relaxed);
   pthread_mutex_lock(&ctx->mu);
   ctx->compile_ms += ms;
   pthread_mutex_unlock(&ctx->mu);
+  if (art)
+    jit__log(ctx, JIT_LOG_DEBUG,
+             "graph `%s`: %s %s compiled in %.1f ms: MLIR %.1f ms, LLVM IR + %s passes "
+             "%.1f ms, codegen %.1f ms, %zu-byte object",
+             g->name, what, art->entry, ms, art->ms_mlir,
+             art->llvm_passes ? art->llvm_passes : "LLVM", art->ms_llvm_opt,
+             art->ms_codegen, art->object_size);
 }
 
 // Compiles the kernel for one binding, stores it in the disk cache, and loads it.
@@ -318,13 +326,8 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
   jit_status s = g->mlir ? jit__mlir_graph_compile(g, inputs, func_name, &lo, &art, oshapes)
                          : jit__compile_cpu(&lg, func_name, &lo, &art);
   double ms = jit__now_ms() - t0;
-  jit__count_compile(ctx, ms);
+  jit__count_compile(ctx, g, "kernel", ms, s ? NULL : &art);
   if (s) return s;
-  jit__log(ctx, JIT_LOG_DEBUG,
-           "graph `%s`: kernel %s compiled in %.1f ms: MLIR %.1f ms, LLVM IR + %s passes "
-           "%.1f ms, codegen %.1f ms, %zu-byte object",
-           g->name, func_name, ms, art.ms_mlir, art.llvm_passes ? art.llvm_passes : "LLVM",
-           art.ms_llvm_opt, art.ms_codegen, art.object_size);
   s = jit__cpu_load_code(ctx->cpu, art.object, art.object_size, art.entry, &impl->fn,
                          &impl->threaded, &impl->code);
   impl->code_bytes = art.object_size;
@@ -420,8 +423,6 @@ void jit__evict(jit_context *ctx) {
   }
   pthread_mutex_unlock(&ctx->mu);
   for (int i = 0; i < n; i++) {
-    if (list[i]->device->kind == JIT_DEVICE_CPU)
-      atomic_fetch_sub_explicit(&ctx->loaded, 1, memory_order_relaxed);
     jit__kernel_free(list[i], ctx->cpu, true);
     atomic_fetch_add_explicit(&ctx->unloaded, 1, memory_order_relaxed);
   }
@@ -476,7 +477,9 @@ jit_status jit__claim(jit_context *ctx, jit_device *d, uint32_t n_outputs,
 
 void jit__publish(jit_context *ctx, jit__kernel *k, jit_status status) {
   pthread_mutex_lock(&ctx->mu);
-  if (!status && !k->pinned && jit__kernel_owns_code(k)) {
+  if (!status && k->pinned) {
+    ctx->n_pinned++;
+  } else if (!status && jit__kernel_owns_code(k)) {
     ctx->n_code++;
     ctx->code_bytes += k->exact.code_bytes;
   }
@@ -498,12 +501,10 @@ void jit__publish(jit_context *ctx, jit__kernel *k, jit_status status) {
 // Makes binding record `k` (claimed by this thread) ready by the graph's shape policy:
 // its own kernel (EXACT; AUTO when one is on disk), or the generic kernel.
 static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__kernel *k) {
-  jit_context *ctx = g->ctx;
   jit_shape_policy policy = jit__policy_of(g, k->device);
   if (policy != JIT_SHAPE_POLICY_EXACT) {
     if (policy == JIT_SHAPE_POLICY_AUTO &&
         jit__disk_load(g, k->key, &k->exact, k->outputs)) {
-      atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
       atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
       return NULL;
     }
@@ -524,8 +525,6 @@ static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__
   }
 exact:
   JIT_PROPAGATE(jit__materialize(g, inputs, k, &k->exact, k->outputs));
-  if (k->device->kind == JIT_DEVICE_CPU)
-    atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
   atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
   return NULL;
 }
@@ -606,7 +605,6 @@ void jit__specialize_binding(jit_graph *g, jit__kernel *k) {
     jit__cpu_impl im = {0};
     s = jit__materialize(g, in, k, &im, outs);
     if (!s) {
-      atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(&ctx->specializations, 1, memory_order_relaxed);
       pthread_mutex_lock(&ctx->mu);
       k->exact = im;

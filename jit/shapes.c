@@ -152,14 +152,9 @@ static jit_status jit__generic_compile(jit_graph *g, jit__kernel *gk) {
   s = jit__compile_cpu_generic(&lg, (const int64_t(*)[JIT_MAX_RANK])req, func_name, &lo,
                                &art);
   double ms = jit__now_ms() - t0;
-  jit__count_compile(ctx, ms);
+  jit__count_compile(ctx, g, "generic kernel", ms, s ? NULL : &art);
   atomic_fetch_add_explicit(&ctx->generic_compiles, 1, memory_order_relaxed);
   if (s) goto done;
-  jit__log(ctx, JIT_LOG_DEBUG,
-           "graph `%s`: generic kernel %s compiled in %.1f ms: MLIR %.1f ms, LLVM IR + %s "
-           "passes %.1f ms, codegen %.1f ms, %zu-byte object",
-           g->name, func_name, ms, art.ms_mlir, art.llvm_passes ? art.llvm_passes : "LLVM",
-           art.ms_llvm_opt, art.ms_codegen, art.object_size);
   s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, &gk->exact.fn,
                     &gk->exact.threaded);
   gk->exact.stack_bytes = art.stack_bytes;
@@ -204,7 +199,6 @@ static jit_status jit__generic_finish(jit_graph *g, jit__kernel *gk, bool loaded
     if (locked) jit__cache_unlock(&lock);
   }
   if (!s) {
-    atomic_fetch_add_explicit(&ctx->loaded, 1, memory_order_relaxed);
     atomic_store_explicit(&gk->impl, &gk->exact, memory_order_release);
     gk->pinned = true;  // bindings share its code: never unloaded
   }
@@ -241,6 +235,7 @@ jit_status jit__generic_get_or_queue(jit_graph *g, bool queue, jit__kernel **out
   if (!s) s = jit__claim(ctx, ctx->devices[0], g->n_outputs, key, &gk, &mine);
   if (!s && !mine) {
     jit__kernel_release(gk);  // ready (claim waited): pinned
+    atomic_store_explicit(&g->generic, gk, memory_order_release);
   } else if (!s) {
     // From disk at once; a compile goes to the background thread when asked (it ends
     // the claim there), else happens here.
@@ -250,8 +245,7 @@ jit_status jit__generic_get_or_queue(jit_graph *g, bool queue, jit__kernel **out
     s = jit__generic_finish(g, gk, loaded, queue);
   }
   if (s) return s;
-  *out = atomic_load_explicit(&g->generic, memory_order_acquire);
-  if (!*out) *out = gk;
+  *out = gk;
   return NULL;
 }
 
@@ -270,7 +264,7 @@ jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel 
   for (uint32_t i = 0; i < g->n_inputs; i++) n_dims += (size_t)inputs[i].ndim;
   for (uint32_t j = 0; j < g->n_outputs; j++) n_dims += (size_t)gk->outputs[j].rank;
   int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
-  jit__node *shapes = g->mlir ? NULL : malloc(sizeof(jit__node) * (g->n_nodes + 1));
+  jit__node *shapes = malloc(sizeof(jit__node) * (g->n_nodes + 1));
   k->dims = malloc(sizeof(int64_t) * (n_dims + 1));
   jit_status s = NULL;
   if (!symvals || !shapes || !k->dims)

@@ -44,7 +44,6 @@ jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t 
   // Cache blocks of rows only where M is `?` (the usual case: a batch); a static M
   // is tiled by tm directly, peeled when tm does not divide it.
   p.mc = M < 0 ? 8 * p.tm : 0;
-  p.peel_m = M < 0 || M % p.tm != 0;
   p.kc = (K < 0 || K > 256) ? 128 : 0;
   // Rows left after the whole tiles go in halving tiles where B is large enough to
   // matter (read once per level, not once per row), else one by one.

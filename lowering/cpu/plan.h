@@ -181,8 +181,6 @@ typedef struct jit__cpu_generic_mm_plan {
   int64_t kc;      // k per cache block (0: none)
   int64_t tm, tn;  // the register tile
   int64_t M, K, N; // the matmul's sizes (-1: `?`)
-  bool peel_m;     // the m loop's last tile can be partial: peeled, the rest in halving
-                   // tiles (tm/2, tm/4, .., 1 rows)
   bool peel_n;     // the n loop's last tile can be partial: peeled (static: pieces of
                    // power-of-two widths down to 4; `?`: scalar)
   bool halve_rows; // the rows after the whole m tiles go in halving tiles, else by one
