@@ -86,7 +86,7 @@ static const char kDeallocPipeline[] =
 // Memrefs are passed as bare pointers: all shapes are static, so the kernel needs
 // nothing but the base address. A generic kernel's memrefs have run-time sizes, which
 // bare pointers cannot carry: its arguments are whole memref descriptors
-// (jit__add_generic_entry fills them).
+// (jit__add_entry fills them).
 #define JIT__BARE "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}"
 static const char kToLLVMPipeline[] = JIT__TO_LLVM(JIT__BARE);
 static const char kToLLVMPipelineOmp[] = JIT__TO_LLVM_OMP(JIT__BARE);
@@ -187,41 +187,6 @@ static jit_status jit__generalize_named(MlirContext ctx, MlirModule module,
   return s;
 }
 
-// Adds `void <entry>(void **args)` that unpacks the argument array and calls the
-// kernel, which becomes internal so O3 inlines it: one C-callable signature for every
-// kernel, whatever its argument count.
-static jit_status jit__add_entry(LLVMContextRef llctx, LLVMModuleRef mod,
-                                 const char *kernel, const char *entry,
-                                 uint32_t n_args) {
-  LLVMValueRef fn = LLVMGetNamedFunction(mod, kernel);
-  if (!fn) return JIT_ERR(JIT_INTERNAL, "kernel `%s` missing from LLVM IR", kernel);
-  LLVMTypeRef fty = LLVMGlobalGetValueType(fn);
-  if (LLVMCountParamTypes(fty) != n_args)
-    return JIT_ERR(JIT_INTERNAL, "kernel `%s` takes %u arguments, expected %u", kernel,
-                   LLVMCountParamTypes(fty), n_args);
-  LLVMTypeRef ptr = LLVMPointerTypeInContext(llctx, 0);
-  LLVMTypeRef ety = LLVMFunctionType(LLVMVoidTypeInContext(llctx), &ptr, 1, 0);
-  LLVMValueRef efn = LLVMAddFunction(mod, entry, ety);
-  LLVMBuilderRef b = LLVMCreateBuilderInContext(llctx);
-  LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(llctx, efn, "entry"));
-  LLVMValueRef *args = calloc(n_args ? n_args : 1, sizeof(*args));
-  if (!args) {
-    LLVMDisposeBuilder(b);
-    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  LLVMValueRef base = LLVMGetParam(efn, 0);
-  for (uint32_t i = 0; i < n_args; i++) {
-    LLVMValueRef idx = LLVMConstInt(LLVMInt64TypeInContext(llctx), i, 0);
-    LLVMValueRef slot = LLVMBuildGEP2(b, ptr, base, &idx, 1, "");
-    args[i] = LLVMBuildLoad2(b, ptr, slot, "");
-  }
-  LLVMBuildCall2(b, fty, fn, args, n_args, "");
-  LLVMBuildRetVoid(b);
-  LLVMDisposeBuilder(b);
-  free(args);
-  LLVMSetLinkage(fn, LLVMInternalLinkage);
-  return NULL;
-}
 
 // The rank and sizes (-1: `?`) of each argument of a generic kernel's function, read
 // off its type before lowering: the entry fills one memref descriptor per argument.
@@ -257,20 +222,23 @@ static jit_status jit__generic_arg_shapes(MlirModule module, uint32_t n_args,
   return NULL;
 }
 
-// The generic form of jit__add_entry: `void <entry>(void **args)`, args[n_args] the
-// int64 sizes of every argument (lower.h). Each memref argument becomes its descriptor
-// fields (allocated and aligned pointer, offset 0, sizes, row-major strides), static
-// sizes as constants, `?` ones loaded from the sizes.
-static jit_status jit__add_generic_entry(LLVMContextRef llctx, LLVMModuleRef mod,
-                                         const char *kernel, const char *entry,
-                                         uint32_t n_args, const jit__arg_shape *shapes) {
+// Adds `void <entry>(void **args)` that unpacks the argument array and calls the
+// kernel, which becomes internal so O3 inlines it: one C-callable signature for every
+// kernel, whatever its argument count. Exact kernels (`shapes` NULL) take each memref
+// as a bare pointer. A generic kernel reads args[n_args] too, the int64 sizes of every
+// argument (lower.h), and takes each memref as its descriptor fields (allocated and
+// aligned pointer, offset 0, sizes, row-major strides): static sizes as constants,
+// `?` ones loaded from the sizes.
+static jit_status jit__add_entry(LLVMContextRef llctx, LLVMModuleRef mod,
+                                 const char *kernel, const char *entry, uint32_t n_args,
+                                 const jit__arg_shape *shapes) {
   LLVMValueRef fn = LLVMGetNamedFunction(mod, kernel);
   if (!fn) return JIT_ERR(JIT_INTERNAL, "kernel `%s` missing from LLVM IR", kernel);
   LLVMTypeRef fty = LLVMGlobalGetValueType(fn);
-  uint32_t n_params = 0, n_dims = 0;
-  for (uint32_t i = 0; i < n_args; i++) {
-    n_params += 3 + 2 * (uint32_t)shapes[i].rank;
-    n_dims += (uint32_t)shapes[i].rank;
+  uint32_t n_params = n_args;
+  if (shapes) {
+    n_params = 0;
+    for (uint32_t i = 0; i < n_args; i++) n_params += 3 + 2 * (uint32_t)shapes[i].rank;
   }
   if (LLVMCountParamTypes(fty) != n_params)
     return JIT_ERR(JIT_INTERNAL, "kernel `%s` takes %u parameters, expected %u", kernel,
@@ -287,13 +255,17 @@ static jit_status jit__add_generic_entry(LLVMContextRef llctx, LLVMModuleRef mod
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
   }
   LLVMValueRef base = LLVMGetParam(efn, 0);
-  LLVMValueRef nidx = LLVMConstInt(i64, n_args, 0);
-  LLVMValueRef dims = LLVMBuildLoad2(b, ptr, LLVMBuildGEP2(b, ptr, base, &nidx, 1, ""), "dims");
+  LLVMValueRef dims = NULL;
+  if (shapes) {
+    LLVMValueRef at = LLVMConstInt(i64, n_args, 0);
+    dims = LLVMBuildLoad2(b, ptr, LLVMBuildGEP2(b, ptr, base, &at, 1, ""), "dims");
+  }
   uint32_t p = 0, off = 0;
-  (void)n_dims;
   for (uint32_t i = 0; i < n_args; i++) {
     LLVMValueRef idx = LLVMConstInt(i64, i, 0);
     LLVMValueRef data = LLVMBuildLoad2(b, ptr, LLVMBuildGEP2(b, ptr, base, &idx, 1, ""), "");
+    params[p++] = data;
+    if (!shapes) continue;
     int r = shapes[i].rank;
     LLVMValueRef size[JIT_MAX_RANK], stride[JIT_MAX_RANK];
     for (int d = 0; d < r; d++) {
@@ -309,7 +281,6 @@ static jit_status jit__add_generic_entry(LLVMContextRef llctx, LLVMModuleRef mod
       stride[d] = st;
       if (d > 0) st = LLVMBuildNUWMul(b, st, size[d], "");
     }
-    params[p++] = data;
     params[p++] = data;
     params[p++] = LLVMConstInt(i64, 0, 0);
     for (int d = 0; d < r; d++) params[p++] = size[d];
@@ -584,10 +555,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   }
   snprintf(out->entry, sizeof(out->entry), "%s_entry", func_name);
   out->n_args = n_args;
-  status = options->generic
-               ? jit__add_generic_entry(llctx, mod, func_name, out->entry, out->n_args,
-                                        arg_shapes)
-               : jit__add_entry(llctx, mod, func_name, out->entry, out->n_args);
+  status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args, arg_shapes);
   if (status) goto done;
   if (plan.wide_vectors) jit__cpu_prefer_wide_vectors(mod);
   jit__dump_llvm(options, func_name, "06-llvm.ll", mod);
