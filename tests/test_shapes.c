@@ -676,16 +676,28 @@ Test(shapes, byte_limit_unloads_too) {
 
 //===--- Disk ------------------------------------------------------------===//
 
-Test(shapes, generic_kernel_comes_back_from_disk) {
-  char dir[] = "/tmp/jitml-shapes-XXXXXX";
-  cr_assert(mkdtemp(dir));
+// A context over cache directory `dir` with shape policy `policy`.
+static jit_context *ctx_in(const char *dir, jit_shape_policy policy) {
   jit_options o;
   jit_options_init(&o);
   o.cache_dir = dir;
-  o.shape_policy = JIT_SHAPE_POLICY_GENERIC;
+  o.shape_policy = policy;
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  return ctx;
+}
+
+static void remove_dir(const char *dir) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_expect(system(cmd) == 0);
+}
+
+Test(shapes, generic_kernel_comes_back_from_disk) {
+  char dir[] = "/tmp/jitml-shapes-XXXXXX";
+  cr_assert(mkdtemp(dir));
   for (int round = 0; round < 2; round++) {
-    jit_context *ctx = NULL;
-    TU_OK(jit_context_create(&o, &ctx));
+    jit_context *ctx = ctx_in(dir, JIT_SHAPE_POLICY_GENERIC);
     jit_graph *g = matmul_graph(ctx, "M", 40, 24, TU_F32);
     check_matmul(g, 3 + round, 40, 24, TU_F32, 700 + (uint64_t)round);
     jit_stats st = stats(ctx);
@@ -695,9 +707,7 @@ Test(shapes, generic_kernel_comes_back_from_disk) {
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
   }
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  cr_expect(system(cmd) == 0);
+  remove_dir(dir);
 }
 
 // AUTO in a restarted process: the first binding runs on the generic kernel the last
@@ -705,13 +715,8 @@ Test(shapes, generic_kernel_comes_back_from_disk) {
 Test(shapes, auto_restart_uses_the_disk) {
   char dir[] = "/tmp/jitml-shapes-XXXXXX";
   cr_assert(mkdtemp(dir));
-  jit_options o;
-  jit_options_init(&o);
-  o.cache_dir = dir;
-  o.shape_policy = JIT_SHAPE_POLICY_AUTO;
   for (int round = 0; round < 2; round++) {
-    jit_context *ctx = NULL;
-    TU_OK(jit_context_create(&o, &ctx));
+    jit_context *ctx = ctx_in(dir, JIT_SHAPE_POLICY_AUTO);
     jit_graph *g = matmul_graph(ctx, "M", 40, 24, TU_F32);
     check_matmul(g, round == 0 ? 3 : 5, 40, 24, TU_F32, 720 + (uint64_t)round);
     check_matmul(g, 3, 40, 24, TU_F32, 722);
@@ -727,9 +732,7 @@ Test(shapes, auto_restart_uses_the_disk) {
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
   }
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  cr_expect(system(cmd) == 0);
+  remove_dir(dir);
 }
 
 //===--- Threads ---------------------------------------------------------===//
