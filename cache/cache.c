@@ -84,7 +84,7 @@ void jit__cache_header_encode(const jit__cache_header *h,
 }
 
 static bool valid_kind(uint32_t kind) {
-  return kind >= JIT__PAYLOAD_CPU_OBJECT && kind <= JIT__PAYLOAD_VK_PIPELINE_CACHE;
+  return kind >= JIT__PAYLOAD_CPU_OBJECT && kind <= JIT__PAYLOAD_HOT_LIST;
 }
 
 bool jit__cache_header_decode(const uint8_t in[JIT__CACHE_HEADER_SIZE],

@@ -49,6 +49,7 @@ typedef enum jit__payload_kind {
   JIT__PAYLOAD_CUBIN = 3,
   JIT__PAYLOAD_SPIRV = 4,
   JIT__PAYLOAD_VK_PIPELINE_CACHE = 5,
+  JIT__PAYLOAD_HOT_LIST = 6,  // a graph's hot bindings (jit/hot.c), text
 } jit__payload_kind;
 
 typedef struct jit__cache jit__cache;

@@ -423,6 +423,18 @@ JIT_API jit_status jit_graph_compile(jit_graph *graph, const DLTensor *inputs,
 // lowering: README's support table); JIT_INVALID_ARGUMENT for a graph not finalized.
 JIT_API jit_status jit_graph_compile_generic(jit_graph *graph);
 
+// Gives the graph's hot bindings their own CPU kernels now, on the calling thread
+// (loaded from the disk cache, or compiled and stored), hottest first, at most `max`
+// of them (0: all remembered). Hot bindings are those that, in earlier processes
+// sharing this cache directory, ran often enough on the generic kernel under AUTO to
+// be specialized (options.specialize_after); the cache keeps their list with the
+// kernels (an entry of kind "hot-list"), and a process under AUTO prepares them by
+// itself in the background when the graph's first binding arrives. `out_ready` (may
+// be NULL) receives how many are ready. Nothing to do (0 ready) for a graph without
+// symbols, from MLIR, or with no list. A binding that fails is skipped; the first
+// failure is returned after the others were tried.
+JIT_API jit_status jit_graph_prewarm_hot(jit_graph *graph, int max, size_t *out_ready);
+
 // As jit_run, but allocates the outputs: on success out_outputs[i] (n_outputs entries,
 // which must equal the graph's output count) are DLManagedTensors the caller owns and
 // releases by calling their deleter. On failure nothing is allocated. Each output is

@@ -17,6 +17,7 @@ static const char *jit__kind_name(jit__payload_kind k) {
     case JIT__PAYLOAD_CUBIN: return "cubin";
     case JIT__PAYLOAD_SPIRV: return "spirv";
     case JIT__PAYLOAD_VK_PIPELINE_CACHE: return "vk-pipeline-cache";
+    case JIT__PAYLOAD_HOT_LIST: return "hot-list";
   }
   return "unknown";
 }

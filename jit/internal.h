@@ -147,6 +147,7 @@ struct jit_graph {
   // many of its bindings were given kernels of their own in the background.
   _Atomic(jit__kernel *) generic;
   atomic_bool generic_queued;  // AUTO: its compile was queued on the specializer
+  atomic_bool hot_queued;      // AUTO: its remembered hot bindings were queued (hot.c)
   bool generic_failed;
   char *generic_why;    // why, when it failed (malloc'ed)
   uint32_t n_specialized;
@@ -211,6 +212,9 @@ void jit__generic_build(jit_graph *g, jit__kernel *gk);
 // `specialize`: AUTO, so that enough calls specialize it.
 jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
                               jit__kernel *gk, bool specialize);
+// The key of the generic kernel of `g` on device `d`: a binding key with the
+// symbols' codes in place of their values.
+jit_status jit__generic_key(const jit_graph *g, const jit_device *d, uint8_t key[16]);
 // Appends to `out` which kernel a call of binding `key` on `d` would run now, and why
 // (jit_cache_explain).
 void jit__explain_policy(jit_graph *g, jit_device *d, const uint8_t key[16], jit__text *out);
@@ -221,6 +225,9 @@ void jit__explain_policy(jit_graph *g, jit_device *d, const uint8_t key[16], jit
 jit__specializer *jit__spec_create(void);
 // Stops the thread (the job in flight ends first) and frees what is queued.
 void jit__spec_destroy(jit__specializer *sp);
+// The recompile guard: true, counting one more kernel of its own for `g`, unless the
+// graph reached options.max_specializations (then false, logged once).
+bool jit__spec_allow(jit_graph *g);
 // Queues binding `k` of `g` for its own kernel (jit__specialize_binding), unless the
 // graph reached its limit (logged once). Never blocks on a compile.
 void jit__spec_enqueue(jit_graph *g, jit__kernel *k);
@@ -230,11 +237,25 @@ uint64_t jit__spec_pending(jit__specializer *sp);
 // kernel into claimed record `k` (jit__generic_build). false when it could not be
 // queued (no thread, no memory).
 bool jit__spec_push(jit_graph *g, jit__kernel *k, bool generic);
+// Queues binding `dims` (its inputs' dims, concatenated; copied) of `g` for its own
+// kernel (jit__warm_binding): a binding remembered as hot. false when not queued.
+bool jit__spec_push_hot(jit_graph *g, const int64_t *dims);
 // Drops the queued jobs of `g` and waits for its job in flight (jit_graph_destroy).
 void jit__spec_forget_graph(jit_graph *g);
 // Compiles (or loads from disk) binding `k`'s own kernel and switches its calls to it
 // (jit/run.c). Runs on the specializer's thread.
 void jit__specialize_binding(jit_graph *g, jit__kernel *k);
+// Makes binding `dims` (its inputs' dims, concatenated) of `g` have its own CPU
+// kernel loaded, as later calls will find it: from disk or compiled; a binding served
+// by the generic kernel now is specialized. `background`: on the specializer's thread,
+// under the graph's options.max_specializations and counted as a specialization.
+jit_status jit__warm_binding(jit_graph *g, const int64_t *dims, bool background);
+// The graph's bindings that became hot under AUTO, remembered in the disk cache
+// (jit/hot.c): one more process found bindings `rows` hot (each its inputs' dims;
+// disk I/O: the specializer's thread, or a graph's destruction); queue the remembered
+// ones on the specializer (a graph's first binding under AUTO).
+void jit__hot_note(jit_graph *g, const int64_t *const *rows, size_t n);
+void jit__hot_queue(jit_graph *g);
 
 //===--- Devices (jit/device.c) ------------------------------------------===//
 

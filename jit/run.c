@@ -506,6 +506,7 @@ static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__
     if (policy == JIT_SHAPE_POLICY_AUTO &&
         jit__disk_load(g, k->key, &k->exact, k->outputs)) {
       atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
+      if (!atomic_exchange(&g->hot_queued, true)) jit__hot_queue(g);
       return NULL;
     }
     // AUTO's first binding of a graph compiles its own kernel now (a generic kernel
@@ -517,6 +518,9 @@ static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__
                  !atomic_exchange(&g->generic_queued, true);
     jit__kernel *gk = NULL;
     jit_status s = jit__generic_get_or_queue(g, first, &gk);
+    // The bindings earlier processes found hot get their own kernels next (hot.c).
+    if (!s && policy == JIT_SHAPE_POLICY_AUTO && !atomic_exchange(&g->hot_queued, true))
+      jit__hot_queue(g);
     if (!s && !gk) goto exact;
     if (!s) return jit__serve_generic(g, inputs, k, gk, policy == JIT_SHAPE_POLICY_AUTO);
     // The generic kernel cannot be had (logged once, g->generic_failed): the graph runs
@@ -581,6 +585,16 @@ static jit_status jit__dispatch(jit_graph *g, jit_device *d, const DLTensor *inp
 
 //===--- Background specialization ---------------------------------------===//
 
+// Input tensors (shapes only) for a binding's input dims, concatenated.
+static void jit__binding_inputs(const jit_graph *g, const int64_t *dims, DLTensor *in) {
+  for (uint32_t i = 0; i < g->n_inputs; i++) {
+    const jit__node *decl = &g->nodes[g->inputs[i]].n;
+    in[i] = (DLTensor){.device = {kDLCPU, 0}, .ndim = decl->rank, .shape = (int64_t *)dims,
+                       .dtype = {kDLFloat, decl->dtype == JIT__F16 ? 16 : 32, 1}};
+    dims += decl->rank;
+  }
+}
+
 void jit__specialize_binding(jit_graph *g, jit__kernel *k) {
   jit_context *ctx = g->ctx;
   DLTensor *in = calloc(g->n_inputs + 1, sizeof(*in));
@@ -590,21 +604,15 @@ void jit__specialize_binding(jit_graph *g, jit__kernel *k) {
     s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
   } else {
     // The binding's input shapes are the first of the sizes its generic calls pass.
-    const int64_t *dims = k->dims;
-    for (uint32_t i = 0; i < g->n_inputs; i++) {
-      const jit__node *decl = &g->nodes[g->inputs[i]].n;
-      in[i].device = (DLDevice){kDLCPU, 0};
-      in[i].ndim = decl->rank;
-      in[i].shape = (int64_t *)dims;
-      in[i].dtype = (DLDataType){kDLFloat, decl->dtype == JIT__F16 ? 16 : 32, 1};
-      dims += decl->rank;
-    }
+    jit__binding_inputs(g, k->dims, in);
     double t0 = jit__now_ms();
     // Into a copy: until the switch `k` holds no code of its own, so no eviction
     // looks at it; after it, `k` may be unloaded (and freed) at once.
     jit__cpu_impl im = {0};
     s = jit__materialize(g, in, k, &im, outs);
     if (!s) {
+      const int64_t *row = k->dims;
+      jit__hot_note(g, &row, 1);  // a restart prepares it first (hot.c)
       atomic_fetch_add_explicit(&ctx->specializations, 1, memory_order_relaxed);
       pthread_mutex_lock(&ctx->mu);
       k->exact = im;
@@ -625,6 +633,69 @@ void jit__specialize_binding(jit_graph *g, jit__kernel *k) {
   }
   free(in);
   free(outs);
+}
+
+jit_status jit__warm_binding(jit_graph *g, const int64_t *dims, bool background) {
+  jit_context *ctx = g->ctx;
+  jit_device *d = ctx->devices[0];
+  DLTensor *in = calloc(g->n_inputs + 1, sizeof(*in));
+  int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
+  jit_status s = NULL;
+  uint8_t key[16];
+  if (!in || !symvals) {
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+    goto done;
+  }
+  jit__binding_inputs(g, dims, in);
+  s = jit__inputs_key(g, in, (int)g->n_inputs, false, d, key);
+  if (!s) s = jit__bind_symbols(g, in, symvals);
+  if (s) goto done;
+  // In the background a new kernel counts against the graph's limit (past it, the
+  // binding is left to the calls: its record would otherwise hold the refusal).
+  bool counted = false;
+  if (background) {
+    pthread_mutex_lock(&ctx->mu);
+    bool known = jit__table_find(&ctx->table, key) != NULL;
+    pthread_mutex_unlock(&ctx->mu);
+    if (!known && !jit__spec_allow(g)) goto done;
+    counted = !known;
+  }
+  jit__kernel *k = NULL;
+  bool mine = false;
+  s = jit__claim(ctx, d, g->n_outputs, key, &k, &mine);
+  if (s) goto done;
+  jit__kernel *gk = background ? atomic_load_explicit(&g->generic, memory_order_acquire)
+                               : NULL;
+  if (mine && gk && !jit__disk_load(g, k->key, &k->exact, k->outputs)) {
+    // To be compiled: calls of it meanwhile run on the generic kernel, not wait.
+    s = jit__serve_generic(g, in, k, gk, true);
+    jit__publish(ctx, k, s);
+    if (!s) {
+      atomic_store_explicit(&k->queued, true, memory_order_relaxed);
+      jit__specialize_binding(g, k);
+    }
+  } else if (mine) {
+    // Not asked for yet in this process: its own kernel, as EXACT would make it.
+    bool loaded = gk != NULL;  // by the test above
+    if (!loaded) s = jit__materialize(g, in, k, &k->exact, k->outputs);
+    if (!s) atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
+    jit__publish(ctx, k, s);
+    if (!s && background)
+      atomic_fetch_add_explicit(&ctx->specializations, 1, memory_order_relaxed);
+  } else {
+    // Running on the generic kernel already: switched to its own now.
+    const jit__cpu_impl *im = atomic_load_explicit(&k->impl, memory_order_acquire);
+    if (im && im->dims && k->specialize &&
+        !atomic_exchange_explicit(&k->queued, true, memory_order_relaxed) &&
+        (counted || !background || jit__spec_allow(g)))
+      jit__specialize_binding(g, k);
+  }
+  jit__kernel_release(k);
+  if (!s) jit__evict(ctx);
+done:
+  free(in);
+  free(symvals);
+  return s;
 }
 
 //===--- Public entry points ---------------------------------------------===//

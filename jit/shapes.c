@@ -95,8 +95,7 @@ jit_shape_policy jit__policy_of(jit_graph *g, const jit_device *d) {
 
 // The generic key: a binding key's record (run.c) with each input's declared dims,
 // symbols as their (negative) codes, after a tag no binding record can start with.
-static jit_status jit__generic_key(const jit_graph *g, const jit_device *d,
-                                   uint8_t key[16]) {
+jit_status jit__generic_key(const jit_graph *g, const jit_device *d, uint8_t key[16]) {
   size_t n = 0, cap = 7 + (size_t)g->n_inputs * (1 + JIT_MAX_RANK);
   int64_t *rec = malloc(cap * sizeof(int64_t));
   if (!rec) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);

@@ -5,7 +5,9 @@
 // request goes into a FIFO queue of the context's specializer: one thread, started
 // at the first request, that compiles (or loads from disk) one binding at a time and
 // switches the binding's calls to the result (jit__specialize_binding). No call waits
-// for it: until the switch the binding keeps running on the generic kernel.
+// for it: until the switch the binding keeps running on the generic kernel. The same
+// queue builds generic kernels (shapes.c) and the kernels of bindings remembered as
+// hot by earlier processes (hot.c).
 //
 // Lifetimes: a job names a graph and one of its binding records. The record lives as
 // long as the context; the graph does not, so jit_graph_destroy drops the graph's
@@ -16,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,7 +30,8 @@ typedef struct jit__spec_job {
   struct jit__spec_job *next;
   jit_graph *g;
   jit__kernel *k;
-  bool generic;  // k is the graph's generic kernel, claimed, to compile
+  bool generic;   // k is the graph's generic kernel, claimed, to compile
+  int64_t *dims;  // else with k NULL: a binding remembered as hot (hot.c), its dims
 } jit__spec_job;
 
 struct jit__specializer {
@@ -49,6 +53,22 @@ jit__specializer *jit__spec_create(void) {
   return sp;
 }
 
+static void jit__spec_job_free(jit__spec_job *job) {
+  free(job->dims);
+  free(job);
+}
+
+// A hot binding's own kernel; a failure is logged and counted, never fatal.
+static void jit__spec_warm(jit_graph *g, const int64_t *dims) {
+  jit_status s = jit__warm_binding(g, dims, true);
+  if (s) {
+    atomic_fetch_add_explicit(&g->ctx->spec_failures, 1, memory_order_relaxed);
+    jit__log(g->ctx, JIT_LOG_WARNING, "graph `%s`: preparing a binding remembered as hot "
+             "failed: %s", g->name, jit_status_message(s));
+    jit_status_free(s);
+  }
+}
+
 static void *jit__spec_main(void *arg) {
   jit__specializer *sp = arg;
   // Below the threads that run kernels: on a machine with few cores a compile then
@@ -67,8 +87,9 @@ static void *jit__spec_main(void *arg) {
     sp->running = job->g;
     pthread_mutex_unlock(&sp->mu);
     if (job->generic) jit__generic_build(job->g, job->k);
-    else jit__specialize_binding(job->g, job->k);
-    free(job);
+    else if (job->k) jit__specialize_binding(job->g, job->k);
+    else jit__spec_warm(job->g, job->dims);
+    jit__spec_job_free(job);
     pthread_mutex_lock(&sp->mu);
     sp->running = NULL;
     pthread_cond_broadcast(&sp->idle);
@@ -87,7 +108,7 @@ void jit__spec_destroy(jit__specializer *sp) {
   if (started) pthread_join(sp->thread, NULL);
   for (jit__spec_job *j = sp->head, *next; j; j = next) {
     next = j->next;
-    free(j);
+    jit__spec_job_free(j);
   }
   pthread_cond_destroy(&sp->work);
   pthread_cond_destroy(&sp->idle);
@@ -95,7 +116,7 @@ void jit__spec_destroy(jit__specializer *sp) {
   free(sp);
 }
 
-void jit__spec_enqueue(jit_graph *g, jit__kernel *k) {
+bool jit__spec_allow(jit_graph *g) {
   jit_context *ctx = g->ctx;
   // The recompile guard: past its limit a graph stays on its generic kernel.
   pthread_mutex_lock(&ctx->mu);
@@ -109,16 +130,45 @@ void jit__spec_enqueue(jit_graph *g, jit__kernel *k) {
              "graph `%s`: %d bindings have kernels of their own "
              "(options.max_specializations); its other bindings stay on the generic kernel",
              g->name, ctx->max_specializations);
-  if (!over) jit__spec_push(g, k, false);
+  return !over;
 }
 
+void jit__spec_enqueue(jit_graph *g, jit__kernel *k) {
+  if (jit__spec_allow(g)) jit__spec_push(g, k, false);
+}
+
+static bool jit__spec_queue(jit_graph *g, jit__spec_job *job);
+
 bool jit__spec_push(jit_graph *g, jit__kernel *k, bool generic) {
-  jit_context *ctx = g->ctx;
-  jit__specializer *sp = ctx->spec;
-  if (!sp) return false;
   jit__spec_job *job = malloc(sizeof(*job));
   if (!job) return false;  // out of memory: the binding stays on the generic kernel
-  *job = (jit__spec_job){NULL, g, k, generic};
+  *job = (jit__spec_job){NULL, g, k, generic, NULL};
+  return jit__spec_queue(g, job);
+}
+
+bool jit__spec_push_hot(jit_graph *g, const int64_t *dims) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < g->n_inputs; i++) n += (size_t)g->nodes[g->inputs[i]].n.rank;
+  jit__spec_job *job = malloc(sizeof(*job));
+  int64_t *copy = malloc(sizeof(int64_t) * (n + 1));
+  if (!job || !copy) {
+    free(job);
+    free(copy);
+    return false;
+  }
+  memcpy(copy, dims, sizeof(int64_t) * n);
+  *job = (jit__spec_job){NULL, g, NULL, false, copy};
+  return jit__spec_queue(g, job);
+}
+
+// Appends `job` (freed here when it cannot be queued), starting the thread if needed.
+static bool jit__spec_queue(jit_graph *g, jit__spec_job *job) {
+  jit_context *ctx = g->ctx;
+  jit__specializer *sp = ctx->spec;
+  if (!sp) {
+    jit__spec_job_free(job);
+    return false;
+  }
   pthread_mutex_lock(&sp->mu);
   if (!sp->started && !sp->stop) {
     // Compiles need room: MLIR's passes recurse, LLVM's codegen too.
@@ -133,7 +183,7 @@ bool jit__spec_push(jit_graph *g, jit__kernel *k, bool generic) {
   }
   if (!sp->started || sp->stop) {
     pthread_mutex_unlock(&sp->mu);
-    free(job);
+    jit__spec_job_free(job);
     return false;
   }
   if (sp->tail) sp->tail->next = job;
@@ -157,7 +207,7 @@ uint64_t jit__spec_pending(jit__specializer *sp) {
 void jit__spec_forget_graph(jit_graph *g) {
   jit__specializer *sp = g->ctx ? g->ctx->spec : NULL;
   if (!sp) return;
-  jit__spec_job *builds = NULL;
+  jit__spec_job *builds = NULL, *hot = NULL;
   pthread_mutex_lock(&sp->mu);
   jit__spec_job **link = &sp->head;
   sp->tail = NULL;
@@ -166,12 +216,16 @@ void jit__spec_forget_graph(jit_graph *g) {
     if (j->g == g) {
       *link = j->next;
       // A generic kernel's claimed record must still be published (other graphs of the
-      // same key, and later ones, wait on it): built here rather than dropped.
+      // same key, and later ones, wait on it): built here rather than dropped. A
+      // binding that became hot is still remembered as hot.
       if (j->generic) {
         j->next = builds;
         builds = j;
+      } else if (j->k) {
+        j->next = hot;
+        hot = j;
       } else {
-        free(j);
+        jit__spec_job_free(j);
       }
     } else {
       sp->tail = j;
@@ -183,6 +237,21 @@ void jit__spec_forget_graph(jit_graph *g) {
   for (jit__spec_job *j = builds, *next; j; j = next) {
     next = j->next;
     jit__generic_build(j->g, j->k);
-    free(j);
+    jit__spec_job_free(j);
+  }
+  const int64_t *rows[64];
+  size_t n = 0;
+  for (jit__spec_job *j = hot, *next; j; j = next) {
+    next = j->next;
+    if (n == 64) {
+      jit__hot_note(g, rows, n);
+      n = 0;
+    }
+    rows[n++] = j->k->dims;  // the record outlives the job: it lives as long as ctx
+  }
+  jit__hot_note(g, rows, n);
+  for (jit__spec_job *j = hot, *next; j; j = next) {
+    next = j->next;
+    jit__spec_job_free(j);
   }
 }

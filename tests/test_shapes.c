@@ -735,6 +735,97 @@ Test(shapes, auto_restart_uses_the_disk) {
   remove_dir(dir);
 }
 
+// What jit_cache_list finds: the hot lists, and the key of the kernel whose inputs
+// read `want` (a components line such as "input.0=a f32 [11, 40]").
+typedef struct listing {
+  const char *want;
+  int hot_lists;
+  char key[33];
+} listing;
+
+static int list_visit(void *user, const jit_cache_entry_info *e) {
+  listing *l = user;
+  if (!strcmp(e->kind, "hot-list")) {
+    l->hot_lists++;
+    cr_expect(strstr(e->components, "hot_bindings_of=") != NULL, "%s", e->components);
+  }
+  if (l->want && strstr(e->components, l->want)) snprintf(l->key, sizeof l->key, "%s", e->key);
+  return 1;
+}
+
+// Removes the disk entry of the kernel whose inputs read `want`.
+static void remove_kernel(const char *dir, jit_context *ctx, const char *want) {
+  listing l = {want, 0, ""};
+  TU_OK(jit_cache_list(ctx, list_visit, &l));
+  cr_assert(l.key[0], "no entry with `%s`", want);
+  char path[512];
+  snprintf(path, sizeof path, "%s/%.2s/%s.jitk", dir, l.key, l.key);
+  cr_assert(unlink(path) == 0, "%s", path);
+}
+
+// AUTO remembers the bindings it specialized in the cache directory. A restarted
+// process prepares them in the background at its graph's first call, before they
+// are asked for: loaded from disk, or, when gone from it, run on the generic kernel
+// and compiled. jit_graph_prewarm_hot does it on the caller's thread.
+Test(shapes, hot_bindings_are_remembered) {
+  char dir[] = "/tmp/jitml-shapes-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  jit_context *ctx = ctx_in(dir, JIT_SHAPE_POLICY_AUTO);  // specialize_after 4
+  jit_graph *g = matmul_graph(ctx, "M", 40, 24, TU_F32);
+  check_matmul(g, 3, 40, 24, TU_F32, 900);
+  for (int i = 0; i < 4; i++) check_matmul(g, 11, 40, 24, TU_F32, 901 + (uint64_t)i);
+  wait_specializations(ctx, 1);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+
+  // A restart: M=3 is called; M=11, never called, is loaded in the background.
+  ctx = ctx_in(dir, JIT_SHAPE_POLICY_AUTO);
+  listing l = {NULL, 0, ""};
+  TU_OK(jit_cache_list(ctx, list_visit, &l));
+  cr_expect_eq(l.hot_lists, 1);
+  g = matmul_graph(ctx, "M", 40, 24, TU_F32);
+  check_matmul(g, 3, 40, 24, TU_F32, 910);
+  wait_specializations(ctx, 1);
+  check_matmul(g, 11, 40, 24, TU_F32, 911);
+  jit_stats st = stats(ctx);
+  cr_expect_eq(st.compiles, 0, "compiles %llu", (unsigned long long)st.compiles);
+  cr_expect_eq(st.disk_hits, 2, "M=3's and M=11's own kernels");
+  cr_expect_eq(st.memory_hits, 1, "M=11 was loaded before it was called");
+  cr_expect_eq(st.generic_runs, 0);
+  jit_graph_destroy(g);
+
+  // Gone from disk: a restart runs M=11 on the generic kernel while it compiles.
+  remove_kernel(dir, ctx, "input.0=a f32 [11, 40]");
+  jit_context_destroy(ctx);
+  ctx = ctx_in(dir, JIT_SHAPE_POLICY_AUTO);
+  g = matmul_graph(ctx, "M", 40, 24, TU_F32);
+  check_matmul(g, 5, 40, 24, TU_F32, 920);  // the generic kernel, from disk
+  wait_specializations(ctx, 1);
+  check_matmul(g, 11, 40, 24, TU_F32, 921);
+  st = stats(ctx);
+  cr_expect_eq(st.compiles, 1, "M=11's own kernel");
+  cr_expect_eq(st.generic_runs, 1, "M=5 only");
+  jit_graph_destroy(g);
+
+  // EXACT (as `jitml prewarm --hot`): on the calling thread.
+  remove_kernel(dir, ctx, "input.0=a f32 [11, 40]");
+  jit_context_destroy(ctx);
+  ctx = ctx_in(dir, JIT_SHAPE_POLICY_EXACT);
+  g = matmul_graph(ctx, "M", 40, 24, TU_F32);
+  size_t ready = 0;
+  TU_OK(jit_graph_prewarm_hot(g, 0, &ready));
+  cr_expect_eq(ready, 1);
+  check_matmul(g, 11, 40, 24, TU_F32, 930);
+  st = stats(ctx);
+  cr_expect_eq(st.compiles, 1);
+  cr_expect_eq(st.memory_hits, 1);
+  TU_EXPECT_CODE(jit_graph_prewarm_hot(g, -1, NULL), JIT_INVALID_ARGUMENT);
+  TU_EXPECT_CODE(jit_graph_prewarm_hot(NULL, 0, NULL), JIT_INVALID_ARGUMENT);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  remove_dir(dir);
+}
+
 //===--- Threads ---------------------------------------------------------===//
 
 enum { kThreads = 4, kRounds = 24 };

@@ -1,6 +1,6 @@
 //===--- jitml.c - the jitml command-line tool ------------------------------===//
 //
-//   jitml prewarm MODEL.mlir --shapes 'N=1,2,4,8-64:8' [--jobs J] [--expect-warm]
+//   jitml prewarm MODEL.mlir [--shapes 'N=1,2,4,8-64:8'] [--hot] [--jobs J] [--expect-warm]
 //   jitml run MODEL.mlir --shape N=7 [--repeat R]
 //   jitml explain MODEL.mlir --shape N=17
 //   jitml cache ls|stats|verify|prune|clear [--json]
@@ -48,6 +48,7 @@ typedef struct args {
   const char *path;       // export/import bundle
   int jobs, repeat;
   bool expect_warm, json;
+  bool hot;    // prewarm: also the bindings the cache remembers as hot
   bool exact;  // prewarm: each binding's own kernel (shape policy EXACT)
 } args;
 
@@ -55,9 +56,11 @@ static const char kUsage[] =
     "usage: jitml <command> [options]\n"
     "\n"
     "commands:\n"
-    "  prewarm MODEL.mlir --shapes SPEC [--jobs J] [--expect-warm]\n"
+    "  prewarm MODEL.mlir [--shapes SPEC] [--hot] [--jobs J] [--expect-warm]\n"
     "      compile every binding in SPEC into the disk cache, J at a time, and the\n"
     "      graph's generic kernel (for bindings not in SPEC) where it has one;\n"
+    "      --hot: also the bindings that serving processes found hot (shape policy\n"
+    "      AUTO remembers them in the cache), hottest first;\n"
     "      --expect-warm fails (exit 1) if anything had to be compiled\n"
     "  run MODEL.mlir --shape SPEC [--repeat R]\n"
     "      run once per binding on random inputs; print timings and where the\n"
@@ -95,6 +98,8 @@ static int parse_args(int argc, char **argv, int first, args *a, bool want_model
     } else if (!strcmp(s, "--repeat") && has_next) {
       a->repeat = atoi(argv[++i]);
       if (a->repeat < 1) return usage_error("--repeat must be >= 1");
+    } else if (!strcmp(s, "--hot")) {
+      a->hot = true;
     } else if (!strcmp(s, "--expect-warm")) {
       a->expect_warm = true;
     } else if (!strcmp(s, "--json")) {
@@ -294,7 +299,9 @@ static void free_inputs(inputs *in) {
 // What prewarm, run and explain share: the SPEC, a context and the model's graph.
 // On failure everything is freed (close_model on the NULLs is a no-op).
 static int open_model(const args *a, binding_set *b, jit_context **ctx, jit_graph **g) {
-  int rc = parse_spec(a->shapes, b);
+  // prewarm --hot needs no SPEC: then the set is empty.
+  int rc = a->hot && !a->shapes ? (memset(b, 0, sizeof(*b)), kExitOk)
+                                : parse_spec(a->shapes, b);
   if (rc == kExitOk) {
     jit_status s = open_context(a, ctx);
     rc = s ? fail(s, "context") : load_model(*ctx, a->model, g);
@@ -363,7 +370,7 @@ static int cmd_prewarm(const args *a) {
     memset(&j, 0, sizeof j);
     j.g = g;
     j.b = &b;
-    j.total = binding_count(&b);
+    j.total = a->hot && !a->shapes ? 0 : binding_count(&b);
     j.tty = isatty(2);
     pthread_mutex_init(&j.print_mu, NULL);
     int jobs = a->jobs > 0 ? a->jobs : 2;
@@ -380,7 +387,17 @@ static int cmd_prewarm(const args *a) {
     }
     for (int i = 0; i < jobs; i++) pthread_create(&th[i], NULL, prewarm_worker, &j);
     for (int i = 0; i < jobs; i++) pthread_join(th[i], NULL);
-    if (j.tty) fprintf(stderr, "\n");
+    if (j.tty && j.total) fprintf(stderr, "\n");
+    if (a->hot) {
+      size_t ready = 0;
+      jit_status hs = jit_graph_prewarm_hot(g, 0, &ready);
+      printf("prewarm: %zu hot bindings ready\n", ready);
+      if (hs) {
+        fprintf(stderr, "jitml: %s\n", jit_status_message(hs));
+        jit_status_free(hs);
+        atomic_fetch_add(&j.failed, 1);
+      }
+    }
     jit_stats st = {0};
     jit_context_stats(ctx, &st);
     size_t failed = atomic_load(&j.failed);

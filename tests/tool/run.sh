@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end test of the `jitml` tool: prewarm, --expect-warm, run, explain, and the
 # cache subcommands, against a fresh cache directory.
-#   tests/tool/run.sh <path to jitml> <model.mlir>
+#   tests/tool/run.sh <path to jitml> <model.mlir> <export.mlir>
 set -euo pipefail
 jitml=$1
 model=$2
+export_model=$3
 dir=$(mktemp -d /tmp/jitml-tool-test.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 cache="$dir/cache"
@@ -62,4 +63,21 @@ set +e
 set -e
 [[ $rc == 1 ]] || fail "verify should exit 1 after removing a bad entry"
 grep -q "removed 1 bad" "$dir/verify.txt" || fail "verify: $(cat "$dir/verify.txt")"
+# Hot bindings: a run under AUTO (the default) whose N=7 keeps coming back on the
+# generic kernel leaves N=7 in the cache's hot list; prewarm --hot then makes it ready
+# in a cache that lost its kernels but kept the list.
+hot="$dir/hot"
+out=$("$jitml" run "$export_model" --shape 'N=1,7' --repeat 6 --cache-dir "$hot")
+"$jitml" cache ls --json --cache-dir "$hot" | grep -q '"kind":"hot-list"' || fail "no hot list: $out"
+mkdir -p "$dir/keep"
+list_key=$("$jitml" cache ls --json --cache-dir "$hot" | tr '{' '\n' | grep '"hot-list"' |
+           sed 's/.*"key":"\([0-9a-f]*\)".*/\1/')
+cp "$hot/${list_key:0:2}/$list_key.jitk" "$dir/keep/"
+"$jitml" cache clear --cache-dir "$hot" >/dev/null
+mkdir -p "$hot/${list_key:0:2}" && cp "$dir/keep/$list_key.jitk" "$hot/${list_key:0:2}/"
+out=$("$jitml" prewarm "$export_model" --hot --cache-dir "$hot")
+echo "$out" | grep -q "1 hot bindings ready" || fail "prewarm --hot: $out"
+"$jitml" prewarm "$export_model" --shapes 'N=7' --expect-warm --cache-dir "$hot" >/dev/null \
+  || fail "prewarm --hot did not store N=7's kernel"
+
 echo "tool test: all checks passed"
