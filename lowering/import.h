@@ -130,6 +130,12 @@ typedef struct jit__mlir_module {
   jit__dtype *result_dtypes;
 } jit__mlir_module;
 
+// Refuses, with JIT_PARSE_ERROR at its line and column, text that would take MLIR's
+// parser or verifiers down rather than fail (lowering/mlir_guard.c): nesting past 256
+// levels, affine expressions of more than 4096 operators, a tensor.concat dim that is
+// not a decimal below 2^31. `file` names the text in messages.
+jit_status jit__mlir_guard(const char *text, size_t length, const char *file);
+
 // Parses and checks `text` (`length` bytes, need not be NUL-terminated), picks the
 // entry (`entry_name`, or NULL for the only/first public func.func) and fills `out`.
 // `source_name` names the text in messages. Failures: JIT_PARSE_ERROR,

@@ -36,10 +36,6 @@
 static const char *const kAllowedDialects[] = {"builtin", "func", "arith", "math",
                                                "tensor",  "linalg", "tosa"};
 
-// Deeper bracket nesting than this is refused before MLIR's recursive-descent parser
-// sees it: real models nest a dozen levels, and a hostile text must not overflow the
-// stack.
-enum { kMaxNesting = 256 };
 
 // Before the canonical form is printed: calls inlined, unused private functions gone.
 static const char kImportPipeline[] =
@@ -166,32 +162,6 @@ static MlirBlock jit__func_body(MlirOperation fn) {
 static MlirOperation jit__terminator(MlirBlock b) { return mlirBlockGetTerminator(b); }
 
 //===--- Checks ----------------------------------------------------------===//
-
-// Refuses brackets nested deeper than kMaxNesting (outside strings and comments).
-static jit_status jit__check_nesting(const char *s, size_t n, const char *file) {
-  int depth = 0, line = 1, col = 1;
-  for (size_t i = 0; i < n; i++, col++) {
-    char c = s[i];
-    if (c == '\n') {
-      line++;
-      col = 0;
-    } else if (c == '"') {
-      for (i++, col++; i < n && s[i] != '"' && s[i] != '\n'; i++, col++)
-        if (s[i] == '\\' && i + 1 < n) i++, col++;
-    } else if (c == '/' && i + 1 < n && s[i + 1] == '/') {
-      while (i + 1 < n && s[i + 1] != '\n') i++;
-    } else if (c == '(' || c == '[' || c == '{') {
-      if (++depth > kMaxNesting)
-        return JIT_ERR(JIT_PARSE_ERROR,
-                       "parsing MLIR: %s:%d:%d: error: brackets nested deeper than %d "
-                       "levels",
-                       file, line, col, kMaxNesting);
-    } else if (c == ')' || c == ']' || c == '}') {
-      if (depth > 0) depth--;
-    }
-  }
-  return NULL;
-}
 
 typedef struct jit__dialect_walk {
   const jit__diag *diag;
@@ -482,7 +452,7 @@ jit_status jit__mlir_import(const char *text, size_t length, const char *entry_n
                             const char *source_name, jit__mlir_module *out) {
   memset(out, 0, sizeof(*out));
   const char *file = source_name && source_name[0] ? source_name : "<input>";
-  JIT_PROPAGATE(jit__check_nesting(text, length, file));
+  JIT_PROPAGATE(jit__mlir_guard(text, length, file));
   // The MLIR lexer expects a NUL after the text.
   char *copy = malloc(length + 1);
   if (!copy) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory for %zu bytes", length);

@@ -632,6 +632,70 @@ Test(mlir, garbage_10mb) {
   jit_context_destroy(ctx);
 }
 
+// Texts that took the process down inside MLIR's parser or a verifier (stack
+// overflow, a negative index) are refused first, at their line and column; texts just
+// under the limits still parse.
+static char *repeat_text(const char *head, const char *unit, int times, const char *mid,
+                         const char *unit2, int times2, const char *tail) {
+  size_t n = strlen(head) + strlen(unit) * (size_t)times + strlen(mid) +
+             strlen(unit2) * (size_t)times2 + strlen(tail) + 1;
+  char *t = malloc(n), *p = t;
+  p += sprintf(p, "%s", head);
+  for (int i = 0; i < times; i++) p += sprintf(p, "%s", unit);
+  p += sprintf(p, "%s", mid);
+  for (int i = 0; i < times2; i++) p += sprintf(p, "%s", unit2);
+  sprintf(p, "%s", tail);
+  return t;
+}
+
+static void expect_from_mlir(jit_context *ctx, char *text, jit_status_code code,
+                             const char *msg) {
+  jit_graph *g = NULL;
+  jit_status s = jit_graph_from_mlir(ctx, text, strlen(text), NULL, &g);
+  if (code == JIT_OK) cr_expect(s == NULL, "%s", s ? jit_status_message(s) : "");
+  else TU_EXPECT_CODE(s, code);
+  if (msg) TU_EXPECT_MSG(s, msg);
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  free(text);
+}
+
+Test(mlir, parser_crashers_are_refused) {
+  jit_context *ctx = make_ctx(2, NULL);
+  const char *fn = "func.func @f(%a: ";
+  const char *body = ") -> tensor<2xf32> { %c = arith.constant dense<1.0> : tensor<2xf32>\n"
+                     "  return %c : tensor<2xf32>\n}\n";
+  expect_from_mlir(ctx, repeat_text(fn, "tuple<", 100000, "f32", ">", 100000, body),
+                   JIT_PARSE_ERROR, "nested deeper than 256");
+  expect_from_mlir(ctx, repeat_text(fn, "complex<", 100000, "f32", ">", 100000, body),
+                   JIT_PARSE_ERROR, "1:");
+  // 250 levels parse (and the argument type is then refused for what it is).
+  expect_from_mlir(ctx, repeat_text(fn, "tuple<", 250, "f32", ">", 250, body),
+                   JIT_INVALID_ARGUMENT, "argument 0");
+  const char *map = "#m = affine_map<(d0) -> (";
+  const char *rest = "d0)>\nfunc.func @f() -> tensor<2xf32> { %c = arith.constant "
+                     "dense<1.0> : tensor<2xf32>\n  return %c : tensor<2xf32>\n}\n";
+  expect_from_mlir(ctx, repeat_text(map, "-", 200000, "", "", 0, rest), JIT_PARSE_ERROR,
+                   "more than 4096 operators");
+  expect_from_mlir(ctx, repeat_text(map, "d0 + ", 300000, "", "", 0, rest),
+                   JIT_PARSE_ERROR, "more than 4096 operators");
+  expect_from_mlir(ctx, repeat_text(map, "d0 + ", 4000, "", "", 0, rest), JIT_OK, NULL);
+  const char *cat = "func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> "
+                    "tensor<4x3xf32> {\n  %r = ";
+  const char *cat_tail = " %a, %b : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>\n"
+                         "  return %r : tensor<4x3xf32>\n}\n";
+  expect_from_mlir(ctx, repeat_text(cat, "tensor.concat dim(-1)", 1, "", "", 0, cat_tail),
+                   JIT_PARSE_ERROR, "2:8: error: 'tensor.concat' op dim");
+  expect_from_mlir(ctx, repeat_text(cat, "tensor.concat dim(18446744073709551615)", 1, "", "",
+                                    0, cat_tail),
+                   JIT_PARSE_ERROR, "'tensor.concat' op dim");
+  expect_from_mlir(ctx, repeat_text(cat, "\"tensor.concat\"(%a, %b) <{dim = -1 : i64}> :", 1,
+                                    " (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>\n"
+                                    "  return %r : tensor<4x3xf32>\n}\n", "", 0, ""),
+                   JIT_PARSE_ERROR, "'tensor.concat' op dim");
+  jit_context_destroy(ctx);
+}
+
 Test(mlir, null_arguments) {
   jit_context *ctx = make_ctx(2, NULL);
   jit_graph *g = NULL;

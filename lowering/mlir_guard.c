@@ -1,0 +1,123 @@
+//===--- mlir_guard.c - cheap checks of MLIR text before MLIR's parser -------===//
+//
+// MLIR's parser is recursive descent and its verifiers trust some attributes, so a
+// hostile text can take the process down before any diagnostic: brackets or type
+// parameters nested 100,000 deep, an affine expression of 200,000 unary minuses or
+// 300,000 terms (each a level of recursion: the stack overflows), a tensor.concat
+// whose dim is negative (its verifier indexes with it). One pass over the text, outside
+// strings and comments, refuses these with JIT_PARSE_ERROR and the line and column:
+//
+//   nesting of ( [ { and < (a `>` closes one, except in `->` and `>=`): at most
+//       kMaxNesting levels; real models nest a dozen;
+//   affine_map< and affine_set< bodies: at most kMaxAffineOps operators (+ - * and
+//       the keyword operators); real maps have a handful;
+//   tensor.concat: its dim, `dim(N)` or `dim = N`, a decimal below 2^31.
+//
+// What a worker process would catch in general (a crash anywhere in MLIR or LLVM) is
+// the reliability issue's compile isolation; these guards stay as the cheap first line.
+//
+//===----------------------------------------------------------------------===//
+#include <ctype.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "lowering/import.h"
+
+enum { kMaxNesting = 256, kMaxAffineOps = 4096 };
+
+typedef struct scan {
+  const char *s;
+  size_t n, i;
+  int line, col;  // of s[i]
+} scan;
+
+static void advance(scan *c) {
+  if (c->s[c->i] == '\n') {
+    c->line++;
+    c->col = 1;
+  } else {
+    c->col++;
+  }
+  c->i++;
+}
+
+static bool starts(const scan *c, const char *word) {
+  size_t k = strlen(word);
+  return c->i + k <= c->n && memcmp(c->s + c->i, word, k) == 0 &&
+         (c->i == 0 || !(isalnum((unsigned char)c->s[c->i - 1]) || c->s[c->i - 1] == '_' ||
+                         c->s[c->i - 1] == '.'));
+}
+
+static jit_status refuse(const scan *c, const char *file, const char *what) {
+  return JIT_ERR(JIT_PARSE_ERROR, "parsing MLIR: %s:%d:%d: error: %s", file, c->line, c->col,
+                 what);
+}
+
+// At `tensor.concat`: its dim, written `dim(N)` or `dim = N` later on the same line,
+// must be a plain decimal below 2^31. A concat without one is left to the parser.
+static jit_status check_concat(const scan *c, const char *file) {
+  const char *p = c->s + c->i, *end = c->s + c->n;
+  const char *eol = memchr(p, '\n', (size_t)(end - p));
+  if (!eol) eol = end;
+  for (const char *q = p + strlen("tensor.concat"); q + 3 < eol; q++) {
+    if (memcmp(q, "dim", 3) != 0 || isalnum((unsigned char)q[-1]) || q[-1] == '_') continue;
+    const char *v = q + 3;
+    while (v < eol && *v == ' ') v++;
+    if (v == eol || (*v != '(' && *v != '=')) continue;
+    for (v++; v < eol && *v == ' '; v++) {
+    }
+    int64_t value = 0;
+    int digits = 0;
+    while (v < eol && isdigit((unsigned char)*v) && digits < 12) {
+      value = value * 10 + (*v++ - '0');
+      digits++;
+    }
+    bool ok = digits > 0 && value < ((int64_t)1 << 31) && (v == eol || !isalnum((unsigned char)*v));
+    if (!ok) return refuse(c, file, "'tensor.concat' op dim must be a non-negative decimal "
+                                    "below 2^31");
+    return NULL;
+  }
+  return NULL;
+}
+
+jit_status jit__mlir_guard(const char *s, size_t n, const char *file) {
+  scan c = {s, n, 0, 1, 1};
+  int depth = 0;
+  // Inside an affine_map< / affine_set<: its `<` depth and operators so far.
+  int affine_depth = -1, affine_ops = 0;
+  while (c.i < n) {
+    char ch = s[c.i], next = c.i + 1 < n ? s[c.i + 1] : 0;
+    if (ch == '"') {
+      if (c.i + 15 <= n && !memcmp(s + c.i + 1, "tensor.concat\"", 14)) {
+        advance(&c);
+        JIT_PROPAGATE(check_concat(&c, file));
+      }
+      for (advance(&c); c.i < n && s[c.i] != '"' && s[c.i] != '\n'; advance(&c))
+        if (s[c.i] == '\\' && c.i + 1 < n) advance(&c);
+    } else if (ch == '/' && next == '/') {
+      while (c.i + 1 < n && s[c.i + 1] != '\n') advance(&c);
+    } else if (ch == '(' || ch == '[' || ch == '{' || ch == '<') {
+      if (ch == '<' && affine_depth < 0 && c.i >= 10 &&
+          (!memcmp(s + c.i - 10, "affine_map", 10) || !memcmp(s + c.i - 10, "affine_set", 10))) {
+        affine_depth = depth;
+        affine_ops = 0;
+      }
+      if (++depth > kMaxNesting)
+        return refuse(&c, file, "brackets nested deeper than 256 levels");
+    } else if (ch == ')' || ch == ']' || ch == '}' ||
+               (ch == '>' && next != '=' && !(c.i > 0 && s[c.i - 1] == '-'))) {
+      if (depth > 0) depth--;
+      if (depth == affine_depth) affine_depth = -1;
+    } else if (affine_depth >= 0 &&
+               (ch == '+' || (ch == '-' && next != '>') || ch == '*' || starts(&c, "floordiv") ||
+                starts(&c, "ceildiv") || starts(&c, "mod"))) {
+      if (++affine_ops > kMaxAffineOps)
+        return refuse(&c, file, "affine expression with more than 4096 operators");
+    } else if (starts(&c, "tensor.concat")) {
+      JIT_PROPAGATE(check_concat(&c, file));
+    }
+    advance(&c);
+  }
+  return NULL;
+}
