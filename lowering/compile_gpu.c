@@ -466,14 +466,17 @@ static jit_status jit__run_on(MlirContext ctx, MlirOperation op, const char *anc
 }
 
 // The mapping attribute for a loop of `rank` dims at `level` ("block" or "thread"):
-// last dim -> x, then y, z; further dims stay sequential loops in the kernel.
+// last dim -> x, then y, z; further dims stay sequential loops in the kernel. Level
+// "sequential": every dim a loop in the kernel.
 static MlirAttribute jit__mapping_attr(MlirContext ctx, int rank, const char *level) {
   char text[2048];
   int n = snprintf(text, sizeof text, "[");
   for (int d = 0; d < rank; d++) {
     int from_last = rank - 1 - d;
     char proc[32];
-    if (from_last < 3)
+    if (!strcmp(level, "sequential"))
+      snprintf(proc, sizeof proc, "sequential");
+    else if (from_last < 3)
       snprintf(proc, sizeof proc, "%s_%c", level, "xyz"[from_last]);
     else
       snprintf(proc, sizeof proc, "sequential");
@@ -493,36 +496,68 @@ static MlirOperation jit__first_in_block(MlirBlock b, const char *name) {
   return (MlirOperation){NULL};
 }
 
-// Tiles the one top-level scf.parallel of kernel function `kf` and maps the tile loop
-// to blocks and the intra-tile loop to threads.
-static jit_status jit__tile_and_map(MlirContext ctx, MlirOperation kf, jit__diag *diag) {
-  MlirOperation par = jit__first_in_block(jit__entry_block(kf), "scf.parallel");
-  if (mlirOperationIsNull(par)) return JIT_ERR(JIT_INTERNAL, "kernel function lost its loop");
-  int rank = (int)(mlirOperationGetNumOperands(par) / 3);
-  if (rank < 1 || rank > JIT_MAX_RANK)
-    return JIT_ERR(JIT_INTERNAL, "parallel loop of rank %d", rank);
-  int64_t tiles[JIT_MAX_RANK];
-  jit__pick_tiles(par, rank, tiles);
+// Runs scf-parallel-loop-tiling on `kf` with `tiles` (its innermost parallel loops).
+static jit_status jit__tile_loops(MlirContext ctx, MlirOperation kf, int rank,
+                                  const int64_t *tiles, jit__diag *diag) {
   char pipe[256];
   int n = snprintf(pipe, sizeof pipe, "scf-parallel-loop-tiling{parallel-loop-tile-sizes=");
   for (int d = 0; d < rank; d++)
     n += snprintf(pipe + n, sizeof pipe - (size_t)n, "%s%lld", d ? "," : "",
                   (long long)tiles[d]);
   snprintf(pipe + n, sizeof pipe - (size_t)n, " no-min-max-bounds=1}");
-  JIT_PROPAGATE(jit__run_on(ctx, kf, "func.func", pipe, diag, "tiling"));
+  return jit__run_on(ctx, kf, "func.func", pipe, diag, "tiling");
+}
+
+static MlirOperation jit__inner_parallel(MlirOperation par) {
+  return jit__first_in_block(mlirRegionGetFirstBlock(mlirOperationGetRegion(par, 0)),
+                             "scf.parallel");
+}
+
+// Tiles the one top-level scf.parallel of kernel function `kf` and maps the tile loop
+// to blocks and the intra-tile loop to threads. Where a dim would need more than
+// kMaxGrid blocks (65535: Vulkan's guaranteed minimum per dim, CUDA's in y and z),
+// each block takes several tiles of it in turn: the block loop is tiled by c tiles
+// (c = ceil(tiles / kMaxGrid)), and a sequential loop inside it steps through them.
+static jit_status jit__tile_and_map(MlirContext ctx, MlirOperation kf, jit__diag *diag) {
+  enum { kMaxGrid = 65535 };
+  MlirOperation par = jit__first_in_block(jit__entry_block(kf), "scf.parallel");
+  if (mlirOperationIsNull(par)) return JIT_ERR(JIT_INTERNAL, "kernel function lost its loop");
+  int rank = (int)(mlirOperationGetNumOperands(par) / 3);
+  if (rank < 1 || rank > JIT_MAX_RANK)
+    return JIT_ERR(JIT_INTERNAL, "parallel loop of rank %d", rank);
+  int64_t tiles[JIT_MAX_RANK], block_tiles[JIT_MAX_RANK] = {0};
+  jit__pick_tiles(par, rank, tiles);
+  bool folded = false;
+  for (int d = 0; d < rank; d++) {
+    bool ok = true;
+    int64_t lb = jit__const_index(mlirOperationGetOperand(par, d), &ok);
+    int64_t ub = jit__const_index(mlirOperationGetOperand(par, rank + d), &ok);
+    int64_t step = jit__const_index(mlirOperationGetOperand(par, 2 * rank + d), &ok);
+    int64_t blocks = ok && step > 0 ? ((ub - lb + step - 1) / step + tiles[d] - 1) / tiles[d]
+                                    : 0;
+    int64_t c = rank - 1 - d < 3 && blocks > kMaxGrid ? (blocks + kMaxGrid - 1) / kMaxGrid : 1;
+    block_tiles[d] = tiles[d] * c;
+    folded = folded || c > 1;
+  }
+  JIT_PROPAGATE(jit__tile_loops(ctx, kf, rank, block_tiles, diag));
+  if (folded) JIT_PROPAGATE(jit__tile_loops(ctx, kf, rank, tiles, diag));
 
   MlirOperation outer = jit__first_in_block(jit__entry_block(kf), "scf.parallel");
   if (mlirOperationIsNull(outer)) return JIT_ERR(JIT_INTERNAL, "tiling lost the loop");
-  MlirBlock ob = mlirRegionGetFirstBlock(mlirOperationGetRegion(outer, 0));
-  MlirOperation inner = jit__first_in_block(ob, "scf.parallel");
+  MlirOperation middle = folded ? jit__inner_parallel(outer) : outer;
+  MlirOperation inner = mlirOperationIsNull(middle) ? middle : jit__inner_parallel(middle);
   if (mlirOperationIsNull(inner)) return JIT_ERR(JIT_INTERNAL, "tiling made no inner loop");
   int orank = (int)(mlirOperationGetNumOperands(outer) / 3);
   int irank = (int)(mlirOperationGetNumOperands(inner) / 3);
   MlirAttribute om = jit__mapping_attr(ctx, orank, "block");
   MlirAttribute im = jit__mapping_attr(ctx, irank, "thread");
-  if (mlirAttributeIsNull(om) || mlirAttributeIsNull(im))
+  MlirAttribute mm = folded ? jit__mapping_attr(ctx, (int)(mlirOperationGetNumOperands(middle) / 3),
+                                                "sequential")
+                            : om;
+  if (mlirAttributeIsNull(om) || mlirAttributeIsNull(im) || mlirAttributeIsNull(mm))
     return JIT_ERR(JIT_INTERNAL, "bad loop mapping attribute: %s", diag->buf);
   mlirOperationSetAttributeByName(outer, jit__sr("mapping"), om);
+  if (folded) mlirOperationSetAttributeByName(middle, jit__sr("mapping"), mm);
   mlirOperationSetAttributeByName(inner, jit__sr("mapping"), im);
   return NULL;
 }

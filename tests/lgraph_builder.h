@@ -68,7 +68,7 @@ static inline void expect_code(jit_status s, jit_status_code code, const char *p
 
 typedef struct tg {
   jit__node nodes[MAXN];
-  uint32_t inputs[4], outputs[2];
+  uint32_t inputs[8], outputs[2];
   jit__lgraph g;
   jit__dtype dt;
 } tg;
@@ -99,6 +99,7 @@ static inline uint32_t tg_node(tg *t, jit__op op, int n_ops, uint32_t a, uint32_
 
 static inline uint32_t tg_input(tg *t, int rank, const int64_t *dims) {
   uint32_t id = tg_node(t, JIT__OP_INPUT, 0, 0, 0, rank, dims);
+  cr_assert(t->g.n_inputs < 8);
   t->inputs[t->g.n_inputs++] = id;
   return id;
 }

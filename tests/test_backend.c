@@ -348,6 +348,39 @@ static void gelu_chain_case(jit__dtype dt) {
 Test(backend, gelu_chain_f32) { gelu_chain_case(JIT__F32); }
 Test(backend, gelu_chain_f16) { gelu_chain_case(JIT__F16); }
 
+// More blocks than a grid dim may have (65535: Vulkan's guaranteed minimum, CUDA's in
+// y and z): a plain kernel with one row of 256 columns per block over 70,001 rows, and
+// a 1-D one of 256 lanes per block over 16,777,259 elements (the MLP at N = 65,536 was
+// refused, "grid 1x65536x1 exceeds 65535 in y/z"). Each block then takes its tiles in
+// turn; every element is checked, the last rows and lanes (the second turn) included.
+Test(backend, grid_past_65535_blocks, .timeout = 300) {
+  be_env e;
+  if (!env_open_computing(&e)) return;
+  static const int64_t shapes[][2] = {{70001, 256}, {16777259, 0}};
+  for (int c = 0; c < 2; c++) {
+    int rank = shapes[c][1] ? 2 : 1;
+    const int64_t *da = shapes[c], db[1] = {rank == 2 ? 256 : 1};
+    tg t;
+    tg_init(&t, "wide_grid", JIT__F32);
+    uint32_t x = tg_input(&t, rank, da), b = tg_input(&t, 1, db);
+    tg_output(&t, tg_unary(&t, JIT__OP_RELU, tg_node(&t, JIT__OP_ADD, 2, x, b, rank, da)));
+    int64_t n = ref_numel(rank, da);
+    float *a = fmalloc(n), *bias = fmalloc(db[0]), *got = fmalloc(n), *want = fmalloc(n);
+    ref_rng rng;
+    ref_rng_seed(&rng, 70 + (uint64_t)c);
+    ref_rng_fill_signed(&rng, a, n);
+    ref_rng_fill_signed(&rng, bias, db[0]);
+    ref_binary(REF_ADD, a, rank, da, bias, 1, db, want);
+    ref_unary(REF_RELU, want, n, want);
+    float *in[2] = {a, bias};
+    run_graph(&e, &t, in, &got, NULL);
+    assert_close(got, want, n, 1e-6, 1e-6, rank == 2 ? "relu(x + b), 70001 rows"
+                                                     : "relu(x + b), 16777259 lanes");
+    free(a), free(bias), free(got), free(want);
+  }
+  env_close(&e);
+}
+
 static void matmul_case(be_env *e, jit__dtype dt, int ra, const int64_t *da, int rb,
                         const int64_t *db, uint64_t seed, run_times *times) {
   int64_t dc[JIT_MAX_RANK];
