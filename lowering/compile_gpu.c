@@ -46,6 +46,8 @@
 #include "base/status.h"
 #include "base/text.h"
 #include "lowering/gpu.h"
+#include "lowering/gpu_generic.h"
+#include "lowering/gpu_ir.h"
 #include "lowering/gpu_tiled.h"
 #include "lowering/import.h"
 
@@ -141,18 +143,6 @@ static jit_status jit__check_target(const jit__gpu_target *t, int *out_ptx) {
 }
 
 //===--- Small IR helpers ------------------------------------------------===//
-
-static MlirStringRef jit__sr(const char *s) { return mlirStringRefCreateFromCString(s); }
-
-static bool jit__op_is(MlirOperation op, const char *name) {
-  MlirStringRef s = mlirIdentifierStr(mlirOperationGetName(op));
-  size_t n = strlen(name);
-  return s.length == n && !memcmp(s.data, name, n);
-}
-
-static MlirBlock jit__entry_block(MlirOperation func) {
-  return mlirRegionGetFirstBlock(mlirOperationGetRegion(func, 0));
-}
 
 static MlirOperation jit__find_func(MlirModule module, const char *name) {
   size_t n = strlen(name);
@@ -251,9 +241,10 @@ static uint64_t jit__memref_bytes(MlirType t) {
 }
 
 // Replaces each top-level memref.alloc of `func` with a new trailing argument and
-// rewrites the function type. Records each as a TEMP buffer.
+// rewrites the function type. Records each as a TEMP buffer; with `gx` (a generic
+// kernel) its bytes may depend on the binding (the alloc's `?` sizes).
 static jit_status jit__promote_allocs(MlirContext ctx, MlirOperation func,
-                                      jit__bufinfo *bufs) {
+                                      jit__bufinfo *bufs, jit__gx_builder *gx) {
   MlirBlock entry = jit__entry_block(func);
   uint32_t n_temp = 0;
   for (MlirOperation op = mlirBlockGetFirstOperation(entry), next; !mlirOperationIsNull(op);
@@ -262,15 +253,25 @@ static jit_status jit__promote_allocs(MlirContext ctx, MlirOperation func,
     if (!jit__op_is(op, "memref.alloc")) continue;
     MlirValue res = mlirOperationGetResult(op, 0);
     MlirType t = mlirValueGetType(res);
-    if (mlirOperationGetNumOperands(op) != 0 || !mlirShapedTypeHasStaticShape(t) ||
-        !mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t)))
+    jit__gpu_buffer b = {JIT__GPU_BUF_TEMP, n_temp++, 0, {0, 0}};
+    bool dense = mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t));
+    if (gx && dense && !mlirShapedTypeHasStaticShape(t)) {
+      JIT_PROPAGATE(jit__gx_check_buffer(t));
+      MlirValue dyn[JIT_MAX_RANK];
+      intptr_t n = mlirOperationGetNumOperands(op);
+      for (intptr_t i = 0; i < n && i < JIT_MAX_RANK; i++) dyn[i] = mlirOperationGetOperand(op, i);
+      JIT_PROPAGATE(jit__gx_bytes(gx, t, dyn, 0, &b.bytes_expr));
+    } else if (mlirOperationGetNumOperands(op) != 0 || !mlirShapedTypeHasStaticShape(t) ||
+               !dense) {
       return JIT_ERR(JIT_UNSUPPORTED, "GPU lowering: an intermediate buffer without a "
                      "static dense shape");
+    } else {
+      b.bytes = jit__memref_bytes(t);
+    }
     MlirValue arg = mlirBlockAddArgument(entry, t, mlirOperationGetLocation(op));
     mlirValueReplaceAllUsesOfWith(res, arg);
     mlirOperationDestroy(op);
-    JIT_PROPAGATE(jit__buf_push(
-        bufs, (jit__gpu_buffer){JIT__GPU_BUF_TEMP, n_temp++, jit__memref_bytes(t)}));
+    JIT_PROPAGATE(jit__buf_push(bufs, b));
   }
   intptr_t n = mlirBlockGetNumArguments(entry);
   MlirType *types = malloc((size_t)(n ? n : 1) * sizeof *types);
@@ -293,7 +294,13 @@ static bool jit__is_host_op(MlirOperation op) {
   };
   for (size_t i = 0; i < sizeof kHost / sizeof kHost[0]; i++)
     if (jit__op_is(op, kHost[i])) return true;
-  return false;
+  // A generic kernel's sizes: dims of its buffers and index arithmetic on them.
+  if (jit__op_is(op, "memref.dim")) return true;
+  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
+  return name.length > 6 && !memcmp(name.data, "arith.", 6) &&
+         mlirOperationGetNumResults(op) == 1 &&
+         (mlirTypeIsAIndex(mlirValueGetType(mlirOperationGetResult(op, 0))) ||
+          jit__op_is(op, "arith.cmpi"));
 }
 
 // memref.copy %src, %dst -> an scf.parallel of loads and stores over dst's shape, so
@@ -698,7 +705,7 @@ static MlirWalkResult jit__launch_cb(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-static jit_status jit__read_launch(MlirOperation kf, jit__gpu_kernel *k) {
+static jit_status jit__read_launch(MlirOperation kf, jit__gpu_kernel *k, jit__gx_builder *gx) {
   jit__launch_walk w = {{NULL}, 0};
   mlirOperationWalk(kf, jit__launch_cb, &w, MlirWalkPreOrder);
   if (w.count != 1)
@@ -725,7 +732,15 @@ static jit_status jit__read_launch(MlirOperation kf, jit__gpu_kernel *k) {
   int pos = 0;
   for (int i = 0; i < 6; i++) {
     bool ok = true;
-    int64_t v = jit__const_index(mlirOperationGetOperand(lf, pos++), &ok);
+    MlirValue opnd = mlirOperationGetOperand(lf, pos++);
+    int64_t v = jit__const_index(opnd, &ok);
+    if (!ok && gx && i < 3) {
+      // A generic kernel's grid: computed per binding.
+      gx->entry = jit__entry_block(kf);
+      JIT_PROPAGATE(jit__gx_value(gx, opnd, &k->grid_expr[i]));
+      k->grid[i] = 1;
+      continue;
+    }
     if (!ok || v < 1 || v > 0x7fffffff)
       return JIT_ERR(JIT_UNSUPPORTED, "kernel `%s`: launch size %d is not a constant in "
                      "range", k->entry, i);
@@ -924,10 +939,60 @@ static jit_status jit__take_binary(MlirModule module, jit__gpu_artifact *out) {
 
 //===--- Entry -----------------------------------------------------------===//
 
+// The generic kernel's steps between mapping and outlining: loops to gpu.launch, then
+// in each kernel function the sizes its body reads from outside go through the SIZES
+// buffer (gpu_generic.c), which becomes buffer `bufs->n`.
+static jit_status jit__generic_launches(MlirContext ctx, MlirModule module,
+                                       MlirOperation *kfuncs, uint32_t n_k, bool ptx,
+                                       jit__gx_builder *gx, jit__bufinfo *bufs,
+                                       jit__diag *diag) {
+  JIT_PROPAGATE(jit__mlir_run_pipeline(
+      ctx, module, "builtin.module(convert-parallel-loops-to-gpu,canonicalize,lower-affine,"
+      "canonicalize,cse)", diag, "loops to GPU launches"));
+  for (uint32_t k = 0; k < n_k; k++) {
+    if (mlirBlockGetNumArguments(jit__entry_block(kfuncs[k])) != (intptr_t)bufs->n)
+      return JIT_ERR(JIT_INTERNAL, "kernel %u: arguments and buffers differ", k);
+    JIT_RETURN_IF_ERROR(jit__gx_sink(ctx, kfuncs[k], gx, ptx), "kernel %u", k);
+  }
+  return jit__buf_push(bufs, (jit__gpu_buffer){JIT__GPU_BUF_SIZES, 0,
+                                               4 * JIT__GX_MAX_SIZES, {0, 0}});
+}
+
+// The buffers of the inputs and outputs: the function's first arguments after
+// bufferization. With `gx`, a `?` dim makes the size a program of the binding.
+static jit_status jit__io_buffers(const jit__lgraph *g, MlirOperation func,
+                                  jit__gx_builder *gx, jit__bufinfo *bufs) {
+  MlirBlock entry = jit__entry_block(func);
+  uint32_t n = g->n_inputs + g->n_outputs;
+  if (mlirBlockGetNumArguments(entry) < (intptr_t)n)
+    return JIT_ERR(JIT_INTERNAL, "bufferized function has too few arguments");
+  if (gx) {
+    gx->entry = entry;
+    gx->n_io = n;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    bool in = i < g->n_inputs;
+    const jit__node *nd = &g->nodes[in ? g->inputs[i] : g->outputs[i - g->n_inputs]];
+    jit__gpu_buffer b = {in ? JIT__GPU_BUF_INPUT : JIT__GPU_BUF_OUTPUT,
+                         in ? i : i - g->n_inputs, 0, {0, 0}};
+    MlirType t = mlirValueGetType(mlirBlockGetArgument(entry, i));
+    if (gx && !mlirShapedTypeHasStaticShape(t)) {
+      JIT_PROPAGATE(jit__gx_check_buffer(t));
+      JIT_PROPAGATE(jit__gx_bytes(gx, t, NULL, i, &b.bytes_expr));
+    } else {
+      uint64_t e = 1;
+      for (int d = 0; d < nd->rank; d++) e *= (uint64_t)nd->dims[d];
+      b.bytes = e * (nd->dtype == JIT__F16 ? 2 : 4);
+    }
+    JIT_PROPAGATE(jit__buf_push(bufs, b));
+  }
+  return NULL;
+}
+
 static jit_status jit__compile_gpu_in(MlirContext ctx, const jit__lgraph *g,
                                       const char *func_name, const jit__gpu_target *t,
-                                      int ptx, const char *text, jit__diag *diag,
-                                      jit__gpu_artifact *out) {
+                                      int ptx, const char *text, jit__gx_builder *gx,
+                                      jit__diag *diag, jit__gpu_artifact *out) {
   double t0 = jit__gpu_ms();
   MlirModule module = mlirModuleCreateParse(ctx, jit__sr(text));
   if (mlirModuleIsNull(module))
@@ -944,22 +1009,8 @@ static jit_status jit__compile_gpu_in(MlirContext ctx, const jit__lgraph *g,
     s = JIT_ERR(JIT_INTERNAL, "function `%s` missing after bufferization", func_name);
     goto done;
   }
-  for (uint32_t i = 0; i < g->n_inputs && !s; i++) {
-    const jit__node *n = &g->nodes[g->inputs[i]];
-    uint64_t e = 1;
-    for (int d = 0; d < n->rank; d++) e *= (uint64_t)n->dims[d];
-    s = jit__buf_push(&bufs, (jit__gpu_buffer){JIT__GPU_BUF_INPUT, i,
-                                               e * (n->dtype == JIT__F16 ? 2 : 4)});
-  }
-  for (uint32_t i = 0; i < g->n_outputs && !s; i++) {
-    const jit__node *n = &g->nodes[g->outputs[i]];
-    uint64_t e = 1;
-    for (int d = 0; d < n->rank; d++) e *= (uint64_t)n->dims[d];
-    s = jit__buf_push(&bufs, (jit__gpu_buffer){JIT__GPU_BUF_OUTPUT, i,
-                                               e * (n->dtype == JIT__F16 ? 2 : 4)});
-  }
-  if (s) goto done;
-  if ((s = jit__promote_allocs(ctx, func, &bufs))) goto done;
+  if ((s = jit__io_buffers(g, func, gx, &bufs))) goto done;
+  if ((s = jit__promote_allocs(ctx, func, &bufs, gx))) goto done;
   if ((s = jit__device_only(ctx, func))) goto done;
   for (MlirOperation op = mlirBlockGetFirstOperation(jit__entry_block(func)), next;
        !mlirOperationIsNull(op) && !s; op = next) {
@@ -968,20 +1019,30 @@ static jit_status jit__compile_gpu_in(MlirContext ctx, const jit__lgraph *g,
   }
   if (s) goto done;
   if ((s = jit__split(ctx, module, func, func_name, &kfuncs, &n_k))) goto done;
+  // Generic kernels are plain ones: the tiled kernels are planned from static sizes.
+  bool plain = t->plain_kernels || gx;
   for (uint32_t k = 0; k < n_k && !s; k++) {
     jit__tiled_kind kind = JIT__TILED_NONE;
-    if (!t->plain_kernels) s = jit__gpu_try_tiled(ctx, kfuncs[k], diag->buf, &kind);
+    if (!plain) s = jit__gpu_try_tiled(ctx, kfuncs[k], diag->buf, &kind);
     if (!s && kind != JIT__TILED_NONE) {
       out->n_tiled++;
     } else if (!s) {
-      if (!t->plain_kernels) jit__gpu_acc_in_register(ctx, kfuncs[k]);
+      if (!plain) jit__gpu_acc_in_register(ctx, kfuncs[k]);
       s = jit__tile_and_map(ctx, kfuncs[k], diag);
     }
     if (s) s = jit__status_annotate(s, "kernel %u", k);
   }
   if (s) goto done;
-  if ((s = jit__mlir_run_pipeline(ctx, module, kOutlinePipeline, diag, "kernel outlining")))
-    goto done;
+  if (gx) {
+    s = jit__generic_launches(ctx, module, kfuncs, n_k, t->format == JIT__GPU_PTX, gx, &bufs,
+                              diag);
+    if (!s)
+      s = jit__mlir_run_pipeline(ctx, module, "builtin.module(gpu-kernel-outlining,"
+                                 "canonicalize,cse)", diag, "kernel outlining");
+  } else {
+    s = jit__mlir_run_pipeline(ctx, module, kOutlinePipeline, diag, "kernel outlining");
+  }
+  if (s) goto done;
 
   out->plan.n_buffers = bufs.n;
   out->plan.buffers = bufs.v;
@@ -993,10 +1054,17 @@ static jit_status jit__compile_gpu_in(MlirContext ctx, const jit__lgraph *g,
   }
   out->plan.n_kernels = n_k;
   for (uint32_t k = 0; k < n_k && !s; k++) {
-    s = jit__read_launch(kfuncs[k], &out->plan.kernels[k]);
+    s = jit__read_launch(kfuncs[k], &out->plan.kernels[k], gx);
     if (s) s = jit__status_annotate(s, "kernel %u", k);
   }
   if (s) goto done;
+  if (gx) {  // the programs go with the plan
+    out->plan.code = gx->code;
+    out->plan.n_code = gx->n;
+    out->plan.sizes = gx->sizes;
+    out->plan.n_sizes = gx->n_sizes;
+    memset(gx, 0, sizeof *gx);
+  }
   if (n_k == 0) {
     // Nothing to compute (e.g. only empty tensors): an empty module and plan.
     out->ms_front = jit__gpu_ms() - t0;
@@ -1020,8 +1088,11 @@ done:
   return s;
 }
 
-jit_status jit__compile_gpu(const jit__lgraph *graph, const char *func_name,
-                            const jit__gpu_target *target, jit__gpu_artifact *out) {
+// Checks, emits and compiles: the static kernel (`req` NULL) or the generic one.
+static jit_status jit__compile_gpu_with(const jit__lgraph *graph,
+                                        const int64_t (*req)[JIT_MAX_RANK],
+                                        const char *func_name, const jit__gpu_target *target,
+                                        jit__gpu_artifact *out) {
   if (!out) return JIT_ERR(JIT_INTERNAL, "jit__compile_gpu: NULL artifact");
   memset(out, 0, sizeof *out);
   if (!graph || !func_name || !target)
@@ -1042,17 +1113,46 @@ jit_status jit__compile_gpu(const jit__lgraph *graph, const char *func_name,
   pthread_once(&jit__gpu_once, jit__gpu_init);
 
   char *text = NULL;
-  JIT_RETURN_IF_ERROR(jit__emit_mlir(graph, func_name, false, &text), "emitting MLIR");
+  jit__emit_options eo = {.symbolic = true, .destination = true, .reshape_req = req};
+  JIT_RETURN_IF_ERROR(req ? jit__emit_mlir_with(graph, func_name, &eo, &text)
+                          : jit__emit_mlir(graph, func_name, false, &text),
+                      "emitting MLIR");
   jit__diag diag = {{0}, 0, NULL};
+  jit__gx_builder gx = {0};
   MlirContext ctx = jit__mlir_context_create(&diag);
-  jit_status s = jit__compile_gpu_in(ctx, graph, func_name, target, ptx, text, &diag, out);
+  jit_status s = jit__compile_gpu_in(ctx, graph, func_name, target, ptx, text,
+                                     req ? &gx : NULL, &diag, out);
   mlirContextDestroy(ctx);
+  jit__gx_builder_release(&gx);
   free(text);
   if (s) {
     jit__gpu_artifact_release(out);
-    s = jit__status_annotate(s, "compiling `%s` for %s", graph->name ? graph->name : func_name,
+    s = jit__status_annotate(s, "compiling `%s`%s for %s",
+                             graph->name ? graph->name : func_name, req ? " (generic)" : "",
                              target->format == JIT__GPU_PTX ? target->chip : "Vulkan");
   }
+  return s;
+}
+
+jit_status jit__compile_gpu(const jit__lgraph *graph, const char *func_name,
+                            const jit__gpu_target *target, jit__gpu_artifact *out) {
+  return jit__compile_gpu_with(graph, NULL, func_name, target, out);
+}
+
+jit_status jit__compile_gpu_generic(const jit__lgraph *graph,
+                                    const int64_t (*reshape_req)[JIT_MAX_RANK],
+                                    const char *func_name, const jit__gpu_target *target,
+                                    jit__gpu_artifact *out) {
+  if (reshape_req || !graph)
+    return jit__compile_gpu_with(graph, reshape_req, func_name, target, out);
+  // No reshape asked for anything but the dims it has.
+  int64_t(*req)[JIT_MAX_RANK] = calloc(graph->n_nodes + 1, sizeof *req);
+  if (!req) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t i = 0; i < graph->n_nodes; i++)
+    memcpy(req[i], graph->nodes[i].dims, sizeof req[i]);
+  jit_status s = jit__compile_gpu_with(graph, (const int64_t(*)[JIT_MAX_RANK])req, func_name,
+                                       target, out);
+  free(req);
   return s;
 }
 
@@ -1063,6 +1163,8 @@ void jit__gpu_plan_release(jit__gpu_plan *plan) {
   for (uint32_t i = 0; plan->kernels && i < plan->n_kernels; i++) free(plan->kernels[i].args);
   free(plan->kernels);
   free(plan->buffers);
+  free(plan->code);
+  free(plan->sizes);
   memset(plan, 0, sizeof *plan);
 }
 
@@ -1083,8 +1185,24 @@ void jit__gpu_artifact_release(jit__gpu_artifact *a) {
 //   n_buffers x { u32 kind, u32 index, u64 bytes }
 //   n_kernels x { u8 entry[64] (NUL-padded), u32 grid[3], u32 block[3], u32 n_args,
 //                 u32 args[n_args] }
+// Version 2 (generic kernels) goes on with their programs:
+//   u32 n_code, n_code x { u32 op, u32 aux, i64 v }, n_buffers x { u32 at, u32 len },
+//   n_kernels x 3 x { u32 at, u32 len }, u32 n_sizes, n_sizes x { u32 at, u32 len }
+// (plans without programs stay version 1, so their cache entries keep their bytes).
 
-enum { kPlanVersion = 1 };
+enum { kPlanVersion = 1, kPlanVersionGeneric = 2 };
+
+static void jit__bw_expr(jit__bytes_writer *w, jit__gpu_expr e) {
+  jit__bw_u32(w, e.at);
+  jit__bw_u32(w, e.len);
+}
+
+static jit__gpu_expr jit__br_expr(jit__bytes_reader *r, uint32_t n_code) {
+  jit__gpu_expr e = {jit__br_u32(r), 0};
+  e.len = jit__br_u32(r);
+  if ((uint64_t)e.at + e.len > n_code) r->bad = true;
+  return e;
+}
 
 jit_status jit__gpu_plan_serialize(const jit__gpu_plan *plan, uint8_t **out_bytes,
                                    size_t *out_size) {
@@ -1093,8 +1211,9 @@ jit_status jit__gpu_plan_serialize(const jit__gpu_plan *plan, uint8_t **out_byte
   if (!plan || !out_bytes || !out_size)
     return JIT_ERR(JIT_INTERNAL, "jit__gpu_plan_serialize: NULL argument");
   jit__bytes_writer w = {NULL, 0, 0, false};
+  bool generic = plan->n_code > 0;
   jit__bw_put(&w, "JGPL", 4);
-  jit__bw_u32(&w, kPlanVersion);
+  jit__bw_u32(&w, generic ? kPlanVersionGeneric : kPlanVersion);
   jit__bw_u32(&w, plan->n_buffers);
   jit__bw_u32(&w, plan->n_kernels);
   for (uint32_t i = 0; i < plan->n_buffers; i++) {
@@ -1112,6 +1231,19 @@ jit_status jit__gpu_plan_serialize(const jit__gpu_plan *plan, uint8_t **out_byte
     jit__bw_u32(&w, k->n_args);
     for (uint32_t a = 0; a < k->n_args; a++) jit__bw_u32(&w, k->args[a]);
   }
+  if (generic) {
+    jit__bw_u32(&w, plan->n_code);
+    for (uint32_t i = 0; i < plan->n_code; i++) {
+      jit__bw_u32(&w, plan->code[i].op);
+      jit__bw_u32(&w, plan->code[i].aux);
+      jit__bw_u64(&w, (uint64_t)plan->code[i].v);
+    }
+    for (uint32_t i = 0; i < plan->n_buffers; i++) jit__bw_expr(&w, plan->buffers[i].bytes_expr);
+    for (uint32_t i = 0; i < plan->n_kernels; i++)
+      for (int d = 0; d < 3; d++) jit__bw_expr(&w, plan->kernels[i].grid_expr[d]);
+    jit__bw_u32(&w, plan->n_sizes);
+    for (uint32_t i = 0; i < plan->n_sizes; i++) jit__bw_expr(&w, plan->sizes[i]);
+  }
   if (w.oom) {
     free(w.p);
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory serializing a launch plan");
@@ -1119,6 +1251,42 @@ jit_status jit__gpu_plan_serialize(const jit__gpu_plan *plan, uint8_t **out_byte
   *out_bytes = w.p;
   *out_size = w.len;
   return NULL;
+}
+
+// The programs of a version-2 plan (a generic kernel's); sets r->bad on bad data.
+static void jit__plan_read_programs(jit__bytes_reader *r, jit__gpu_plan *out) {
+  uint32_t n = jit__br_u32(r);
+  if (r->bad || (uint64_t)n * 16 > r->len - r->pos || n == 0) {
+    r->bad = true;
+    return;
+  }
+  out->code = calloc(n, sizeof *out->code);
+  if (!out->code) {
+    r->bad = true;
+    return;
+  }
+  out->n_code = n;
+  for (uint32_t i = 0; i < n; i++) {
+    out->code[i].op = jit__br_u32(r);
+    out->code[i].aux = jit__br_u32(r);
+    out->code[i].v = (int64_t)jit__br_u64(r);
+    if (out->code[i].op < JIT__GX_CONST || out->code[i].op > JIT__GX_LAST) r->bad = true;
+  }
+  for (uint32_t i = 0; i < out->n_buffers; i++) out->buffers[i].bytes_expr = jit__br_expr(r, n);
+  for (uint32_t i = 0; i < out->n_kernels; i++)
+    for (int d = 0; d < 3; d++) out->kernels[i].grid_expr[d] = jit__br_expr(r, n);
+  uint32_t ns = jit__br_u32(r);
+  if (r->bad || ns > 4096 || (uint64_t)ns * 8 > r->len - r->pos) {
+    r->bad = true;
+    return;
+  }
+  out->sizes = calloc(ns + 1, sizeof *out->sizes);
+  if (!out->sizes) {
+    r->bad = true;
+    return;
+  }
+  out->n_sizes = ns;
+  for (uint32_t i = 0; i < ns; i++) out->sizes[i] = jit__br_expr(r, n);
 }
 
 jit_status jit__gpu_plan_deserialize(const uint8_t *bytes, size_t size,
@@ -1129,9 +1297,9 @@ jit_status jit__gpu_plan_deserialize(const uint8_t *bytes, size_t size,
     return JIT_ERR(JIT_CACHE_ERROR, "launch plan: bad magic or truncated header");
   jit__bytes_reader r = {bytes, size, 4, false};
   uint32_t version = jit__br_u32(&r);
-  if (version != kPlanVersion)
-    return JIT_ERR(JIT_CACHE_ERROR, "launch plan: version %u, expected %u", version,
-                   (unsigned)kPlanVersion);
+  if (version != kPlanVersion && version != kPlanVersionGeneric)
+    return JIT_ERR(JIT_CACHE_ERROR, "launch plan: version %u, expected %u or %u", version,
+                   (unsigned)kPlanVersion, (unsigned)kPlanVersionGeneric);
   uint32_t nb = jit__br_u32(&r), nk = jit__br_u32(&r);
   // Each record takes at least 16 (buffer) / 92 (kernel) bytes: bound the counts by
   // the input size before allocating.
@@ -1149,7 +1317,7 @@ jit_status jit__gpu_plan_deserialize(const uint8_t *bytes, size_t size,
     out->buffers[i].kind = (jit__gpu_buffer_kind)kind;
     out->buffers[i].index = jit__br_u32(&r);
     out->buffers[i].bytes = jit__br_u64(&r);
-    if (kind > JIT__GPU_BUF_TEMP) r.bad = true;
+    if (kind > JIT__GPU_BUF_SIZES) r.bad = true;
   }
   for (uint32_t i = 0; i < nk && !r.bad; i++) {
     jit__gpu_kernel *k = &out->kernels[i];
@@ -1177,6 +1345,7 @@ jit_status jit__gpu_plan_deserialize(const uint8_t *bytes, size_t size,
       if (k->args[a] >= nb) r.bad = true;
     }
   }
+  if (!r.bad && version == kPlanVersionGeneric) jit__plan_read_programs(&r, out);
   if (r.bad || r.pos != r.len) {
     jit__gpu_plan_release(out);
     return JIT_ERR(JIT_CACHE_ERROR, "launch plan: corrupt or truncated data");

@@ -67,12 +67,51 @@ typedef enum jit__gpu_buffer_kind {
   JIT__GPU_BUF_INPUT = 0,
   JIT__GPU_BUF_OUTPUT = 1,
   JIT__GPU_BUF_TEMP = 2,  // intermediate: allocated by the runtime, no host data
+  // Generic kernels: the binding's sizes as i32 values (plan.sizes, evaluated by
+  // jit__gpu_plan_bind), written by the runtime before the first launch.
+  JIT__GPU_BUF_SIZES = 3,
 } jit__gpu_buffer_kind;
+
+// A size of a generic kernel's plan, computed per binding: a postfix program over
+// int64 values in jit__gpu_plan.code (lowering/gpu_generic.c). CONST pushes v; DIM
+// pushes dim v of buffer `aux` (an input or output); the binary ops pop two; CMP pops
+// two and compares with arith.cmpi predicate `aux`; SELECT pops a condition and two
+// values.
+typedef enum jit__gx_op {
+  JIT__GX_CONST = 1,
+  JIT__GX_DIM,
+  JIT__GX_ADD,
+  JIT__GX_SUB,
+  JIT__GX_MUL,
+  JIT__GX_DIVS,
+  JIT__GX_DIVU,
+  JIT__GX_CEILDIVS,
+  JIT__GX_FLOORDIVS,
+  JIT__GX_REMS,
+  JIT__GX_REMU,
+  JIT__GX_MINS,
+  JIT__GX_MAXS,
+  JIT__GX_CMP,
+  JIT__GX_SELECT,
+  JIT__GX_LAST = JIT__GX_SELECT,
+} jit__gx_op;
+
+typedef struct jit__gx {
+  uint32_t op;   // jit__gx_op
+  uint32_t aux;  // DIM: the buffer; CMP: the predicate
+  int64_t v;     // CONST: the value; DIM: the dim
+} jit__gx;
+
+// A program: code[at, at + len). len 0: none (the static field holds the value).
+typedef struct jit__gpu_expr {
+  uint32_t at, len;
+} jit__gpu_expr;
 
 typedef struct jit__gpu_buffer {
   jit__gpu_buffer_kind kind;
   uint32_t index;   // input or output index; for temps, the temp's ordinal
   uint64_t bytes;   // size in bytes (0 for an empty tensor)
+  jit__gpu_expr bytes_expr;  // generic kernels: the size per binding
 } jit__gpu_buffer;
 
 // Kernel entry names are `<func>_k<i>_kernel` for plain kernels, `<func>_k<i>_mm_kernel`
@@ -85,6 +124,7 @@ typedef struct jit__gpu_kernel {
   uint32_t block[3];  // threads per workgroup in x, y, z
   uint32_t n_args;
   uint32_t *args;     // buffer indices, malloc'ed
+  jit__gpu_expr grid_expr[3];  // generic kernels: the grid per binding
 } jit__gpu_kernel;
 
 // The launch plan. Thread-compatible: immutable once made.
@@ -93,6 +133,12 @@ typedef struct jit__gpu_plan {
   jit__gpu_buffer *buffers;  // malloc'ed
   uint32_t n_kernels;
   jit__gpu_kernel *kernels;  // malloc'ed, launch order
+  // Generic kernels (jit__compile_gpu_generic): the programs of the sizes above, and
+  // the values of the SIZES buffer. Empty (0, NULL) in a plan for one binding.
+  uint32_t n_code;
+  jit__gx *code;
+  uint32_t n_sizes;       // in a bound plan too (jit__gpu_plan_bind): the values' count
+  jit__gpu_expr *sizes;   // NULL in a bound plan
 } jit__gpu_plan;
 
 typedef struct jit__gpu_artifact {
@@ -114,6 +160,26 @@ typedef struct jit__gpu_artifact {
 // failure `out` owns nothing.
 jit_status jit__compile_gpu(const jit__lgraph *graph, const char *func_name,
                             const jit__gpu_target *target, jit__gpu_artifact *out);
+
+// Compiles `graph` with its symbolic dims kept as `?` (dims < 0; `reshape_req` per
+// node, what a reshape asked for) into a generic kernel: one module for every binding,
+// whose plan computes the grids, the temporaries' sizes and the SIZES buffer from the
+// binding's dims (jit__gpu_plan_bind). Plain kernels only (one thread per output
+// element). JIT_UNSUPPORTED for graphs it cannot take: a `?` dim past the leading
+// position of a buffer (its strides would be dynamic), more than 64 distinct sizes.
+jit_status jit__compile_gpu_generic(const jit__lgraph *graph,
+                                    const int64_t (*reshape_req)[JIT_MAX_RANK],
+                                    const char *func_name, const jit__gpu_target *target,
+                                    jit__gpu_artifact *out);
+
+// The plan of generic `plan` for one binding: `ranks[b]` and `dims[b]` give the shape
+// of buffer b for each of the n_io inputs and outputs. Fills `out` (static: grids,
+// bytes, no programs) and *out_sizes (malloc'ed, plan->n_sizes i32 values; NULL when
+// none). JIT_UNSUPPORTED when the binding is past what the kernel can address (a grid
+// dim over 65535, a size over 2^31 - 1): its exact kernel serves it.
+jit_status jit__gpu_plan_bind(const jit__gpu_plan *plan, uint32_t n_io, const int *ranks,
+                              const int64_t (*dims)[JIT_MAX_RANK], jit__gpu_plan *out,
+                              int32_t **out_sizes);
 
 // The minimum PTX version (times ten) for `chip`, or 0 if the chip is unknown.
 int jit__gpu_ptx_min_version(const char *chip);

@@ -381,6 +381,100 @@ Test(backend, grid_past_65535_blocks, .timeout = 300) {
   env_close(&e);
 }
 
+// A generic kernel (the graph's `?` dims kept) bound to one binding: loaded with the
+// plan jit__gpu_plan_bind computes, its SIZES buffer written, run once.
+static void run_generic(be_env *e, const jit__gpu_artifact *ga, const int *ranks,
+                        const int64_t (*dims)[JIT_MAX_RANK], uint32_t n_io,
+                        float *const *inputs, float **outputs) {
+  jit__gpu_artifact a = *ga;
+  int32_t *sizes = NULL;
+  OK(jit__gpu_plan_bind(&ga->plan, n_io, ranks, dims, &a.plan, &sizes));
+  be_art d;
+  art_from(e, &a, &d);
+  jit__dev_executable *exe = NULL;
+  uint32_t used = 99;
+  OK(e->vt->load(e->dev, &d.art, &exe, &used));
+  uint32_t nb = a.plan.n_buffers;
+  jit__dev_arg *args = calloc(nb + 1, sizeof *args);
+  for (uint32_t b = 0; b < nb; b++) {
+    const jit__gpu_buffer *pb = &a.plan.buffers[b];
+    args[b] = alloc_arg(e, pb->bytes ? pb->bytes : 4);
+    if (pb->kind == JIT__GPU_BUF_INPUT)
+      upload_values(e, &args[b], JIT__F32, inputs[pb->index], pb->bytes);
+    else if (pb->kind == JIT__GPU_BUF_SIZES)
+      OK(e->vt->upload(e->dev, &args[b], 0, sizes, 4 * (uint64_t)a.plan.n_sizes));
+  }
+  OK(e->vt->launch(exe, args, nb));
+  OK(e->vt->wait(e->dev));
+  for (uint32_t b = 0; b < nb; b++) {
+    const jit__gpu_buffer *pb = &a.plan.buffers[b];
+    if (pb->kind == JIT__GPU_BUF_OUTPUT)
+      download_values(e, &args[b], JIT__F32, outputs[pb->index], pb->bytes);
+  }
+  for (uint32_t b = 0; b < nb; b++) e->vt->buffer_free(e->dev, args[b].buffer);
+  free(args);
+  e->vt->unload(exe);
+  art_free(&d);
+  jit__gpu_plan_release(&a.plan);
+  free(sizes);
+}
+
+// relu(x W1 + b1) W2 + b2 with x [N, 40], one generic kernel for N = 1, 7, 33, 300
+// (1, primes, past a 256-thread block), against plain C.
+Test(backend, generic_kernel_per_binding) {
+  be_env e;
+  if (!env_open_computing(&e)) return;
+  tg t;
+  tg_init(&t, "generic_mlp", JIT__F32);
+  int64_t N = -2;
+  int64_t dx[2] = {N, 40}, dw1[2] = {40, 24}, db1[1] = {24}, dh[2] = {N, 24},
+          dw2[2] = {24, 5}, db2[1] = {5}, dy[2] = {N, 5};
+  uint32_t x = tg_input(&t, 2, dx), w1 = tg_input(&t, 2, dw1), b1 = tg_input(&t, 1, db1);
+  uint32_t w2 = tg_input(&t, 2, dw2), b2 = tg_input(&t, 1, db2);
+  uint32_t h = tg_node(&t, JIT__OP_MATMUL, 2, x, w1, 2, dh);
+  h = tg_unary(&t, JIT__OP_RELU, tg_node(&t, JIT__OP_ADD, 2, h, b1, 2, dh));
+  uint32_t y = tg_node(&t, JIT__OP_MATMUL, 2, h, w2, 2, dy);
+  tg_output(&t, tg_node(&t, JIT__OP_ADD, 2, y, b2, 2, dy));
+  char chip[16] = "";
+  jit__gpu_target tgt = {.format = JIT__GPU_SPIRV};
+  if (e.info.code == JIT__DEV_CODE_PTX) {
+    pick_chip(&e, chip, sizeof chip);
+    tgt = (jit__gpu_target){.format = JIT__GPU_PTX, .chip = chip};
+  }
+  jit__gpu_artifact ga;
+  OK(jit__compile_gpu_generic(&t.g, NULL, "gen", &tgt, &ga));
+  ref_rng rng;
+  ref_rng_seed(&rng, 90);
+  float w1v[40 * 24], b1v[24], w2v[24 * 5], b2v[5];
+  ref_rng_fill_signed(&rng, w1v, 40 * 24);
+  ref_rng_fill_signed(&rng, b1v, 24);
+  ref_rng_fill_signed(&rng, w2v, 24 * 5);
+  ref_rng_fill_signed(&rng, b2v, 5);
+  static const int64_t ns[] = {1, 7, 33, 300};
+  for (size_t i = 0; i < 4; i++) {
+    int64_t n = ns[i];
+    float *xv = fmalloc(n * 40), *hv = fmalloc(n * 24), *want = fmalloc(n * 5),
+          *got = fmalloc(n * 5);
+    ref_rng_fill_signed(&rng, xv, n * 40);
+    int64_t sx[2] = {n, 40}, sh[2] = {n, 24}, sy[2] = {n, 5}, tmp[2];
+    ref_matmul(xv, 2, sx, w1v, 2, dw1, hv, tmp);
+    ref_binary(REF_ADD, hv, 2, sh, b1v, 1, db1, hv);
+    ref_unary(REF_RELU, hv, n * 24, hv);
+    ref_matmul(hv, 2, sh, w2v, 2, dw2, want, tmp);
+    ref_binary(REF_ADD, want, 2, sy, b2v, 1, db2, want);
+    int ranks[6] = {2, 2, 1, 2, 1, 2};
+    int64_t dims[6][JIT_MAX_RANK] = {{n, 40}, {40, 24}, {24}, {24, 5}, {5}, {n, 5}};
+    float *in[5] = {xv, w1v, b1v, w2v, b2v};
+    run_generic(&e, &ga, ranks, (const int64_t(*)[JIT_MAX_RANK])dims, 6, in, &got);
+    char what[64];
+    snprintf(what, sizeof what, "generic MLP, N = %lld", (long long)n);
+    assert_close(got, want, n * 5, 1e-5, 1e-5, what);
+    free(xv), free(hv), free(want), free(got);
+  }
+  jit__gpu_artifact_release(&ga);
+  env_close(&e);
+}
+
 static void matmul_case(be_env *e, jit__dtype dt, int ra, const int64_t *da, int rb,
                         const int64_t *db, uint64_t seed, run_times *times) {
   int64_t dc[JIT_MAX_RANK];

@@ -579,6 +579,98 @@ Test(gpu_lowering, grids_stay_within_65535) {
   }
 }
 
+//===--- Generic kernels -------------------------------------------------===//
+
+// The MLP 784-256-10 with its batch N symbolic (code -2).
+static void g_mlp_generic(tg *t) {
+  tg_init(t, "mlp_generic", JIT__F32);
+  int64_t N = -2;
+  int64_t dx[2] = {N, 784}, dw1[2] = {784, 256}, db1[1] = {256}, dh[2] = {N, 256},
+          dw2[2] = {256, 10}, db2[1] = {10}, dy[2] = {N, 10};
+  uint32_t x = tg_input(t, 2, dx), w1 = tg_input(t, 2, dw1), b1 = tg_input(t, 1, db1);
+  uint32_t w2 = tg_input(t, 2, dw2), b2 = tg_input(t, 1, db2);
+  uint32_t h = tg_node(t, JIT__OP_MATMUL, 2, x, w1, 2, dh);
+  h = tg_unary(t, JIT__OP_RELU, tg_node(t, JIT__OP_ADD, 2, h, b1, 2, dh));
+  uint32_t y = tg_node(t, JIT__OP_MATMUL, 2, h, w2, 2, dy);
+  tg_output(t, tg_node(t, JIT__OP_ADD, 2, y, b2, 2, dy));
+}
+
+static void compile_generic_ok(const jit__lgraph *g, const jit__gpu_target *t,
+                               jit__gpu_artifact *a) {
+  jit_status s = jit__compile_gpu_generic(g, NULL, "gg", t, a);
+  if (s) {
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", jit_status_message(s));
+    jit_status_free(s);
+    cr_assert_fail("compiling `%s` generic: %s", g->name, msg);
+  }
+  cr_assert_gt(a->binary_size, 0);
+}
+
+// One module for every N: it assembles (ptxas) and validates (spirv-val), its plan
+// computes the grids from N (and survives serialization), and N = 65,536 binds
+// within 65535 blocks per grid dim or is refused for its exact kernel to serve.
+Test(gpu_lowering, generic_mlp_binds_per_n) {
+  tg t;
+  g_mlp_generic(&t);
+  char buf[1024];
+  for (int f = 0; f < 2; f++) {
+    jit__gpu_target tgt = {.format = f ? JIT__GPU_SPIRV : JIT__GPU_PTX, .chip = "sm_90"};
+    jit__gpu_artifact a;
+    compile_generic_ok(&t.g, &tgt, &a);
+    const char *tool = find_tool(f ? "spirv-val" : "ptxas", buf, sizeof buf);
+    if (tool)
+      cr_assert_eq(run_tool(tool, f ? "--target-env vulkan1.1 %s" : "-arch=sm_90 %s -o /dev/null",
+                            a.binary, a.binary_size, f ? ".spv" : ".ptx"),
+                   0, "%s rejected the generic MLP", f ? "spirv-val" : "ptxas");
+    cr_assert_gt(a.plan.n_code, 0);
+    bool has_sizes = false, dynamic_grid = false;
+    for (uint32_t i = 0; i < a.plan.n_buffers; i++)
+      has_sizes |= a.plan.buffers[i].kind == JIT__GPU_BUF_SIZES;
+    for (uint32_t k = 0; k < a.plan.n_kernels; k++)
+      for (int d = 0; d < 3; d++) dynamic_grid |= a.plan.kernels[k].grid_expr[d].len > 0;
+    cr_expect(has_sizes && dynamic_grid);
+    uint8_t *bytes;
+    size_t size;
+    cr_assert_null(jit__gpu_plan_serialize(&a.plan, &bytes, &size));
+    jit__gpu_plan back;
+    cr_assert_null(jit__gpu_plan_deserialize(bytes, size, &back));
+    free(bytes);
+    cr_expect_eq(back.n_code, a.plan.n_code);
+    cr_expect_eq(back.n_sizes, a.plan.n_sizes);
+    static const int64_t ns[] = {1, 7, 513, 65536};
+    for (size_t i = 0; i < 4; i++) {
+      int ranks[6] = {2, 2, 1, 2, 1, 2};
+      int64_t dims[6][JIT_MAX_RANK] = {{ns[i], 784}, {784, 256}, {256}, {256, 10}, {10},
+                                       {ns[i], 10}};
+      jit__gpu_plan bound;
+      int32_t *sizes = NULL;
+      jit_status s = jit__gpu_plan_bind(&back, 6, ranks, (const int64_t(*)[JIT_MAX_RANK])dims,
+                                        &bound, &sizes);
+      if (s) {  // only past 65535 blocks
+        cr_expect(ns[i] == 65536, "N=%lld: %s", (long long)ns[i], jit_status_message(s));
+        jit_status_free(s);
+        continue;
+      }
+      cr_expect_eq(bound.buffers[0].bytes, (uint64_t)ns[i] * 784 * 4);
+      cr_expect_eq(bound.buffers[5].bytes, (uint64_t)ns[i] * 10 * 4);
+      uint64_t most = 0;
+      for (uint32_t k = 0; k < bound.n_kernels; k++) {
+        uint64_t threads = 1;
+        for (int d = 0; d < 3; d++) threads *= (uint64_t)bound.kernels[k].grid[d] *
+                                               bound.kernels[k].block[d];
+        if (threads > most) most = threads;
+      }
+      cr_expect_geq(most, (uint64_t)ns[i] * 256, "N=%lld: %llu threads", (long long)ns[i],
+                    (unsigned long long)most);
+      free(sizes);
+      jit__gpu_plan_release(&bound);
+    }
+    jit__gpu_plan_release(&back);
+    jit__gpu_artifact_release(&a);
+  }
+}
+
 Test(gpu_lowering, softmax_has_temps) {
   tg t;
   g_softmax(&t, JIT__F32);
@@ -659,10 +751,11 @@ Test(gpu_lowering, deserialize_rejects_garbage) {
   cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
   jit_status_free(s);
   // A buffer index out of range in a kernel's args.
-  jit__gpu_buffer b = {JIT__GPU_BUF_INPUT, 0, 16};
+  jit__gpu_buffer b = {.kind = JIT__GPU_BUF_INPUT, .index = 0, .bytes = 16};
   uint32_t args[1] = {5};
-  jit__gpu_kernel k = {"k", {1, 1, 1}, {32, 1, 1}, 1, args};
-  jit__gpu_plan bad = {1, &b, 1, &k};
+  jit__gpu_kernel k = {.entry = "k", .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 1,
+                       .args = args};
+  jit__gpu_plan bad = {.n_buffers = 1, .buffers = &b, .n_kernels = 1, .kernels = &k};
   uint8_t *bytes;
   size_t size;
   cr_assert_null(jit__gpu_plan_serialize(&bad, &bytes, &size));

@@ -1,0 +1,509 @@
+//===--- gpu_generic.c - sizes of generic GPU kernels, computed per binding -===//
+//
+// A generic GPU kernel is compiled once with the graph's symbolic dims kept as `?`
+// (compile_gpu.c, jit__compile_gpu_generic). What depends on the sizes is computed
+// on the host: the grids of its launches, the bytes of its temporaries, and the
+// values its kernels read (a loop bound, a guard). After convert-parallel-loops-to-gpu
+// those are host SSA values built from memref.dim of the function's arguments with
+// arith ops; each becomes a small postfix program (jit__gx) in the plan, evaluated
+// per binding by jit__gpu_plan_bind:
+//
+//   - a grid operand of a launch: kernel.grid_expr;
+//   - the size of a temporary (a memref.alloc with `?` dims): buffer.bytes_expr;
+//   - a value a kernel body reads: an entry of the SIZES buffer (i32), read in the
+//     kernel with memref.load (jit__gx_sink); constants are cloned into the body.
+//
+// Kernels get no scalar arguments, so the kernel ABI stays "buffers only" on both
+// backends. A `?` dim may only lead a buffer's dims: strides then stay static, which
+// SPIR-V needs (a runtime array of rows) and the PTX path gets by casting each
+// buffer to a static type of 2^31 - 1 rows before it enters a kernel (bare pointers
+// need static shapes; a kernel never indexes past the binding's rows).
+//
+//===----------------------------------------------------------------------===//
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mlir-c/BuiltinAttributes.h>
+#include <mlir-c/BuiltinTypes.h>
+
+#include "base/status.h"
+#include "lowering/gpu_generic.h"
+#include "lowering/gpu_ir.h"
+
+enum { kMaxCode = 1 << 16, kMaxDepth = 64, kStack = 64 };
+
+//===--- Programs --------------------------------------------------------===//
+
+static jit_status gx_push(jit__gx_builder *b, jit__gx x) {
+  if (b->n == kMaxCode) return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: sizes too complex");
+  if (b->n == b->cap) {
+    uint32_t cap = b->cap ? b->cap * 2 : 64;
+    jit__gx *c = realloc(b->code, cap * sizeof *c);
+    if (!c) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    b->code = c;
+    b->cap = cap;
+  }
+  b->code[b->n++] = x;
+  return NULL;
+}
+
+static bool gx_const_of(MlirValue v, int64_t *out) {
+  if (!mlirValueIsAOpResult(v)) return false;
+  MlirOperation d = mlirOpResultGetOwner(v);
+  if (!jit__op_is(d, "arith.constant")) return false;
+  MlirAttribute a = mlirOperationGetAttributeByName(d, jit__sr("value"));
+  if (!mlirAttributeIsAInteger(a)) return false;
+  *out = mlirIntegerAttrGetValueInt(a);
+  return true;
+}
+
+// The argument index of a buffer operand: the function's argument itself, or a cast.
+static int gx_arg(const jit__gx_builder *b, MlirValue v) {
+  for (int depth = 0; depth < 4; depth++) {
+    if (mlirValueIsABlockArgument(v)) {
+      if (!mlirBlockEqual(mlirBlockArgumentGetOwner(v), b->entry)) return -1;
+      return (int)mlirBlockArgumentGetArgNumber(v);
+    }
+    MlirOperation d = mlirOpResultGetOwner(v);
+    if (!jit__op_is(d, "memref.cast")) return -1;
+    v = mlirOperationGetOperand(d, 0);
+  }
+  return -1;
+}
+
+static const struct {
+  const char *name;
+  jit__gx_op op;
+} kBinary[] = {
+    {"arith.addi", JIT__GX_ADD},          {"arith.subi", JIT__GX_SUB},
+    {"arith.muli", JIT__GX_MUL},          {"arith.divsi", JIT__GX_DIVS},
+    {"arith.divui", JIT__GX_DIVU},        {"arith.ceildivsi", JIT__GX_CEILDIVS},
+    {"arith.ceildivui", JIT__GX_CEILDIVS}, {"arith.floordivsi", JIT__GX_FLOORDIVS},
+    {"arith.remsi", JIT__GX_REMS},        {"arith.remui", JIT__GX_REMU},
+    {"arith.minsi", JIT__GX_MINS},        {"arith.minui", JIT__GX_MINS},
+    {"arith.maxsi", JIT__GX_MAXS},        {"arith.maxui", JIT__GX_MAXS},
+};
+
+static jit_status gx_emit(jit__gx_builder *b, MlirValue v, int depth) {
+  if (depth > kMaxDepth || !mlirValueIsAOpResult(v))
+    return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: a size that is not computed from "
+                   "the buffers' dims");
+  MlirOperation d = mlirOpResultGetOwner(v);
+  int64_t c;
+  if (gx_const_of(v, &c)) return gx_push(b, (jit__gx){JIT__GX_CONST, 0, c});
+  if (jit__op_is(d, "memref.dim")) {
+    int arg = gx_arg(b, mlirOperationGetOperand(d, 0));
+    int64_t dim;
+    if (arg < 0 || (uint32_t)arg >= b->n_io || !gx_const_of(mlirOperationGetOperand(d, 1), &dim))
+      return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: the dim of a buffer that is "
+                     "not an input or output");
+    return gx_push(b, (jit__gx){JIT__GX_DIM, (uint32_t)arg, dim});
+  }
+  static const char *const kPass[] = {"arith.index_cast", "arith.index_castui", "arith.extsi",
+                                      "arith.extui", "arith.trunci"};
+  for (size_t i = 0; i < sizeof kPass / sizeof *kPass; i++)
+    if (jit__op_is(d, kPass[i])) return gx_emit(b, mlirOperationGetOperand(d, 0), depth + 1);
+  for (size_t i = 0; i < sizeof kBinary / sizeof *kBinary; i++) {
+    if (!jit__op_is(d, kBinary[i].name)) continue;
+    JIT_PROPAGATE(gx_emit(b, mlirOperationGetOperand(d, 0), depth + 1));
+    JIT_PROPAGATE(gx_emit(b, mlirOperationGetOperand(d, 1), depth + 1));
+    return gx_push(b, (jit__gx){kBinary[i].op, 0, 0});
+  }
+  if (jit__op_is(d, "arith.cmpi")) {
+    MlirAttribute p = mlirOperationGetAttributeByName(d, jit__sr("predicate"));
+    JIT_PROPAGATE(gx_emit(b, mlirOperationGetOperand(d, 0), depth + 1));
+    JIT_PROPAGATE(gx_emit(b, mlirOperationGetOperand(d, 1), depth + 1));
+    return gx_push(b, (jit__gx){JIT__GX_CMP, (uint32_t)mlirIntegerAttrGetValueInt(p), 0});
+  }
+  if (jit__op_is(d, "arith.select")) {
+    JIT_PROPAGATE(gx_emit(b, mlirOperationGetOperand(d, 1), depth + 1));
+    JIT_PROPAGATE(gx_emit(b, mlirOperationGetOperand(d, 2), depth + 1));
+    JIT_PROPAGATE(gx_emit(b, mlirOperationGetOperand(d, 0), depth + 1));
+    return gx_push(b, (jit__gx){JIT__GX_SELECT, 0, 0});
+  }
+  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(d));
+  return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: a size computed by `%.*s`",
+                 (int)name.length, name.data);
+}
+
+jit_status jit__gx_value(jit__gx_builder *b, MlirValue v, jit__gpu_expr *out) {
+  uint32_t at = b->n;
+  jit_status s = gx_emit(b, v, 0);
+  if (s) {
+    b->n = at;
+    return s;
+  }
+  *out = (jit__gpu_expr){at, b->n - at};
+  return NULL;
+}
+
+jit_status jit__gx_bytes(jit__gx_builder *b, MlirType t, const MlirValue *dyn,
+                         uint32_t arg, jit__gpu_expr *out) {
+  uint32_t at = b->n;
+  MlirType e = mlirShapedTypeGetElementType(t);
+  int64_t stat = mlirTypeIsAF16(e) ? 2 : 4;
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  int n_dyn = 0;
+  for (intptr_t d = 0; d < rank; d++)
+    if (!mlirShapedTypeIsDynamicDim(t, d)) stat *= mlirShapedTypeGetDimSize(t, d);
+  JIT_PROPAGATE(gx_push(b, (jit__gx){JIT__GX_CONST, 0, stat}));
+  for (intptr_t d = 0; d < rank; d++) {
+    if (!mlirShapedTypeIsDynamicDim(t, d)) continue;
+    if (dyn) JIT_PROPAGATE(gx_emit(b, dyn[n_dyn++], 0));
+    else JIT_PROPAGATE(gx_push(b, (jit__gx){JIT__GX_DIM, arg, d}));
+    JIT_PROPAGATE(gx_push(b, (jit__gx){JIT__GX_MUL, 0, 0}));
+  }
+  *out = (jit__gpu_expr){at, b->n - at};
+  return NULL;
+}
+
+void jit__gx_builder_release(jit__gx_builder *b) {
+  free(b->code);
+  free(b->sizes);
+  memset(b, 0, sizeof *b);
+}
+
+//===--- Evaluation ------------------------------------------------------===//
+
+static bool gx_cmp(uint32_t pred, int64_t a, int64_t b) {
+  uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+  switch (pred) {  // arith::CmpIPredicate
+    case 0: return a == b;
+    case 1: return a != b;
+    case 2: return a < b;
+    case 3: return a <= b;
+    case 4: return a > b;
+    case 5: return a >= b;
+    case 6: return ua < ub;
+    case 7: return ua <= ub;
+    case 8: return ua > ub;
+    default: return ua >= ub;
+  }
+}
+
+static jit_status gx_eval(const jit__gx *code, jit__gpu_expr e, uint32_t n_io,
+                          const int *ranks, const int64_t (*dims)[JIT_MAX_RANK], int64_t *out) {
+  int64_t st[kStack];
+  int sp = 0;
+  for (uint32_t i = e.at; i < e.at + e.len; i++) {
+    const jit__gx *x = &code[i];
+    int need = x->op == JIT__GX_CONST || x->op == JIT__GX_DIM ? 0
+               : x->op == JIT__GX_SELECT                    ? 3
+                                                            : 2;
+    if (sp < need || (need == 0 && sp == kStack) || x->op < JIT__GX_CONST ||
+        x->op > JIT__GX_LAST)
+      return JIT_ERR(JIT_INTERNAL, "generic GPU plan: a bad size program");
+    if (x->op == JIT__GX_CONST) {
+      st[sp++] = x->v;
+      continue;
+    }
+    if (x->op == JIT__GX_DIM) {
+      if (x->aux >= n_io || x->v < 0 || x->v >= ranks[x->aux])
+        return JIT_ERR(JIT_INTERNAL, "generic GPU plan: dim %lld of buffer %u",
+                       (long long)x->v, x->aux);
+      st[sp++] = dims[x->aux][x->v];
+      continue;
+    }
+    if (x->op == JIT__GX_SELECT) {
+      int64_t cond = st[--sp], f = st[--sp], t = st[--sp];
+      st[sp++] = cond ? t : f;
+      continue;
+    }
+    int64_t b = st[--sp], a = st[--sp], r = 0;
+    bool bad = false;
+    switch (x->op) {
+      case JIT__GX_ADD: bad = __builtin_add_overflow(a, b, &r); break;
+      case JIT__GX_SUB: bad = __builtin_sub_overflow(a, b, &r); break;
+      case JIT__GX_MUL: bad = __builtin_mul_overflow(a, b, &r); break;
+      case JIT__GX_DIVS:
+      case JIT__GX_DIVU:
+      case JIT__GX_CEILDIVS:
+      case JIT__GX_FLOORDIVS:
+      case JIT__GX_REMS:
+      case JIT__GX_REMU:
+        if (b == 0 || (a == INT64_MIN && b == -1)) {
+          bad = true;
+          break;
+        }
+        r = x->op == JIT__GX_REMS || x->op == JIT__GX_REMU ? a % b : a / b;
+        if (x->op == JIT__GX_CEILDIVS && a % b != 0 && ((a < 0) == (b < 0))) r++;
+        if (x->op == JIT__GX_FLOORDIVS && a % b != 0 && ((a < 0) != (b < 0))) r--;
+        break;
+      case JIT__GX_MINS: r = a < b ? a : b; break;
+      case JIT__GX_MAXS: r = a > b ? a : b; break;
+      case JIT__GX_CMP: r = gx_cmp(x->aux, a, b); break;
+      default: bad = true;
+    }
+    if (bad) return JIT_ERR(JIT_UNSUPPORTED, "generic GPU plan: a size overflows");
+    st[sp++] = r;
+  }
+  if (sp != 1) return JIT_ERR(JIT_INTERNAL, "generic GPU plan: a bad size program");
+  *out = st[0];
+  return NULL;
+}
+
+jit_status jit__gpu_plan_bind(const jit__gpu_plan *plan, uint32_t n_io, const int *ranks,
+                              const int64_t (*dims)[JIT_MAX_RANK], jit__gpu_plan *out,
+                              int32_t **out_sizes) {
+  memset(out, 0, sizeof *out);
+  *out_sizes = NULL;
+  jit_status s = NULL;
+  out->buffers = calloc(plan->n_buffers + 1, sizeof *out->buffers);
+  out->kernels = calloc(plan->n_kernels + 1, sizeof *out->kernels);
+  int32_t *sizes = calloc(plan->n_sizes + 1, sizeof *sizes);
+  if (!out->buffers || !out->kernels || !sizes) {
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  out->n_buffers = plan->n_buffers;
+  for (uint32_t i = 0; i < plan->n_buffers && !s; i++) {
+    out->buffers[i] = plan->buffers[i];
+    out->buffers[i].bytes_expr = (jit__gpu_expr){0, 0};
+    int64_t v;
+    if (plan->buffers[i].bytes_expr.len &&
+        !(s = gx_eval(plan->code, plan->buffers[i].bytes_expr, n_io, ranks, dims, &v)))
+      out->buffers[i].bytes = v < 0 ? 0 : (uint64_t)v;
+  }
+  for (uint32_t k = 0; k < plan->n_kernels && !s; k++) {
+    const jit__gpu_kernel *pk = &plan->kernels[k];
+    jit__gpu_kernel *ok = &out->kernels[k];
+    out->n_kernels = k + 1;
+    memcpy(ok->entry, pk->entry, sizeof ok->entry);
+    memcpy(ok->block, pk->block, sizeof ok->block);
+    ok->n_args = pk->n_args;
+    ok->args = malloc(sizeof(uint32_t) * (pk->n_args + 1));
+    if (!ok->args) {
+      s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+      break;
+    }
+    memcpy(ok->args, pk->args, sizeof(uint32_t) * pk->n_args);
+    for (int d = 0; d < 3 && !s; d++) {
+      int64_t v = pk->grid[d];
+      if (pk->grid_expr[d].len) s = gx_eval(plan->code, pk->grid_expr[d], n_io, ranks, dims, &v);
+      if (!s && (v < 0 || v > 65535))
+        s = JIT_ERR(JIT_UNSUPPORTED, "kernel `%s`: grid[%d] = %lld for this binding, over "
+                    "65535", pk->entry, d, (long long)v);
+      ok->grid[d] = (uint32_t)(v < 0 ? 0 : v);
+    }
+  }
+  for (uint32_t i = 0; i < plan->n_sizes && !s; i++) {
+    int64_t v = 0;
+    s = gx_eval(plan->code, plan->sizes[i], n_io, ranks, dims, &v);
+    if (!s && (v < INT32_MIN || v > INT32_MAX))
+      s = JIT_ERR(JIT_UNSUPPORTED, "a size of this binding (%lld) is past 32 bits",
+                  (long long)v);
+    sizes[i] = (int32_t)v;
+  }
+done:
+  if (s) {
+    jit__gpu_plan_release(out);
+    free(sizes);
+    return s;
+  }
+  out->n_sizes = plan->n_sizes;  // their values: *out_sizes (no programs here)
+  *out_sizes = sizes;
+  return NULL;
+}
+
+//===--- Sizes into the kernels ------------------------------------------===//
+
+static bool gx_inside(MlirOperation op, MlirOperation launch) {
+  for (; !mlirOperationIsNull(op); op = mlirOperationGetParentOperation(op))
+    if (mlirOperationEqual(op, launch)) return true;
+  return false;
+}
+
+static bool gx_defined_inside(MlirValue v, MlirOperation launch) {
+  MlirOperation owner = mlirValueIsAOpResult(v)
+                            ? mlirOpResultGetOwner(v)
+                            : mlirBlockGetParentOperation(mlirBlockArgumentGetOwner(v));
+  return gx_inside(owner, launch);
+}
+
+static MlirOperation gx_create(MlirContext ctx, const char *name, intptr_t n_opnds,
+                               const MlirValue *opnds, MlirType result, MlirNamedAttribute *attr) {
+  MlirOperationState st = mlirOperationStateGet(jit__sr(name), mlirLocationUnknownGet(ctx));
+  if (n_opnds) mlirOperationStateAddOperands(&st, n_opnds, opnds);
+  mlirOperationStateAddResults(&st, 1, &result);
+  if (attr) mlirOperationStateAddAttributes(&st, 1, attr);
+  return mlirOperationCreate(&st);
+}
+
+static MlirValue gx_index_const(MlirContext ctx, MlirBlock block, MlirOperation before,
+                                int64_t v) {
+  MlirType idx = mlirIndexTypeGet(ctx);
+  MlirNamedAttribute a = mlirNamedAttributeGet(mlirIdentifierGet(ctx, jit__sr("value")),
+                                               mlirIntegerAttrGet(idx, v));
+  MlirOperation op = gx_create(ctx, "arith.constant", 0, NULL, idx, &a);
+  mlirBlockInsertOwnedOperationBefore(block, before, op);
+  return mlirOperationGetResult(op, 0);
+}
+
+// The SIZES entry of program code[at, at + len), deduplicated.
+static jit_status gx_size_index(jit__gx_builder *b, jit__gpu_expr e, uint32_t *out) {
+  for (uint32_t i = 0; i < b->n_sizes; i++) {
+    jit__gpu_expr o = b->sizes[i];
+    if (o.len == e.len && !memcmp(&b->code[o.at], &b->code[e.at], e.len * sizeof(jit__gx))) {
+      b->n = e.at;  // the copy just emitted is not needed
+      *out = i;
+      return NULL;
+    }
+  }
+  if (b->n_sizes == JIT__GX_MAX_SIZES)
+    return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: more than %d sizes",
+                   JIT__GX_MAX_SIZES);
+  if (b->n_sizes == b->cap_sizes) {
+    uint32_t cap = b->cap_sizes ? b->cap_sizes * 2 : 16;
+    jit__gpu_expr *v = realloc(b->sizes, cap * sizeof *v);
+    if (!v) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    b->sizes = v;
+    b->cap_sizes = cap;
+  }
+  b->sizes[b->n_sizes] = e;
+  *out = b->n_sizes++;
+  return NULL;
+}
+
+typedef struct gx_map {
+  MlirValue from[256], to[256];
+  int n;
+} gx_map;
+
+// The value a kernel body uses in place of outside value `v` (made at the body's start,
+// or before the launch for a cast), NULL value where `v` can stay.
+static jit_status gx_replacement(MlirContext ctx, jit__gx_builder *b, MlirOperation launch,
+                                 MlirBlock body, MlirValue sizes, bool ptx, MlirValue v,
+                                 MlirValue *out) {
+  *out = (MlirValue){NULL};
+  MlirType t = mlirValueGetType(v);
+  MlirOperation first = mlirBlockGetFirstOperation(body);
+  if (mlirTypeIsAMemRef(t)) {
+    if (!ptx || mlirShapedTypeHasStaticShape(t)) return NULL;
+    // Bare pointers need static shapes: the rows as many as 32-bit indices reach.
+    intptr_t rank = mlirShapedTypeGetRank(t);
+    int64_t shape[JIT_MAX_RANK];
+    for (intptr_t d = 0; d < rank; d++) {
+      shape[d] = mlirShapedTypeGetDimSize(t, d);
+      if (mlirShapedTypeIsDynamicDim(t, d)) shape[d] = d == 0 ? INT32_MAX : -1;
+      if (shape[d] < 0)
+        return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: a `?` dim past the first");
+    }
+    MlirType st = mlirMemRefTypeContiguousGet(mlirShapedTypeGetElementType(t), rank, shape,
+                                              mlirMemRefTypeGetMemorySpace(t));
+    MlirOperation cast = gx_create(ctx, "memref.cast", 1, &v, st, NULL);
+    mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(launch), launch, cast);
+    *out = mlirOperationGetResult(cast, 0);
+    return NULL;
+  }
+  if (mlirValueIsAOpResult(v) && jit__op_is(mlirOpResultGetOwner(v), "arith.constant")) {
+    MlirOperation clone = mlirOperationClone(mlirOpResultGetOwner(v));
+    mlirBlockInsertOwnedOperationBefore(body, first, clone);
+    *out = mlirOperationGetResult(clone, 0);
+    return NULL;
+  }
+  if (!mlirTypeIsAIndex(t))
+    return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: a size that is not an index");
+  jit__gpu_expr e;
+  uint32_t slot = 0;
+  JIT_PROPAGATE(jit__gx_value(b, v, &e));
+  JIT_PROPAGATE(gx_size_index(b, e, &slot));
+  MlirValue opnds[2] = {sizes, gx_index_const(ctx, body, first, slot)};
+  MlirOperation load = gx_create(ctx, "memref.load", 2, opnds, mlirIntegerTypeGet(ctx, 32),
+                                 NULL);
+  mlirBlockInsertOwnedOperationBefore(body, first, load);
+  MlirValue lv = mlirOperationGetResult(load, 0);
+  MlirOperation cast = gx_create(ctx, "arith.index_cast", 1, &lv, t, NULL);
+  mlirBlockInsertOwnedOperationBefore(body, first, cast);
+  *out = mlirOperationGetResult(cast, 0);
+  return NULL;
+}
+
+typedef struct gx_walk {
+  MlirContext ctx;
+  jit__gx_builder *b;
+  MlirOperation launch;
+  MlirBlock body;
+  MlirValue sizes;
+  bool ptx;
+  gx_map map;
+  jit_status status;
+} gx_walk;
+
+static MlirWalkResult gx_walk_cb(MlirOperation op, void *user) {
+  gx_walk *w = user;
+  if (mlirOperationEqual(op, w->launch)) return MlirWalkResultAdvance;
+  intptr_t n = mlirOperationGetNumOperands(op);
+  for (intptr_t i = 0; i < n; i++) {
+    MlirValue v = mlirOperationGetOperand(op, i);
+    if (gx_defined_inside(v, w->launch)) continue;
+    int k = 0;
+    while (k < w->map.n && !mlirValueEqual(w->map.from[k], v)) k++;
+    if (k == w->map.n) {
+      if (k == 256) {
+        w->status = JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: too many outside values");
+        return MlirWalkResultInterrupt;
+      }
+      MlirValue r;
+      w->status = gx_replacement(w->ctx, w->b, w->launch, w->body, w->sizes, w->ptx, v, &r);
+      if (w->status) return MlirWalkResultInterrupt;
+      w->map.from[k] = v;
+      w->map.to[k] = mlirValueIsNull(r) ? v : r;
+      w->map.n++;
+    }
+    if (!mlirValueEqual(w->map.to[k], v)) mlirOperationSetOperand(op, i, w->map.to[k]);
+  }
+  return MlirWalkResultAdvance;
+}
+
+typedef struct gx_find {
+  MlirOperation launch;
+  int count;
+} gx_find;
+
+static MlirWalkResult gx_find_cb(MlirOperation op, void *user) {
+  gx_find *f = user;
+  if (jit__op_is(op, "gpu.launch") && !f->count++) f->launch = op;
+  return MlirWalkResultAdvance;
+}
+
+jit_status jit__gx_sink(MlirContext ctx, MlirOperation kf, jit__gx_builder *b, bool ptx) {
+  gx_find f = {{NULL}, 0};
+  mlirOperationWalk(kf, gx_find_cb, &f, MlirWalkPreOrder);
+  if (f.count != 1) return JIT_ERR(JIT_INTERNAL, "expected one gpu.launch, found %d", f.count);
+  MlirBlock entry = jit__entry_block(kf);
+  // The SIZES buffer: a new last argument of the kernel function.
+  int64_t shape[1] = {JIT__GX_MAX_SIZES};
+  MlirType st = mlirMemRefTypeContiguousGet(mlirIntegerTypeGet(ctx, 32), 1, shape,
+                                            mlirAttributeGetNull());
+  MlirValue sizes = mlirBlockAddArgument(entry, st, mlirLocationUnknownGet(ctx));
+  intptr_t n = mlirBlockGetNumArguments(entry);
+  MlirType *types = malloc((size_t)n * sizeof *types);
+  if (!types) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  for (intptr_t i = 0; i < n; i++) types[i] = mlirValueGetType(mlirBlockGetArgument(entry, i));
+  mlirOperationSetAttributeByName(kf, jit__sr("function_type"),
+                                  mlirTypeAttrGet(mlirFunctionTypeGet(ctx, n, types, 0, NULL)));
+  free(types);
+  b->entry = entry;
+  gx_walk *w = calloc(1, sizeof *w);
+  if (!w) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  w->ctx = ctx;
+  w->b = b;
+  w->launch = f.launch;
+  w->body = mlirRegionGetFirstBlock(mlirOperationGetRegion(f.launch, 0));
+  w->sizes = sizes;
+  w->ptx = ptx;
+  mlirOperationWalk(f.launch, gx_walk_cb, w, MlirWalkPreOrder);
+  jit_status s = w->status;
+  free(w);
+  return s;
+}
+
+jit_status jit__gx_check_buffer(MlirType t) {
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  for (intptr_t d = 1; d < rank; d++)
+    if (mlirShapedTypeIsDynamicDim(t, d))
+      return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernels take `?` dims in a buffer's "
+                     "first dim only (dim %d of a rank-%d buffer is `?`)", (int)d, (int)rank);
+  return NULL;
+}
