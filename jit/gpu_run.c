@@ -48,6 +48,8 @@ struct jit__gpu_exec {
   pthread_mutex_t run_mu;  // one run at a time (temporaries are shared)
 };
 
+jit_device *jit__gpu_exec_device(const jit__gpu_exec *e) { return e->device; }
+
 void jit__gpu_exec_destroy(jit__gpu_exec *e) {
   if (!e) return;
   for (uint32_t i = 0; e->temps && i < e->plan.n_buffers; i++)
@@ -91,14 +93,17 @@ static jit_status jit__gpu_load_images(jit_device *d, const jit__gpu_image *img,
   return NULL;
 }
 
-// Allocates the plan's temporaries on the device (once per loaded kernel).
+// Allocates the plan's temporaries (and a generic kernel's SIZES buffer) on the device
+// (once per loaded kernel).
 static jit_status jit__gpu_alloc_temps(jit__gpu_exec *e) {
   uint32_t n = e->plan.n_buffers;
   e->temps = calloc(n + 1, sizeof(void *));
   e->temp_buffers = calloc(n + 1, sizeof(*e->temp_buffers));
   if (!e->temps || !e->temp_buffers) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t i = 0; i < n; i++) {
-    if (e->plan.buffers[i].kind != JIT__GPU_BUF_TEMP) continue;
+    if (e->plan.buffers[i].kind != JIT__GPU_BUF_TEMP &&
+        e->plan.buffers[i].kind != JIT__GPU_BUF_SIZES)
+      continue;
     JIT_PROPAGATE(jit__device_buffer_alloc(e->device, e->plan.buffers[i].bytes, &e->temps[i]));
     e->temp_buffers[i] = jit__device_handle(e->device, e->temps[i]);
   }
@@ -195,6 +200,30 @@ static bool jit__gpu_cuda_image(const jit__art *art, const jit__cache_entry *e,
   return true;
 }
 
+// Decodes an entry's artifact record: its image (borrowing the entry's payload), its
+// plan (*plan, the caller releases it) and output shapes; false when the entry does
+// not describe a kernel of `g` for `d` (then *s may hold why).
+static bool jit__gpu_entry_decode(jit_graph *g, jit_device *d, const jit__cache_entry *e,
+                                  jit__art *art, jit__gpu_cubin_info *ci, jit__gpu_image *img,
+                                  jit__gpu_plan *plan, jit__oshape *shapes, jit_status *s) {
+  memset(plan, 0, sizeof *plan);
+  bool cuda = d->info.code == JIT__DEV_CODE_PTX;
+  *img = (jit__gpu_image){e->payload, e->payload_size, NULL, 0, NULL};
+  bool ok = (cuda ? art->target == JIT__PAYLOAD_PTX || art->target == JIT__PAYLOAD_CUBIN
+                  : art->target == JIT__PAYLOAD_SPIRV && art->n_parts == 0) &&
+            art->n_outputs == g->n_outputs && art->plan &&
+            (!cuda || jit__gpu_cuda_image(art, e, d, ci, img));
+  for (uint32_t j = 0; ok && j < g->n_outputs; j++) {
+    const jit__art_shape *o = &art->outputs[j];
+    ok = o->dtype == JIT__F32 || o->dtype == JIT__F16;
+    shapes[j].rank = o->rank;
+    shapes[j].dtype = (jit__dtype)o->dtype;
+    memcpy(shapes[j].dims, o->dims, sizeof shapes[j].dims);
+  }
+  if (ok) *s = jit__gpu_plan_deserialize(art->plan, art->plan_size, plan);
+  return ok && !*s;
+}
+
 // Decodes an entry's artifact record and makes the kernel; false (logged) when the
 // entry does not describe a kernel of `g` for `d`, or does not load.
 static bool jit__gpu_entry_load(jit_graph *g, jit_device *d, const jit__cache_entry *e,
@@ -206,25 +235,14 @@ static bool jit__gpu_entry_load(jit_graph *g, jit_device *d, const jit__cache_en
     jit_status_free(s);
     return false;
   }
-  bool cuda = d->info.code == JIT__DEV_CODE_PTX;
   jit__gpu_cubin_info ci;
-  jit__gpu_image img = {e->payload, e->payload_size, NULL, 0, NULL};
-  bool ok = (cuda ? art.target == JIT__PAYLOAD_PTX || art.target == JIT__PAYLOAD_CUBIN
-                  : art.target == JIT__PAYLOAD_SPIRV && art.n_parts == 0) &&
-            art.n_outputs == g->n_outputs && art.plan &&
-            (!cuda || jit__gpu_cuda_image(&art, e, d, &ci, &img));
-  for (uint32_t j = 0; ok && j < g->n_outputs; j++) {
-    const jit__art_shape *o = &art.outputs[j];
-    ok = o->dtype == JIT__F32 || o->dtype == JIT__F16;
-    shapes[j].rank = o->rank;
-    shapes[j].dtype = (jit__dtype)o->dtype;
-    memcpy(shapes[j].dims, o->dims, sizeof shapes[j].dims);
-  }
+  jit__gpu_image img;
   jit__gpu_plan plan;
-  if (ok && !(s = jit__gpu_plan_deserialize(art.plan, art.plan_size, &plan))) {
-    s = jit__gpu_load(d, &img, &plan, out);
-    jit__gpu_plan_release(&plan);
-  }
+  bool ok = jit__gpu_entry_decode(g, d, e, &art, &ci, &img, &plan, shapes, &s);
+  // A generic kernel's entry (programs in its plan) is not a binding's.
+  if (ok && plan.n_code) ok = false;
+  if (ok) s = jit__gpu_load(d, &img, &plan, out);
+  jit__gpu_plan_release(&plan);
   if (s) {
     jit__log(g->ctx, JIT_LOG_WARNING, "disk cache: a cached GPU kernel did not load (%s); "
              "recompiling", jit_status_message(s));
@@ -368,10 +386,10 @@ static void jit__gpu_make_cubin(jit_device *d, const jit__gpu_artifact *art,
   snprintf(cm->ptxas, sizeof cm->ptxas, "%s", tool.version);
 }
 
-jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgraph *lg,
-                                     const uint8_t key[16], const DLTensor *inputs,
-                                     const jit__oshape *shapes, jit__gpu_exec **out) {
-  *out = NULL;
+// What to compile `lg` to for device `d`; JIT_UNSUPPORTED where the device cannot run
+// it (an unknown chip, a driver too old for its PTX, f16 without the features).
+static jit_status jit__gpu_target_for(jit_graph *g, jit_device *d, const jit__lgraph *lg,
+                                      jit__gpu_target *t) {
   if (g->mlir)
     return JIT_ERR(JIT_UNSUPPORTED,
                    "graph `%s`: graphs imported from MLIR run on the CPU only (yet)", g->name);
@@ -392,47 +410,217 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
                    "graph `%s`: f16 on %s needs shaderFloat16 and 16-bit storage buffers, "
                    "which this device lacks",
                    g->name, d->name);
-  char hex[33], func_name[48];
-  jit__hex_encode(key, 16, hex);
-  snprintf(func_name, sizeof(func_name), "jit_%.24s", hex);
-  jit__gpu_target t;
-  memset(&t, 0, sizeof(t));
+  memset(t, 0, sizeof(*t));
   if (ptx) {
-    t.format = JIT__GPU_PTX;
-    t.chip = chip;
+    t->format = JIT__GPU_PTX;
+    t->chip = chip;
     // libdevice from the same toolkit as ptxas, when one is named.
     const char *tk = g->ctx->options.cuda_toolkit;
-    t.cuda_toolkit = tk && tk[0] ? tk : NULL;
+    t->cuda_toolkit = tk && tk[0] ? tk : NULL;
   } else {
-    t.format = JIT__GPU_SPIRV;
-    t.spirv_f16 = any_f16;
+    t->format = JIT__GPU_SPIRV;
+    t->spirv_f16 = any_f16;
   }
-  jit__gpu_artifact art;
+  return NULL;
+}
+
+// Compiles `lg` for `d` (the generic kernel with `req`, else the binding's), makes a
+// cubin for CUDA, counts the compile and stores the entry of `key`.
+static jit_status jit__gpu_compile_store(jit_graph *g, jit_device *d, const jit__lgraph *lg,
+                                         const int64_t (*req)[JIT_MAX_RANK], bool generic,
+                                         const uint8_t key[16], const DLTensor *inputs,
+                                         const jit__oshape *shapes, jit__gpu_artifact *art,
+                                         uint8_t **cubin, size_t *cubin_size,
+                                         jit__gpu_cubin_info *cm) {
+  jit__gpu_target t;
+  JIT_PROPAGATE(jit__gpu_target_for(g, d, lg, &t));
+  bool ptx = t.format == JIT__GPU_PTX;
+  char hex[33], func_name[48];
+  jit__hex_encode(key, 16, hex);
+  snprintf(func_name, sizeof(func_name), "%s_%.24s", generic ? "jitg" : "jit", hex);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  jit_status s = jit__compile_gpu(lg, func_name, &t, &art);
-  jit__gpu_cubin_info cm;
-  memset(&cm, 0, sizeof(cm));
-  uint8_t *cubin = NULL;
-  size_t cubin_size = 0;
-  if (!s && ptx) jit__gpu_make_cubin(d, &art, &cubin, &cubin_size, &cm);
+  jit_status s = generic ? jit__compile_gpu_generic(lg, req, func_name, &t, art)
+                         : jit__compile_gpu(lg, func_name, &t, art);
+  memset(cm, 0, sizeof(*cm));
+  *cubin = NULL;
+  *cubin_size = 0;
+  if (!s && ptx) jit__gpu_make_cubin(d, art, cubin, cubin_size, cm);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
   atomic_fetch_add_explicit(&g->ctx->compiles, 1, memory_order_relaxed);
+  if (generic) atomic_fetch_add_explicit(&g->ctx->generic_compiles, 1, memory_order_relaxed);
   pthread_mutex_lock(&g->ctx->mu);
   g->ctx->compile_ms += ms;
   pthread_mutex_unlock(&g->ctx->mu);
   if (s) return jit__status_annotate(s, "compiling `%s` for %s:%d", g->name,
                                      jit__device_kind_name(d->kind), d->ordinal);
+  jit__gpu_image img = {art->binary, art->binary_size, *cubin, *cubin_size, cm->no_cubin};
+  jit__gpu_disk_store(g, d, key, inputs, art, &img, ptx ? cm : NULL, shapes);
+  return NULL;
+}
+
+jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgraph *lg,
+                                     const uint8_t key[16], const DLTensor *inputs,
+                                     const jit__oshape *shapes, jit__gpu_exec **out) {
+  *out = NULL;
+  jit__gpu_artifact art;
+  jit__gpu_cubin_info cm;
+  uint8_t *cubin = NULL;
+  size_t cubin_size = 0;
+  JIT_PROPAGATE(jit__gpu_compile_store(g, d, lg, NULL, false, key, inputs, shapes, &art,
+                                       &cubin, &cubin_size, &cm));
   jit__gpu_image img = {art.binary, art.binary_size, cubin, cubin_size, cm.no_cubin};
-  jit__gpu_disk_store(g, d, key, inputs, &art, &img,
-                      ptx ? &cm : NULL, shapes);
   jit__gpu_plan plan = art.plan;
   memset(&art.plan, 0, sizeof(art.plan));
-  s = jit__gpu_load(d, &img, &plan, out);
+  jit_status s = jit__gpu_load(d, &img, &plan, out);
   jit__gpu_plan_release(&plan);
   jit__gpu_artifact_release(&art);
   free(cubin);
+  return s;
+}
+
+//===--- Generic kernels -------------------------------------------------===//
+
+// A graph's generic kernel for one device: its module (and cubin) and its plan with
+// the programs of its sizes. Not loaded: each binding loads it with its own bound
+// plan (jit__gpu_generic_bind), which costs a module load, not a compile.
+struct jit__gpu_generic {
+  uint8_t *module, *cubin;
+  size_t module_size, cubin_size;
+  char no_cubin[512];
+  jit__gpu_plan plan;
+};
+
+void jit__gpu_generic_free(jit__gpu_generic *gg) {
+  if (!gg) return;
+  free(gg->module);
+  free(gg->cubin);
+  jit__gpu_plan_release(&gg->plan);
+  free(gg);
+}
+
+// Copies an image and takes over `plan` into a new jit__gpu_generic.
+static jit_status jit__gpu_generic_new(const jit__gpu_image *img, jit__gpu_plan *plan,
+                                       jit__gpu_generic **out) {
+  jit__gpu_generic *gg = calloc(1, sizeof(*gg));
+  if (gg) gg->module = malloc(img->module_size + 1);
+  if (gg && img->cubin_size) gg->cubin = malloc(img->cubin_size);
+  if (!gg || !gg->module || (img->cubin_size && !gg->cubin)) {
+    jit__gpu_generic_free(gg);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  memcpy(gg->module, img->module, img->module_size);
+  gg->module_size = img->module_size;
+  if (img->cubin_size) memcpy(gg->cubin, img->cubin, img->cubin_size);
+  gg->cubin_size = img->cubin_size;
+  snprintf(gg->no_cubin, sizeof gg->no_cubin, "%s", img->no_cubin ? img->no_cubin : "");
+  gg->plan = *plan;
+  memset(plan, 0, sizeof(*plan));
+  *out = gg;
+  return NULL;
+}
+
+// The generic kernel of `key` from the disk cache, or NULL.
+static jit__gpu_generic *jit__gpu_generic_from_disk(jit_graph *g, jit_device *d,
+                                                    const uint8_t key[16],
+                                                    jit__oshape *shapes) {
+  jit_context *ctx = g->ctx;
+  if (!jit__cache_enabled(ctx->cache)) return NULL;
+  jit__cache_entry e;
+  bool found = false;
+  jit_status s = jit__cache_get(ctx->cache, key, &e, &found);
+  if (s || !found) {
+    jit_status_free(s);
+    return NULL;
+  }
+  jit__gpu_generic *gg = NULL;
+  jit__art art;
+  if (!(s = jit__art_decode(e.meta, e.meta_size, &art))) {
+    jit__gpu_cubin_info ci;
+    jit__gpu_image img;
+    jit__gpu_plan plan;
+    if (jit__gpu_entry_decode(g, d, &e, &art, &ci, &img, &plan, shapes, &s) && plan.n_code)
+      s = jit__gpu_generic_new(&img, &plan, &gg);
+    jit__gpu_plan_release(&plan);
+    jit__art_release(&art);
+  }
+  if (s) {
+    jit__log(ctx, JIT_LOG_WARNING, "disk cache: a cached generic GPU kernel did not load "
+             "(%s); recompiling", jit_status_message(s));
+    jit_status_free(s);
+  }
+  if (gg) atomic_fetch_add_explicit(&ctx->disk_hits, 1, memory_order_relaxed);
+  jit__cache_entry_release(&e);
+  return gg;
+}
+
+jit_status jit__gpu_generic_make(jit_graph *g, jit_device *d, const uint8_t key[16],
+                                 const jit__lgraph *lg, const int64_t (*req)[JIT_MAX_RANK],
+                                 const DLTensor *declared, jit__oshape *shapes,
+                                 jit__gpu_generic **out) {
+  *out = jit__gpu_generic_from_disk(g, d, key, shapes);
+  if (*out) return NULL;
+  JIT_PROPAGATE(jit__device_open(d));
+  for (uint32_t j = 0; j < lg->n_outputs; j++) {
+    const jit__node *o = &lg->nodes[lg->outputs[j]];
+    shapes[j].rank = o->rank;
+    shapes[j].dtype = o->dtype;
+    memcpy(shapes[j].dims, o->dims, sizeof shapes[j].dims);
+  }
+  jit__gpu_artifact art;
+  jit__gpu_cubin_info cm;
+  uint8_t *cubin = NULL;
+  size_t cubin_size = 0;
+  JIT_PROPAGATE(jit__gpu_compile_store(g, d, lg, req, true, key, declared, shapes, &art,
+                                       &cubin, &cubin_size, &cm));
+  jit__gpu_image img = {art.binary, art.binary_size, cubin, cubin_size, cm.no_cubin};
+  jit_status s = jit__gpu_generic_new(&img, &art.plan, out);
+  jit__gpu_artifact_release(&art);
+  free(cubin);
+  return s;
+}
+
+jit_status jit__gpu_generic_bind(jit__gpu_generic *gg, jit_device *d, const DLTensor *inputs,
+                                 uint32_t n_in, const jit__oshape *outs, uint32_t n_out,
+                                 jit__gpu_exec **out) {
+  *out = NULL;
+  uint32_t n_io = n_in + n_out;
+  int *ranks = calloc(n_io + 1, sizeof(int));
+  int64_t(*dims)[JIT_MAX_RANK] = calloc(n_io + 1, sizeof(*dims));
+  jit_status s = NULL;
+  jit__gpu_plan plan;
+  int32_t *sizes = NULL;
+  if (!ranks || !dims) {
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
+  for (uint32_t i = 0; i < n_io; i++) {
+    bool in = i < n_in;
+    ranks[i] = in ? inputs[i].ndim : outs[i - n_in].rank;
+    const int64_t *src = in ? inputs[i].shape : outs[i - n_in].dims;
+    memcpy(dims[i], src, sizeof(int64_t) * (size_t)ranks[i]);
+  }
+  s = jit__gpu_plan_bind(&gg->plan, n_io, ranks, (const int64_t(*)[JIT_MAX_RANK])dims, &plan,
+                         &sizes);
+  if (s) goto done;
+  jit__gpu_image img = {gg->module, gg->module_size, gg->cubin, gg->cubin_size,
+                        gg->no_cubin[0] ? gg->no_cubin : NULL};
+  uint32_t n_sizes = plan.n_sizes;
+  s = jit__gpu_load(d, &img, &plan, out);
+  jit__gpu_plan_release(&plan);
+  // The sizes go into the SIZES buffer once: this loaded kernel serves one binding.
+  for (uint32_t i = 0; !s && i < (*out)->plan.n_buffers; i++)
+    if ((*out)->plan.buffers[i].kind == JIT__GPU_BUF_SIZES && n_sizes)
+      s = jit__device_upload(d, (*out)->temps[i], 0, sizes, 4 * (uint64_t)n_sizes);
+  if (s) {
+    jit__gpu_exec_destroy(*out);
+    *out = NULL;
+  }
+done:
+  free(ranks);
+  free(dims);
+  free(sizes);
   return s;
 }
 
@@ -455,7 +643,8 @@ jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inp
       args[i].data = inputs[b->index].data;
     } else if (b->kind == JIT__GPU_BUF_OUTPUT && b->index < n_outputs) {
       args[i].data = outputs[b->index].data;
-    } else if (b->kind == JIT__GPU_BUF_TEMP && e->temp_buffers[i]) {
+    } else if ((b->kind == JIT__GPU_BUF_TEMP || b->kind == JIT__GPU_BUF_SIZES) &&
+               e->temp_buffers[i]) {
       args[i].data = e->temps[i];
       args[i].buffer = e->temp_buffers[i];
     } else {

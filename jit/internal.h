@@ -205,6 +205,14 @@ jit_status jit__generic_get(jit_graph *g, jit__kernel **out);
 // jit__generic_get that, with `queue`, hands a compile (not a disk hit) to the
 // specializer's thread: then *out is NULL (AUTO's first binding compiles its own).
 jit_status jit__generic_get_or_queue(jit_graph *g, bool queue, jit__kernel **out);
+// The graph's generic kernel for GPU `d`: its READY record (pinned), or built here, or
+// with `queue` (and none yet) handed to the specializer: then *out is NULL. An error
+// when it cannot be built (kept in its record: replayed at once to later bindings).
+jit_status jit__gpu_generic_get(jit_graph *g, jit_device *d, bool queue, jit__kernel **out);
+// Binding record `k` (claimed) on a GPU runs generic kernel `gk`, loaded with this
+// binding's grids and sizes; JIT_UNSUPPORTED when the binding is past it.
+jit_status jit__serve_generic_gpu(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
+                                  jit__kernel *gk, bool specialize);
 // Compiles claimed generic record `gk` and publishes it (the specializer's thread).
 void jit__generic_build(jit_graph *g, jit__kernel *gk);
 // Binding record `k` (COMPILING, claimed by this thread) runs on generic kernel `gk`:
@@ -288,9 +296,26 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
                                      const uint8_t key[16], const DLTensor *inputs,
                                      const jit__oshape *shapes, jit__gpu_exec **out);
 // Runs on device buffers: inputs[i].data / outputs[j].data are the device's buffers.
+// A graph's generic kernel for a GPU (gpu_run.c): module and plan with programs, not
+// loaded. Made from disk or compiled (and stored) under `key`; its output shapes (`?`
+// dims negative) into `shapes`. `declared`: the inputs as declared, for the entry's
+// key text.
+typedef struct jit__gpu_generic jit__gpu_generic;
+jit_status jit__gpu_generic_make(jit_graph *g, jit_device *d, const uint8_t key[16],
+                                 const jit__lgraph *lg, const int64_t (*req)[JIT_MAX_RANK],
+                                 const DLTensor *declared, jit__oshape *shapes,
+                                 jit__gpu_generic **out);
+// Loads generic kernel `gg` for one binding (its inputs and output shapes): the grids,
+// temporaries and sizes of that binding. JIT_UNSUPPORTED when the binding is past
+// what the generic kernel addresses (then its own kernel serves it).
+jit_status jit__gpu_generic_bind(jit__gpu_generic *gg, jit_device *d, const DLTensor *inputs,
+                                 uint32_t n_in, const jit__oshape *outs, uint32_t n_out,
+                                 jit__gpu_exec **out);
+void jit__gpu_generic_free(jit__gpu_generic *gg);
 jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inputs,
                         const DLTensor *outputs, uint32_t n_outputs);
 void jit__gpu_exec_destroy(jit__gpu_exec *e);
+jit_device *jit__gpu_exec_device(const jit__gpu_exec *e);
 
 // CPU code as jit_run calls it.
 typedef struct jit__cpu_impl {

@@ -67,6 +67,8 @@ bool jit__kernel_owns_code(const jit__kernel *k) { return k->exact.code || k->gp
 void jit__kernel_free(jit__kernel *k, jit__cpu_device *cpu, bool unload) {
   if (!k) return;
   jit__gpu_exec_destroy(k->gpu);
+  jit__gpu_exec_destroy(k->gpu_retired);
+  jit__gpu_generic_free(k->gpu_generic);
   if (unload) jit__cpu_unload(cpu, k->exact.code);
   else jit__cpu_code_release(k->exact.code);
   free(k->outputs);

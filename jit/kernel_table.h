@@ -19,7 +19,13 @@ typedef enum jit__kstate {
 struct jit__kernel {
   uint8_t key[16];
   jit_device *device;           // where it runs
-  jit__gpu_exec *gpu;           // GPU devices: the loaded module and plan
+  // GPU devices: the loaded module and plan (read with an acquire load: a binding
+  // served by the generic kernel switches once to its own, the old one then kept in
+  // gpu_retired until the record is freed, for calls still running it).
+  jit__gpu_exec *gpu;
+  jit__gpu_exec *gpu_retired;
+  jit__gpu_generic *gpu_generic;  // a graph's generic GPU kernel (its record only)
+  atomic_bool gpu_on_generic;     // `gpu` was loaded from the generic kernel
   jit__kstate state;            // guarded by ctx->mu; READY and FAILED are final
   // CPU: what runs, &exact or &shared, set before READY; a binding served by the
   // generic kernel switches to &exact once, when its own kernel is ready (release

@@ -343,12 +343,13 @@ enum { kCompileLockTimeoutMs = 30000 };
 
 // Makes the exact code of key k->key ready: from the disk cache, else by compiling
 // it, with a cross-process lock so that processes sharing a cache compile each key
-// once. Fills `impl` (CPU) or k->gpu, and `outs`.
+// once. Fills `impl` (CPU) or *gx, and `outs`.
 static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
-                                   jit__cpu_impl *impl, jit__oshape *outs) {
+                                   jit__cpu_impl *impl, jit__gpu_exec **gx,
+                                   jit__oshape *outs) {
   jit_context *ctx = g->ctx;
   bool gpu = k->device->kind != JIT_DEVICE_CPU;
-  if (gpu ? jit__gpu_disk_load(g, k->device, k->key, outs, &k->gpu)
+  if (gpu ? jit__gpu_disk_load(g, k->device, k->key, outs, gx)
           : jit__disk_load(g, k->key, impl, outs))
     return NULL;
 
@@ -371,7 +372,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   bool locked = false;
   jit__cache_lock_key(ctx->cache, k->key, kCompileLockTimeoutMs, &lock, &locked);
   // Whoever held the lock may just have stored the kernel.
-  if (locked && (gpu ? jit__gpu_disk_load(g, k->device, k->key, outs, &k->gpu)
+  if (locked && (gpu ? jit__gpu_disk_load(g, k->device, k->key, outs, gx)
                      : jit__disk_load(g, k->key, impl, outs))) {
     jit__cache_unlock(&lock);
     goto done;
@@ -379,7 +380,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   if (gpu) {
     jit__lgraph lg = {g->name, shapes, g->n_nodes, g->inputs, g->n_inputs,
                       g->outputs, g->n_outputs};
-    status = jit__gpu_compile_and_load(g, k->device, &lg, k->key, inputs, outs, &k->gpu);
+    status = jit__gpu_compile_and_load(g, k->device, &lg, k->key, inputs, outs, gx);
   } else {
     status = jit__compile_and_load(g, inputs, shapes, outs, k->key, impl);
   }
@@ -410,8 +411,11 @@ void jit__evict(jit_context *ctx) {
     jit__kernel *v = NULL;
     for (size_t i = 0; i < ctx->table.cap; i++) {
       jit__kernel *k = ctx->table.slots[i];
+      // (A GPU binding on the generic kernel with its own one asked for stays: the
+      // specializer holds it.)
       if (!k || k->state != JIT__K_READY || k->pinned || !jit__kernel_owns_code(k) ||
-          atomic_load_explicit(&k->users, memory_order_acquire) != 0)
+          atomic_load_explicit(&k->users, memory_order_acquire) != 0 ||
+          (atomic_load(&k->gpu_on_generic) && atomic_load(&k->queued)))
         continue;
       if (!v || k->tick < v->tick) v = k;
     }
@@ -500,8 +504,33 @@ void jit__publish(jit_context *ctx, jit__kernel *k, jit_status status) {
 
 // Makes binding record `k` (claimed by this thread) ready by the graph's shape policy:
 // its own kernel (EXACT; AUTO when one is on disk), or the generic kernel.
+// The GPU side of jit__ready_binding: its own kernel from disk (AUTO), else the
+// generic kernel loaded for this binding (the generic kernel itself compiled on the
+// specializer's thread under AUTO, while this first binding compiles its own). false
+// with *s NULL: the binding takes its own kernel.
+static bool jit__ready_binding_gpu(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
+                                   jit_shape_policy policy, jit_status *s) {
+  *s = NULL;
+  bool automatic = policy == JIT_SHAPE_POLICY_AUTO;
+  if (automatic && jit__gpu_disk_load(g, k->device, k->key, k->outputs, &k->gpu)) return true;
+  jit__kernel *gk = NULL;
+  jit_status gs = jit__gpu_generic_get(g, k->device, automatic, &gk);
+  if (!gs && gk) gs = jit__serve_generic_gpu(g, inputs, k, gk, automatic);
+  if (!gs && gk) return true;
+  // No generic kernel (logged where it failed), or this binding is past it (a grid
+  // over 65535): its own kernel.
+  if (gs && jit_status_get_code(gs) == JIT_RESOURCE_EXHAUSTED) *s = gs;
+  else jit_status_free(gs);
+  return false;
+}
+
 static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__kernel *k) {
   jit_shape_policy policy = jit__policy_of(g, k->device);
+  if (policy != JIT_SHAPE_POLICY_EXACT && k->device->kind != JIT_DEVICE_CPU) {
+    jit_status s = NULL;
+    if (jit__ready_binding_gpu(g, inputs, k, policy, &s) || s) return s;
+    goto exact;
+  }
   if (policy != JIT_SHAPE_POLICY_EXACT) {
     if (policy == JIT_SHAPE_POLICY_AUTO &&
         jit__disk_load(g, k->key, &k->exact, k->outputs)) {
@@ -528,7 +557,7 @@ static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__
     jit_status_free(s);
   }
 exact:
-  JIT_PROPAGATE(jit__materialize(g, inputs, k, &k->exact, k->outputs));
+  JIT_PROPAGATE(jit__materialize(g, inputs, k, &k->exact, &k->gpu, k->outputs));
   atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
   return NULL;
 }
@@ -609,16 +638,25 @@ void jit__specialize_binding(jit_graph *g, jit__kernel *k) {
     // Into a copy: until the switch `k` holds no code of its own, so no eviction
     // looks at it; after it, `k` may be unloaded (and freed) at once.
     jit__cpu_impl im = {0};
-    s = jit__materialize(g, in, k, &im, outs);
+    jit__gpu_exec *ex = NULL;
+    s = jit__materialize(g, in, k, &im, &ex, outs);
+    bool gpu = k->device->kind != JIT_DEVICE_CPU;
     if (!s) {
       const int64_t *row = k->dims;
-      jit__hot_note(g, &row, 1);  // a restart prepares it first (hot.c)
+      if (!gpu) jit__hot_note(g, &row, 1);  // a restart prepares it first (hot.c)
       atomic_fetch_add_explicit(&ctx->specializations, 1, memory_order_relaxed);
       pthread_mutex_lock(&ctx->mu);
-      k->exact = im;
-      atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
-      ctx->n_code++;
-      ctx->code_bytes += k->exact.code_bytes;
+      if (gpu) {
+        // Calls still running the generic one keep it: it goes with the record.
+        k->gpu_retired = k->gpu;
+        __atomic_store_n(&k->gpu, ex, __ATOMIC_RELEASE);
+        atomic_store(&k->gpu_on_generic, false);
+      } else {
+        k->exact = im;
+        atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
+        ctx->n_code++;
+        ctx->code_bytes += k->exact.code_bytes;
+      }
       pthread_mutex_unlock(&ctx->mu);
       jit__evict(ctx);
       jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: a binding got its own kernel in the "
@@ -677,7 +715,7 @@ jit_status jit__warm_binding(jit_graph *g, const int64_t *dims, bool background)
   } else if (mine) {
     // Not asked for yet in this process: its own kernel, as EXACT would make it.
     bool loaded = gk != NULL;  // by the test above
-    if (!loaded) s = jit__materialize(g, in, k, &k->exact, k->outputs);
+    if (!loaded) s = jit__materialize(g, in, k, &k->exact, &k->gpu, k->outputs);
     if (!s) atomic_store_explicit(&k->impl, &k->exact, memory_order_release);
     jit__publish(ctx, k, s);
     if (!s && background)
@@ -824,9 +862,9 @@ static jit_status jit__run_empty(jit_graph *g, const DLTensor *inputs,
 
 // Runs GPU kernel `k` on host tensors: uploads the inputs into temporary device
 // buffers, runs, downloads the outputs (options.device offloading).
-static jit_status jit__call_offloaded(jit_graph *g, jit__kernel *k, const DLTensor *inputs,
+static jit_status jit__call_offloaded(jit_graph *g, jit__gpu_exec *ex, const DLTensor *inputs,
                                       const DLTensor *outputs, int n_outputs) {
-  jit_device *d = k->device;
+  jit_device *d = jit__gpu_exec_device(ex);
   uint32_t n_in = g->n_inputs, n_out = g->n_outputs;
   DLTensor *dev = calloc(n_in + n_out + 1, sizeof(DLTensor));
   if (!dev) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_run: out of memory");
@@ -844,7 +882,7 @@ static jit_status jit__call_offloaded(jit_graph *g, jit__kernel *k, const DLTens
     if (!s && i < n_in)
       s = jit__device_upload(d, buf, 0, (const char *)h->data + h->byte_offset, bytes);
   }
-  if (!s) s = jit__gpu_run(k->gpu, dev, n_in, dev + n_in, n_out);
+  if (!s) s = jit__gpu_run(ex, dev, n_in, dev + n_in, n_out);
   for (uint32_t j = 0; j < n_out && !s; j++) {
     const DLTensor *h = &outputs[j];
     uint64_t bytes = jit__numel(h->ndim, h->shape) * (h->dtype.bits / 8);
@@ -860,6 +898,17 @@ static jit_status jit__call_offloaded(jit_graph *g, jit__kernel *k, const DLTens
   return s;
 }
 
+// A run of binding `k` on its graph's generic kernel: counted; under AUTO the call
+// that makes the binding hot asks for its own kernel, once.
+static void jit__count_generic_run(jit_graph *g, jit__kernel *k) {
+  atomic_fetch_add_explicit(&g->ctx->generic_runs, 1, memory_order_relaxed);
+  if (k->specialize &&
+      atomic_fetch_add_explicit(&k->hits, 1, memory_order_relaxed) + 1 >=
+          (unsigned)g->ctx->specialize_after &&
+      !atomic_exchange_explicit(&k->queued, true, memory_order_relaxed))
+    jit__spec_enqueue(g, k);
+}
+
 // Checks the outputs against kernel `k` and runs it.
 static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs,
                             const DLTensor *outputs, int n_outputs) {
@@ -868,11 +917,14 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
   jit_device *od = host ? g->ctx->devices[0] : d;
   JIT_PROPAGATE(jit__check_outputs(g, k->outputs, outputs, n_outputs, inputs, od));
   if (d->kind != JIT_DEVICE_CPU) {
-    jit_status s = host ? jit__call_offloaded(g, k, inputs, outputs, n_outputs)
-                        : jit__gpu_run(k->gpu, inputs, g->n_inputs, outputs, g->n_outputs);
+    jit__gpu_exec *ex = __atomic_load_n(&k->gpu, __ATOMIC_ACQUIRE);
+    bool generic = atomic_load_explicit(&k->gpu_on_generic, memory_order_relaxed);
+    jit_status s = host ? jit__call_offloaded(g, ex, inputs, outputs, n_outputs)
+                        : jit__gpu_run(ex, inputs, g->n_inputs, outputs, g->n_outputs);
     if (s) return jit__status_annotate(s, "graph `%s` on %s:%d", g->name,
                                        jit__device_kind_name(d->kind), d->ordinal);
     atomic_fetch_add_explicit(&g->ctx->runs, 1, memory_order_relaxed);
+    if (generic) jit__count_generic_run(g, k);
     return NULL;
   }
   const jit__cpu_impl *im = atomic_load_explicit(&k->impl, memory_order_acquire);
@@ -909,15 +961,7 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
   im->fn(args);
   if (args != stack_args) free(args);
   atomic_fetch_add_explicit(&g->ctx->runs, 1, memory_order_relaxed);
-  if (im->dims) {
-    atomic_fetch_add_explicit(&g->ctx->generic_runs, 1, memory_order_relaxed);
-    // AUTO: the call that makes the binding hot asks for its own kernel, once.
-    if (k->specialize &&
-        atomic_fetch_add_explicit(&k->hits, 1, memory_order_relaxed) + 1 >=
-            (unsigned)g->ctx->specialize_after &&
-        !atomic_exchange_explicit(&k->queued, true, memory_order_relaxed))
-      jit__spec_enqueue(g, k);
-  }
+  if (im->dims) jit__count_generic_run(g, k);
   return NULL;
 }
 

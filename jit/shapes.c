@@ -80,11 +80,12 @@ jit_status jit_graph_set_shape_policy(jit_graph *g, jit_shape_policy policy) {
 }
 
 jit_shape_policy jit__policy_of(jit_graph *g, const jit_device *d) {
-  if (g->n_symbols == 0 || g->mlir || d->kind != JIT_DEVICE_CPU)
-    return JIT_SHAPE_POLICY_EXACT;
+  if (g->n_symbols == 0 || g->mlir) return JIT_SHAPE_POLICY_EXACT;
   int p = atomic_load_explicit(&g->shape_policy, memory_order_relaxed);
   jit_shape_policy policy = p >= 0 ? (jit_shape_policy)p : g->ctx->policy;
-  if (policy == JIT_SHAPE_POLICY_EXACT) return policy;
+  // On a GPU a generic kernel that cannot be built is a FAILED record of its key: each
+  // new binding then gets its own kernel (run.c).
+  if (policy == JIT_SHAPE_POLICY_EXACT || d->kind != JIT_DEVICE_CPU) return policy;
   pthread_mutex_lock(&g->ctx->mu);
   bool failed = g->generic_failed;
   pthread_mutex_unlock(&g->ctx->mu);
@@ -252,9 +253,103 @@ jit_status jit__generic_get(jit_graph *g, jit__kernel **out) {
   return jit__generic_get_or_queue(g, false, out);
 }
 
+//===--- Generic kernels on GPUs ------------------------------------------===//
+
+// Builds claimed GPU generic record `gk` (from disk, or compiled and stored) and
+// publishes it; a failure is logged once (the record keeps it: later bindings of the
+// graph on that device get their own kernels).
+static jit_status jit__gpu_generic_finish(jit_graph *g, jit__kernel *gk) {
+  jit_context *ctx = g->ctx;
+  uint32_t n = g->n_nodes ? g->n_nodes : 1;
+  jit__node *nodes = malloc(sizeof(*nodes) * n);
+  int64_t(*req)[JIT_MAX_RANK] = malloc(sizeof(*req) * n);
+  DLTensor *in = calloc(g->n_inputs + 1, sizeof(*in));
+  jit_status s = NULL;
+  if (!nodes || !req || !in) {
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+      nodes[i] = g->nodes[i].n;
+      memcpy(req[i], g->nodes[i].req, sizeof req[i]);
+    }
+    jit__declared_inputs(g, in);
+    jit__lgraph lg = {g->name, nodes, g->n_nodes, g->inputs, g->n_inputs,
+                      g->outputs, g->n_outputs};
+    s = jit__gpu_generic_make(g, gk->device, gk->key, &lg,
+                              (const int64_t(*)[JIT_MAX_RANK])req, in, gk->outputs,
+                              &gk->gpu_generic);
+  }
+  if (!s) gk->pinned = true;  // bindings load it: never unloaded
+  jit__publish(ctx, gk, s);
+  jit__kernel_release(gk);
+  if (s)
+    jit__log(ctx, JIT_LOG_WARNING, "graph `%s`: no generic kernel on %s:%d (%s); its "
+             "bindings there get kernels of their own (shape policy EXACT)", g->name,
+             jit__device_kind_name(gk->device->kind), gk->device->ordinal,
+             jit_status_message(s));
+  free(nodes);
+  free(req);
+  free(in);
+  return s;
+}
+
+jit_status jit__gpu_generic_get(jit_graph *g, jit_device *d, bool queue, jit__kernel **out) {
+  *out = NULL;
+  uint8_t key[16];
+  bool mine = false;
+  jit__kernel *gk = NULL;
+  JIT_PROPAGATE(jit__generic_key(g, d, key));
+  JIT_PROPAGATE(jit__claim(g->ctx, d, g->n_outputs, key, &gk, &mine));
+  if (!mine) {
+    jit__kernel_release(gk);  // ready: pinned
+    *out = gk;
+    return NULL;
+  }
+  if (queue && jit__spec_push(g, gk, true)) return NULL;  // built in the background
+  JIT_PROPAGATE(jit__gpu_generic_finish(g, gk));
+  *out = gk;
+  return NULL;
+}
+
+jit_status jit__serve_generic_gpu(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
+                                  jit__kernel *gk, bool specialize) {
+  size_t n_dims = 0;
+  for (uint32_t i = 0; i < g->n_inputs; i++) n_dims += (size_t)inputs[i].ndim;
+  int64_t *symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
+  jit__node *shapes = malloc(sizeof(jit__node) * (g->n_nodes + 1));
+  int64_t *dims = malloc(sizeof(int64_t) * (n_dims + 1));
+  jit_status s = NULL;
+  if (!symvals || !shapes || !dims)
+    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
+  else
+    s = jit__bind(g, inputs, symvals, shapes, k->outputs);
+  if (!s)
+    s = jit__gpu_generic_bind(gk->gpu_generic, k->device, inputs, g->n_inputs, k->outputs,
+                              g->n_outputs, &k->gpu);
+  if (!s) {
+    // The binding's input dims, as a CPU binding on the generic kernel keeps them (its
+    // specialization reads them).
+    int64_t *p = dims;
+    for (uint32_t i = 0; i < g->n_inputs; i++) {
+      memcpy(p, inputs[i].shape, sizeof(int64_t) * (size_t)inputs[i].ndim);
+      p += inputs[i].ndim;
+    }
+    k->dims = dims;
+    dims = NULL;
+    k->specialize = specialize;
+    atomic_store(&k->gpu_on_generic, true);
+  }
+  free(dims);
+  free(symvals);
+  free(shapes);
+  return s;
+}
+
 void jit__generic_build(jit_graph *g, jit__kernel *gk) {
-  // A failure is logged and kept in the graph (its bindings then run EXACT).
-  jit_status_free(jit__generic_finish(g, gk, false, true));
+  // A failure is logged and kept (in the graph on the CPU, in the record on a GPU):
+  // bindings then get their own kernels.
+  if (gk->device->kind != JIT_DEVICE_CPU) jit_status_free(jit__gpu_generic_finish(g, gk));
+  else jit_status_free(jit__generic_finish(g, gk, false, true));
 }
 
 jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
@@ -326,11 +421,10 @@ void jit__explain_policy(jit_graph *g, jit_device *d, const uint8_t key[16], jit
   jit__text_printf(out, "shape policy: %s", kPolicyUpper[policy]);
   if (policy != asked) {
     pthread_mutex_lock(&ctx->mu);
-    const char *why = g->n_symbols == 0            ? "the graph has no symbolic dims"
-                      : g->mlir                    ? "graphs from MLIR get exact kernels"
-                      : d->kind != JIT_DEVICE_CPU  ? "generic kernels run on the CPU only"
-                      : g->generic_why             ? g->generic_why
-                                                   : "no generic kernel";
+    const char *why = g->n_symbols == 0 ? "the graph has no symbolic dims"
+                      : g->mlir         ? "graphs from MLIR get exact kernels"
+                      : g->generic_why  ? g->generic_why
+                                        : "no generic kernel";
     jit__text_printf(out, " (%s asked; %s)", kPolicyUpper[asked], why);
     pthread_mutex_unlock(&ctx->mu);
   } else if (gp >= 0) {
@@ -341,7 +435,14 @@ void jit__explain_policy(jit_graph *g, jit_device *d, const uint8_t key[16], jit
   jit__kernel *k = jit__table_find(&ctx->table, key);
   const char *now = NULL;
   char buf[256];
-  if (k && k->state == JIT__K_READY) {
+  if (k && k->state == JIT__K_READY && d->kind != JIT_DEVICE_CPU) {
+    now = !atomic_load(&k->gpu_on_generic) ? "kernel now: its own kernel, loaded"
+          : atomic_load(&k->queued)
+              ? "kernel now: the generic kernel; its own is being compiled in the background"
+          : k->specialize ? "kernel now: the generic kernel (specialized after "
+                            "options.specialize_after runs)"
+                          : "kernel now: the generic kernel (policy GENERIC)";
+  } else if (k && k->state == JIT__K_READY) {
     const jit__cpu_impl *im = atomic_load(&k->impl);
     if (!im || !im->dims) {
       now = "kernel now: its own kernel, loaded";

@@ -286,7 +286,11 @@ static jit_status jit__promote_allocs(MlirContext ctx, MlirOperation func,
 //===--- Everything on the device ----------------------------------------===//
 
 // Ops that may stay in the host function: they compute no tensor data.
-static bool jit__is_host_op(MlirOperation op) {
+static bool jit__is_host_op_at(MlirOperation op, int depth);
+
+static bool jit__is_host_op(MlirOperation op) { return jit__is_host_op_at(op, 0); }
+
+static bool jit__is_host_op_at(MlirOperation op, int depth) {
   static const char *const kHost[] = {
       "arith.constant",       "func.return",         "memref.collapse_shape",
       "memref.expand_shape",  "memref.cast",         "memref.reinterpret_cast",
@@ -294,13 +298,20 @@ static bool jit__is_host_op(MlirOperation op) {
   };
   for (size_t i = 0; i < sizeof kHost / sizeof kHost[0]; i++)
     if (jit__op_is(op, kHost[i])) return true;
-  // A generic kernel's sizes: dims of its buffers and index arithmetic on them.
+  // A generic kernel's sizes: dims of its buffers and scalar arithmetic on them (a
+  // mean's count as a float too), made from nothing but other host values.
   if (jit__op_is(op, "memref.dim")) return true;
   MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
-  return name.length > 6 && !memcmp(name.data, "arith.", 6) &&
-         mlirOperationGetNumResults(op) == 1 &&
-         (mlirTypeIsAIndex(mlirValueGetType(mlirOperationGetResult(op, 0))) ||
-          jit__op_is(op, "arith.cmpi"));
+  if (depth > 8 || name.length <= 6 || memcmp(name.data, "arith.", 6) != 0 ||
+      mlirOperationGetNumResults(op) != 1 || mlirOperationGetNumRegions(op) != 0 ||
+      mlirOperationGetNumOperands(op) == 0)
+    return false;
+  for (intptr_t i = 0; i < mlirOperationGetNumOperands(op); i++) {
+    MlirValue v = mlirOperationGetOperand(op, i);
+    if (!mlirValueIsAOpResult(v) || !jit__is_host_op_at(mlirOpResultGetOwner(v), depth + 1))
+      return false;
+  }
+  return true;
 }
 
 // memref.copy %src, %dst -> an scf.parallel of loads and stores over dst's shape, so

@@ -365,93 +365,123 @@ static jit_status gx_size_index(jit__gx_builder *b, jit__gpu_expr e, uint32_t *o
   return NULL;
 }
 
-typedef struct gx_map {
-  MlirValue from[256], to[256];
-  int n;
-} gx_map;
-
-// The value a kernel body uses in place of outside value `v` (made at the body's start,
-// or before the launch for a cast), NULL value where `v` can stay.
-static jit_status gx_replacement(MlirContext ctx, jit__gx_builder *b, MlirOperation launch,
-                                 MlirBlock body, MlirValue sizes, bool ptx, MlirValue v,
-                                 MlirValue *out) {
-  *out = (MlirValue){NULL};
-  MlirType t = mlirValueGetType(v);
-  MlirOperation first = mlirBlockGetFirstOperation(body);
-  if (mlirTypeIsAMemRef(t)) {
-    if (!ptx || mlirShapedTypeHasStaticShape(t)) return NULL;
-    // Bare pointers need static shapes: the rows as many as 32-bit indices reach.
-    intptr_t rank = mlirShapedTypeGetRank(t);
-    int64_t shape[JIT_MAX_RANK];
-    for (intptr_t d = 0; d < rank; d++) {
-      shape[d] = mlirShapedTypeGetDimSize(t, d);
-      if (mlirShapedTypeIsDynamicDim(t, d)) shape[d] = d == 0 ? INT32_MAX : -1;
-      if (shape[d] < 0)
-        return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: a `?` dim past the first");
-    }
-    MlirType st = mlirMemRefTypeContiguousGet(mlirShapedTypeGetElementType(t), rank, shape,
-                                              mlirMemRefTypeGetMemorySpace(t));
-    MlirOperation cast = gx_create(ctx, "memref.cast", 1, &v, st, NULL);
-    mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(launch), launch, cast);
-    *out = mlirOperationGetResult(cast, 0);
-    return NULL;
-  }
-  if (mlirValueIsAOpResult(v) && jit__op_is(mlirOpResultGetOwner(v), "arith.constant")) {
-    MlirOperation clone = mlirOperationClone(mlirOpResultGetOwner(v));
-    mlirBlockInsertOwnedOperationBefore(body, first, clone);
-    *out = mlirOperationGetResult(clone, 0);
-    return NULL;
-  }
-  if (!mlirTypeIsAIndex(t))
-    return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: a size that is not an index");
-  jit__gpu_expr e;
-  uint32_t slot = 0;
-  JIT_PROPAGATE(jit__gx_value(b, v, &e));
-  JIT_PROPAGATE(gx_size_index(b, e, &slot));
-  MlirValue opnds[2] = {sizes, gx_index_const(ctx, body, first, slot)};
-  MlirOperation load = gx_create(ctx, "memref.load", 2, opnds, mlirIntegerTypeGet(ctx, 32),
-                                 NULL);
-  mlirBlockInsertOwnedOperationBefore(body, first, load);
-  MlirValue lv = mlirOperationGetResult(load, 0);
-  MlirOperation cast = gx_create(ctx, "arith.index_cast", 1, &lv, t, NULL);
-  mlirBlockInsertOwnedOperationBefore(body, first, cast);
-  *out = mlirOperationGetResult(cast, 0);
-  return NULL;
-}
-
 typedef struct gx_walk {
   MlirContext ctx;
   jit__gx_builder *b;
   MlirOperation launch;
   MlirBlock body;
+  MlirOperation anchor;  // the body's first op before any was added: new ops go before
   MlirValue sizes;
   bool ptx;
-  gx_map map;
+  MlirValue from[256], to[256];  // outside values and what the body uses instead
+  int n;
   jit_status status;
 } gx_walk;
+
+static void gx_insert(gx_walk *w, MlirOperation op) {
+  mlirBlockInsertOwnedOperationBefore(w->body, w->anchor, op);
+}
+
+static bool gx_is_arith(MlirOperation op) {
+  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
+  return name.length > 6 && !memcmp(name.data, "arith.", 6) &&
+         mlirOperationGetNumRegions(op) == 0 && mlirOperationGetNumResults(op) == 1;
+}
+
+// A buffer with a `?` dim as a static type, cast before the launch (PTX: bare
+// pointers need static shapes; the rows as many as 32-bit indices reach).
+static jit_status gx_static_buffer(gx_walk *w, MlirValue v, MlirValue *out) {
+  MlirType t = mlirValueGetType(v);
+  intptr_t rank = mlirShapedTypeGetRank(t);
+  int64_t shape[JIT_MAX_RANK];
+  for (intptr_t d = 0; d < rank; d++) {
+    shape[d] = mlirShapedTypeGetDimSize(t, d);
+    if (mlirShapedTypeIsDynamicDim(t, d)) shape[d] = d == 0 ? INT32_MAX : -1;
+    if (shape[d] < 0)
+      return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: a `?` dim past the first");
+  }
+  MlirType st = mlirMemRefTypeContiguousGet(mlirShapedTypeGetElementType(t), rank, shape,
+                                            mlirMemRefTypeGetMemorySpace(t));
+  MlirOperation cast = gx_create(w->ctx, "memref.cast", 1, &v, st, NULL);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(w->launch), w->launch, cast);
+  *out = mlirOperationGetResult(cast, 0);
+  return NULL;
+}
+
+// An index the body reads from the SIZES buffer.
+static jit_status gx_size_read(gx_walk *w, MlirValue v, MlirValue *out) {
+  jit__gpu_expr e;
+  uint32_t slot = 0;
+  JIT_PROPAGATE(jit__gx_value(w->b, v, &e));
+  JIT_PROPAGATE(gx_size_index(w->b, e, &slot));
+  MlirValue opnds[2] = {w->sizes, gx_index_const(w->ctx, w->body, w->anchor, slot)};
+  MlirOperation load = gx_create(w->ctx, "memref.load", 2, opnds,
+                                 mlirIntegerTypeGet(w->ctx, 32), NULL);
+  gx_insert(w, load);
+  MlirValue lv = mlirOperationGetResult(load, 0);
+  MlirOperation cast = gx_create(w->ctx, "arith.index_cast", 1, &lv, mlirValueGetType(v), NULL);
+  gx_insert(w, cast);
+  *out = mlirOperationGetResult(cast, 0);
+  return NULL;
+}
+
+// What the kernel body uses in place of outside value `v` (`v` itself for a buffer
+// that can enter as it is): a buffer cast to a static type (PTX), a clone of a
+// constant, an index read from the SIZES buffer, or a clone of the scalar op that
+// computes it from those (a mean's count as a float). New ops go before the anchor in
+// the order they are made, so each comes after what it uses.
+static jit_status gx_get(gx_walk *w, MlirValue v, int depth, MlirValue *out) {
+  for (int k = 0; k < w->n; k++)
+    if (mlirValueEqual(w->from[k], v)) {
+      *out = w->to[k];
+      return NULL;
+    }
+  if (w->n == 256 || depth > 16)
+    return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: too many outside values");
+  MlirType t = mlirValueGetType(v);
+  MlirOperation def = mlirValueIsAOpResult(v) ? mlirOpResultGetOwner(v) : (MlirOperation){NULL};
+  MlirValue r = v;
+  if (mlirTypeIsAMemRef(t)) {
+    if (w->ptx && !mlirShapedTypeHasStaticShape(t)) JIT_PROPAGATE(gx_static_buffer(w, v, &r));
+  } else if (!mlirOperationIsNull(def) && jit__op_is(def, "arith.constant")) {
+    MlirOperation clone = mlirOperationClone(def);
+    gx_insert(w, clone);
+    r = mlirOperationGetResult(clone, 0);
+  } else if (mlirTypeIsAIndex(t)) {
+    JIT_PROPAGATE(gx_size_read(w, v, &r));
+  } else if (!mlirOperationIsNull(def) && gx_is_arith(def)) {
+    MlirOperation clone = mlirOperationClone(def);
+    for (intptr_t i = 0; i < mlirOperationGetNumOperands(def); i++) {
+      MlirValue ri;
+      jit_status s = gx_get(w, mlirOperationGetOperand(def, i), depth + 1, &ri);
+      if (s) {
+        mlirOperationDestroy(clone);
+        return s;
+      }
+      mlirOperationSetOperand(clone, i, ri);
+    }
+    gx_insert(w, clone);
+    r = mlirOperationGetResult(clone, 0);
+  } else {
+    return JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: a value from outside a kernel "
+                   "that is not a size");
+  }
+  w->from[w->n] = v;
+  w->to[w->n++] = r;
+  *out = r;
+  return NULL;
+}
 
 static MlirWalkResult gx_walk_cb(MlirOperation op, void *user) {
   gx_walk *w = user;
   if (mlirOperationEqual(op, w->launch)) return MlirWalkResultAdvance;
   intptr_t n = mlirOperationGetNumOperands(op);
   for (intptr_t i = 0; i < n; i++) {
-    MlirValue v = mlirOperationGetOperand(op, i);
+    MlirValue v = mlirOperationGetOperand(op, i), r;
     if (gx_defined_inside(v, w->launch)) continue;
-    int k = 0;
-    while (k < w->map.n && !mlirValueEqual(w->map.from[k], v)) k++;
-    if (k == w->map.n) {
-      if (k == 256) {
-        w->status = JIT_ERR(JIT_UNSUPPORTED, "generic GPU kernel: too many outside values");
-        return MlirWalkResultInterrupt;
-      }
-      MlirValue r;
-      w->status = gx_replacement(w->ctx, w->b, w->launch, w->body, w->sizes, w->ptx, v, &r);
-      if (w->status) return MlirWalkResultInterrupt;
-      w->map.from[k] = v;
-      w->map.to[k] = mlirValueIsNull(r) ? v : r;
-      w->map.n++;
-    }
-    if (!mlirValueEqual(w->map.to[k], v)) mlirOperationSetOperand(op, i, w->map.to[k]);
+    w->status = gx_get(w, v, 0, &r);
+    if (w->status) return MlirWalkResultInterrupt;
+    if (!mlirValueEqual(r, v)) mlirOperationSetOperand(op, i, r);
   }
   return MlirWalkResultAdvance;
 }
@@ -491,6 +521,7 @@ jit_status jit__gx_sink(MlirContext ctx, MlirOperation kf, jit__gx_builder *b, b
   w->b = b;
   w->launch = f.launch;
   w->body = mlirRegionGetFirstBlock(mlirOperationGetRegion(f.launch, 0));
+  w->anchor = mlirBlockGetFirstOperation(w->body);
   w->sizes = sizes;
   w->ptx = ptx;
   mlirOperationWalk(f.launch, gx_walk_cb, w, MlirWalkPreOrder);

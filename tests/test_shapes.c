@@ -830,6 +830,86 @@ Test(shapes, hot_bindings_are_remembered) {
   remove_dir(dir);
 }
 
+//===--- On a GPU (Vulkan: lavapipe in CI) --------------------------------===//
+
+// A context whose runs go to Vulkan device 0, or a skipped test where there is none.
+static jit_context *vulkan_ctx_in(const char *dir, jit_shape_policy policy, int after) {
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = dir;
+  o.device = "vulkan";
+  o.shape_policy = policy;
+  o.specialize_after = after;
+  jit_context *ctx = NULL;
+  jit_status s = jit_context_create(&o, &ctx);
+  if (s && jit_status_get_code(s) == JIT_UNAVAILABLE) {
+    jit_status_free(s);
+    cr_skip_test("skipped: no Vulkan device");
+  }
+  TU_OK(s);
+  return ctx;
+}
+
+static jit_context *vulkan_ctx(jit_shape_policy policy, int after) {
+  return vulkan_ctx_in("", policy, after);
+}
+
+// A GPU's generic kernel is a disk entry like any other: a new context loads it.
+Test(shapes, generic_vulkan_kernel_comes_back_from_disk) {
+  char dir[] = "/tmp/jitml-shapes-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  for (int round = 0; round < 2; round++) {
+    jit_context *ctx = vulkan_ctx_in(dir, JIT_SHAPE_POLICY_GENERIC, 0);
+    jit_graph *g = matmul_graph(ctx, "M", 37, 29, TU_F32);
+    check_matmul(g, 3 + round, 37, 29, TU_F32, 970 + (uint64_t)round);
+    jit_stats st = stats(ctx);
+    cr_expect_eq(st.compiles, round == 0 ? 1 : 0, "round %d: compiles %llu", round,
+                 (unsigned long long)st.compiles);
+    cr_expect_eq(st.disk_hits, round == 0 ? 0 : 1, "round %d", round);
+    cr_expect_eq(st.generic_runs, 1);
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+  remove_dir(dir);
+}
+
+// GENERIC on a GPU: one compile for every row count (1, primes, past a 256-thread
+// block and a 16-row tile), each result against plain C.
+Test(shapes, generic_kernel_on_vulkan) {
+  jit_context *ctx = vulkan_ctx(JIT_SHAPE_POLICY_GENERIC, 0);
+  jit_graph *g = matmul_graph(ctx, "M", 37, 29, TU_F32);
+  static const int64_t ms[] = {1, 2, 7, 17, 33, 300};
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+    check_matmul(g, ms[i], 37, 29, TU_F32, 950 + i);
+  jit_stats st = stats(ctx);
+  cr_expect_eq(st.compiles, 1, "compiles %llu", (unsigned long long)st.compiles);
+  cr_expect_eq(st.generic_compiles, 1);
+  cr_expect_eq(st.generic_runs, 6);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+// AUTO on a GPU: the first binding compiles its own kernel (the generic one compiles
+// in the background), later ones load the generic kernel with their sizes, and the
+// binding that comes back gets its own kernel in the background and switches to it.
+Test(shapes, auto_on_vulkan_specializes) {
+  jit_context *ctx = vulkan_ctx(JIT_SHAPE_POLICY_AUTO, 2);
+  jit_graph *g = matmul_graph(ctx, "M", 37, 29, TU_F32);
+  check_matmul(g, 5, 37, 29, TU_F32, 960);  // its own
+  check_matmul(g, 9, 37, 29, TU_F32, 961);  // the generic kernel
+  check_matmul(g, 9, 37, 29, TU_F32, 962);  // the second run: asks for its own
+  wait_specializations(ctx, 1);
+  uint64_t before = stats(ctx).generic_runs;
+  check_matmul(g, 9, 37, 29, TU_F32, 963);
+  jit_stats st = stats(ctx);
+  cr_expect_eq(before, 2);
+  cr_expect_eq(st.generic_runs, before, "M=9 still ran the generic kernel");
+  cr_expect_eq(st.compiles, 3, "M=5's, the generic one, M=9's");
+  cr_expect_eq(st.generic_compiles, 1);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 //===--- Threads ---------------------------------------------------------===//
 
 enum { kThreads = 4, kRounds = 24 };
