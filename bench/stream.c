@@ -14,6 +14,7 @@
 // and 1,000 calls drawn Zipf-like (s = 1.1) from 100 values.
 //
 //   jitml_stream [--quick] [--only mlp|block] [--stream uniform|zipf] [--threads N]
+//                [--device vulkan|cuda]   (runs go to that device: generic GPU kernels)
 //   jitml_stream --kernels [--threads N]
 //   jitml_stream --export DIR ...   (also writes the graphs and streams for stream_iree.py)
 //
@@ -268,6 +269,7 @@ static double steady(jit_context *ctx, jit_graph *g, const workload *w, buffers 
 }
 
 static int g_threads;
+static const char *g_device;
 
 static result run_policy(const workload *w, jit_shape_policy policy, const int64_t *stream,
                          int calls, const int64_t *hot, int n_hot, buffers *b) {
@@ -277,6 +279,7 @@ static result run_policy(const workload *w, jit_shape_policy policy, const int64
   o.cache_dir = "";
   o.shape_policy = policy;
   o.num_threads = g_threads;
+  o.device = g_device;
   jit_context *ctx = NULL;
   if (!ok(jit_context_create(&o, &ctx), "context")) exit(1);
   jit_graph *g = w->build(ctx);
@@ -477,9 +480,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--kernels")) kernel_mode = true;
     else if (!strcmp(argv[i], "--export") && i + 1 < argc) export_dir = argv[++i];
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc) g_device = argv[++i];
     else {
       fprintf(stderr, "usage: jitml_stream [--quick] [--only mlp|block] "
-              "[--stream uniform|zipf] [--threads N] [--kernels] [--export DIR]\n");
+              "[--stream uniform|zipf] [--threads N] [--kernels] [--export DIR] "
+              "[--device vulkan|cuda]\n");
       return 2;
     }
   }
@@ -491,7 +496,8 @@ int main(int argc, char **argv) {
     kernels(threads);
     return 0;
   }
-  printf("libjitml %s; each policy in a fresh context, disk cache off\n", jit_version());
+  printf("libjitml %s; each policy in a fresh context, disk cache off%s%s\n", jit_version(),
+         g_device ? "; device " : "", g_device ? g_device : "");
   static const char *const pname[] = {"AUTO", "EXACT", "GENERIC"};
   for (size_t wi = 0; wi < sizeof kWorkloads / sizeof *kWorkloads; wi++) {
     const workload *w = &kWorkloads[wi];

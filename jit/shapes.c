@@ -125,32 +125,53 @@ static void jit__declared_inputs(const jit_graph *g, DLTensor *in) {
   }
 }
 
+// What a generic compile lowers: the graph's nodes with their symbolic dims, what its
+// reshapes asked for, and its inputs as declared (for the disk entry's key text).
+typedef struct jit__generic_src {
+  jit__node *nodes;
+  int64_t (*req)[JIT_MAX_RANK];
+  DLTensor *in;
+  jit__lgraph lg;
+} jit__generic_src;
+
+static void jit__generic_src_free(jit__generic_src *src) {
+  free(src->nodes);
+  free(src->req);
+  free(src->in);
+}
+
+static jit_status jit__generic_src_make(jit_graph *g, jit__generic_src *src) {
+  uint32_t n = g->n_nodes ? g->n_nodes : 1;
+  src->nodes = malloc(sizeof(*src->nodes) * n);
+  src->req = malloc(sizeof(*src->req) * n);
+  src->in = calloc(g->n_inputs + 1, sizeof(*src->in));
+  if (!src->nodes || !src->req || !src->in) {
+    jit__generic_src_free(src);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (uint32_t i = 0; i < g->n_nodes; i++) {
+    src->nodes[i] = g->nodes[i].n;
+    memcpy(src->req[i], g->nodes[i].req, sizeof src->req[i]);
+  }
+  jit__declared_inputs(g, src->in);
+  src->lg = (jit__lgraph){g->name, src->nodes, g->n_nodes, g->inputs, g->n_inputs,
+                          g->outputs, g->n_outputs};
+  return NULL;
+}
+
 // Compiles the generic kernel of `g` into gk->exact and stores it on disk.
 static jit_status jit__generic_compile(jit_graph *g, jit__kernel *gk) {
   jit_context *ctx = g->ctx;
-  uint32_t n = g->n_nodes ? g->n_nodes : 1;
-  jit__node *nodes = malloc(sizeof(*nodes) * n);
-  int64_t(*req)[JIT_MAX_RANK] = malloc(sizeof(*req) * n);
-  DLTensor *in = calloc(g->n_inputs + 1, sizeof(*in));
-  jit_status s = NULL;
-  if (!nodes || !req || !in) {
-    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
-  for (uint32_t i = 0; i < g->n_nodes; i++) {
-    nodes[i] = g->nodes[i].n;
-    memcpy(req[i], g->nodes[i].req, sizeof req[i]);
-  }
+  jit__generic_src src;
+  JIT_PROPAGATE(jit__generic_src_make(g, &src));
   char hex[33], func_name[48];
   jit__hex_encode(gk->key, 16, hex);
   snprintf(func_name, sizeof func_name, "jitg_%.24s", hex);
-  jit__lgraph lg = {g->name, nodes, g->n_nodes, g->inputs, g->n_inputs,
-                    g->outputs, g->n_outputs};
   jit__lower_options lo = jit__cpu_lower_options(ctx);
   jit__artifact art;
   double t0 = jit__now_ms();
-  s = jit__compile_cpu_generic(&lg, (const int64_t(*)[JIT_MAX_RANK])req, func_name, &lo,
-                               &art);
+  jit_status s = jit__compile_cpu_generic(&src.lg, (const int64_t(*)[JIT_MAX_RANK])src.req,
+                                          func_name, &lo, &art);
   double ms = jit__now_ms() - t0;
   jit__count_compile(ctx, g, "generic kernel", ms, s ? NULL : &art);
   atomic_fetch_add_explicit(&ctx->generic_compiles, 1, memory_order_relaxed);
@@ -165,15 +186,10 @@ static jit_status jit__generic_compile(jit_graph *g, jit__kernel *gk) {
     gk->outputs[j].dtype = o->dtype;
     memcpy(gk->outputs[j].dims, o->dims, sizeof o->dims);
   }
-  if (!s) {
-    jit__declared_inputs(g, in);
-    jit__disk_store(g, gk->key, in, &art, gk->outputs);
-  }
+  if (!s) jit__disk_store(g, gk->key, src.in, &art, gk->outputs);
   jit__artifact_release(&art);
 done:
-  free(nodes);
-  free(req);
-  free(in);
+  jit__generic_src_free(&src);
   return s;
 }
 
@@ -260,24 +276,13 @@ jit_status jit__generic_get(jit_graph *g, jit__kernel **out) {
 // graph on that device get their own kernels).
 static jit_status jit__gpu_generic_finish(jit_graph *g, jit__kernel *gk) {
   jit_context *ctx = g->ctx;
-  uint32_t n = g->n_nodes ? g->n_nodes : 1;
-  jit__node *nodes = malloc(sizeof(*nodes) * n);
-  int64_t(*req)[JIT_MAX_RANK] = malloc(sizeof(*req) * n);
-  DLTensor *in = calloc(g->n_inputs + 1, sizeof(*in));
-  jit_status s = NULL;
-  if (!nodes || !req || !in) {
-    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-  } else {
-    for (uint32_t i = 0; i < g->n_nodes; i++) {
-      nodes[i] = g->nodes[i].n;
-      memcpy(req[i], g->nodes[i].req, sizeof req[i]);
-    }
-    jit__declared_inputs(g, in);
-    jit__lgraph lg = {g->name, nodes, g->n_nodes, g->inputs, g->n_inputs,
-                      g->outputs, g->n_outputs};
-    s = jit__gpu_generic_make(g, gk->device, gk->key, &lg,
-                              (const int64_t(*)[JIT_MAX_RANK])req, in, gk->outputs,
+  jit__generic_src src;
+  jit_status s = jit__generic_src_make(g, &src);
+  if (!s) {
+    s = jit__gpu_generic_make(g, gk->device, gk->key, &src.lg,
+                              (const int64_t(*)[JIT_MAX_RANK])src.req, src.in, gk->outputs,
                               &gk->gpu_generic);
+    jit__generic_src_free(&src);
   }
   if (!s) gk->pinned = true;  // bindings load it: never unloaded
   jit__publish(ctx, gk, s);
@@ -287,9 +292,6 @@ static jit_status jit__gpu_generic_finish(jit_graph *g, jit__kernel *gk) {
              "bindings there get kernels of their own (shape policy EXACT)", g->name,
              jit__device_kind_name(gk->device->kind), gk->device->ordinal,
              jit_status_message(s));
-  free(nodes);
-  free(req);
-  free(in);
   return s;
 }
 
