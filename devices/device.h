@@ -169,6 +169,14 @@ struct jit__device_vtable {
   // them, bounded by the device's timeout.
   jit_status (*launch)(jit__dev_executable *executable, const jit__dev_arg *args,
                        uint32_t n_args);
+  // Optional (NULL where the backend has none): as launch, with `grids[k]` in place of
+  // kernel k's grid (a 0 launches nothing; each within the device's limits, else
+  // JIT_UNSUPPORTED) and `bytes[i]` in place of buffer i's declared size. A generic
+  // kernel is loaded once and launched with each binding's grids and sizes; without
+  // this jit/ loads it once per binding.
+  jit_status (*launch_grids)(jit__dev_executable *executable, const jit__dev_arg *args,
+                             uint32_t n_args, const uint32_t (*grids)[3],
+                             const uint64_t *bytes);
   // Waits for work that an earlier wait gave up on.
   jit_status (*wait)(jit__dev *device);
   // Optional (NULL when the backend keeps none): bytes of the device's own cache of

@@ -38,11 +38,14 @@
 #include "jit/internal.h"
 #include "lowering/gpu.h"
 
-// A loaded GPU kernel. Thread-safe: runs are serialized by run_mu.
+// A loaded GPU kernel. Thread-safe: runs are serialized by run_mu. A binding of a
+// generic kernel has a plan of its own (grids, sizes) and launches the generic
+// kernel's module (`shared`: not unloaded here) with its grids.
 struct jit__gpu_exec {
   jit_device *device;
   jit__gpu_plan plan;
   jit__dev_executable *exe;
+  bool shared;             // `exe` is a generic kernel's: launched with plan's grids
   void **temps;            // per plan buffer: the temporary's `data`, else NULL
   jit__dev_buffer **temp_buffers;  // and the allocation behind it
   pthread_mutex_t run_mu;  // one run at a time (temporaries are shared)
@@ -56,7 +59,7 @@ void jit__gpu_exec_destroy(jit__gpu_exec *e) {
     if (e->temps[i]) jit__device_buffer_free(e->device, e->temps[i]);
   free(e->temps);
   free(e->temp_buffers);
-  if (e->exe) e->device->backend->vt->unload(e->exe);
+  if (e->exe && !e->shared) e->device->backend->vt->unload(e->exe);
   jit__gpu_plan_release(&e->plan);
   pthread_mutex_destroy(&e->run_mu);
   free(e);
@@ -111,8 +114,18 @@ static jit_status jit__gpu_alloc_temps(jit__gpu_exec *e) {
 }
 
 // Makes an executable from module bytes and a plan (taken over on success).
+static jit_status jit__gpu_load_as(jit_device *d, const jit__gpu_image *img,
+                                   jit__gpu_plan *plan, bool temps, jit__gpu_exec **out);
+
 static jit_status jit__gpu_load(jit_device *d, const jit__gpu_image *img,
                                 jit__gpu_plan *plan, jit__gpu_exec **out) {
+  return jit__gpu_load_as(d, img, plan, true, out);
+}
+
+// jit__gpu_load, with the plan's temporaries allocated or not (a generic kernel's
+// module: each binding has its own).
+static jit_status jit__gpu_load_as(jit_device *d, const jit__gpu_image *img,
+                                   jit__gpu_plan *plan, bool temps, jit__gpu_exec **out) {
   *out = NULL;
   JIT_PROPAGATE(jit__device_open(d));
   jit__gpu_exec *e = calloc(1, sizeof(*e));
@@ -139,7 +152,7 @@ static jit_status jit__gpu_load(jit_device *d, const jit__gpu_image *img,
   if (!s) {
     e->plan = *plan;
     memset(plan, 0, sizeof(*plan));
-    s = jit__gpu_alloc_temps(e);
+    if (temps) s = jit__gpu_alloc_temps(e);
   }
 done:
   free(bytes);
@@ -490,10 +503,16 @@ struct jit__gpu_generic {
   size_t module_size, cubin_size;
   char no_cubin[512];
   jit__gpu_plan plan;
+  // Where the backend launches with given grids: the module, loaded once (at the
+  // first binding), that every binding launches.
+  pthread_mutex_t mu;
+  jit__gpu_exec *loaded;
 };
 
 void jit__gpu_generic_free(jit__gpu_generic *gg) {
   if (!gg) return;
+  jit__gpu_exec_destroy(gg->loaded);
+  pthread_mutex_destroy(&gg->mu);
   free(gg->module);
   free(gg->cubin);
   jit__gpu_plan_release(&gg->plan);
@@ -504,6 +523,7 @@ void jit__gpu_generic_free(jit__gpu_generic *gg) {
 static jit_status jit__gpu_generic_new(const jit__gpu_image *img, jit__gpu_plan *plan,
                                        jit__gpu_generic **out) {
   jit__gpu_generic *gg = calloc(1, sizeof(*gg));
+  if (gg) pthread_mutex_init(&gg->mu, NULL);
   if (gg) gg->module = malloc(img->module_size + 1);
   if (gg && img->cubin_size) gg->cubin = malloc(img->cubin_size);
   if (!gg || !gg->module || (img->cubin_size && !gg->cubin)) {
@@ -581,6 +601,55 @@ jit_status jit__gpu_generic_make(jit_graph *g, jit_device *d, const uint8_t key[
   return s;
 }
 
+// A binding's kernel that launches generic kernel `gg`'s module, loaded once here,
+// with `plan` (the binding's, taken over): temporaries of its own, no module load.
+static jit_status jit__gpu_generic_shared(jit__gpu_generic *gg, jit_device *d,
+                                          const jit__gpu_image *img, jit__gpu_plan *plan,
+                                          jit__gpu_exec **out) {
+  jit_status s = NULL;
+  pthread_mutex_lock(&gg->mu);
+  if (!gg->loaded) {
+    // Its buffers' sizes vary per binding: no minimum at load (each launch gives them).
+    jit__gpu_plan p = gg->plan;
+    p.code = NULL;  // the programs stay with gg->plan
+    p.sizes = NULL;
+    p.n_code = p.n_sizes = 0;
+    p.buffers = calloc(gg->plan.n_buffers + 1, sizeof *p.buffers);
+    p.kernels = calloc(gg->plan.n_kernels + 1, sizeof *p.kernels);
+    if (!p.buffers || !p.kernels) {
+      s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      memcpy(p.buffers, gg->plan.buffers, sizeof *p.buffers * gg->plan.n_buffers);
+      for (uint32_t i = 0; i < p.n_buffers; i++)
+        if (p.buffers[i].bytes_expr.len) p.buffers[i].bytes = 0;
+      for (uint32_t k = 0; k < p.n_kernels; k++) {
+        p.kernels[k] = gg->plan.kernels[k];
+        p.kernels[k].args = malloc(sizeof(uint32_t) * (p.kernels[k].n_args + 1));
+        if (!p.kernels[k].args) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+        else memcpy(p.kernels[k].args, gg->plan.kernels[k].args,
+                    sizeof(uint32_t) * p.kernels[k].n_args);
+      }
+    }
+    if (!s) s = jit__gpu_load_as(d, img, &p, false, &gg->loaded);
+    jit__gpu_plan_release(&p);
+  }
+  jit__gpu_exec *shared = gg->loaded;
+  pthread_mutex_unlock(&gg->mu);
+  if (s) return s;
+  jit__gpu_exec *e = calloc(1, sizeof(*e));
+  if (!e) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  e->device = d;
+  e->exe = shared->exe;
+  e->shared = true;
+  pthread_mutex_init(&e->run_mu, NULL);
+  e->plan = *plan;
+  memset(plan, 0, sizeof(*plan));
+  s = jit__gpu_alloc_temps(e);
+  if (s) jit__gpu_exec_destroy(e);
+  else *out = e;
+  return s;
+}
+
 jit_status jit__gpu_generic_bind(jit__gpu_generic *gg, jit_device *d, const DLTensor *inputs,
                                  uint32_t n_in, const jit__oshape *outs, uint32_t n_out,
                                  jit__gpu_exec **out) {
@@ -607,7 +676,11 @@ jit_status jit__gpu_generic_bind(jit__gpu_generic *gg, jit_device *d, const DLTe
   jit__gpu_image img = {gg->module, gg->module_size, gg->cubin, gg->cubin_size,
                         gg->no_cubin[0] ? gg->no_cubin : NULL};
   uint32_t n_sizes = plan.n_sizes;
-  s = jit__gpu_load(d, &img, &plan, out);
+  if (d->backend->vt->launch_grids) {
+    s = jit__gpu_generic_shared(gg, d, &img, &plan, out);
+  } else {
+    s = jit__gpu_load(d, &img, &plan, out);
+  }
   jit__gpu_plan_release(&plan);
   // The sizes go into the SIZES buffer once: this loaded kernel serves one binding.
   for (uint32_t i = 0; !s && i < (*out)->plan.n_buffers; i++)
@@ -651,11 +724,25 @@ jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inp
       s = JIT_ERR(JIT_INTERNAL, "launch plan buffer %u refers to a missing tensor", i);
     }
   }
+  uint32_t(*grids)[3] = NULL;
+  uint64_t *bytes = NULL;
+  if (!s && e->shared) {
+    grids = malloc(sizeof(*grids) * (e->plan.n_kernels + 1));
+    bytes = malloc(sizeof(*bytes) * (n + 1));
+    if (!grids || !bytes) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    for (uint32_t k = 0; !s && k < e->plan.n_kernels; k++)
+      memcpy(grids[k], e->plan.kernels[k].grid, sizeof grids[k]);
+    for (uint32_t i = 0; !s && i < n; i++) bytes[i] = e->plan.buffers[i].bytes;
+  }
   if (!s) {
+    const jit__device_vtable *vt = e->device->backend->vt;
     pthread_mutex_lock(&e->run_mu);
-    s = e->device->backend->vt->launch(e->exe, args, n);
+    s = e->shared ? vt->launch_grids(e->exe, args, n, (const uint32_t(*)[3])grids, bytes)
+                  : vt->launch(e->exe, args, n);
     pthread_mutex_unlock(&e->run_mu);
   }
+  free(grids);
+  free(bytes);
   if (args != stack) free(args);
   return s;
 }

@@ -381,45 +381,47 @@ Test(backend, grid_past_65535_blocks, .timeout = 300) {
   env_close(&e);
 }
 
-// A generic kernel (the graph's `?` dims kept) bound to one binding: loaded with the
-// plan jit__gpu_plan_bind computes, its SIZES buffer written, run once.
-static void run_generic(be_env *e, const jit__gpu_artifact *ga, const int *ranks,
-                        const int64_t (*dims)[JIT_MAX_RANK], uint32_t n_io,
+// A generic kernel (the graph's `?` dims kept) run for one binding: `exe` is its module,
+// loaded once, launched with the grids and sizes jit__gpu_plan_bind computes for the
+// binding (launch_grids), its SIZES buffer written first.
+static void run_generic(be_env *e, const jit__gpu_artifact *ga, jit__dev_executable *exe,
+                        const int *ranks, const int64_t (*dims)[JIT_MAX_RANK], uint32_t n_io,
                         float *const *inputs, float **outputs) {
-  jit__gpu_artifact a = *ga;
+  jit__gpu_plan bound;
   int32_t *sizes = NULL;
-  OK(jit__gpu_plan_bind(&ga->plan, n_io, ranks, dims, &a.plan, &sizes));
-  be_art d;
-  art_from(e, &a, &d);
-  jit__dev_executable *exe = NULL;
-  uint32_t used = 99;
-  OK(e->vt->load(e->dev, &d.art, &exe, &used));
-  uint32_t nb = a.plan.n_buffers;
+  OK(jit__gpu_plan_bind(&ga->plan, n_io, ranks, dims, &bound, &sizes));
+  uint32_t nb = bound.n_buffers;
   jit__dev_arg *args = calloc(nb + 1, sizeof *args);
+  uint64_t *bytes = calloc(nb + 1, sizeof *bytes);
+  uint32_t(*grids)[3] = calloc(bound.n_kernels + 1, sizeof *grids);
+  for (uint32_t k = 0; k < bound.n_kernels; k++)
+    memcpy(grids[k], bound.kernels[k].grid, sizeof grids[k]);
   for (uint32_t b = 0; b < nb; b++) {
-    const jit__gpu_buffer *pb = &a.plan.buffers[b];
+    const jit__gpu_buffer *pb = &bound.buffers[b];
+    bytes[b] = pb->bytes;
     args[b] = alloc_arg(e, pb->bytes ? pb->bytes : 4);
     if (pb->kind == JIT__GPU_BUF_INPUT)
       upload_values(e, &args[b], JIT__F32, inputs[pb->index], pb->bytes);
     else if (pb->kind == JIT__GPU_BUF_SIZES)
-      OK(e->vt->upload(e->dev, &args[b], 0, sizes, 4 * (uint64_t)a.plan.n_sizes));
+      OK(e->vt->upload(e->dev, &args[b], 0, sizes, 4 * (uint64_t)bound.n_sizes));
   }
-  OK(e->vt->launch(exe, args, nb));
+  OK(e->vt->launch_grids(exe, args, nb, (const uint32_t(*)[3])grids, bytes));
   OK(e->vt->wait(e->dev));
   for (uint32_t b = 0; b < nb; b++) {
-    const jit__gpu_buffer *pb = &a.plan.buffers[b];
+    const jit__gpu_buffer *pb = &bound.buffers[b];
     if (pb->kind == JIT__GPU_BUF_OUTPUT)
       download_values(e, &args[b], JIT__F32, outputs[pb->index], pb->bytes);
   }
   for (uint32_t b = 0; b < nb; b++) e->vt->buffer_free(e->dev, args[b].buffer);
   free(args);
-  e->vt->unload(exe);
-  art_free(&d);
-  jit__gpu_plan_release(&a.plan);
+  free(bytes);
+  free(grids);
+  jit__gpu_plan_release(&bound);
   free(sizes);
 }
 
-// relu(x W1 + b1) W2 + b2 with x [N, 40], one generic kernel for N = 1, 7, 33, 300
+// relu(x W1 + b1) W2 + b2 with x [N, 40], one generic kernel (one module load) for N =
+// 1, 7, 33, 300
 // (1, primes, past a 256-thread block), against plain C.
 Test(backend, generic_kernel_per_binding) {
   be_env e;
@@ -443,6 +445,15 @@ Test(backend, generic_kernel_per_binding) {
   }
   jit__gpu_artifact ga;
   OK(jit__compile_gpu_generic(&t.g, NULL, "gen", &tgt, &ga));
+  cr_assert_not_null(e.vt->launch_grids, "%s has no launch_grids", e.name);
+  // The module, loaded once: no minimum buffer sizes (they vary per binding).
+  be_art d;
+  art_from(&e, &ga, &d);
+  for (uint32_t b = 0; b < ga.plan.n_buffers; b++)
+    if (ga.plan.buffers[b].bytes_expr.len) d.bytes[b] = 0;
+  jit__dev_executable *exe = NULL;
+  uint32_t used = 99;
+  OK(e.vt->load(e.dev, &d.art, &exe, &used));
   ref_rng rng;
   ref_rng_seed(&rng, 90);
   float w1v[40 * 24], b1v[24], w2v[24 * 5], b2v[5];
@@ -465,12 +476,14 @@ Test(backend, generic_kernel_per_binding) {
     int ranks[6] = {2, 2, 1, 2, 1, 2};
     int64_t dims[6][JIT_MAX_RANK] = {{n, 40}, {40, 24}, {24}, {24, 5}, {5}, {n, 5}};
     float *in[5] = {xv, w1v, b1v, w2v, b2v};
-    run_generic(&e, &ga, ranks, (const int64_t(*)[JIT_MAX_RANK])dims, 6, in, &got);
+    run_generic(&e, &ga, exe, ranks, (const int64_t(*)[JIT_MAX_RANK])dims, 6, in, &got);
     char what[64];
     snprintf(what, sizeof what, "generic MLP, N = %lld", (long long)n);
     assert_close(got, want, n * 5, 1e-5, 1e-5, what);
     free(xv), free(hv), free(want), free(got);
   }
+  e.vt->unload(exe);
+  art_free(&d);
   jit__gpu_artifact_release(&ga);
   env_close(&e);
 }

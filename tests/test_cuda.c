@@ -640,6 +640,19 @@ Test(cuda_mock, add_runs_and_marshals_arguments) {
   for (int i = 0; i < 3; i++) cr_assert_eq(args[i], jit__cu_buffer_device_ptr(bufs[i]));
   m.launch(0, name, sizeof name, grid, block, &st, args);
   cr_assert_null(st, "no stream option: the legacy default stream");
+  // Grids given per run (a generic kernel's, for one binding): launched as given,
+  // refused past the device's limits, and a 0 launches nothing.
+  const uint32_t two[1][3] = {{2, 1, 1}}, over[1][3] = {{1, 65536, 1}}, none[1][3] = {{0, 1, 1}};
+  jit__cu_run_options rg = {.grids = two};
+  OK(jit__cu_run(exe, bufs, 3, &rg));
+  cr_assert_eq(m.launch_count(), 3);
+  m.launch(2, name, sizeof name, grid, block, &st, args);
+  cr_assert_eq(grid[0], 2);
+  rg.grids = over;
+  expect_code(jit__cu_run(exe, bufs, 3, &rg), JIT_UNSUPPORTED, "grid[1] = 65536", "grid over");
+  rg.grids = none;
+  OK(jit__cu_run(exe, bufs, 3, &rg));
+  cr_assert_eq(m.launch_count(), 3);
   for (int b = 0; b < 3; b++) jit__cu_buffer_destroy(bufs[b]);
   jit__cu_executable_destroy(exe);
   mock_close(&e, &m);

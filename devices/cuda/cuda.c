@@ -980,6 +980,12 @@ jit_status jit__cu_run(jit__cu_executable *executable, jit__cu_buffer *const *bu
   }
   CUstream stream = options ? options->stream : NULL;
   uint64_t timeout = options && options->timeout_ns ? options->timeout_ns : d->timeout_ns;
+  const uint32_t(*grids)[3] = options ? options->grids : NULL;
+  for (uint32_t k = 0; grids && k < e->n_kernels; k++)
+    for (int a = 0; a < 3; a++)
+      if (grids[k][a] > d->info.max_grid_dim[a])
+        return JIT_ERR(JIT_UNSUPPORTED, "CUDA: run: kernel %u grid[%d] = %u is over the "
+                       "device's limit %u", k, a, grids[k][a], d->info.max_grid_dim[a]);
 
   // params[i] points at the device address of argument i (cuLaunchKernel copies the
   // values at launch, so one array serves every kernel).
@@ -1001,17 +1007,18 @@ jit_status jit__cu_run(jit__cu_executable *executable, jit__cu_buffer *const *bu
   bool pushed = !s;
   for (uint32_t k = 0; k < e->n_kernels && !s; k++) {
     const cu_kernel *ck = &e->kernels[k];
-    if (!ck->grid[0] || !ck->grid[1] || !ck->grid[2]) continue;  // nothing to do
+    const uint32_t *grid = grids ? grids[k] : ck->grid;
+    if (!grid[0] || !grid[1] || !grid[2]) continue;  // nothing to do
     for (uint32_t i = 0; i < ck->n_args; i++) {
       vals[i] = buffers[e->args[ck->first_arg + i]]->ptr;
       params[i] = &vals[i];
     }
-    s = CU_DCALL(d, cuLaunchKernel, ck->fn, ck->grid[0], ck->grid[1], ck->grid[2],
+    s = CU_DCALL(d, cuLaunchKernel, ck->fn, grid[0], grid[1], grid[2],
                  ck->block[0], ck->block[1], ck->block[2], 0, stream, params, NULL);
     if (s)
       s = jit__status_annotate(s, "CUDA: launching kernel %u `%s` (grid %u,%u,%u block "
                                "%u,%u,%u) on device %u (%s)",
-                               k, ck->entry, ck->grid[0], ck->grid[1], ck->grid[2],
+                               k, ck->entry, grid[0], grid[1], grid[2],
                                ck->block[0], ck->block[1], ck->block[2], d->info.index,
                                d->info.name);
   }

@@ -272,6 +272,9 @@ typedef struct jit__cu_run_options {
   bool no_wait;
   // Bound on the wait in nanoseconds; 0: the device's.
   uint64_t timeout_ns;
+  // Per kernel, the grid to launch in place of its own (a generic kernel's, computed
+  // for a binding); NULL: the kernels' own. Checked against the device's limits.
+  const uint32_t (*grids)[3];
 } jit__cu_run_options;
 
 // Launches the kernels in order on `buffers` (n_buffers must equal the description's;

@@ -244,8 +244,9 @@ static jit_status jit__cub_load(jit__dev *dev, const jit__dev_artifact *a,
 
 // Arguments without a buffer are device addresses, wrapped (and so checked) for the
 // launch.
-static jit_status jit__cub_launch(jit__dev_executable *exe, const jit__dev_arg *args,
-                                  uint32_t n) {
+static jit_status jit__cub_launch_grids(jit__dev_executable *exe, const jit__dev_arg *args,
+                                        uint32_t n, const uint32_t (*grids)[3],
+                                        const uint64_t *bytes) {
   jit__cub_exec *e = (jit__cub_exec *)exe;
   if (n != e->n_buffers)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "cuda: %u buffers for a launch of %u", n,
@@ -258,17 +259,24 @@ static jit_status jit__cub_launch(jit__dev_executable *exe, const jit__dev_arg *
       bufs[i] = (jit__cu_buffer *)args[i].buffer;
       continue;
     }
+    uint64_t need = bytes ? bytes[i] : e->bytes[i];
     s = jit__cu_buffer_wrap(e->device->cu, (uint64_t)(uintptr_t)args[i].data,
-                            e->bytes[i] ? e->bytes[i] : 1, &bufs[i]);
+                            need ? need : 1, &bufs[i]);
     if (s) s = jit__status_annotate(s, "buffer %u", i);
     else wrapped[i] = true;
   }
-  if (!s) s = jit__cu_run(e->cu, bufs, n, NULL);
+  jit__cu_run_options ro = {.grids = grids};
+  if (!s) s = jit__cu_run(e->cu, bufs, n, &ro);
   for (uint32_t i = 0; bufs && wrapped && i < n; i++)
     if (wrapped[i]) jit__cu_buffer_destroy(bufs[i]);
   free(bufs);
   free(wrapped);
   return s;
+}
+
+static jit_status jit__cub_launch(jit__dev_executable *exe, const jit__dev_arg *args,
+                                  uint32_t n) {
+  return jit__cub_launch_grids(exe, args, n, NULL, NULL);
 }
 
 static jit_status jit__cub_wait(jit__dev *d) {
@@ -288,6 +296,7 @@ static const jit__device_vtable kCudaVtable = {
     .load = jit__cub_load,
     .unload = jit__cub_unload,
     .launch = jit__cub_launch,
+    .launch_grids = jit__cub_launch_grids,
     .wait = jit__cub_wait,
 };
 

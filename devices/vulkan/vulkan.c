@@ -1379,6 +1379,7 @@ done:
 typedef struct run_ctx {
   const jit__vk_executable *e;
   const VkDescriptorSet *sets;
+  const uint32_t (*grids)[3];  // NULL: the kernels' own
 } run_ctx;
 
 static void record_run(jit__vk_device *d, VkCommandBuffer cmd, void *vctx) {
@@ -1402,8 +1403,8 @@ static void record_run(jit__vk_device *d, VkCommandBuffer cmd, void *vctx) {
     }
     d->fn.vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
                                   e->pipeline_layouts[kk->layout], 0, 1, &c->sets[k], 0, NULL);
-    if (kk->grid[0] && kk->grid[1] && kk->grid[2])
-      d->fn.vkCmdDispatch(cmd, kk->grid[0], kk->grid[1], kk->grid[2]);
+    const uint32_t *grid = c->grids ? c->grids[k] : kk->grid;
+    if (grid[0] && grid[1] && grid[2]) d->fn.vkCmdDispatch(cmd, grid[0], grid[1], grid[2]);
   }
   // The host (mapped memory) and later copies see the results.
   VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
@@ -1416,9 +1417,21 @@ static void record_run(jit__vk_device *d, VkCommandBuffer cmd, void *vctx) {
 
 jit_status jit__vk_run(jit__vk_executable *executable, jit__vk_buffer *const *buffers,
                        uint32_t n_buffers) {
+  return jit__vk_run_grids(executable, buffers, n_buffers, NULL);
+}
+
+jit_status jit__vk_run_grids(jit__vk_executable *executable, jit__vk_buffer *const *buffers,
+                             uint32_t n_buffers, const uint32_t (*grids)[3]) {
   jit__vk_executable *e = executable;
   if (!e) return JIT_ERR(JIT_INVALID_ARGUMENT, "Vulkan: run: NULL executable");
   jit__vk_device *d = e->dev;
+  const jit__vk_device_info *info = jit__vk_device_get_info(d);
+  for (uint32_t k = 0; grids && k < e->n_kernels; k++)
+    for (int i = 0; i < 3; i++)
+      if (grids[k][i] > info->max_compute_work_group_count[i])
+        return JIT_ERR(JIT_UNSUPPORTED, "Vulkan: run: kernel %u grid[%d] = %u is over "
+                       "maxComputeWorkGroupCount (%u) of `%s`", k, i, grids[k][i],
+                       info->max_compute_work_group_count[i], info->name);
   if (n_buffers != e->n_buffers || (n_buffers && !buffers))
     return JIT_ERR(JIT_INVALID_ARGUMENT, "Vulkan: run: %u buffers given, the executable has %u",
                    n_buffers, e->n_buffers);
@@ -1475,7 +1488,7 @@ jit_status jit__vk_run(jit__vk_executable *executable, jit__vk_buffer *const *bu
     }
   }
   d->fn.vkUpdateDescriptorSets(d->vk, e->total_args, wr, 0, NULL);
-  run_ctx c = {.e = e, .sets = sets};
+  run_ctx c = {.e = e, .sets = sets, .grids = grids};
   s = submit_and_wait(d, f, record_run, NULL, &c, "run");
   f = NULL;  // taken over
 done:

@@ -232,5 +232,9 @@ double jit__vk_executable_create_ms(const jit__vk_executable *executable);
 // further work with JIT_DEVICE_ERROR.
 jit_status jit__vk_run(jit__vk_executable *executable, jit__vk_buffer *const *buffers,
                        uint32_t n_buffers);
+// jit__vk_run with `grids[k]` (one per kernel) in place of the executable's grids;
+// JIT_UNSUPPORTED for a grid past the device's maxComputeWorkGroupCount.
+jit_status jit__vk_run_grids(jit__vk_executable *executable, jit__vk_buffer *const *buffers,
+                             uint32_t n_buffers, const uint32_t (*grids)[3]);
 
 #endif  // JITML_DEVICES_VULKAN_VULKAN_H_

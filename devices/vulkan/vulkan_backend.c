@@ -129,15 +129,29 @@ static void jit__vkb_unload(jit__dev_executable *e) {
   jit__vk_executable_destroy((jit__vk_executable *)e);
 }
 
-static jit_status jit__vkb_launch(jit__dev_executable *e, const jit__dev_arg *args,
-                                  uint32_t n) {
+// (Vulkan buffers know their sizes: each is checked against `bytes` here.)
+static jit_status jit__vkb_launch_grids(jit__dev_executable *e, const jit__dev_arg *args,
+                                        uint32_t n, const uint32_t (*grids)[3],
+                                        const uint64_t *bytes) {
   jit__vk_buffer *stack[32] = {NULL};  // (zeroed: quiets -Wmaybe-uninitialized)
   jit__vk_buffer **bufs = n <= 32 ? stack : malloc(sizeof(*bufs) * n);
   if (!bufs) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-  for (uint32_t i = 0; i < n; i++) bufs[i] = jit__vkb_arg(&args[i]);
-  jit_status s = jit__vk_run((jit__vk_executable *)e, bufs, n);
+  jit_status s = NULL;
+  for (uint32_t i = 0; i < n && !s; i++) {
+    bufs[i] = jit__vkb_arg(&args[i]);
+    if (bytes && bufs[i] && jit__vk_buffer_size(bufs[i]) < bytes[i])
+      s = JIT_ERR(JIT_INVALID_ARGUMENT, "Vulkan: run: buffer %u has %llu bytes, this run "
+                  "needs %llu", i, (unsigned long long)jit__vk_buffer_size(bufs[i]),
+                  (unsigned long long)bytes[i]);
+  }
+  if (!s) s = jit__vk_run_grids((jit__vk_executable *)e, bufs, n, grids);
   if (bufs != stack) free(bufs);
   return s;
+}
+
+static jit_status jit__vkb_launch(jit__dev_executable *e, const jit__dev_arg *args,
+                                  uint32_t n) {
+  return jit__vkb_launch_grids(e, args, n, NULL, NULL);
 }
 
 static jit_status jit__vkb_wait(jit__dev *d) { return jit__vk_device_wait(jit__vkb_dev(d)); }
@@ -163,6 +177,7 @@ static const jit__device_vtable kVulkanVtable = {
     .load = jit__vkb_load,
     .unload = jit__vkb_unload,
     .launch = jit__vkb_launch,
+    .launch_grids = jit__vkb_launch_grids,
     .wait = jit__vkb_wait,
     .state_get = jit__vkb_state_get,
     .state_merge = jit__vkb_state_merge,
