@@ -502,15 +502,12 @@ void jit__publish(jit_context *ctx, jit__kernel *k, jit_status status) {
   pthread_mutex_unlock(&ctx->mu);
 }
 
-// Makes binding record `k` (claimed by this thread) ready by the graph's shape policy:
-// its own kernel (EXACT; AUTO when one is on disk), or the generic kernel.
 // The GPU side of jit__ready_binding: its own kernel from disk (AUTO), else the
-// generic kernel loaded for this binding (the generic kernel itself compiled on the
-// specializer's thread under AUTO, while this first binding compiles its own). false
-// with *s NULL: the binding takes its own kernel.
+// generic kernel launched for this binding (the generic kernel itself compiled on the
+// specializer's thread under AUTO, while this first binding compiles its own). false:
+// the binding takes its own kernel.
 static bool jit__ready_binding_gpu(jit_graph *g, const DLTensor *inputs, jit__kernel *k,
-                                   jit_shape_policy policy, jit_status *s) {
-  *s = NULL;
+                                   jit_shape_policy policy) {
   bool automatic = policy == JIT_SHAPE_POLICY_AUTO;
   if (automatic && jit__gpu_disk_load(g, k->device, k->key, k->outputs, &k->gpu)) return true;
   jit__kernel *gk = NULL;
@@ -518,17 +515,17 @@ static bool jit__ready_binding_gpu(jit_graph *g, const DLTensor *inputs, jit__ke
   if (!gs && gk) gs = jit__serve_generic_gpu(g, inputs, k, gk, automatic);
   if (!gs && gk) return true;
   // No generic kernel (logged where it failed), or this binding is past it (a grid
-  // over 65535): its own kernel.
-  if (gs && jit_status_get_code(gs) == JIT_RESOURCE_EXHAUSTED) *s = gs;
-  else jit_status_free(gs);
+  // over 65535), or it could not be loaded for it: its own kernel.
+  jit_status_free(gs);
   return false;
 }
 
+// Makes binding record `k` (claimed by this thread) ready by the graph's shape policy:
+// its own kernel (EXACT; AUTO when one is on disk), or the generic kernel.
 static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__kernel *k) {
   jit_shape_policy policy = jit__policy_of(g, k->device);
   if (policy != JIT_SHAPE_POLICY_EXACT && k->device->kind != JIT_DEVICE_CPU) {
-    jit_status s = NULL;
-    if (jit__ready_binding_gpu(g, inputs, k, policy, &s) || s) return s;
+    if (jit__ready_binding_gpu(g, inputs, k, policy)) return NULL;
     goto exact;
   }
   if (policy != JIT_SHAPE_POLICY_EXACT) {
