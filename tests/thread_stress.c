@@ -5,11 +5,14 @@
 // while bindings are specialized in the background and switch kernels, with a limit of
 // four loaded kernels so that least recently used ones are unloaded under the
 // running threads; single-flight compiles of one key from all threads; a graph
-// destroyed with specializations queued and in flight; the context destroyed after.
+// destroyed with specializations queued and in flight; the context destroyed after;
+// hot bindings remembered in a cache directory and warmed up by a restarted context
+// while threads run them.
 // Results are checked against plain C. Exits 0 when all is well. CTest runs it in every
 // build; .ci/run runs it in a -DJITML_TSAN=ON build.
 //
 //===----------------------------------------------------------------------===//
+#define _DEFAULT_SOURCE  // mkdtemp
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
@@ -97,6 +100,43 @@ static void *same_key(void *arg) {
   return NULL;
 }
 
+// Hot bindings across a restart, in a cache directory: a first context makes bindings
+// hot (noted by the specializer's thread, and by the graph's destruction for those
+// still queued); a second one queues them at its first call, and its background warm
+// ups race with four threads running the same bindings.
+static void hot_restart(void) {
+  char dir[] = "/tmp/jitml-stress-XXXXXX";
+  if (!mkdtemp(dir)) {
+    fail("mkdtemp", NULL);
+    return;
+  }
+  for (int round = 0; round < 2; round++) {
+    jit_options o;
+    jit_options_init(&o);
+    o.cache_dir = dir;
+    o.specialize_after = 2;
+    jit_context *ctx = NULL;
+    jit_status s = jit_context_create(&o, &ctx);
+    if (s) {
+      fail("context", s);
+      break;
+    }
+    jit_graph *g = layer(ctx);
+    pthread_t t[kThreads];
+    job jobs[kThreads];
+    for (int i = 0; i < kThreads; i++) {
+      jobs[i] = (job){g, i};
+      pthread_create(&t[i], NULL, runner, &jobs[i]);
+    }
+    for (int i = 0; i < kThreads; i++) pthread_join(t[i], NULL);
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) fail("removing the cache directory", NULL);
+}
+
 int main(void) {
   for (int i = 0; i < K * N; i++) W[i] = (float)((i * 17) % 11) / 11.0f - 0.5f;
   jit_options o;
@@ -150,5 +190,6 @@ int main(void) {
   }
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
+  hot_restart();
   return failures ? 1 : 0;
 }
