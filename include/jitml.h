@@ -415,7 +415,8 @@ JIT_API jit_status jit_run(jit_graph *graph, const DLTensor *inputs, int n_input
 JIT_API jit_status jit_graph_compile(jit_graph *graph, const DLTensor *inputs,
                                      int n_inputs);
 
-// Makes the graph's generic kernel for the CPU ready (its symbolic dims kept as `?`;
+// Makes the graph's generic kernel ready for the device its runs go to (options.device's
+// GPU, else the CPU; its symbolic dims kept as `?`;
 // loaded from the disk cache, or compiled and stored), so that the first call of any
 // binding under AUTO or GENERIC waits for no compiler; `jit_graph_compile` under EXACT
 // prewarms exact kernels. JIT_UNSUPPORTED with the reason for a graph that has no

@@ -305,6 +305,9 @@ jit_status jit__gpu_generic_make(jit_graph *g, jit_device *d, const uint8_t key[
                                  const jit__lgraph *lg, const int64_t (*req)[JIT_MAX_RANK],
                                  const DLTensor *declared, jit__oshape *shapes,
                                  jit__gpu_generic **out);
+// The generic kernel of `key` from the disk cache only, or NULL.
+jit__gpu_generic *jit__gpu_generic_load(jit_graph *g, jit_device *d, const uint8_t key[16],
+                                        jit__oshape *shapes);
 // Loads generic kernel `gg` for one binding (its inputs and output shapes): the grids,
 // temporaries and sizes of that binding. JIT_UNSUPPORTED when the binding is past
 // what the generic kernel addresses (then its own kernel serves it).

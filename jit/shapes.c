@@ -307,6 +307,14 @@ jit_status jit__gpu_generic_get(jit_graph *g, jit_device *d, bool queue, jit__ke
     *out = gk;
     return NULL;
   }
+  // From disk at once; a compile goes to the background thread when asked.
+  if (queue && (gk->gpu_generic = jit__gpu_generic_load(g, d, key, gk->outputs))) {
+    gk->pinned = true;
+    jit__publish(g->ctx, gk, NULL);
+    jit__kernel_release(gk);
+    *out = gk;
+    return NULL;
+  }
   if (queue && jit__spec_push(g, gk, true)) return NULL;  // built in the background
   JIT_PROPAGATE(jit__gpu_generic_finish(g, gk));
   *out = gk;
@@ -401,7 +409,9 @@ jit_status jit_graph_compile_generic(jit_graph *g) {
                    "kernels (generic kernels are built for graphs of the C API and their "
                    "exports)", g->name);
   jit__kernel *gk = NULL;
-  jit_status s = jit__generic_get(g, &gk);
+  // For the device runs go to: options.device's GPU, else the CPU.
+  jit_device *d = g->ctx->offload;
+  jit_status s = d ? jit__gpu_generic_get(g, d, false, &gk) : jit__generic_get(g, &gk);
   if (s && jit_status_get_code(s) != JIT_RESOURCE_EXHAUSTED) {
     jit_status u = JIT_ERR(JIT_UNSUPPORTED, "graph `%s` has no generic kernel: %s", g->name,
                            jit_status_message(s));

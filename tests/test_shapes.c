@@ -889,6 +889,22 @@ Test(shapes, generic_kernel_on_vulkan) {
   jit_context_destroy(ctx);
 }
 
+// jit_graph_compile_generic prewarms the generic kernel for options.device's GPU:
+// then no binding compiles, not even the first under AUTO.
+Test(shapes, compile_generic_for_vulkan) {
+  jit_context *ctx = vulkan_ctx(JIT_SHAPE_POLICY_AUTO, 0);
+  jit_graph *g = matmul_graph(ctx, "M", 37, 29, TU_F32);
+  TU_OK(jit_graph_compile_generic(g));
+  cr_expect_eq(stats(ctx).generic_compiles, 1);
+  check_matmul(g, 6, 37, 29, TU_F32, 980);
+  check_matmul(g, 11, 37, 29, TU_F32, 981);
+  jit_stats st = stats(ctx);
+  cr_expect_eq(st.compiles, 1, "compiles %llu", (unsigned long long)st.compiles);
+  cr_expect_eq(st.generic_runs, 2);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 // AUTO on a GPU: the first binding compiles its own kernel (the generic one compiles
 // in the background), later ones load the generic kernel with their sizes, and the
 // binding that comes back gets its own kernel in the background and switches to it.

@@ -46,6 +46,7 @@ typedef struct args {
   const char *shapes;     // --shapes / --shape
   const char *cache_dir;  // --cache-dir
   const char *path;       // export/import bundle
+  const char *device;     // --device: options.device (runs and prewarms go there)
   int jobs, repeat;
   bool expect_warm, json;
   bool hot;    // prewarm: also the bindings the cache remembers as hot
@@ -73,7 +74,8 @@ static const char kUsage[] =
     "SPEC binds the model's symbolic dims: 'N=1,2,4,8-64:8;S=128' (values, ranges\n"
     "lo-hi:step; ';' separates symbols; every combination is used).\n"
     "options: --cache-dir DIR (default: $JITML_CACHE_DIR, $XDG_CACHE_HOME/jitml,\n"
-    "~/.cache/jitml), -h/--help.\n";
+    "~/.cache/jitml), --device cpu|vulkan|cuda[:N] (where prewarm, run and explain\n"
+    "compile for: options.device), -h/--help.\n";
 
 static int usage_error(const char *msg) {
   fprintf(stderr, "jitml: %s\n\n%s", msg, kUsage);
@@ -90,6 +92,8 @@ static int parse_args(int argc, char **argv, int first, args *a, bool want_model
       exit(kExitOk);
     } else if ((!strcmp(s, "--shapes") || !strcmp(s, "--shape")) && has_next) {
       a->shapes = argv[++i];
+    } else if (!strcmp(s, "--device") && has_next) {
+      a->device = argv[++i];
     } else if (!strcmp(s, "--cache-dir") && has_next) {
       a->cache_dir = argv[++i];
     } else if (!strcmp(s, "--jobs") && has_next) {
@@ -127,6 +131,7 @@ static jit_status open_context(const args *a, jit_context **ctx) {
   jit_options o;
   jit_options_init(&o);
   o.cache_dir = a->cache_dir;
+  o.device = a->device;
   // prewarm fills the cache with each binding's own kernel (and the generic one).
   if (a->exact) o.shape_policy = JIT_SHAPE_POLICY_EXACT;
   return jit_context_create(&o, ctx);

@@ -80,4 +80,20 @@ echo "$out" | grep -q "1 hot bindings ready" || fail "prewarm --hot: $out"
 "$jitml" prewarm "$export_model" --shapes 'N=7' --expect-warm --cache-dir "$hot" >/dev/null \
   || fail "prewarm --hot did not store N=7's kernel"
 
+# --device: prewarm builds the generic kernel for that GPU; a later run there compiles
+# nothing (skipped where there is no Vulkan device).
+gpu="$dir/gpu"
+set +e
+out=$("$jitml" prewarm "$export_model" --device vulkan --shapes 'N=3' --cache-dir "$gpu" 2>&1)
+rc=$?
+set -e
+if [[ $rc != 0 ]] && echo "$out" | grep -q "UNAVAILABLE"; then
+  echo "skipped: no Vulkan device (--device)"
+else
+  [[ $rc == 0 ]] || fail "prewarm --device vulkan: $out"
+  echo "$out" | grep -q "generic kernel ready" || fail "prewarm --device vulkan: $out"
+  out=$("$jitml" run "$export_model" --device vulkan --shape 'N=5,9' --cache-dir "$gpu")
+  echo "$out" | grep -q "N=9.*call 1:.*kernel from memory" || fail "run --device vulkan: $out"
+fi
+
 echo "tool test: all checks passed"
