@@ -474,7 +474,15 @@ void jit__explain_policy(jit_graph *g, jit_device *d, const uint8_t key[16], jit
   } else if (policy == JIT_SHAPE_POLICY_EXACT) {
     now = "kernel now: none loaded; the next call loads its own from disk or compiles it";
   } else {
+    // Loaded: on the CPU the graph holds it; on a GPU its record is READY in the table.
     bool generic = atomic_load(&g->generic) != NULL;
+    uint8_t gkey[16];
+    if (d->kind != JIT_DEVICE_CPU) {
+      jit_status ks = jit__generic_key(g, d, gkey);
+      jit__kernel *gk = ks ? NULL : jit__table_find(&ctx->table, gkey);
+      generic = gk && gk->state == JIT__K_READY;
+      jit_status_free(ks);
+    }
     snprintf(buf, sizeof buf, "kernel now: none loaded; the next call %sruns the generic "
              "kernel%s",
              policy == JIT_SHAPE_POLICY_AUTO ? "uses its own kernel if cached on disk, "
