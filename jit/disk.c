@@ -149,6 +149,14 @@ bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
   return ok;
 }
 
+void jit__disk_put(jit_context *ctx, const jit__cache_entry *e) {
+  jit_status s = jit__cache_put(ctx->cache, e);
+  if (s) {
+    jit__log(ctx, JIT_LOG_WARNING, "disk cache: %s", jit_status_message(s));
+    jit_status_free(s);
+  }
+}
+
 void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,
                      const jit__artifact *art, const jit__oshape *shapes) {
   jit_context *ctx = g->ctx;
@@ -162,13 +170,7 @@ void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs
   e.payload = art->object;
   e.payload_size = art->object_size;
   e.components = jit__key_components(g, ctx->devices[0], inputs);
-  if (e.meta && e.components) {
-    jit_status s = jit__cache_put(ctx->cache, &e);
-    if (s) {
-      jit__log(ctx, JIT_LOG_WARNING, "disk cache: %s", jit_status_message(s));
-      jit_status_free(s);
-    }
-  }
+  if (e.meta && e.components) jit__disk_put(ctx, &e);
   free(e.meta);
   free(e.components);
 }

@@ -46,6 +46,8 @@ struct jit__gpu_exec {
   jit__gpu_plan plan;
   jit__dev_executable *exe;
   bool shared;             // `exe` is a generic kernel's: launched with plan's grids
+  uint32_t (*grids)[3];    // shared: the plan's grids and buffer sizes, as launches take
+  uint64_t *bytes;         // them
   void **temps;            // per plan buffer: the temporary's `data`, else NULL
   jit__dev_buffer **temp_buffers;  // and the allocation behind it
   pthread_mutex_t run_mu;  // one run at a time (temporaries are shared)
@@ -59,6 +61,8 @@ void jit__gpu_exec_destroy(jit__gpu_exec *e) {
     if (e->temps[i]) jit__device_buffer_free(e->device, e->temps[i]);
   free(e->temps);
   free(e->temp_buffers);
+  free(e->grids);
+  free(e->bytes);
   if (e->exe && !e->shared) e->device->backend->vt->unload(e->exe);
   jit__gpu_plan_release(&e->plan);
   pthread_mutex_destroy(&e->run_mu);
@@ -346,8 +350,7 @@ static void jit__gpu_disk_store(jit_graph *g, jit_device *d, const uint8_t key[1
     e.payload = payload ? payload : art->binary;
     e.payload_size = payload ? payload_size : art->binary_size;
     e.components = components;
-    jit_status s = jit__cache_put(ctx->cache, &e);
-    if (s) jit_status_free(s);
+    jit__disk_put(ctx, &e);
   }
   free(e.meta);
   free(components);
@@ -437,17 +440,17 @@ static jit_status jit__gpu_target_for(jit_graph *g, jit_device *d, const jit__lg
   return NULL;
 }
 
-// Compiles `lg` for `d` (the generic kernel with `req`, else the binding's), makes a
-// cubin for CUDA, counts the compile and stores the entry of `key`.
+// Compiles `lg` for `d` (the generic kernel when `req` is given, else the binding's),
+// makes a cubin for CUDA, counts the compile and stores the entry of `key`.
 static jit_status jit__gpu_compile_store(jit_graph *g, jit_device *d, const jit__lgraph *lg,
-                                         const int64_t (*req)[JIT_MAX_RANK], bool generic,
+                                         const int64_t (*req)[JIT_MAX_RANK],
                                          const uint8_t key[16], const DLTensor *inputs,
                                          const jit__oshape *shapes, jit__gpu_artifact *art,
                                          uint8_t **cubin, size_t *cubin_size,
                                          jit__gpu_cubin_info *cm) {
   jit__gpu_target t;
   JIT_PROPAGATE(jit__gpu_target_for(g, d, lg, &t));
-  bool ptx = t.format == JIT__GPU_PTX;
+  bool ptx = t.format == JIT__GPU_PTX, generic = req != NULL;
   char hex[33], func_name[48];
   jit__hex_encode(key, 16, hex);
   snprintf(func_name, sizeof(func_name), "%s_%.24s", generic ? "jitg" : "jit", hex);
@@ -481,7 +484,7 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
   jit__gpu_cubin_info cm;
   uint8_t *cubin = NULL;
   size_t cubin_size = 0;
-  JIT_PROPAGATE(jit__gpu_compile_store(g, d, lg, NULL, false, key, inputs, shapes, &art,
+  JIT_PROPAGATE(jit__gpu_compile_store(g, d, lg, NULL, key, inputs, shapes, &art,
                                        &cubin, &cubin_size, &cm));
   jit__gpu_image img = {art.binary, art.binary_size, cubin, cubin_size, cm.no_cubin};
   jit__gpu_plan plan = art.plan;
@@ -597,7 +600,7 @@ jit_status jit__gpu_generic_make(jit_graph *g, jit_device *d, const uint8_t key[
   jit__gpu_cubin_info cm;
   uint8_t *cubin = NULL;
   size_t cubin_size = 0;
-  JIT_PROPAGATE(jit__gpu_compile_store(g, d, lg, req, true, key, declared, shapes, &art,
+  JIT_PROPAGATE(jit__gpu_compile_store(g, d, lg, req, key, declared, shapes, &art,
                                        &cubin, &cubin_size, &cm));
   jit__gpu_image img = {art.binary, art.binary_size, cubin, cubin_size, cm.no_cubin};
   jit_status s = jit__gpu_generic_new(&img, &art.plan, out);
@@ -614,27 +617,8 @@ static jit_status jit__gpu_generic_shared(jit__gpu_generic *gg, jit_device *d,
   jit_status s = NULL;
   pthread_mutex_lock(&gg->mu);
   if (!gg->loaded) {
-    // Its buffers' sizes vary per binding: no minimum at load (each launch gives them).
-    jit__gpu_plan p = gg->plan;
-    p.code = NULL;  // the programs stay with gg->plan
-    p.sizes = NULL;
-    p.n_code = p.n_sizes = 0;
-    p.buffers = calloc(gg->plan.n_buffers + 1, sizeof *p.buffers);
-    p.kernels = calloc(gg->plan.n_kernels + 1, sizeof *p.kernels);
-    if (!p.buffers || !p.kernels) {
-      s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-    } else {
-      memcpy(p.buffers, gg->plan.buffers, sizeof *p.buffers * gg->plan.n_buffers);
-      for (uint32_t i = 0; i < p.n_buffers; i++)
-        if (p.buffers[i].bytes_expr.len) p.buffers[i].bytes = 0;
-      for (uint32_t k = 0; k < p.n_kernels; k++) {
-        p.kernels[k] = gg->plan.kernels[k];
-        p.kernels[k].args = malloc(sizeof(uint32_t) * (p.kernels[k].n_args + 1));
-        if (!p.kernels[k].args) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-        else memcpy(p.kernels[k].args, gg->plan.kernels[k].args,
-                    sizeof(uint32_t) * p.kernels[k].n_args);
-      }
-    }
+    jit__gpu_plan p;
+    s = jit__gpu_plan_shell(&gg->plan, &p);
     if (!s) s = jit__gpu_load_as(d, img, &p, false, &gg->loaded);
     jit__gpu_plan_release(&p);
   }
@@ -649,7 +633,13 @@ static jit_status jit__gpu_generic_shared(jit__gpu_generic *gg, jit_device *d,
   pthread_mutex_init(&e->run_mu, NULL);
   e->plan = *plan;
   memset(plan, 0, sizeof(*plan));
-  s = jit__gpu_alloc_temps(e);
+  e->grids = malloc(sizeof(*e->grids) * (e->plan.n_kernels + 1));
+  e->bytes = malloc(sizeof(*e->bytes) * (e->plan.n_buffers + 1));
+  s = e->grids && e->bytes ? jit__gpu_alloc_temps(e)
+                           : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  for (uint32_t k = 0; !s && k < e->plan.n_kernels; k++)
+    memcpy(e->grids[k], e->plan.kernels[k].grid, sizeof e->grids[k]);
+  for (uint32_t i = 0; !s && i < e->plan.n_buffers; i++) e->bytes[i] = e->plan.buffers[i].bytes;
   if (s) jit__gpu_exec_destroy(e);
   else *out = e;
   return s;
@@ -729,25 +719,13 @@ jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inp
       s = JIT_ERR(JIT_INTERNAL, "launch plan buffer %u refers to a missing tensor", i);
     }
   }
-  uint32_t(*grids)[3] = NULL;
-  uint64_t *bytes = NULL;
-  if (!s && e->shared) {
-    grids = malloc(sizeof(*grids) * (e->plan.n_kernels + 1));
-    bytes = malloc(sizeof(*bytes) * (n + 1));
-    if (!grids || !bytes) s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-    for (uint32_t k = 0; !s && k < e->plan.n_kernels; k++)
-      memcpy(grids[k], e->plan.kernels[k].grid, sizeof grids[k]);
-    for (uint32_t i = 0; !s && i < n; i++) bytes[i] = e->plan.buffers[i].bytes;
-  }
   if (!s) {
     const jit__device_vtable *vt = e->device->backend->vt;
     pthread_mutex_lock(&e->run_mu);
-    s = e->shared ? vt->launch_grids(e->exe, args, n, (const uint32_t(*)[3])grids, bytes)
+    s = e->shared ? vt->launch_grids(e->exe, args, n, (const uint32_t(*)[3])e->grids, e->bytes)
                   : vt->launch(e->exe, args, n);
     pthread_mutex_unlock(&e->run_mu);
   }
-  free(grids);
-  free(bytes);
   if (args != stack) free(args);
   return s;
 }

@@ -150,11 +150,7 @@ static void jit__hot_write(jit_graph *g, const uint8_t key[16], const uint8_t ge
     jit__cache_entry e = {.kind = JIT__PAYLOAD_HOT_LIST, .payload = body.p,
                           .payload_size = body.len, .components = comp.p};
     memcpy(e.key, key, 16);
-    jit_status s = jit__cache_put(ctx->cache, &e);
-    if (s) {
-      jit__log(ctx, JIT_LOG_WARNING, "disk cache: %s", jit_status_message(s));
-      jit_status_free(s);
-    }
+    jit__disk_put(ctx, &e);
   }
   free(body.p);
   free(comp.p);

@@ -338,6 +338,9 @@ typedef struct jit__cpu_impl {
 // shapes set, or false (miss, bad entry, unusable cache; logged, never an error).
 bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
                     jit__oshape *out_shapes);
+// Puts entry `e` into the context's disk cache; a failure is logged, never an error
+// (the cache is best effort).
+void jit__disk_put(jit_context *ctx, const jit__cache_entry *e);
 // Stores a compiled kernel (best effort).
 void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,
                      const jit__artifact *art, const jit__oshape *shapes);

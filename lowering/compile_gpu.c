@@ -156,21 +156,6 @@ static MlirOperation jit__find_func(MlirModule module, const char *name) {
   return (MlirOperation){NULL};
 }
 
-// An `arith.constant N : index` inserted before `before` in `block`.
-static MlirValue jit__index_const(MlirContext ctx, MlirBlock block, MlirOperation before,
-                                  int64_t v) {
-  MlirLocation loc = mlirLocationUnknownGet(ctx);
-  MlirOperationState st = mlirOperationStateGet(jit__sr("arith.constant"), loc);
-  MlirType idx = mlirIndexTypeGet(ctx);
-  MlirNamedAttribute a = mlirNamedAttributeGet(
-      mlirIdentifierGet(ctx, jit__sr("value")), mlirIntegerAttrGet(idx, v));
-  mlirOperationStateAddAttributes(&st, 1, &a);
-  mlirOperationStateAddResults(&st, 1, &idx);
-  MlirOperation op = mlirOperationCreate(&st);
-  mlirBlockInsertOwnedOperationBefore(block, before, op);
-  return mlirOperationGetResult(op, 0);
-}
-
 // A new `scf.parallel` over [0, ub[d]) with step 1, inserted before `before`; its body
 // block (with `rank` index arguments) is returned in *out_body, holding only the
 // terminator.

@@ -172,6 +172,11 @@ jit_status jit__compile_gpu_generic(const jit__lgraph *graph,
                                     const char *func_name, const jit__gpu_target *target,
                                     jit__gpu_artifact *out);
 
+// The plan of generic `plan` without its programs: sizes that vary per binding 0 (no
+// minimum), grids as placeholders. What its module is loaded with, once, where the
+// backend launches with given grids.
+jit_status jit__gpu_plan_shell(const jit__gpu_plan *plan, jit__gpu_plan *out);
+
 // The plan of generic `plan` for one binding: `ranks[b]` and `dims[b]` give the shape
 // of buffer b for each of the n_io inputs and outputs. Fills `out` (static: grids,
 // bytes, no programs) and *out_sizes (malloc'ed, plan->n_sizes i32 values; NULL when

@@ -243,23 +243,45 @@ static jit_status gx_eval(const jit__gx *code, jit__gpu_expr e, uint32_t n_io,
   return NULL;
 }
 
+jit_status jit__gpu_plan_shell(const jit__gpu_plan *plan, jit__gpu_plan *out) {
+  memset(out, 0, sizeof *out);
+  out->buffers = calloc(plan->n_buffers + 1, sizeof *out->buffers);
+  out->kernels = calloc(plan->n_kernels + 1, sizeof *out->kernels);
+  if (!out->buffers || !out->kernels) {
+    jit__gpu_plan_release(out);
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  out->n_buffers = plan->n_buffers;
+  for (uint32_t i = 0; i < plan->n_buffers; i++) {
+    out->buffers[i] = plan->buffers[i];
+    if (plan->buffers[i].bytes_expr.len) out->buffers[i].bytes = 0;
+    out->buffers[i].bytes_expr = (jit__gpu_expr){0, 0};
+  }
+  for (uint32_t k = 0; k < plan->n_kernels; k++) {
+    const jit__gpu_kernel *pk = &plan->kernels[k];
+    jit__gpu_kernel *ok = &out->kernels[k];
+    out->n_kernels = k + 1;
+    *ok = *pk;
+    memset(ok->grid_expr, 0, sizeof ok->grid_expr);
+    ok->args = malloc(sizeof(uint32_t) * (pk->n_args + 1));
+    if (!ok->args) {
+      ok->n_args = 0;
+      jit__gpu_plan_release(out);
+      return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    memcpy(ok->args, pk->args, sizeof(uint32_t) * pk->n_args);
+  }
+  return NULL;
+}
+
 jit_status jit__gpu_plan_bind(const jit__gpu_plan *plan, uint32_t n_io, const int *ranks,
                               const int64_t (*dims)[JIT_MAX_RANK], jit__gpu_plan *out,
                               int32_t **out_sizes) {
-  memset(out, 0, sizeof *out);
   *out_sizes = NULL;
-  jit_status s = NULL;
-  out->buffers = calloc(plan->n_buffers + 1, sizeof *out->buffers);
-  out->kernels = calloc(plan->n_kernels + 1, sizeof *out->kernels);
+  JIT_PROPAGATE(jit__gpu_plan_shell(plan, out));
   int32_t *sizes = calloc(plan->n_sizes + 1, sizeof *sizes);
-  if (!out->buffers || !out->kernels || !sizes) {
-    s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-    goto done;
-  }
-  out->n_buffers = plan->n_buffers;
+  jit_status s = sizes ? NULL : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t i = 0; i < plan->n_buffers && !s; i++) {
-    out->buffers[i] = plan->buffers[i];
-    out->buffers[i].bytes_expr = (jit__gpu_expr){0, 0};
     int64_t v;
     if (plan->buffers[i].bytes_expr.len &&
         !(s = gx_eval(plan->code, plan->buffers[i].bytes_expr, n_io, ranks, dims, &v)))
@@ -267,24 +289,13 @@ jit_status jit__gpu_plan_bind(const jit__gpu_plan *plan, uint32_t n_io, const in
   }
   for (uint32_t k = 0; k < plan->n_kernels && !s; k++) {
     const jit__gpu_kernel *pk = &plan->kernels[k];
-    jit__gpu_kernel *ok = &out->kernels[k];
-    out->n_kernels = k + 1;
-    memcpy(ok->entry, pk->entry, sizeof ok->entry);
-    memcpy(ok->block, pk->block, sizeof ok->block);
-    ok->n_args = pk->n_args;
-    ok->args = malloc(sizeof(uint32_t) * (pk->n_args + 1));
-    if (!ok->args) {
-      s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-      break;
-    }
-    memcpy(ok->args, pk->args, sizeof(uint32_t) * pk->n_args);
     for (int d = 0; d < 3 && !s; d++) {
       int64_t v = pk->grid[d];
       if (pk->grid_expr[d].len) s = gx_eval(plan->code, pk->grid_expr[d], n_io, ranks, dims, &v);
       if (!s && (v < 0 || v > 65535))
         s = JIT_ERR(JIT_UNSUPPORTED, "kernel `%s`: grid[%d] = %lld for this binding, over "
                     "65535", pk->entry, d, (long long)v);
-      ok->grid[d] = (uint32_t)(v < 0 ? 0 : v);
+      out->kernels[k].grid[d] = (uint32_t)(v < 0 ? 0 : v);
     }
   }
   for (uint32_t i = 0; i < plan->n_sizes && !s; i++) {
@@ -293,9 +304,8 @@ jit_status jit__gpu_plan_bind(const jit__gpu_plan *plan, uint32_t n_io, const in
     if (!s && (v < INT32_MIN || v > INT32_MAX))
       s = JIT_ERR(JIT_UNSUPPORTED, "a size of this binding (%lld) is past 32 bits",
                   (long long)v);
-    sizes[i] = (int32_t)v;
+    if (!s) sizes[i] = (int32_t)v;
   }
-done:
   if (s) {
     jit__gpu_plan_release(out);
     free(sizes);
@@ -330,15 +340,6 @@ static MlirOperation gx_create(MlirContext ctx, const char *name, intptr_t n_opn
   return mlirOperationCreate(&st);
 }
 
-static MlirValue gx_index_const(MlirContext ctx, MlirBlock block, MlirOperation before,
-                                int64_t v) {
-  MlirType idx = mlirIndexTypeGet(ctx);
-  MlirNamedAttribute a = mlirNamedAttributeGet(mlirIdentifierGet(ctx, jit__sr("value")),
-                                               mlirIntegerAttrGet(idx, v));
-  MlirOperation op = gx_create(ctx, "arith.constant", 0, NULL, idx, &a);
-  mlirBlockInsertOwnedOperationBefore(block, before, op);
-  return mlirOperationGetResult(op, 0);
-}
 
 // The SIZES entry of program code[at, at + len), deduplicated.
 static jit_status gx_size_index(jit__gx_builder *b, jit__gpu_expr e, uint32_t *out) {
@@ -414,7 +415,7 @@ static jit_status gx_size_read(gx_walk *w, MlirValue v, MlirValue *out) {
   uint32_t slot = 0;
   JIT_PROPAGATE(jit__gx_value(w->b, v, &e));
   JIT_PROPAGATE(gx_size_index(w->b, e, &slot));
-  MlirValue opnds[2] = {w->sizes, gx_index_const(w->ctx, w->body, w->anchor, slot)};
+  MlirValue opnds[2] = {w->sizes, jit__index_const(w->ctx, w->body, w->anchor, slot)};
   MlirOperation load = gx_create(w->ctx, "memref.load", 2, opnds,
                                  mlirIntegerTypeGet(w->ctx, 32), NULL);
   gx_insert(w, load);

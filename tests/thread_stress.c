@@ -100,6 +100,17 @@ static void *same_key(void *arg) {
   return NULL;
 }
 
+// Runs `fn` on `g` from kThreads threads at once (job i for thread i) and joins them.
+static void on_threads(jit_graph *g, void *(*fn)(void *)) {
+  pthread_t t[kThreads];
+  job jobs[kThreads];
+  for (int i = 0; i < kThreads; i++) {
+    jobs[i] = (job){g, i};
+    pthread_create(&t[i], NULL, fn, &jobs[i]);
+  }
+  for (int i = 0; i < kThreads; i++) pthread_join(t[i], NULL);
+}
+
 // Hot bindings across a restart, in a cache directory: a first context makes bindings
 // hot (noted by the specializer's thread, and by the graph's destruction for those
 // still queued); a second one queues them at its first call, and its background warm
@@ -122,13 +133,7 @@ static void hot_restart(void) {
       break;
     }
     jit_graph *g = layer(ctx);
-    pthread_t t[kThreads];
-    job jobs[kThreads];
-    for (int i = 0; i < kThreads; i++) {
-      jobs[i] = (job){g, i};
-      pthread_create(&t[i], NULL, runner, &jobs[i]);
-    }
-    for (int i = 0; i < kThreads; i++) pthread_join(t[i], NULL);
+    on_threads(g, runner);
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
   }
@@ -152,14 +157,8 @@ int main(void) {
     return 1;
   }
   jit_graph *g = layer(ctx);
-  pthread_t t[kThreads];
-  job jobs[kThreads];
   // Nine bindings from four threads: specializations, switches and unloads meet runs.
-  for (int i = 0; i < kThreads; i++) {
-    jobs[i] = (job){g, i};
-    pthread_create(&t[i], NULL, runner, &jobs[i]);
-  }
-  for (int i = 0; i < kThreads; i++) pthread_join(t[i], NULL);
+  on_threads(g, runner);
   // Once they are all compiled, again: nine specialized bindings do not fit in four
   // loaded kernels, so runs meet unloads (and bindings unloaded go back to the
   // generic kernel, then are specialized again).
@@ -170,11 +169,9 @@ int main(void) {
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  for (int i = 0; i < kThreads; i++) pthread_create(&t[i], NULL, runner, &jobs[i]);
-  for (int i = 0; i < kThreads; i++) pthread_join(t[i], NULL);
+  on_threads(g, runner);
   // One new key from every thread at once: one compile (single flight).
-  for (int i = 0; i < kThreads; i++) pthread_create(&t[i], NULL, same_key, &jobs[i]);
-  for (int i = 0; i < kThreads; i++) pthread_join(t[i], NULL);
+  on_threads(g, same_key);
   jit_context_stats(ctx, &st);
   printf("thread_stress: %llu runs, %llu generic, %llu specializations, %llu unloaded, "
          "%llu kernels loaded\n",

@@ -82,8 +82,8 @@ jit_status jit__vk_executable_create(jit__vk_device *device,
 }
 void jit__vk_executable_destroy(jit__vk_executable *executable) {}
 double jit__vk_executable_create_ms(const jit__vk_executable *executable) { return 0; }
-jit_status jit__vk_run(jit__vk_executable *executable, jit__vk_buffer *const *buffers,
-                       uint32_t n_buffers) {
+jit_status jit__vk_run_grids(jit__vk_executable *executable, jit__vk_buffer *const *buffers,
+                             uint32_t n_buffers, const uint32_t (*grids)[3]) {
   return JIT__VK_OUT;
 }
 
@@ -1413,11 +1413,6 @@ static void record_run(jit__vk_device *d, VkCommandBuffer cmd, void *vctx) {
   d->fn.vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                              VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
                              &mb, 0, NULL, 0, NULL);
-}
-
-jit_status jit__vk_run(jit__vk_executable *executable, jit__vk_buffer *const *buffers,
-                       uint32_t n_buffers) {
-  return jit__vk_run_grids(executable, buffers, n_buffers, NULL);
 }
 
 jit_status jit__vk_run_grids(jit__vk_executable *executable, jit__vk_buffer *const *buffers,

@@ -229,12 +229,14 @@ double jit__vk_executable_create_ms(const jit__vk_executable *executable);
 // so concurrent runs need their own) in one command buffer, and waits for it with the
 // device's timeout. Returns JIT_DEVICE_ERROR "timed out" when the wait runs out, or
 // naming the failed Vulkan call; after VK_ERROR_DEVICE_LOST the device refuses all
-// further work with JIT_DEVICE_ERROR.
-jit_status jit__vk_run(jit__vk_executable *executable, jit__vk_buffer *const *buffers,
-                       uint32_t n_buffers);
-// jit__vk_run with `grids[k]` (one per kernel) in place of the executable's grids;
-// JIT_UNSUPPORTED for a grid past the device's maxComputeWorkGroupCount.
+// further work with JIT_DEVICE_ERROR. `grids` (may be NULL): per kernel, the grid to
+// dispatch in place of its own; JIT_UNSUPPORTED past maxComputeWorkGroupCount.
 jit_status jit__vk_run_grids(jit__vk_executable *executable, jit__vk_buffer *const *buffers,
                              uint32_t n_buffers, const uint32_t (*grids)[3]);
+// With the executable's own grids.
+static inline jit_status jit__vk_run(jit__vk_executable *executable,
+                                     jit__vk_buffer *const *buffers, uint32_t n_buffers) {
+  return jit__vk_run_grids(executable, buffers, n_buffers, NULL);
+}
 
 #endif  // JITML_DEVICES_VULKAN_VULKAN_H_
