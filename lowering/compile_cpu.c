@@ -476,6 +476,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
                      strlen(plan.script));
     if ((status = jit__apply_script(ctx, module, plan.script, "generic tiling", diag)))
       goto done;
+    jit__cpu_drop_mask_selects(mop);
     jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
   } else if (options->opt_level > 0) {
     if ((status = jit__generalize_named(ctx, module, diag))) goto done;

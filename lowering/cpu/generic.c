@@ -35,6 +35,7 @@ jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t 
   jit__cpu_generic_mm_plan p = {0};
   p.tm = h->tm;
   p.tn = h->tn;
+  p.lanes = h->lanes;
   p.M = M;
   p.K = K;
   p.N = N;
@@ -121,11 +122,12 @@ static int peel(writer *w, const char *loop) {
 }
 
 // Tiles the k loop by 1 (a register tile's outer products) of every `name` op in `in`.
-static void k_by_one(writer *w, const char *name, int b, const char *in, const char *in_ty) {
+// Returns the tiled op's handle.
+static int k_by_one(writer *w, const char *name, int b, const char *in, const char *in_ty) {
   int mm = match_in(w, name, in, in_ty);
   int64_t s[4] = {0};
   s[b + 2] = 1;
-  tile(w, mm, 3 + b, s);
+  return tile(w, mm, 3 + b, s);
 }
 
 // Splits op %h<op> across the threads along loop `dim` of `n` (scf.forall); returns
@@ -193,11 +195,26 @@ static int tile_dim(writer *w, const target *t, const char *in, const char *in_t
 // The k loop of the matmul tile in `in` by one and, with an epilogue, the epilogue's
 // rows one at a time: on a whole register tile (vector<8x32>) gelu's tanh spilled
 // ~600 registers (a fused gelu(xW+b) ran 5.6x slower than the exact kernel).
-static void finish_tile(writer *w, const target *t, const char *in, const char *in_ty) {
-  k_by_one(w, t->name, t->b, in, in_ty);
+// `rows` x `cols`: the tile's size, or with masks, a bound of it (columns: a static rest
+// that is no whole number of vectors, rounded up, or tn for a `?` rest). With `vec` (a
+// masked tile, or one in a rest of `?` rows) it is vectorized here at that size, as a named contraction (which lowers to one FMA per row
+// and vector; script.c's masked N says more): a whole tile inside a peeled rest of rows
+// can keep a `?` type (the peel did not fold its affine.min), which
+// vectorize_children_and_apply_patterns would leave as scalar loops; it then gets a
+// row mask that is all true at run time.
+static void finish_tile(writer *w, const target *t, const char *in, const char *in_ty,
+                        int64_t rows, int64_t cols, bool vec) {
+  int h = k_by_one(w, t->name, t->b, in, in_ty);
+  if (vec)
+    sb_printf(w->sb, "  transform.structured.vectorize %%h%d vector_sizes [%s%lld, %lld, 1] "
+              "{create_named_contraction} : " ANY "\n", h, t->b ? "1, " : "",
+              (long long)rows, (long long)cols);
   if (!t->ep) return;
   int64_t s[2] = {1, 0};
-  tile(w, match_in(w, t->ep, in, in_ty), 2, s);
+  h = tile(w, match_in(w, t->ep, in, in_ty), 2, s);
+  if (vec)
+    sb_printf(w->sb, "  transform.structured.vectorize %%h%d vector_sizes [1, %lld] : " ANY
+              "\n", h, (long long)cols);
 }
 
 static int64_t pow2_floor(int64_t x) {
@@ -243,37 +260,40 @@ static void pack_b(writer *w, const target *t, const char *loop, const char *loo
   w->n++;
 }
 
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 // Cuts loop `dim` (0: rows, 1: columns) of the target in `in` into pieces whose
-// widths are static, so that every register tile vectorizes unmasked at a width LLVM
-// handles well (a 31-wide vector of columns cost 45x): tiles of the register tile's
-// size (tm, tn), then, peeled off, what is left: a static rest in power-of-two widths
-// (31 = 16 + 8 + 4 + 2 + 1), a `?` rest of rows in halving tiles (tm/2, .., 1, each
-// level peeled; B is read once per level rather than once per row), a `?` rest of
-// columns as scalar loops. `outer` is the dim cut first; in each of its pieces the
-// other one is cut; in each of those the k loop goes by one (outer products,
-// accumulators in registers). With columns outer and p->pack, each column piece's B
-// panel is packed ahead of its rows (`piece`: that piece's width, 0 when not known).
+// rows are static, so that every register tile vectorizes: rows in tiles of tm, then,
+// peeled off, what is left: a static rest in power-of-two heights, a `?` rest in
+// halving tiles (tm/2, .., 1, each level peeled; B is read once per level rather than
+// once per row) or one by one; columns in tiles of tn, then the rest (static or `?`)
+// as one tile vectorized with masks at tn lanes or the rest rounded up to whole
+// vectors (finish_tile). Pieces of power-of-two widths (31 = 16 + 8 + 4 + 3) read
+// each row of A once per piece and ran 17x1000x31 at 0.4x of the exact kernel; a `?`
+// rest of columns as scalar loops read and wrote C at each k step (0.03x).
+// `outer` is the dim cut first; in each of its pieces the other one is cut; in each of
+// those the k loop goes by one (outer products, accumulators in registers). With
+// columns outer and p->pack, each column piece's B panel is packed ahead of its rows
+// (`piece`: that piece's width, 0 when not known). `rows` x `cols`: the size of the
+// row or column piece `in` lies in (0: not cut yet; finish_tile says more).
 static void write_dim(writer *w, const target *t, const char *in, const char *in_ty,
-                      const jit__cpu_generic_mm_plan *p, int dim, int outer, int64_t piece) {
+                      const jit__cpu_generic_mm_plan *p, int dim, int outer, int64_t piece,
+                      int64_t rows, int64_t cols, bool vec) {
   char cur[48], loop[48];
   snprintf(cur, sizeof cur, "%s", in);
   const char *cur_ty = in_ty;
   int64_t left = dim == 0 ? p->M : p->N, width = dim == 0 ? p->tm : p->tn;
   bool first = true;
   for (;; first = false) {
-    if (left >= 0 && left < width) width = pow2_floor(left);
-    // Each piece costs compile time (a vectorized copy of the kernel's core): the
-    // last few columns stay scalar loops, and where B is small the rows left after
-    // the whole tiles go one by one.
-    // (Their k loop still goes by one: the vectorizer takes any static op whole, and a
-    // [8, 2] tile over all of K became a 256-deep contraction of 2-wide vectors.)
-    if (dim == 1 && width < 4 && width < p->tn) {
-      // With columns outside, its rows still go in static tiles (vector<8x3> beats
-      // 17 rows of scalar loops).
-      if (outer == 1) write_dim(w, t, cur, cur_ty, p, 0, outer, 0);
-      else finish_tile(w, t, cur, cur_ty);
+    if (dim == 1 && (left < 0 ? !first : left < width)) {
+      // The rest of the columns (or all of a static N narrower than tn): one tile,
+      // masked unless it is whole vectors.
+      int64_t mw = left < 0 ? p->tn : round_up(left, p->lanes);
+      if (outer == 1) write_dim(w, t, cur, cur_ty, p, 0, outer, 0, 0, mw, true);
+      else finish_tile(w, t, cur, cur_ty, rows, mw, true);
       return;
     }
+    if (left >= 0 && left < width) width = pow2_floor(left);
     if (dim == 0 && left < 0 && width < p->tm && !p->halve_rows) width = 1;
     int h = tile_dim(w, t, cur, cur_ty, dim, width);
     snprintf(loop, sizeof loop, "%%h%dl#0", h);
@@ -292,20 +312,17 @@ static void write_dim(writer *w, const target *t, const char *in, const char *in
     // there would stop the rest's own tiles from fusing their matmul in).
     if (dim == 0 && outer == 1 && first && p->pack && piece > 0)
       pack_b(w, t, whole, whole_ty, piece, p->kc ? p->kc : p->K);
-    if (dim == outer) write_dim(w, t, whole, whole_ty, p, 1 - dim, outer, dim == 1 ? width : 0);
-    else finish_tile(w, t, whole, whole_ty);
+    int64_t r = dim == 0 ? width : rows, c = dim == 1 ? width : cols;
+    bool v = vec || (dim == 0 && !first && left < 0);
+    if (dim == outer)
+      write_dim(w, t, whole, whole_ty, p, 1 - dim, outer, dim == 1 ? width : 0, r, c, v);
+    else
+      finish_tile(w, t, whole, whole_ty, r, c, v);
     if (whole_only) return;
     snprintf(cur, sizeof cur, "%%h%dr", pl);
     cur_ty = FOR;
-    // A `?` rest of columns stays scalar: halving it too made the generic kernel of
-    // a fully symbolic matmul compile in 760 ms (12 of its tiles still `?`-sized).
-    if (left < 0 && dim == 1) {
-      if (outer == 1) write_dim(w, t, cur, FOR, p, 0, outer, 0);
-      else finish_tile(w, t, cur, FOR);
-      return;
-    }
     if (left >= 0) left %= width;
-    else width /= 2;
+    else if (dim == 0) width /= 2;
   }
 }
 
@@ -351,7 +368,7 @@ static void write_matmul(writer *w, int i, const char *name, int b, bool fused, 
   }
   t.top = top;
   t.mm = mm;
-  write_dim(w, &t, loop, ANY, p, p->pack ? 1 : 0, p->pack ? 1 : 0, 0);
+  write_dim(w, &t, loop, ANY, p, p->pack ? 1 : 0, p->pack ? 1 : 0, 0, 0, 0, false);
 }
 
 // The one elementwise consumer of matmul `mm` that write_fused can fuse, or null.
@@ -502,8 +519,13 @@ char *jit__cpu_generic_script(MlirContext ctx, MlirOperation module,
             " : " ANY "\n"
             "  %%f2 = transform.structured.vectorize_children_and_apply_patterns %%f : (" ANY
             ") -> " ANY "\n"
-            "  transform.apply_patterns to %%f2 { transform.apply_patterns.canonicalization }"
+            "  transform.apply_cse to %%f2 : " ANY "\n"
+            "  transform.apply_patterns to %%f2 { transform.apply_patterns.canonicalization "
+            "transform.apply_patterns.scf.for_loop_canonicalization }"
             " : " ANY "\n"
+            "  transform.apply_patterns to %%f2 { "
+            "transform.apply_patterns.vector.lower_masked_transfers } : " ANY "\n"
+            "  transform.apply_cse to %%f2 : " ANY "\n"
             "  %%fors = transform.structured.match ops{[\"scf.for\"]} in %%f2 : (" ANY
             ") -> " ANY "\n"
             "  transform.apply_licm to %%fors : " ANY "\n"

@@ -180,9 +180,9 @@ typedef struct jit__cpu_generic_mm_plan {
   int64_t mc;      // rows per cache block (0: none; only where M is `?`)
   int64_t kc;      // k per cache block (0: none)
   int64_t tm, tn;  // the register tile
+  int64_t lanes;   // f32 lanes of one vector register
   int64_t M, K, N; // the matmul's sizes (-1: `?`)
-  bool peel_n;     // the n loop's last tile can be partial: peeled (static: pieces of
-                   // power-of-two widths down to 4; `?`: scalar)
+  bool peel_n;     // the n loop's last tile can be partial: peeled (one masked tile)
   bool halve_rows; // the rows after the whole m tiles go in halving tiles, else by one
   bool pack;       // B's panel of each column piece packed (f32; static K and N)
   int threads;     // threads splitting the work (scf.forall; 1: none)
