@@ -96,6 +96,13 @@ int jit__cpu_unroll_k_loops(MlirContext ctx, MlirOperation module);
 // replaced.
 int jit__cpu_drop_mask_selects(MlirOperation module);
 
+// After a generic kernel's script: folds the whole-tile extract_slice/insert_slice
+// pairs that tiling by k leaves on loop-carried tensors with `?` sizes
+// (lowering/cpu/iter_slices.c says when they are whole). Returns the ops folded; when
+// any, jit__cpu_generic_hoist_script's script hoists the accumulators they hid.
+int jit__cpu_fold_iter_slices(MlirOperation module);
+const char *jit__cpu_generic_hoist_script(void);
+
 // Replaces every call of llvm.exp on f32 (or f16, computed in f32 and rounded once)
 // scalars or vectors in `mod` by an inline polynomial (Cephes expf, within 2 ulp; exact
 // at 0, +-inf and NaN), so that the loop and SLP vectorizers can widen it instead of

@@ -31,7 +31,8 @@
 #include "lowering/cpu/internal.h"
 
 jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t N,
-                                                  const jit__cpu_host *h, int threads) {
+                                                  const jit__cpu_host *h, int threads,
+                                                  bool may_pack) {
   jit__cpu_generic_mm_plan p = {0};
   p.tm = h->tm;
   p.tn = h->tn;
@@ -39,30 +40,34 @@ jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t 
   p.M = M;
   p.K = K;
   p.N = N;
-  p.peel_n = N < 0 || N % p.tn != 0;
-  // The static-M rows: tm divides them, or they are peeled (a static M < tm is one tile).
-  if (M >= 0 && M < p.tm) p.tm = M;
-  // Cache blocks of rows only where M is `?` (the usual case: a batch); a static M
-  // is tiled by tm directly, peeled when tm does not divide it.
-  p.mc = M < 0 ? 8 * p.tm : 0;
   p.kc = (K < 0 || K > 256) ? 128 : 0;
-  // Rows left after the whole tiles go in halving tiles where B is large enough to
-  // matter (read once per level, not once per row), else one by one.
-  p.halve_rows = K < 0 || N < 0 || K * N >= 16384;
   // B packed per column piece where its panel is static and does not sit in L1 anyway;
   // the rows then run whole under each piece (no row blocks: the panel is packed once).
   // Not with odd columns: their pieces' C tiles went through temporaries and copies
   // under k blocks (40x1000x31 packed: 0.1x of exact).
-  p.pack = K > 64 && N > 0 && N % p.tn == 0;
-  // A packed panel must be static: k blocks that divide K (a divisor near 128), or
-  // none where K has no such divisor and fits (its panel is then K x tn).
-  if (p.pack && p.kc) {
-    int64_t kc = jit__cpu_pick_block(K, 128, 8);
-    if (kc) p.kc = kc;
-    else if (K <= 1024) p.kc = 0;
-    else p.pack = false;
+  p.pack = may_pack && K > 64 && N > 0 && N % p.tn == 0;
+  if (p.pack) {
+    // The exact plans' register tile for packed panels where N has whole ones (6x64 on
+    // AVX-512: 24 accumulators, fewer loads per FMA), and no k blocks up to K = 1024
+    // (the panel, K x tn, stays in L2; C is then read and written once): 1024^3 at 2
+    // threads went from 0.56x to ~0.9x of the exact kernel.
+    if (N % h->ptn == 0) p.tm = h->ptm, p.tn = h->ptn;
+    // A packed panel must be static: k blocks that divide K (a divisor near 256).
+    p.kc = K <= 1024 ? 0 : jit__cpu_pick_block(K, 256, 8);
+    if (K > 1024 && !p.kc) {
+      p.pack = false;
+      p.tm = h->tm, p.tn = h->tn, p.kc = 128;
+    }
   }
-  if (p.pack) p.mc = 0;
+  p.peel_n = N < 0 || N % p.tn != 0;
+  // The static-M rows: tm divides them, or they are peeled (a static M < tm is one tile).
+  if (M >= 0 && M < p.tm) p.tm = M;
+  // Cache blocks of rows only where M is `?` (the usual case: a batch) and B is not
+  // packed; a static M is tiled by tm directly, peeled when tm does not divide it.
+  p.mc = M < 0 && !p.pack ? 8 * p.tm : 0;
+  // Rows left after the whole tiles go in halving tiles where B is large enough to
+  // matter (read once per level, not once per row), else one by one.
+  p.halve_rows = K < 0 || N < 0 || K * N >= 16384;
   // Threads split the columns where each gets whole register tiles of a static N (B
   // is then read once in all, and a small M is as fast as a large one), else the rows:
   // a `?` M always (its size is not known here; a thread with no rows does nothing), a
@@ -195,11 +200,12 @@ static int tile_dim(writer *w, const target *t, const char *in, const char *in_t
 // The k loop of the matmul tile in `in` by one and, with an epilogue, the epilogue's
 // rows one at a time: on a whole register tile (vector<8x32>) gelu's tanh spilled
 // ~600 registers (a fused gelu(xW+b) ran 5.6x slower than the exact kernel).
-// `rows` x `cols`: the tile's size, or with masks, a bound of it (columns: a static rest
-// that is no whole number of vectors, rounded up, or tn for a `?` rest). With `vec` (a
-// masked tile, or one in a rest of `?` rows) it is vectorized here at that size, as a named contraction (which lowers to one FMA per row
-// and vector; script.c's masked N says more): a whole tile inside a peeled rest of rows
-// can keep a `?` type (the peel did not fold its affine.min), which
+// `rows` x `cols`: the tile's size, or with masks, a bound of it (columns: a static
+// rest that is no whole number of vectors, rounded up, or the column tiles' width for
+// a `?` rest). With `vec` (a masked tile, or one in a rest of `?` rows) it is
+// vectorized here at that size, as a named contraction (which lowers to one FMA per
+// row and vector; script.c's masked N says more): a whole tile inside a peeled rest of
+// rows can keep a `?` type (the peel did not fold its affine.min), which
 // vectorize_children_and_apply_patterns would leave as scalar loops; it then gets a
 // row mask that is all true at run time.
 static void finish_tile(writer *w, const target *t, const char *in, const char *in_ty,
@@ -266,9 +272,9 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // rows are static, so that every register tile vectorizes: rows in tiles of tm, then,
 // peeled off, what is left: a static rest in power-of-two heights, a `?` rest in
 // halving tiles (tm/2, .., 1, each level peeled; B is read once per level rather than
-// once per row) or one by one; columns in tiles of tn, then the rest (static or `?`)
-// as one tile vectorized with masks at tn lanes or the rest rounded up to whole
-// vectors (finish_tile). Pieces of power-of-two widths (31 = 16 + 8 + 4 + 3) read
+// once per row) or one by one; columns in tiles of tn (wider under a piece of fewer
+// than tm/2 rows), then the rest (static or `?`) as one tile vectorized with masks
+// at the tiles' width or the rest rounded up to whole vectors (finish_tile). Pieces of power-of-two widths (31 = 16 + 8 + 4 + 3) read
 // each row of A once per piece and ran 17x1000x31 at 0.4x of the exact kernel; a `?`
 // rest of columns as scalar loops read and wrote C at each k step (0.03x).
 // `outer` is the dim cut first; in each of its pieces the other one is cut; in each of
@@ -283,12 +289,16 @@ static void write_dim(writer *w, const target *t, const char *in, const char *in
   snprintf(cur, sizeof cur, "%s", in);
   const char *cur_ty = in_ty;
   int64_t left = dim == 0 ? p->M : p->N, width = dim == 0 ? p->tm : p->tn;
+  // Columns inside a piece of few rows go wider, so that its k loop still has
+  // tm/2 x tn accumulators (one row of two vectors is a chain of FMAs one latency apart).
+  if (dim == 1 && outer == 0 && rows > 0 && rows < p->tm / 2)
+    width = p->tn * (p->tm / 2 / rows);
   bool first = true;
   for (;; first = false) {
     if (dim == 1 && (left < 0 ? !first : left < width)) {
       // The rest of the columns (or all of a static N narrower than tn): one tile,
       // masked unless it is whole vectors.
-      int64_t mw = left < 0 ? p->tn : round_up(left, p->lanes);
+      int64_t mw = left < 0 ? width : round_up(left, p->lanes);
       if (outer == 1) write_dim(w, t, cur, cur_ty, p, 0, outer, 0, 0, mw, true);
       else finish_tile(w, t, cur, cur_ty, rows, mw, true);
       return;
@@ -473,14 +483,14 @@ static MlirWalkResult visit(MlirOperation op, void *user) {
   int b = bm ? 1 : 0;
   int64_t M, K, N;
   matmul_shape(op, b, &M, &K, &N);
-  jit__cpu_generic_mm_plan p = jit__cpu_plan_generic_mm(M, K, N, &w->host, w->threads);
-  // Packing only on the path for many rows (the scf.if's then region, emit_mlir.c).
-  if (p.pack && on_few_rows_path(op)) p.pack = false;
-  if (!p.pack && M < 0) p.mc = 8 * p.tm;
-  // Packing is written for f32 operands (the padding values' type).
-  for (int o = 0; o < 3 && p.pack; o++)
-    p.pack = mlirTypeIsAF32(mlirShapedTypeGetElementType(
+  // Packing only on the path for many rows (the scf.if's then region, emit_mlir.c),
+  // and for f32 operands (the padding values' type).
+  bool may_pack = !on_few_rows_path(op);
+  for (int o = 0; o < 3 && may_pack; o++)
+    may_pack = mlirTypeIsAF32(mlirShapedTypeGetElementType(
         mlirValueGetType(mlirOperationGetOperand(op, o))));
+  jit__cpu_generic_mm_plan p =
+      jit__cpu_plan_generic_mm(M, K, N, &w->host, w->threads, may_pack);
   if (p.threads > w->used_threads) w->used_threads = p.threads;
   if (p.tn == 0 || M == 0 || K == 0) return MlirWalkResultAdvance;
   jit__cpu_set_tag(w->ctx, op, "jit.gmm", w->n);

@@ -192,6 +192,7 @@ typedef struct jit__cpu_generic_mm_plan {
 // The plan for an M x K x N matmul of a generic kernel on host `h` with `threads`
 // threads. Pure.
 jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t N,
-                                                  const jit__cpu_host *h, int threads);
+                                                  const jit__cpu_host *h, int threads,
+                                                  bool may_pack);
 
 #endif  // JITML_LOWERING_CPU_PLAN_H_
