@@ -32,7 +32,7 @@
 
 jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t N,
                                                   const jit__cpu_host *h, int threads,
-                                                  bool may_pack) {
+                                                  bool few_rows, bool f32) {
   jit__cpu_generic_mm_plan p = {0};
   p.tm = h->tm;
   p.tn = h->tn;
@@ -45,7 +45,7 @@ jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t 
   // the rows then run whole under each piece (no row blocks: the panel is packed once).
   // Not with odd columns: their pieces' C tiles went through temporaries and copies
   // under k blocks (40x1000x31 packed: 0.1x of exact).
-  p.pack = may_pack && K > 64 && N > 0 && N % p.tn == 0;
+  p.pack = !few_rows && f32 && K > 64 && N > 0 && N % p.tn == 0;
   if (p.pack) {
     // The exact plans' register tile for packed panels where N has whole ones (6x64 on
     // AVX-512: 24 accumulators, fewer loads per FMA), and no k blocks up to K = 1024
@@ -75,6 +75,13 @@ jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t 
   p.split_n = threads > 1 && N > 0 && N % ((int64_t)threads * p.tn) == 0 && !p.peel_n;
   p.threads = threads > 1 && (p.split_n || M < 0 || M >= (int64_t)threads * p.tm) ? threads
                                                                                   : 1;
+  // On the path for few rows (the graph's first `?` dim below JIT__GENERIC_SPLIT_ROWS,
+  // M's bound when M is that dim) a small matmul stays on one thread: a fork/join cost
+  // 7x256x10 (the MLP's second layer at N = 7) 5.9 us against 1.2 for the exact kernel
+  // on one thread. From 2^19 multiply-adds at 32 rows the split pays (17x1000x31: 16
+  // us on two threads, 17 on one; 7x784x256: 45 and 72).
+  if (few_rows && M < 0 && K >= 0 && N >= 0 && 32.0 * K * N < (double)(1 << 19))
+    p.threads = 1;
   return p;
 }
 
@@ -485,12 +492,12 @@ static MlirWalkResult visit(MlirOperation op, void *user) {
   matmul_shape(op, b, &M, &K, &N);
   // Packing only on the path for many rows (the scf.if's then region, emit_mlir.c),
   // and for f32 operands (the padding values' type).
-  bool may_pack = !on_few_rows_path(op);
-  for (int o = 0; o < 3 && may_pack; o++)
-    may_pack = mlirTypeIsAF32(mlirShapedTypeGetElementType(
+  bool f32 = true;
+  for (int o = 0; o < 3 && f32; o++)
+    f32 = mlirTypeIsAF32(mlirShapedTypeGetElementType(
         mlirValueGetType(mlirOperationGetOperand(op, o))));
   jit__cpu_generic_mm_plan p =
-      jit__cpu_plan_generic_mm(M, K, N, &w->host, w->threads, may_pack);
+      jit__cpu_plan_generic_mm(M, K, N, &w->host, w->threads, on_few_rows_path(op), f32);
   if (p.threads > w->used_threads) w->used_threads = p.threads;
   if (p.tn == 0 || M == 0 || K == 0) return MlirWalkResultAdvance;
   jit__cpu_set_tag(w->ctx, op, "jit.gmm", w->n);
