@@ -45,13 +45,19 @@ jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t 
   // the rows then run whole under each piece (no row blocks: the panel is packed once).
   // Not with odd columns: their pieces' C tiles went through temporaries and copies
   // under k blocks (40x1000x31 packed: 0.1x of exact).
-  p.pack = !few_rows && f32 && K > 64 && N > 0 && N % p.tn == 0;
-  if (p.pack) {
+  // A `?` N: the whole column tiles are packed, the (masked) rest is not.
+  p.pack = !few_rows && f32 && (K < 0 || K > 64) && (N < 0 || (N > 0 && N % p.tn == 0));
+  if (p.pack && (N < 0 || N % h->ptn == 0)) p.tm = h->ptm, p.tn = h->ptn;
+  if (p.pack && K < 0) {
+    // A `?` K: blocks of 256 peeled, so that the whole ones have static panels (the
+    // attention's P V in a transformer block, K = the sequence).
+    p.kc = 256;
+    p.peel_k = true;
+  } else if (p.pack) {
     // The exact plans' register tile for packed panels where N has whole ones (6x64 on
-    // AVX-512: 24 accumulators, fewer loads per FMA), and no k blocks up to K = 1024
-    // (the panel, K x tn, stays in L2; C is then read and written once): 1024^3 at 2
-    // threads went from 0.56x to ~0.9x of the exact kernel.
-    if (N % h->ptn == 0) p.tm = h->ptm, p.tn = h->ptn;
+    // AVX-512: 24 accumulators, fewer loads per FMA; above), and no k blocks up to
+    // K = 1024 (the panel, K x tn, stays in L2; C is then read and written once):
+    // 1024^3 at 2 threads went from 0.56x to ~0.9x of the exact kernel.
     // A packed panel must be static: k blocks that divide K (a divisor near 256).
     p.kc = K <= 1024 ? 0 : jit__cpu_pick_block(K, 256, 8);
     if (K > 1024 && !p.kc) {
@@ -306,6 +312,14 @@ static void write_dim(writer *w, const target *t, const char *in, const char *in
       // The rest of the columns (or all of a static N narrower than tn): one tile,
       // masked unless it is whole vectors.
       int64_t mw = left < 0 ? width : round_up(left, p->lanes);
+      if (left < 0 && mw > 2 * p->lanes) {
+        // A `?` rest in masked tiles of two vectors (a loop of one to tn / 32 steps),
+        // not one of the tiles' width: 3 columns left of 64 cost as much as 64 (a
+        // 97x127x131 matmul with every dim `?` ran at 0.44x of the exact kernel).
+        mw = 2 * p->lanes;
+        snprintf(cur, sizeof cur, "%%h%dl#0", tile_dim(w, t, cur, cur_ty, 1, mw));
+        cur_ty = ANY;
+      }
       if (outer == 1) write_dim(w, t, cur, cur_ty, p, 0, outer, 0, 0, mw, true);
       else finish_tile(w, t, cur, cur_ty, rows, mw, true);
       return;
@@ -372,6 +386,14 @@ static void write_matmul(writer *w, int i, const char *name, int b, bool fused, 
   }
   int64_t s[4] = {0};
   bool kc = p->kc && !fused;
+  // Under an epilogue there are no k blocks: a `?` K then has no static panel to pack.
+  jit__cpu_generic_mm_plan unpacked;
+  if (fused && p->peel_k) {
+    unpacked = *p;
+    unpacked.pack = unpacked.peel_k = false;
+    unpacked.mc = p->M < 0 ? 8 * p->tm : 0;
+    p = &unpacked;
+  }
   if (b || p->mc || kc) {
     if (b) s[0] = 1;
     s[off] = p->mc;
@@ -385,7 +407,20 @@ static void write_matmul(writer *w, int i, const char *name, int b, bool fused, 
   }
   t.top = top;
   t.mm = mm;
-  write_dim(w, &t, loop, ANY, p, p->pack ? 1 : 0, p->pack ? 1 : 0, 0, 0, 0, false);
+  if (!kc || !p->peel_k) {
+    write_dim(w, &t, loop, ANY, p, p->pack ? 1 : 0, p->pack ? 1 : 0, 0, 0, 0, false);
+    return;
+  }
+  // The whole k blocks with B packed, the last (`?`) one reading B in place.
+  char kloop[48], part[48];
+  snprintf(kloop, sizeof kloop, "%%h%dl#%d", top, b + (p->mc ? 1 : 0));
+  int pl = peel(w, kloop);
+  snprintf(part, sizeof part, "%%h%dm", pl);
+  write_dim(w, &t, part, FOR, p, 1, 1, 0, 0, 0, false);
+  jit__cpu_generic_mm_plan rest = *p;
+  rest.pack = false;
+  snprintf(part, sizeof part, "%%h%dr", pl);
+  write_dim(w, &t, part, FOR, &rest, 0, 0, 0, 0, 0, false);
 }
 
 // The one elementwise consumer of matmul `mm` that write_fused can fuse, or null.

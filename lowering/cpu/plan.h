@@ -184,7 +184,9 @@ typedef struct jit__cpu_generic_mm_plan {
   int64_t M, K, N; // the matmul's sizes (-1: `?`)
   bool peel_n;     // the n loop's last tile can be partial: peeled (one masked tile)
   bool halve_rows; // the rows after the whole m tiles go in halving tiles, else by one
-  bool pack;       // B's panel of each column piece packed (f32; static K and N)
+  bool pack;       // B's panel of each column piece packed (f32; static N)
+  bool peel_k;     // K is `?`: its k blocks are peeled, the whole ones packed, the last
+                   // one not
   int threads;     // threads splitting the work (scf.forall; 1: none)
   bool split_n;    // they split the columns (N), else the rows
 } jit__cpu_generic_mm_plan;
