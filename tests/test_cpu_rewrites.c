@@ -234,3 +234,70 @@ Test(cpu_rewrites, whole_slices_of_loop_tensors_fold) {
     mlirContextDestroy(ctx);
   }
 }
+
+// A masked register tile of a generic kernel after hoisting: two rows whose run-time
+// count is %r, columns [0, %c). The selects that keep the masked-off lanes go when the
+// loop's result is written with the same run-time box (2 selects); a write of more
+// rows (%r2) or of other columns keeps them.
+static const char kMaskedSteps[] =
+    "func.func @f(%t: tensor<2x32xf32>, %a: vector<32xf32>, %b: vector<32xf32>, %r: index,"
+    " %r2: index, %c: index, %k: index) -> tensor<2x32xf32> {\n"
+    "  %c0 = arith.constant 0 : index\n"
+    "  %c1 = arith.constant 1 : index\n"
+    "  %cst = arith.constant 0.0 : f32\n"
+    "  %m = vector.create_mask %c1, %r, %c : vector<1x2x32xi1>\n"
+    "  %m0 = vector.extract %m[0, 0] : vector<32xi1> from vector<1x2x32xi1>\n"
+    "  %m1 = vector.extract %m[0, 1] : vector<32xi1> from vector<1x2x32xi1>\n"
+    "  %wm = vector.create_mask WROWS, WCOLS : vector<2x32xi1>\n"
+    "  %init = vector.transfer_read %t[%c0, %c0], %cst, %wm {in_bounds = [true, true]} :"
+    " tensor<2x32xf32>, vector<2x32xf32>\n"
+    "  %acc = scf.for %i = %c0 to %k step %c1 iter_args(%v = %init) -> (vector<2x32xf32>) {\n"
+    "    %v0 = vector.extract %v[0] : vector<32xf32> from vector<2x32xf32>\n"
+    "    %f0 = vector.fma %a, %b, %v0 : vector<32xf32>\n"
+    "    %s0 = arith.select %m0, %f0, %v0 : vector<32xi1>, vector<32xf32>\n"
+    "    %v1 = vector.extract %v[1] : vector<32xf32> from vector<2x32xf32>\n"
+    "    %f1 = vector.fma %a, %b, %v1 : vector<32xf32>\n"
+    "    %s1 = arith.select %m1, %f1, %v1 : vector<32xi1>, vector<32xf32>\n"
+    "    %z = arith.constant dense<0.0> : vector<2x32xf32>\n"
+    "    %i0 = vector.insert %s0, %z [0] : vector<32xf32> into vector<2x32xf32>\n"
+    "    %i1 = vector.insert %s1, %i0 [1] : vector<32xf32> into vector<2x32xf32>\n"
+    "    scf.yield %i1 : vector<2x32xf32>\n"
+    "  }\n"
+    "  %w = vector.transfer_write %acc, %t[%c0, %c0], %wm {in_bounds = [true, true]} :"
+    " vector<2x32xf32>, tensor<2x32xf32>\n"
+    "  return %w : tensor<2x32xf32>\n"
+    "}\n";
+
+// kMaskedSteps with its write mask's rows and columns.
+static char *masked_steps_text(const char *rows, const char *cols) {
+  size_t cap = sizeof kMaskedSteps + 64;
+  char *out = malloc(cap);
+  cr_assert(out);
+  const char *at = strstr(kMaskedSteps, "WROWS, WCOLS");
+  cr_assert(at);
+  snprintf(out, cap, "%.*s%s, %s%s", (int)(at - kMaskedSteps), kMaskedSteps, rows, cols,
+           at + strlen("WROWS, WCOLS"));
+  return out;
+}
+
+Test(cpu_rewrites, run_time_mask_selects_drop) {
+  static const struct {
+    const char *rows, *cols;
+    int want;
+  } cases[] = {{"%r", "%c", 2}, {"%r2", "%c", 0}, {"%r", "%k", 0}, {"%c1", "%c", 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *text = masked_steps_text(cases[i].rows, cases[i].cols);
+    MlirContext ctx = make_ctx();
+    MlirModule m = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
+    cr_assert(!mlirModuleIsNull(m), "the test module does not parse:\n%s", text);
+    MlirOperation op = mlirModuleGetOperation(m);
+    int n = jit__cpu_drop_mask_selects(op);
+    cr_expect(n == cases[i].want, "write mask (%s, %s): %d selects dropped, want %d",
+              cases[i].rows, cases[i].cols, n, cases[i].want);
+    cr_expect(mlirOperationVerify(op), "write mask (%s, %s): the module does not verify",
+              cases[i].rows, cases[i].cols);
+    mlirModuleDestroy(m);
+    mlirContextDestroy(ctx);
+    free(text);
+  }
+}

@@ -308,6 +308,11 @@ static void write_dim(writer *w, const target *t, const char *in, const char *in
     width = p->tn * (p->tm / 2 / rows);
   bool first = true;
   for (;; first = false) {
+    // A static rest wider than two vectors goes on in tiles of two (a 1x80 masked
+    // tile, 77 columns under a row, ran 16x slower: LLVM splits an 80-lane masked load
+    // and store badly).
+    if (dim == 1 && left >= 0 && left < width && round_up(left, p->lanes) > 2 * p->lanes)
+      width = 2 * p->lanes;
     if (dim == 1 && (left < 0 ? !first : left < width)) {
       // The rest of the columns (or all of a static N narrower than tn): one tile,
       // masked unless it is whole vectors.

@@ -137,7 +137,5 @@ const char *jit__cpu_generic_hoist_script(void) {
          "\n"
          "  transform.apply_licm to %fors : " ANY "\n"
          "  transform.loop.hoist_loop_invariant_subsets %fors : " ANY "\n"
-         "  transform.apply_patterns to %f { transform.apply_patterns.canonicalization }"
-         " : " ANY "\n"
          "  transform.yield\n}\n}\n";
 }

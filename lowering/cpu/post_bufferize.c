@@ -94,13 +94,16 @@ int jit__cpu_unroll_k_loops(MlirContext ctx, MlirOperation module) {
 // has a mask too, but LLVM cannot see that, and the select stayed as a register copy
 // plus a masked move beside every FMA of the tile's last vector. Where nothing can read
 // them, acc_r' = fma(a_r, b, acc_r). Checked here, per k loop:
-// - each select's mask is a constant box (constant_mask, through extracts and
-//   transposes) whose lanes cover columns [0, n);
+// - each select's mask is a box (constant_mask or create_mask, through extracts and
+//   transposes) whose lanes cover columns [0, n), n a constant or (a generic kernel's
+//   `?` rest of columns) a run-time value, in its row r or, where the box's rows are
+//   a run-time count R (a generic kernel's rest of `?` rows), in row r when r < R;
 // - the accumulator is a loop-carried vector used only by row extracts, each used only
 //   by one such FMA (as its addend) and its select;
 // - each select result goes, by vector.insert into the same row, through a chain of
 //   such inserts to the loop's yield, at the accumulator's position;
-// - the loop's result is used only by transfer writes masked to columns [0, m), m <= n.
+// - the loop's result is used only by transfer writes masked to columns [0, m), m <= n
+//   (the same run-time value where n is one), and to rows [0, R) where there is an R.
 // So lanes move only within their row and column, and those the writes read are the
 // ones on which the select and the FMA agree.
 
@@ -120,36 +123,96 @@ static bool i64_array(MlirAttribute a, int64_t *out, int *n, int max) {
   return true;
 }
 
-// When mask `v` is a constant box, lanes [0, size[d]) on in every dim d: its sizes.
-static bool mask_box(MlirValue v, int64_t *size, int *rank, int depth) {
+// One dim of a mask box: lanes [0, c) on, or with v set, [0, v) for a run-time v.
+typedef struct mdim {
+  int64_t c;
+  MlirValue v;
+} mdim;
+
+// What a mask is known to be: a box of lanes on, [0, size[d]) in every dim d; with
+// `cond` set, only where row `cond_pos` < cond (a row extracted from a box whose
+// rows are a run-time count), else no lanes at all.
+typedef struct mbox {
+  mdim size[JIT__MASK_RANK];
+  int rank;
+  MlirValue cond;
+  int64_t cond_pos;
+} mbox;
+
+static mdim mdim_of(MlirValue v) {
+  if (mlirValueIsAOpResult(v)) {
+    MlirOperation d = mlirOpResultGetOwner(v);
+    MlirAttribute a = attr_of(d, "value");
+    if (jit__cpu_op_is(d, "arith.constant") && !mlirAttributeIsNull(a) &&
+        mlirAttributeIsAInteger(a))
+      return (mdim){mlirIntegerAttrGetValueInt(a), {NULL}};
+  }
+  return (mdim){0, v};
+}
+
+// When mask `v` is a box (constant_mask or create_mask, through extracts and
+// transposes): its sizes.
+static bool mask_box(MlirValue v, mbox *m, int depth) {
   if (depth > 8 || !mlirValueIsAOpResult(v)) return false;
   MlirOperation d = mlirOpResultGetOwner(v);
-  if (jit__cpu_op_is(d, "vector.constant_mask"))
-    return i64_array(attr_of(d, "mask_dim_sizes"), size, rank, JIT__MASK_RANK);
-  int64_t in[JIT__MASK_RANK], perm[JIT__MASK_RANK];
-  int n = 0, np = 0;
+  if (jit__cpu_op_is(d, "vector.constant_mask")) {
+    int64_t c[JIT__MASK_RANK];
+    if (!i64_array(attr_of(d, "mask_dim_sizes"), c, &m->rank, JIT__MASK_RANK)) return false;
+    for (int i = 0; i < m->rank; i++) m->size[i] = (mdim){c[i], {NULL}};
+    m->cond.ptr = NULL;
+    return true;
+  }
+  if (jit__cpu_op_is(d, "vector.create_mask")) {
+    intptr_t n = mlirOperationGetNumOperands(d);
+    if (n < 1 || n > JIT__MASK_RANK) return false;
+    for (intptr_t i = 0; i < n; i++) m->size[i] = mdim_of(mlirOperationGetOperand(d, i));
+    m->rank = (int)n;
+    m->cond.ptr = NULL;
+    return true;
+  }
+  mbox in;
+  int64_t perm[JIT__MASK_RANK];
+  int np = 0;
   if (jit__cpu_op_is(d, "vector.transpose")) {
-    if (!mask_box(mlirOperationGetOperand(d, 0), in, &n, depth + 1) ||
-        !i64_array(attr_of(d, "permutation"), perm, &np, JIT__MASK_RANK) || np != n)
+    if (!mask_box(mlirOperationGetOperand(d, 0), &in, depth + 1) ||
+        !i64_array(attr_of(d, "permutation"), perm, &np, JIT__MASK_RANK) || np != in.rank)
       return false;
-    for (int i = 0; i < n; i++) {
-      if (perm[i] < 0 || perm[i] >= n) return false;
-      size[i] = in[perm[i]];
+    *m = in;
+    for (int i = 0; i < np; i++) {
+      if (perm[i] < 0 || perm[i] >= np) return false;
+      m->size[i] = in.size[perm[i]];
     }
-    *rank = n;
     return true;
   }
   if (jit__cpu_op_is(d, "vector.extract") && mlirOperationGetNumOperands(d) == 1) {
-    if (!mask_box(mlirOperationGetOperand(d, 0), in, &n, depth + 1) ||
-        !i64_array(attr_of(d, "static_position"), perm, &np, n) || np >= n)
+    if (!mask_box(mlirOperationGetOperand(d, 0), &in, depth + 1) || in.cond.ptr ||
+        !i64_array(attr_of(d, "static_position"), perm, &np, in.rank) || np >= in.rank)
       return false;
     bool on = true;
-    for (int i = 0; i < np; i++) on = on && perm[i] >= 0 && perm[i] < in[i];
-    for (int i = np; i < n; i++) size[i - np] = on ? in[i] : 0;
-    *rank = n - np;
+    m->cond.ptr = NULL;
+    for (int i = 0; i < np; i++) {
+      if (perm[i] < 0) return false;
+      if (!in.size[i].v.ptr) {
+        on = on && perm[i] < in.size[i].c;
+      } else if (m->cond.ptr) {
+        return false;  // two run-time conditions
+      } else {
+        m->cond = in.size[i].v;
+        m->cond_pos = perm[i];
+      }
+    }
+    for (int i = np; i < in.rank; i++) m->size[i - np] = on ? in.size[i] : (mdim){0, {NULL}};
+    m->rank = in.rank - np;
     return true;
   }
   return false;
+}
+
+// Whether [0, a) is within [0, b): constants, or the same run-time value.
+static bool mdim_within(mdim a, mdim b) {
+  if (!a.v.ptr && !b.v.ptr) return a.c <= b.c;
+  if (!a.v.ptr && a.c == 0) return true;
+  return a.v.ptr && b.v.ptr && mlirValueEqual(a.v, b.v);
 }
 
 // The static single-index row of a vector.extract / vector.insert, or -1.
@@ -179,7 +242,10 @@ static void masked_steps(MlirOperation loop, intptr_t pos, select_walk *sw) {
   MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
   MlirValue acc = mlirBlockGetArgument(body, pos + 1);
   MlirOperation yield = mlirBlockGetTerminator(body);
-  int64_t min_cols = INT64_MAX;  // the narrowest select mask's column extent
+  // The selects' column extent (the narrowest constant, or the one run-time value
+  // they share), and the run-time row count they are conditional on, if any.
+  mdim cols = {INT64_MAX, {NULL}};
+  MlirValue rows = {NULL};
   int first = sw->n;
   for (MlirOpOperand u = mlirValueGetFirstUse(acc); !mlirOpOperandIsNull(u);
        u = mlirOpOperandGetNextUse(u)) {
@@ -201,10 +267,20 @@ static void masked_steps(MlirOperation loop, intptr_t pos, select_walk *sw) {
         !mlirValueEqual(mlirOperationGetOperand(sel, 1), mlirOperationGetResult(fma, 0)) ||
         !only_use(mlirOperationGetResult(fma, 0), sel))
       goto fail;
-    int64_t box[JIT__MASK_RANK];
-    int rank = 0;
-    if (!mask_box(mlirOperationGetOperand(sel, 0), box, &rank, 0) || rank != 1) goto fail;
-    if (box[0] < min_cols) min_cols = box[0];
+    mbox m;
+    if (!mask_box(mlirOperationGetOperand(sel, 0), &m, 0) || m.rank != 1) goto fail;
+    if (!m.size[0].v.ptr && !cols.v.ptr) {
+      if (m.size[0].c < cols.c) cols = m.size[0];
+    } else if (cols.v.ptr ? !mdim_within(cols, m.size[0]) : cols.c != INT64_MAX) {
+      goto fail;  // a run-time extent beside another extent
+    } else {
+      cols = m.size[0];
+    }
+    // A row that is on only below a run-time row count: that of the accumulator's row.
+    if (m.cond.ptr) {
+      if (m.cond_pos != r || (rows.ptr && !mlirValueEqual(rows, m.cond))) goto fail;
+      rows = m.cond;
+    }
     // Into the same row, through inserts only, to the yield at `pos`.
     MlirValue cur = mlirOperationGetResult(sel, 0);
     MlirOpOperand next = mlirValueGetFirstUse(cur);
@@ -233,17 +309,19 @@ static void masked_steps(MlirOperation loop, intptr_t pos, select_walk *sw) {
     sw->found[sw->n++] = sel;
   }
   if (sw->n == first) return;
-  // The loop's result: masked writes of at most min_cols columns only.
+  // The loop's result: masked writes of those columns at most only, and, where the
+  // selects' rows have a run-time count, of no more rows than it.
   MlirOpOperand w = mlirValueGetFirstUse(mlirOperationGetResult(loop, pos));
   if (mlirOpOperandIsNull(w)) goto fail;
   for (; !mlirOpOperandIsNull(w); w = mlirOpOperandGetNextUse(w)) {
     MlirOperation o = mlirOpOperandGetOwner(w);
     intptr_t n = mlirOperationGetNumOperands(o);
-    int64_t box[JIT__MASK_RANK];
-    int rank = 0;
+    mbox m;
     if (!jit__cpu_op_is(o, "vector.transfer_write") || mlirOpOperandGetOperandNumber(w) != 0 ||
-        n < 3 || !mask_box(mlirOperationGetOperand(o, n - 1), box, &rank, 0) || rank < 1 ||
-        box[rank - 1] > min_cols)
+        n < 3 || !mask_box(mlirOperationGetOperand(o, n - 1), &m, 0) || m.rank < 1 ||
+        m.cond.ptr || !mdim_within(m.size[m.rank - 1], cols))
+      goto fail;
+    if (rows.ptr && (m.rank < 2 || !mdim_within(m.size[m.rank - 2], (mdim){0, rows})))
       goto fail;
   }
   return;
