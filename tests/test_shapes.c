@@ -112,11 +112,32 @@ Test(shapes, generic_matmul_dynamic_rows) {
 Test(shapes, generic_matmul_all_dims_symbolic) {
   jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
   jit_graph *g = matmul_graph(ctx, "MKN", 0, 0, TU_F32);
-  static const int64_t s[][3] = {{17, 1000, 31}, {1, 1, 1}, {13, 7, 40}, {64, 64, 64},
-                                 {3, 129, 33}, {1, 784, 256}, {97, 5, 65}};
+  // From 32 rows B is packed: a `?` K in blocks of 256 (600: two and a rest of 88; 256:
+  // one, no rest), a `?` N in tiles of 64 and a rest in masked tiles of 32 (100, 129).
+  static const int64_t s[][3] = {{17, 1000, 31}, {1, 1, 1},     {13, 7, 40},
+                                 {64, 64, 64},   {3, 129, 33},  {1, 784, 256},
+                                 {97, 5, 65},    {40, 600, 100}, {33, 256, 64},
+                                 {70, 300, 129}};
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
     check_matmul(g, s[i][0], s[i][1], s[i][2], TU_F32, 40 + i);
   cr_expect_eq(stats(ctx).compiles, 1);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+// The packed path's other cases: K static in blocks that divide it (1100: 4 of 275),
+// and K `?` with N static (attention's P V), over row counts around 32 (the paths'
+// split), a prime, and non-multiples of the 6-row tiles.
+Test(shapes, generic_matmul_packed_blocks) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
+  jit_graph *g = matmul_graph(ctx, "M", 1100, 128, TU_F32);
+  static const int64_t ms[] = {31, 32, 37, 66};
+  for (size_t i = 0; i < 4; i++) check_matmul(g, ms[i], 1100, 128, TU_F32, 80 + i);
+  jit_graph_destroy(g);
+  g = matmul_graph(ctx, "MK", 0, 192, TU_F32);
+  static const int64_t mk[][2] = {{32, 256}, {41, 600}, {67, 5}, {7, 513}};
+  for (size_t i = 0; i < 4; i++) check_matmul(g, mk[i][0], mk[i][1], 192, TU_F32, 90 + i);
+  cr_expect_eq(stats(ctx).compiles, 2);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
