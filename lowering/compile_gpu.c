@@ -1109,7 +1109,8 @@ static jit_status jit__compile_gpu_with(const jit__lgraph *graph,
   pthread_once(&jit__gpu_once, jit__gpu_init);
 
   char *text = NULL;
-  jit__emit_options eo = {.symbolic = true, .destination = true, .reshape_req = req};
+  jit__emit_options eo = {.symbolic = true, .destination = true, .reshape_req = req,
+                          .fuse_elementwise = true};
   JIT_RETURN_IF_ERROR(req ? jit__emit_mlir_with(graph, func_name, &eo, &text)
                           : jit__emit_mlir(graph, func_name, false, &text),
                       "emitting MLIR");

@@ -53,6 +53,9 @@ typedef struct jit__emitter {
     bool set;
   } *squeezed;
   uint8_t *mm_up, *mm_down;  // per node: steps to a matmul (matmul_distances)
+  // Per node: 1 when it is an elementwise node written inside its one consumer's body
+  // (emit_fused.c); NULL: none are.
+  uint8_t *inlined;
 } jit__emitter;
 
 // What a generic body computes, in f32, from its (extended) inputs x, y and, for
@@ -104,6 +107,14 @@ void jit__identity_map(jit__gen_operand *op);
 void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char *iters,
                          const jit__gen_operand *ins, int n_in, const jit__gen_operand *out,
                          jit__body_kind kind, const char *by);
+// The head of jit__emit_generic, up to its block's arguments (%in<i>, %out).
+void jit__emit_generic_open(jit__emitter *e, const char *res, int n_loops, const char *iters,
+                            const jit__gen_operand *ins, int n_in,
+                            const jit__gen_operand *out);
+// One body computation of `kind` on f32 values x (and y), its names made unique by
+// `step`; returns the result's name (in name[16], or x or y).
+const char *jit__emit_body_step(jit__emitter *e, jit__body_kind kind, const char *x,
+                                const char *y, int step, char name[16]);
 jit__gen_operand jit__node_operand(jit__emitter *e, uint32_t id);
 bool jit__result_dims_from(jit__emitter *e, const jit__gen_operand *ins, int n_in, int rank,
                              const int64_t *dims, jit__dimval *dv);
@@ -122,6 +133,19 @@ jit__str jit__emit_reshape_to(jit__emitter *e, const char *x, jit__dtype dt, int
 //===--- Ops (emit_ops.c, emit_matmul.c): each writes node e->cur ---===//
 
 jit_status jit__emit_elementwise(jit__emitter *e, const jit__node *n, jit__body_kind kind);
+// The body kind of an elementwise op (JIT__OP_ADD .. JIT__OP_RSQRT).
+jit__body_kind jit__elementwise_kind(jit__op op);
+// Operand `id` of an elementwise node of shape (rank, dims), its map broadcast
+// NumPy-style (a keepdims reduction read without its unit dim: sq_dims holds the
+// dims then).
+jit_status jit__elementwise_operand(jit__emitter *e, uint32_t id, int rank,
+                                    const int64_t *dims, jit__gen_operand *op,
+                                    int64_t sq_dims[JIT_MAX_RANK]);
+// Elementwise chains (emit_fused.c): marks e->inlined (options->fuse_elementwise);
+// false when out of memory. jit__emit_elementwise writes a node with inlined operands
+// through jit__emit_fused.
+bool jit__plan_inlining(jit__emitter *e);
+jit_status jit__emit_fused(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_reduce(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_softmax(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_transpose(jit__emitter *e, const jit__node *n);

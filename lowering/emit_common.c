@@ -261,9 +261,9 @@ static const char *emit_body(jit__emitter *e, jit__body_kind kind, const char *x
 // `ins` and writing into `out` (whose name is the init tensor). Inputs are extended to
 // f32 and the result truncated to out's dtype, except that a copy between equal types
 // passes the value through.
-void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char *iters,
-                         const jit__gen_operand *ins, int n_in, const jit__gen_operand *out,
-                         jit__body_kind kind, const char *by) {
+void jit__emit_generic_open(jit__emitter *e, const char *res, int n_loops, const char *iters,
+                            const jit__gen_operand *ins, int n_in,
+                            const jit__gen_operand *out) {
   jit__text *tb = &e->tb;
   jit__text_printf(tb, "  %s = linalg.generic {indexing_maps = [", res);
   for (int i = 0; i < n_in; i++) {
@@ -284,7 +284,42 @@ void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char
   jit__text_printf(tb, ") outs(%s : %s) {\n  ^bb0(", out->name, out_ty.s);
   for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%%in%d: %s, ", i, elem_name(ins[i].dt));
   jit__text_printf(tb, "%%out: %s):\n", elem_name(out->dt));
+}
 
+const char *jit__emit_body_step(jit__emitter *e, jit__body_kind kind, const char *x,
+                                const char *y, int step, char name[16]) {
+  // Into a text of its own, then copied with %t.. and %c.. renamed %s<step>t..: each
+  // body writes those names from 0.
+  jit__text mine = {0}, keep = e->tb;
+  e->tb = mine;
+  const char *r = emit_body(e, kind, x, y, "%out", NULL);
+  mine = e->tb;
+  e->tb = keep;
+  e->tb.oom |= mine.oom;
+  for (size_t i = 0; i < mine.len; i++) {
+    char ch = mine.p[i];
+    if (ch == '%' && i + 2 < mine.len && (mine.p[i + 1] == 't' || mine.p[i + 1] == 'c') &&
+        mine.p[i + 2] >= '0' && mine.p[i + 2] <= '9') {
+      jit__text_printf(&e->tb, "%%s%d%c", step, mine.p[i + 1]);
+      i++;
+      continue;
+    }
+    jit__text_append(&e->tb, &ch, 1);
+  }
+  free(mine.p);
+  if ((r[1] == 't' || r[1] == 'c') && r[2] >= '0' && r[2] <= '9') {
+    snprintf(name, 16, "%%s%d%s", step, r + 1);
+    return name;
+  }
+  return r;  // one of x, y
+}
+
+void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char *iters,
+                         const jit__gen_operand *ins, int n_in, const jit__gen_operand *out,
+                         jit__body_kind kind, const char *by) {
+  jit__text *tb = &e->tb;
+  jit__emit_generic_open(e, res, n_loops, iters, ins, n_in, out);
+  jit__str out_ty = jit__tensor_type(out->dt, out->rank, out->dims);
   const char *result;
   char xs[2][8];  // the body's inputs; `result` may be one of them, used below
   if (kind == JIT__B_COPY && n_in == 1 && ins[0].dt == out->dt) {

@@ -83,15 +83,7 @@ static jit_status check_node(jit__emitter *e, const jit__node *n) {
 }
 
 static jit_status emit_node(jit__emitter *e, const jit__node *n) {
-  static const jit__body_kind kinds[JIT__OP_COUNT_] = {
-      [JIT__OP_ADD] = JIT__B_ADD,         [JIT__OP_SUB] = JIT__B_SUB,   [JIT__OP_MUL] = JIT__B_MUL,
-      [JIT__OP_DIV] = JIT__B_DIV,         [JIT__OP_MAXIMUM] = JIT__B_MAX,
-      [JIT__OP_MINIMUM] = JIT__B_MIN,     [JIT__OP_NEG] = JIT__B_NEG,   [JIT__OP_EXP] = JIT__B_EXP,
-      [JIT__OP_LOG] = JIT__B_LOG,         [JIT__OP_TANH] = JIT__B_TANH,
-      [JIT__OP_SIGMOID] = JIT__B_SIGMOID, [JIT__OP_RELU] = JIT__B_RELU,
-      [JIT__OP_GELU] = JIT__B_GELU,
-      [JIT__OP_SQRT] = JIT__B_SQRT,       [JIT__OP_RSQRT] = JIT__B_RSQRT,
-  };
+  if (e->inlined && e->inlined[e->cur]) return NULL;  // written in its consumer's body
   switch (n->op) {
     case JIT__OP_INPUT:
       if (!e->names[e->cur][0]) return jit__node_error(e, "input node is not a graph input");
@@ -118,7 +110,7 @@ static jit_status emit_node(jit__emitter *e, const jit__node *n) {
       return jit__emit_reshape(e, n);
     default:
       if (n->op >= JIT__OP_ADD && n->op <= JIT__OP_RSQRT)
-        return jit__emit_elementwise(e, n, kinds[n->op]);
+        return jit__emit_elementwise(e, n, jit__elementwise_kind(n->op));
       return JIT_ERR(JIT_UNSUPPORTED, "emitting MLIR: node %u: op %d not supported",
                      e->cur, (int)n->op);
   }
@@ -384,8 +376,11 @@ jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
   } else {
     e.mm_down = e.mm_up + graph->n_nodes;
     matmul_distances(graph, e.mm_up, e.mm_down);
-    s = emit_graph(&e, func_name);
+    s = options->fuse_elementwise && !jit__plan_inlining(&e)
+            ? JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory")
+            : emit_graph(&e, func_name);
   }
+  free(e.inlined);
   free(e.names);
   free(e.flat);
   free(e.squeezed);
@@ -402,7 +397,7 @@ jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
 
 jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
                           bool named_batch, char **out_text) {
-  jit__emit_options o = {.named_batch = named_batch};
+  jit__emit_options o = {.named_batch = named_batch, .fuse_elementwise = true};
   return jit__emit_mlir_with(graph, func_name, &o, out_text);
 }
 

@@ -76,41 +76,63 @@ static bool emit_elementwise_flat(jit__emitter *e, const jit__node *n, jit__body
   return true;
 }
 
+jit__body_kind jit__elementwise_kind(jit__op op) {
+  static const jit__body_kind kinds[JIT__OP_COUNT_] = {
+      [JIT__OP_ADD] = JIT__B_ADD,         [JIT__OP_SUB] = JIT__B_SUB,   [JIT__OP_MUL] = JIT__B_MUL,
+      [JIT__OP_DIV] = JIT__B_DIV,         [JIT__OP_MAXIMUM] = JIT__B_MAX,
+      [JIT__OP_MINIMUM] = JIT__B_MIN,     [JIT__OP_NEG] = JIT__B_NEG,   [JIT__OP_EXP] = JIT__B_EXP,
+      [JIT__OP_LOG] = JIT__B_LOG,         [JIT__OP_TANH] = JIT__B_TANH,
+      [JIT__OP_SIGMOID] = JIT__B_SIGMOID, [JIT__OP_RELU] = JIT__B_RELU,
+      [JIT__OP_GELU] = JIT__B_GELU,
+      [JIT__OP_SQRT] = JIT__B_SQRT,       [JIT__OP_RSQRT] = JIT__B_RSQRT,
+  };
+  return (int)op >= 0 && op < JIT__OP_COUNT_ ? kinds[op] : JIT__B_COPY;
+}
+
+jit_status jit__elementwise_operand(jit__emitter *e, uint32_t id, int rank,
+                                    const int64_t *dims, jit__gen_operand *op,
+                                    int64_t sq_dims[JIT_MAX_RANK]) {
+  *op = jit__node_operand(e, id);
+  int off = rank - op->rank;
+  if (off < 0) return jit__node_error(e, "operand has a higher rank than the result");
+  // NumPy broadcasting: right-aligned; missing leading dims vanish from the map and a
+  // size-1 dim against a larger one reads index 0.
+  for (int d = 0; d < op->rank; d++) {
+    int64_t od = op->dims[d], rd = dims[d + off];
+    if (jit__dims_agree(e, od, rd))
+      op->map[d] = d + off;
+    else if (od == 1)
+      op->map[d] = -1;
+    else
+      return jit__node_error(e, "operand shape does not broadcast to the result");
+  }
+  // A keepdims reduction is read without its unit dim: through the expand_shape that
+  // puts it back, linalg-fuse-elementwise-ops moved the reshape up onto the
+  // reduction's input, where it stopped the strategy's row loop from fusing the
+  // reduction in (layernorm's mean of (x - mean)^2 read a whole (x - mean) made
+  // before the loop: 12.4 ms at 4096x1024, one pass over x would take ~1.4).
+  const struct jit__squeezed *q = &e->squeezed[id];
+  if (q->set) {
+    jit__gen_operand r = {q->name.s, op->dt, op->rank - 1, sq_dims, {0}, NULL};
+    for (int d = 0, j = 0; d < op->rank; d++) {
+      if (d == q->axis) continue;
+      sq_dims[j] = op->dims[d];
+      r.map[j++] = op->map[d];
+    }
+    *op = r;
+  }
+  return NULL;
+}
+
 jit_status jit__emit_elementwise(jit__emitter *e, const jit__node *n, jit__body_kind kind) {
+  for (int i = 0; e->inlined && i < n->n_operands; i++)
+    if (e->inlined[n->operands[i]]) return jit__emit_fused(e, n);
   if (e->named_batch && emit_elementwise_flat(e, n, kind)) return NULL;
   jit__gen_operand ins[2];
   int64_t sq_dims[2][JIT_MAX_RANK];
-  for (int i = 0; i < n->n_operands; i++) {
-    ins[i] = jit__node_operand(e, n->operands[i]);
-    int off = n->rank - ins[i].rank;
-    if (off < 0) return jit__node_error(e, "operand has a higher rank than the result");
-    // NumPy broadcasting: right-aligned; missing leading dims vanish from the map and a
-    // size-1 dim against a larger one reads index 0.
-    for (int d = 0; d < ins[i].rank; d++) {
-      int64_t od = ins[i].dims[d], rd = n->dims[d + off];
-      if (jit__dims_agree(e, od, rd))
-        ins[i].map[d] = d + off;
-      else if (od == 1)
-        ins[i].map[d] = -1;
-      else
-        return jit__node_error(e, "operand shape does not broadcast to the result");
-    }
-    // A keepdims reduction is read without its unit dim: through the expand_shape that
-    // puts it back, linalg-fuse-elementwise-ops moved the reshape up onto the
-    // reduction's input, where it stopped the strategy's row loop from fusing the
-    // reduction in (layernorm's mean of (x - mean)^2 read a whole (x - mean) made
-    // before the loop: 12.4 ms at 4096x1024, one pass over x would take ~1.4).
-    const struct jit__squeezed *q = &e->squeezed[n->operands[i]];
-    if (q->set) {
-      jit__gen_operand r = {q->name.s, ins[i].dt, ins[i].rank - 1, sq_dims[i], {0}, NULL};
-      for (int d = 0, j = 0; d < ins[i].rank; d++) {
-        if (d == q->axis) continue;
-        sq_dims[i][j] = ins[i].dims[d];
-        r.map[j++] = ins[i].map[d];
-      }
-      ins[i] = r;
-    }
-  }
+  for (int i = 0; i < n->n_operands; i++)
+    JIT_PROPAGATE(jit__elementwise_operand(e, n->operands[i], n->rank, n->dims, &ins[i],
+                                           sq_dims[i]));
   if (e->symbolic && !jit__result_dims_from(e, ins, n->n_operands, n->rank, n->dims, e->dv[e->cur]))
     return jit__node_error(e, "a `?` dim of the result has no operand dim to take its size from");
   jit__str empty = jit__value_name(e, false), res = jit__value_name(e, true);

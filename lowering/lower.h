@@ -168,6 +168,11 @@ typedef struct jit__emit_options {
   // split_rows) and its else (emit_mlir.c); the generic CPU kernel plans each path
   // for its side.
   int64_t split_rows;
+  // Elementwise nodes with one consumer, also elementwise and of the same shape, are
+  // written inside its body (emit_fused.c): what linalg-fuse-elementwise-ops would
+  // make, in linear time (its pairwise fusion cloned the growing body at each step:
+  // 2,000 chained adds took 1.5 s). Compiles set it; the graph's MLIR export does not.
+  bool fuse_elementwise;
 } jit__emit_options;
 
 // jit__emit_mlir with the dims mode of `options`. In symbolic mode `func_name` is made

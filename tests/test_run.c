@@ -763,3 +763,90 @@ Test(run, too_small_openmp_worker_stacks_are_refused) {
   }
   mm_data_free(&m);
 }
+
+// Elementwise chains are written as one linalg.generic by the emitter (emit_fused.c):
+// y = relu(t + t * x) with t = exp(u), u = tanh(tanh(x * 0.5 + bias) * 0.5 + bias)
+// (bias broadcast over rows, x read at both ends, t used twice), in f32 and f16 (the
+// reference rounds after every op, as separate ops would), as exact kernels and as a
+// generic one over rows 1, 7 and 33; and a chain of 1,500 adds of a bias, which the
+// MLIR fusion pass took quadratic time over.
+static float r16(float v, bool f16) {
+  if (f16) ref_round_f16_array(&v, 1);
+  return v;
+}
+
+static void check_chain(jit_shape_policy policy, DLDataType dt, int64_t M) {
+  enum { N = 37 };
+  bool f16 = tu_is_f16(dt);
+  jit_context *ctx = tu_context_policy(policy);
+  jit_graph *g = tu_graph(ctx, "chain");
+  int64_t rows = policy == JIT_SHAPE_POLICY_GENERIC ? jit_symbol(g, "M") : M;
+  jit_value x = jit_input(g, "x", dt, 2, (int64_t[]){rows, N});
+  jit_value bias = jit_input(g, "bias", dt, 1, (int64_t[]){N});
+  jit_value half = jit_scalar(g, 0.5, dt);
+  jit_value u = x;
+  for (int i = 0; i < 2; i++) u = jit_tanh(g, jit_add(g, jit_mul(g, u, half), bias));
+  jit_value t = jit_exp(g, u);
+  jit_output(g, jit_relu(g, jit_add(g, t, jit_mul(g, t, x))));
+  TU_OK(jit_graph_finalize(g));
+  float *xv = tu_malloc(sizeof(float) * (size_t)(M * N)), bv[N];
+  float *want = tu_malloc(sizeof(float) * (size_t)(M * N));
+  ref_rng rng;
+  ref_rng_seed(&rng, 500 + (uint64_t)M);
+  ref_rng_fill_signed(&rng, xv, M * N);
+  ref_rng_fill_signed(&rng, bv, N);
+  void *xd = tu_input_data(dt, xv, M * N), *bd = tu_input_data(dt, bv, N);
+  for (int64_t i = 0; i < M * N; i++) {
+    float v = xv[i], b = bv[i % N];
+    for (int k = 0; k < 2; k++) v = r16(tanhf(r16(r16(v * 0.5f, f16) + b, f16)), f16);
+    float e = r16(expf(v), f16);
+    float s = r16(e + r16(e * xv[i], f16), f16);
+    want[i] = s > 0 ? s : 0;
+  }
+  DLTensor ins[2] = {tu_tensor(xd, dt, 2, (int64_t[]){M, N}), tu_tensor(bd, dt, 1, (int64_t[]){N})};
+  char what[64];
+  snprintf(what, sizeof what, "chain %s %s M=%lld", f16 ? "f16" : "f32",
+           policy == JIT_SHAPE_POLICY_GENERIC ? "generic" : "exact", (long long)M);
+  tu_run_check(g, ins, 2, dt, 2, (int64_t[]){M, N}, want, f16 ? 4e-3 : 1e-5,
+               f16 ? 4e-3 : 1e-6, NULL, what);
+  free(xv);
+  free(want);
+  free(xd);
+  free(bd);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(run, elementwise_chains_fused) {
+  static const int64_t ms[] = {1, 7, 33};
+  for (int f = 0; f < 2; f++)
+    for (int i = 0; i < 3; i++) {
+      check_chain(JIT_SHAPE_POLICY_EXACT, f ? TU_F16 : TU_F32, ms[i]);
+      check_chain(JIT_SHAPE_POLICY_GENERIC, f ? TU_F16 : TU_F32, ms[i]);
+    }
+}
+
+Test(run, long_elementwise_chain) {
+  enum { N = 19, ADDS = 1500 };
+  jit_context *ctx = tu_context_policy(JIT_SHAPE_POLICY_EXACT);
+  jit_graph *g = tu_graph(ctx, "long");
+  jit_value x = jit_input(g, "x", TU_F32, 1, (int64_t[]){N});
+  jit_value b = jit_input(g, "b", TU_F32, 1, (int64_t[]){N});
+  jit_value v = x;
+  for (int i = 0; i < ADDS; i++) v = jit_add(g, v, b);
+  jit_output(g, v);
+  TU_OK(jit_graph_finalize(g));
+  float xv[N], bv[N], want[N];
+  for (int i = 0; i < N; i++) {
+    xv[i] = (float)i;
+    bv[i] = 0.25f * (float)(i % 4);
+    float s = xv[i];
+    for (int k = 0; k < ADDS; k++) s += bv[i];
+    want[i] = s;
+  }
+  DLTensor ins[2] = {tu_tensor(xv, TU_F32, 1, (int64_t[]){N}),
+                     tu_tensor(bv, TU_F32, 1, (int64_t[]){N})};
+  tu_run_check(g, ins, 2, TU_F32, 1, (int64_t[]){N}, want, 0, 0, NULL, "1,500 adds");
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
