@@ -383,7 +383,8 @@ JIT_API jit_status jit_output_shape(jit_graph *graph, const DLTensor *inputs,
 // the output shapes (see jit_output_shape) and dtypes. CPU tensors, dense row-major
 // (strides NULL or dense). At the first call for a set of input shapes the graph is
 // compiled for them (once, even when several threads ask at once); later calls with
-// those shapes run the compiled kernel. Outputs must not alias inputs. Thread-safe.
+// those shapes run the compiled kernel. Outputs must not overlap inputs or each other
+// (on the CPU an overlap is refused with JIT_INVALID_ARGUMENT). Thread-safe.
 //
 // Limits: rank at most JIT_MAX_RANK; every input, output and intermediate value at
 // most JIT_MAX_TENSOR_BYTES (2^48) bytes, its element count within int64. A binding

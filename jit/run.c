@@ -787,6 +787,17 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__oshape *osha
                        "alias inputs",
                        g->name, j, i, jit__input_name(g, (int)i));
     }
+    // Nor each other: a kernel writes each output as its own (noalias) buffer.
+    for (int i = 0; i < j; i++) {
+      const DLTensor *p = &outputs[i];
+      const char *pb = (const char *)p->data + p->byte_offset;
+      size_t psz = oshapes[i].dtype == JIT__F16 ? 2 : 4;
+      const char *pe = pb + jit__numel(oshapes[i].rank, oshapes[i].dims) * psz;
+      if (ob < pe && pb < oe)
+        return JIT_ERR(JIT_INVALID_ARGUMENT,
+                       "graph `%s`: output %d overlaps output %d; outputs must not alias "
+                       "each other", g->name, j, i);
+    }
   }
   return NULL;
 }

@@ -245,6 +245,18 @@ static jit_status jit__add_entry(LLVMContextRef llctx, LLVMModuleRef mod,
                    LLVMCountParamTypes(fty), n_params);
   LLVMTypeRef ptr = LLVMPointerTypeInContext(llctx, 0);
   LLVMTypeRef i64 = LLVMInt64TypeInContext(llctx);
+  // Every buffer a kernel gets is its own: inputs are never written (emit_mlir.c) and
+  // jit_run refuses outputs that overlap inputs or each other. Said to LLVM (noalias),
+  // stores to one output no longer order loads of the others: a graph of 1,000
+  // outputs compiled in 3.3 s instead of 7.6 (the machine scheduler's dependences).
+  // Generic kernels: on the aligned pointer of each descriptor, the one read and
+  // written through.
+  unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+  for (uint32_t i = 0, p = 0; i < n_args; i++) {
+    uint32_t at = shapes ? p + 1 : i;
+    LLVMAddAttributeAtIndex(fn, at + 1, LLVMCreateEnumAttribute(llctx, noalias, 0));
+    if (shapes) p += 3 + 2 * (uint32_t)shapes[i].rank;
+  }
   LLVMTypeRef ety = LLVMFunctionType(LLVMVoidTypeInContext(llctx), &ptr, 1, 0);
   LLVMValueRef efn = LLVMAddFunction(mod, entry, ety);
   LLVMBuilderRef b = LLVMCreateBuilderInContext(llctx);

@@ -277,12 +277,14 @@ static jit_status emit_graph(jit__emitter *e, const char *func_name) {
   // pointer convention rejects a memref like memref<2x0xf32> (a 0 after the leading
   // dim), which fails the whole lowering. With bare pointers the declared shape does
   // not change the ABI, and nothing is read from or written to such a buffer.
+  // Inputs are the caller's: never written (bufferization copies instead of reusing
+  // one), which also lets the kernel's pointers be noalias (compile_cpu.c).
   const int64_t zero = 0;
   jit__text_printf(&head, "func.func @%s(", func_name);
   for (uint32_t i = 0; i < g->n_inputs; i++) {
     const jit__node *n = &g->nodes[g->inputs[i]];
     bool empty = !e->symbolic && jit__num_elements(n->rank, n->dims) == 0;
-    jit__text_printf(&head, "%s%%a%u: %s", i ? ", " : "", i,
+    jit__text_printf(&head, "%s%%a%u: %s {bufferization.writable = false}", i ? ", " : "", i,
               jit__tensor_type(n->dtype, empty ? 1 : n->rank, empty ? &zero : n->dims).s);
   }
   // An output made by a batched matmul's named op is declared in that op's shape and

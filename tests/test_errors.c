@@ -842,3 +842,34 @@ Test(errors, invalid_values_and_inputs) {
 
   jit_context_destroy(ctx);
 }
+
+// Outputs are written as buffers of their own (the kernel's pointers are noalias): on
+// the CPU an output that overlaps an input, or another output, is refused before
+// anything runs.
+Test(errors, overlapping_outputs_refused) {
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(NULL, &ctx));
+  jit_graph *g = tu_graph(ctx, "two_out");
+  int64_t d[1] = {8};
+  jit_value x = jit_input(g, "x", TU_F32, 1, d);
+  jit_output(g, jit_exp(g, x));
+  jit_output(g, jit_neg(g, x));
+  TU_OK(jit_graph_finalize(g));
+  float buf[24] = {0};
+  DLTensor in = tu_tensor(buf, TU_F32, 1, d);
+  DLTensor out[2] = {tu_tensor(buf + 8, TU_F32, 1, d), tu_tensor(buf + 16, TU_F32, 1, d)};
+  TU_OK(jit_run(g, &in, 1, out, 2));
+  cr_expect(buf[8] == 1.0f && buf[16] == 0.0f, "exp(0) = %g, -0 = %g", buf[8], buf[16]);
+  out[1] = tu_tensor(buf + 12, TU_F32, 1, d);  // half of output 0
+  jit_status s = jit_run(g, &in, 1, out, 2);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "output 1 overlaps output 0");
+  jit_status_free(s);
+  out[1] = tu_tensor(buf + 4, TU_F32, 1, d);  // half of the input
+  s = jit_run(g, &in, 1, out, 2);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "overlaps input 0");
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
