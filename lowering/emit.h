@@ -141,6 +141,12 @@ jit__body_kind jit__elementwise_kind(jit__op op);
 jit_status jit__elementwise_operand(jit__emitter *e, uint32_t id, int rank,
                                     const int64_t *dims, jit__gen_operand *op,
                                     int64_t sq_dims[JIT_MAX_RANK]);
+// The result of elementwise node `n` over operands `ins`: the values of its `?` dims
+// (symbolic mode), its empty init (named *empty), *out (that init, identity map) and
+// *res (the node's value name).
+jit_status jit__elementwise_result(jit__emitter *e, const jit__node *n,
+                                   const jit__gen_operand *ins, int n_in, jit__str *empty,
+                                   jit__str *res, jit__gen_operand *out);
 // Elementwise chains (emit_fused.c): marks e->inlined (options->fuse_elementwise);
 // false when out of memory. jit__emit_elementwise writes a node with inlined operands
 // through jit__emit_fused.

@@ -203,14 +203,10 @@ jit_status jit__emit_fused(jit__emitter *e, const jit__node *n) {
   jit_status s = collect(&f, &w);
   for (int i = 0; i < f.n_in && !s; i++)
     if (e->squeezed[f.leaf_id[i]].set) f.ins[i].dims = f.sq[i];
-  if (!s && e->symbolic &&
-      !jit__result_dims_from(e, f.ins, f.n_in, n->rank, n->dims, e->dv[e->cur]))
-    s = jit__node_error(e, "a `?` dim of the result has no operand dim to take its size from");
+  jit__str empty, res;
+  jit__gen_operand out;
+  if (!s) s = jit__elementwise_result(e, n, f.ins, f.n_in, &empty, &res, &out);
   if (!s) {
-    jit__str empty = jit__value_name(e, false), res = jit__value_name(e, true);
-    jit__emit_empty(e, empty.s, n->dtype, n->rank, n->dims, e->dv[e->cur]);
-    jit__gen_operand out = {empty.s, n->dtype, n->rank, n->dims, {0}, NULL};
-    jit__identity_map(&out);
     char iters[JIT_MAX_RANK + 1];
     memset(iters, 'p', sizeof iters);
     jit__emit_generic_open(e, res.s, n->rank, iters, f.ins, f.n_in, &out);

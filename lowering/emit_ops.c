@@ -133,15 +133,25 @@ jit_status jit__emit_elementwise(jit__emitter *e, const jit__node *n, jit__body_
   for (int i = 0; i < n->n_operands; i++)
     JIT_PROPAGATE(jit__elementwise_operand(e, n->operands[i], n->rank, n->dims, &ins[i],
                                            sq_dims[i]));
-  if (e->symbolic && !jit__result_dims_from(e, ins, n->n_operands, n->rank, n->dims, e->dv[e->cur]))
-    return jit__node_error(e, "a `?` dim of the result has no operand dim to take its size from");
-  jit__str empty = jit__value_name(e, false), res = jit__value_name(e, true);
-  jit__emit_empty(e, empty.s, n->dtype, n->rank, n->dims, e->dv[e->cur]);
-  jit__gen_operand out = {empty.s, n->dtype, n->rank, n->dims, {0}, NULL};
-  jit__identity_map(&out);
+  jit__str empty, res;
+  jit__gen_operand out;
+  JIT_PROPAGATE(jit__elementwise_result(e, n, ins, n->n_operands, &empty, &res, &out));
   char iters[JIT_MAX_RANK + 1];
   memset(iters, 'p', sizeof iters);
   jit__emit_generic(e, res.s, n->rank, iters, ins, n->n_operands, &out, kind, NULL);
+  return NULL;
+}
+
+jit_status jit__elementwise_result(jit__emitter *e, const jit__node *n,
+                                   const jit__gen_operand *ins, int n_in, jit__str *empty,
+                                   jit__str *res, jit__gen_operand *out) {
+  if (e->symbolic && !jit__result_dims_from(e, ins, n_in, n->rank, n->dims, e->dv[e->cur]))
+    return jit__node_error(e, "a `?` dim of the result has no operand dim to take its size from");
+  *empty = jit__value_name(e, false);
+  *res = jit__value_name(e, true);
+  jit__emit_empty(e, empty->s, n->dtype, n->rank, n->dims, e->dv[e->cur]);
+  *out = (jit__gen_operand){empty->s, n->dtype, n->rank, n->dims, {0}, NULL};
+  jit__identity_map(out);
   return NULL;
 }
 
