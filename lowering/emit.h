@@ -54,8 +54,9 @@ typedef struct jit__emitter {
   } *squeezed;
   uint8_t *mm_up, *mm_down;  // per node: steps to a matmul (matmul_distances)
   // Per node: 1 when it is an elementwise node written inside its one consumer's body
-  // (emit_fused.c); NULL: none are.
+  // (emit_fused.c); NULL: none are. It and the writing's scratch are e->fusion's.
   uint8_t *inlined;
+  struct jit__fusion *fusion;
 } jit__emitter;
 
 // What a generic body computes, in f32, from its (extended) inputs x, y and, for
@@ -151,6 +152,7 @@ jit_status jit__elementwise_result(jit__emitter *e, const jit__node *n,
 // false when out of memory. jit__emit_elementwise writes a node with inlined operands
 // through jit__emit_fused.
 bool jit__plan_inlining(jit__emitter *e);
+void jit__fusion_free(jit__emitter *e);  // no-op without one
 jit_status jit__emit_fused(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_reduce(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_softmax(jit__emitter *e, const jit__node *n);

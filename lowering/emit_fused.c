@@ -17,6 +17,7 @@
 // which is read back op by op.
 //
 //===----------------------------------------------------------------------===//
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,52 @@ static bool same_shape(const jit__node *a, const jit__node *b) {
   return a->rank == b->rank && !memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank);
 }
 
+// What jit__emit_fused works in, sized once for the whole graph (a tree has at most
+// as many leaves and levels as the graph has nodes).
+struct jit__fusion {
+  uint8_t *inlined;             // per node; e->inlined points here
+  uint32_t *leaf_of;            // per node: 1 + its input index in the tree being written
+  uint32_t *leaf_id;            // per input: its node
+  jit__gen_operand *ins;        // per input
+  int64_t (*sq)[JIT_MAX_RANK];  // per input: its dims when read squeezed
+  struct frame *st;             // the walk's stack
+};
+
+// A node being walked (collect, compute): its next operand, and its operands' values.
+typedef struct frame {
+  uint32_t id;
+  int k;
+  char arg[2][32];
+} frame;
+
+void jit__fusion_free(jit__emitter *e) {
+  struct jit__fusion *f = e->fusion;
+  if (!f) return;
+  free(f->inlined);
+  free(f->leaf_of);
+  free(f->leaf_id);
+  free(f->ins);
+  free(f->sq);
+  free(f->st);
+  free(f);
+  e->fusion = NULL;
+  e->inlined = NULL;
+}
+
+static bool fusion_alloc(jit__emitter *e, size_t n) {
+  struct jit__fusion *f = calloc(1, sizeof(*f));
+  e->fusion = f;
+  if (!f) return false;
+  f->inlined = calloc(n, 1);
+  f->leaf_of = calloc(n, sizeof(*f->leaf_of));
+  f->leaf_id = malloc(n * sizeof(*f->leaf_id));
+  f->ins = malloc(n * sizeof(*f->ins));
+  f->sq = malloc(n * sizeof(*f->sq));
+  f->st = malloc(n * sizeof(*f->st));
+  e->inlined = f->inlined;
+  return f->inlined && f->leaf_of && f->leaf_id && f->ins && f->sq && f->st;
+}
+
 bool jit__plan_inlining(jit__emitter *e) {
   const jit__lgraph *g = e->g;
   size_t n = g->n_nodes ? g->n_nodes : 1;
@@ -38,16 +85,8 @@ bool jit__plan_inlining(jit__emitter *e) {
   // Named-op forms reach through elementwise nodes (emit_elementwise_flat): a node
   // that may read one is left as it is, and so are its operands.
   uint8_t *flat = calloc(n, 1);
-  e->inlined = calloc(n, 1);
-  if (!uses || !user || !flat || !e->inlined) {
-    free(uses);
-    free(user);
-    free(flat);
-    free(e->inlined);
-    e->inlined = NULL;
-    return false;
-  }
-  for (uint32_t i = 0; i < g->n_nodes; i++) {
+  bool ok = uses && user && flat && fusion_alloc(e, n);
+  for (uint32_t i = 0; ok && i < g->n_nodes; i++) {
     const jit__node *x = &g->nodes[i];
     for (int k = 0; k < x->n_operands; k++) {
       uint32_t o = x->operands[k];
@@ -59,9 +98,9 @@ bool jit__plan_inlining(jit__emitter *e) {
         flat[i] = is_elementwise(x->op);
     }
   }
-  for (uint32_t j = 0; j < g->n_outputs; j++)
+  for (uint32_t j = 0; ok && j < g->n_outputs; j++)
     if (g->outputs[j] < g->n_nodes) uses[g->outputs[j]] += 2;
-  for (uint32_t i = 0; i < g->n_nodes; i++) {
+  for (uint32_t i = 0; ok && i < g->n_nodes; i++) {
     const jit__node *x = &g->nodes[i];
     if (uses[i] != 1 || !is_elementwise(x->op) || flat[i]) continue;
     const jit__node *c = &g->nodes[user[i]];
@@ -71,81 +110,32 @@ bool jit__plan_inlining(jit__emitter *e) {
   free(uses);
   free(user);
   free(flat);
-  return true;
+  if (!ok) jit__fusion_free(e);
+  return ok;
 }
 
-typedef struct fused {
-  jit__emitter *e;
-  const jit__node *n;       // the consumer written
-  jit__gen_operand *ins;    // leaves
-  int64_t (*sq)[JIT_MAX_RANK];
-  uint32_t *leaf_id;
-  int n_in, cap;
-} fused;
-
-// A node being walked (collect, compute): its next operand, and its operands' values.
-typedef struct frame {
-  uint32_t id;
-  int k;
-  char arg[2][32];
-} frame;
-
-typedef struct walk {
-  frame *st;
-  size_t n, cap;
-} walk;
-
-static bool push(walk *w, uint32_t id) {
-  if (w->n == w->cap) {
-    size_t cap = w->cap ? 2 * w->cap : 16;
-    frame *st = realloc(w->st, sizeof(*st) * cap);
-    if (!st) return false;
-    w->st = st;
-    w->cap = cap;
-  }
-  w->st[w->n++] = (frame){.id = id};
-  return true;
-}
-
-static jit_status add_leaf(fused *f, uint32_t id) {
-  for (int i = 0; i < f->n_in; i++)
-    if (f->leaf_id[i] == id) return NULL;
-  if (f->n_in == f->cap) {
-    int cap = f->cap ? 2 * f->cap : 8;
-    jit__gen_operand *ins = realloc(f->ins, sizeof(*ins) * (size_t)cap);
-    if (ins) f->ins = ins;
-    int64_t(*sq)[JIT_MAX_RANK] = realloc(f->sq, sizeof(*sq) * (size_t)cap);
-    if (sq) f->sq = sq;
-    uint32_t *ids = realloc(f->leaf_id, sizeof(*ids) * (size_t)cap);
-    if (ids) f->leaf_id = ids;
-    if (!ins || !sq || !ids) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
-    f->cap = cap;
-  }
-  // sq moves with realloc: a squeezed operand's dims are pointed at it once all are in.
-  JIT_PROPAGATE(jit__elementwise_operand(f->e, id, f->n->rank, f->n->dims, &f->ins[f->n_in],
-                                         f->sq[f->n_in]));
-  f->leaf_id[f->n_in++] = id;
-  return NULL;
-}
-
-// The leaves under the consumer, in order (each inlined operand replaced by its own),
-// each once. Iterative: a chain can be as long as the graph.
-static jit_status collect(fused *f, walk *w) {
-  const jit__lgraph *g = f->e->g;
-  w->n = 0;
-  if (!push(w, f->e->cur)) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
-  while (w->n) {
-    frame *t = &w->st[w->n - 1];
-    const jit__node *x = &g->nodes[t->id];
+// The inputs of the tree under the consumer (e->cur), in order (each inlined operand
+// replaced by its own operands), each once; returns their count in *n_in. Iterative:
+// a chain can be as long as the graph.
+static jit_status collect(jit__emitter *e, const jit__node *n, int *n_in) {
+  struct jit__fusion *f = e->fusion;
+  size_t depth = 0;
+  f->st[depth++] = (frame){.id = e->cur};
+  while (depth) {
+    frame *t = &f->st[depth - 1];
+    const jit__node *x = &e->g->nodes[t->id];
     if (t->k == x->n_operands) {
-      w->n--;
+      depth--;
       continue;
     }
     uint32_t o = x->operands[t->k++];
-    if (f->e->inlined[o]) {
-      if (!push(w, o)) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
-    } else {
-      JIT_PROPAGATE(add_leaf(f, o));
+    if (e->inlined[o]) {
+      f->st[depth++] = (frame){.id = o};
+    } else if (!f->leaf_of[o]) {
+      int i = (*n_in)++;
+      JIT_PROPAGATE(jit__elementwise_operand(e, o, n->rank, n->dims, &f->ins[i], f->sq[i]));
+      f->leaf_id[i] = o;
+      f->leaf_of[o] = (uint32_t)i + 1;
     }
   }
   return NULL;
@@ -153,30 +143,28 @@ static jit_status collect(fused *f, walk *w) {
 
 // Writes the body's computations, the inlined nodes' first (post-order), and puts the
 // consumer's f32 value's name in result[32].
-static jit_status compute(fused *f, walk *w, char result[32]) {
-  jit__emitter *e = f->e;
-  w->n = 0;
-  if (!push(w, e->cur)) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
-  int step = 0;
-  while (w->n) {
-    frame *t = &w->st[w->n - 1];
+static void compute(jit__emitter *e, char result[32]) {
+  struct jit__fusion *f = e->fusion;
+  size_t depth = 0;
+  f->st[depth++] = (frame){.id = e->cur};
+  int step = 0;  // computations written: their names' prefix
+  while (depth) {
+    frame *t = &f->st[depth - 1];
     const jit__node *x = &e->g->nodes[t->id];
     if (t->k < x->n_operands) {
       uint32_t o = x->operands[t->k];
       if (e->inlined[o]) {
-        if (!push(w, o)) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory");
-        continue;
+        f->st[depth++] = (frame){.id = o};
+      } else {
+        uint32_t i = f->leaf_of[o] - 1;
+        snprintf(t->arg[t->k++], 32, "%%%s%u", f->ins[i].dt == JIT__F16 ? "x" : "in", i);
       }
-      for (int i = 0; i < f->n_in; i++)
-        if (f->leaf_id[i] == o)
-          snprintf(t->arg[t->k], 32, "%%%s%d", f->ins[i].dt == JIT__F16 ? "x" : "in", i);
-      t->k++;
       continue;
     }
     char r[16], v[32];
-    const char *val = jit__emit_body_step(e, jit__elementwise_kind(x->op), t->arg[0],
-                                          t->arg[1], step, r);
-    snprintf(v, sizeof v, "%s", val);
+    snprintf(v, sizeof v, "%s",
+             jit__emit_body_step(e, jit__elementwise_kind(x->op), t->arg[0], t->arg[1],
+                                 step, r));
     if (x->dtype == JIT__F16 && t->id != e->cur) {
       // Rounded to f16 and back, as the value would be between two separate ops.
       jit__text_printf(&e->tb,
@@ -186,35 +174,32 @@ static jit_status compute(fused *f, walk *w, char result[32]) {
       snprintf(v, sizeof v, "%%s%dr", step);
     }
     step++;
-    w->n--;
-    if (!w->n) {
+    if (--depth == 0) {
       snprintf(result, 32, "%s", v);
       break;
     }
-    frame *p = &w->st[w->n - 1];
+    frame *p = &f->st[depth - 1];
     snprintf(p->arg[p->k++], 32, "%s", v);
   }
-  return NULL;
 }
 
 jit_status jit__emit_fused(jit__emitter *e, const jit__node *n) {
-  fused f = {.e = e, .n = n};
-  walk w = {0};
-  jit_status s = collect(&f, &w);
-  for (int i = 0; i < f.n_in && !s; i++)
-    if (e->squeezed[f.leaf_id[i]].set) f.ins[i].dims = f.sq[i];
+  struct jit__fusion *f = e->fusion;
+  int n_in = 0;
+  jit_status s = collect(e, n, &n_in);
+  // jit__elementwise_operand pointed a squeezed input's dims at f->sq[i].
   jit__str empty, res;
   jit__gen_operand out;
-  if (!s) s = jit__elementwise_result(e, n, f.ins, f.n_in, &empty, &res, &out);
+  if (!s) s = jit__elementwise_result(e, n, f->ins, n_in, &empty, &res, &out);
   if (!s) {
     char iters[JIT_MAX_RANK + 1];
     memset(iters, 'p', sizeof iters);
-    jit__emit_generic_open(e, res.s, n->rank, iters, f.ins, f.n_in, &out);
-    for (int i = 0; i < f.n_in; i++)
-      if (f.ins[i].dt == JIT__F16)
+    jit__emit_generic_open(e, res.s, n->rank, iters, f->ins, n_in, &out);
+    for (int i = 0; i < n_in; i++)
+      if (f->ins[i].dt == JIT__F16)
         jit__text_printf(&e->tb, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
     char result[32] = "";
-    s = compute(&f, &w, result);
+    compute(e, result);
     const char *elem = n->dtype == JIT__F16 ? "f16" : "f32";
     if (n->dtype == JIT__F16) {
       jit__text_printf(&e->tb, "    %%y = arith.truncf %s : f32 to f16\n", result);
@@ -223,9 +208,6 @@ jit_status jit__emit_fused(jit__emitter *e, const jit__node *n) {
     jit__text_printf(&e->tb, "    linalg.yield %s : %s\n  } -> %s\n", result, elem,
                      jit__tensor_type(n->dtype, n->rank, n->dims).s);
   }
-  free(w.st);
-  free(f.ins);
-  free(f.sq);
-  free(f.leaf_id);
+  for (int i = 0; i < n_in; i++) f->leaf_of[f->leaf_id[i]] = 0;
   return s;
 }

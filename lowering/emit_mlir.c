@@ -382,7 +382,7 @@ jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
             ? JIT_ERR(JIT_RESOURCE_EXHAUSTED, "emitting MLIR: out of memory")
             : emit_graph(&e, func_name);
   }
-  free(e.inlined);
+  jit__fusion_free(&e);
   free(e.names);
   free(e.flat);
   free(e.squeezed);

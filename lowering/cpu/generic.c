@@ -304,7 +304,11 @@ static void write_dim(writer *w, const target *t, const char *in, const char *in
   char cur[48], loop[48];
   snprintf(cur, sizeof cur, "%s", in);
   const char *cur_ty = in_ty;
-  int64_t left = dim == 0 ? p->M : p->N, width = dim == 0 ? p->tm : p->tn;
+  // Where threads split the columns, each cuts its own part (N / threads, a whole
+  // number of tiles): a masked rest sized from all of N covered too few columns of a
+  // part (AVX2, 1x256x256: 48-wide tiles, rest 16 of a part's 32).
+  int64_t cols_left = p->split_n ? p->N / p->threads : p->N;
+  int64_t left = dim == 0 ? p->M : cols_left, width = dim == 0 ? p->tm : p->tn;
   // Columns inside a piece of few rows go wider, so that its k loop still has
   // tm/2 x tn accumulators (one row of two vectors is a chain of FMAs one latency apart).
   if (dim == 1 && outer == 0 && rows > 0 && rows < p->tm / 2)
