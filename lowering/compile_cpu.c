@@ -488,13 +488,11 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
                      strlen(plan.script));
     if ((status = jit__apply_script(ctx, module, plan.script, "generic tiling", diag)))
       goto done;
-    jit__cpu_drop_mask_selects(mop);
-    if (jit__cpu_fold_iter_slices(mop) > 0) {
-      status = jit__apply_script(ctx, module, jit__cpu_generic_hoist_script(),
-                                 "hoisting generic accumulators", diag);
-      if (status) goto done;
-      jit__cpu_drop_mask_selects(mop);  // those of the accumulators hoisted now
-    }
+    if (jit__cpu_fold_iter_slices(mop) > 0 &&
+        (status = jit__apply_script(ctx, module, jit__cpu_generic_hoist_script(),
+                                    "hoisting generic accumulators", diag)))
+      goto done;
+    jit__cpu_drop_mask_selects(mop);  // once every accumulator is hoisted
     jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
   } else if (options->opt_level > 0) {
     if ((status = jit__generalize_named(ctx, module, diag))) goto done;

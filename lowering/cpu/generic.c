@@ -32,7 +32,7 @@
 
 jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t N,
                                                   const jit__cpu_host *h, int threads,
-                                                  bool few_rows, bool f32) {
+                                                  bool few_rows, bool f32, bool fused) {
   jit__cpu_generic_mm_plan p = {0};
   p.tm = h->tm;
   p.tn = h->tn;
@@ -64,6 +64,12 @@ jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t 
       p.pack = false;
       p.tm = h->tm, p.tn = h->tn, p.kc = 128;
     }
+  }
+  // Under a fused epilogue there are no k blocks (it needs the finished sums): a `?` K
+  // then has no static panel to pack.
+  if (fused) {
+    p.kc = 0;
+    if (K < 0) p.pack = p.peel_k = false;
   }
   p.peel_n = N < 0 || N % p.tn != 0;
   // The static-M rows: tm divides them, or they are peeled (a static M < tm is one tile).
@@ -397,15 +403,7 @@ static void write_matmul(writer *w, int i, const char *name, int b, bool fused, 
     }
   }
   int64_t s[4] = {0};
-  bool kc = p->kc && !fused;
-  // Under an epilogue there are no k blocks: a `?` K then has no static panel to pack.
-  jit__cpu_generic_mm_plan unpacked;
-  if (fused && p->peel_k) {
-    unpacked = *p;
-    unpacked.pack = unpacked.peel_k = false;
-    unpacked.mc = p->M < 0 ? 8 * p->tm : 0;
-    p = &unpacked;
-  }
+  bool kc = p->kc != 0;
   if (b || p->mc || kc) {
     if (b) s[0] = 1;
     s[off] = p->mc;
@@ -543,15 +541,15 @@ static MlirWalkResult visit(MlirOperation op, void *user) {
   for (int o = 0; o < 3 && f32; o++)
     f32 = mlirTypeIsAF32(mlirShapedTypeGetElementType(
         mlirValueGetType(mlirOperationGetOperand(op, o))));
-  jit__cpu_generic_mm_plan p =
-      jit__cpu_plan_generic_mm(M, K, N, &w->host, w->threads, on_few_rows_path(op), f32);
+  // An epilogue is fused where N is static (a `?` N leaves a masked rest of columns).
+  MlirOperation ep = mm && N >= 0 ? fusable_epilogue(op) : (MlirOperation){NULL};
+  bool fused = !mlirOperationIsNull(ep);
+  jit__cpu_generic_mm_plan p = jit__cpu_plan_generic_mm(M, K, N, &w->host, w->threads,
+                                                        on_few_rows_path(op), f32, fused);
   if (p.threads > w->used_threads) w->used_threads = p.threads;
   if (p.tn == 0 || M == 0 || K == 0) return MlirWalkResultAdvance;
   jit__cpu_set_tag(w->ctx, op, "jit.gmm", w->n);
-  // An epilogue is fused where N is static (a `?` N leaves a scalar rest of columns).
-  MlirOperation ep = mm && N >= 0 ? fusable_epilogue(op) : (MlirOperation){NULL};
   writer wr = {&w->sb, w->handles};
-  bool fused = !mlirOperationIsNull(ep);
   if (fused) jit__cpu_set_tag(w->ctx, ep, "jit.gep", w->n);
   // The zeros the sums start from, when a fill of this matmul's alone makes them.
   MlirValue init = mlirOperationGetOperand(op, 2);

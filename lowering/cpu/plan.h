@@ -193,9 +193,10 @@ typedef struct jit__cpu_generic_mm_plan {
 
 // The plan for an M x K x N matmul of a generic kernel on host `h` with `threads`
 // threads, on the kernel's path for few rows or many (generic.c), with f32 operands
-// or not (B is packed on the path for many rows, f32 only). Pure.
+// or not (B is packed on the path for many rows, f32 only), under a fused epilogue or
+// not (then no k blocks). Pure.
 jit__cpu_generic_mm_plan jit__cpu_plan_generic_mm(int64_t M, int64_t K, int64_t N,
                                                   const jit__cpu_host *h, int threads,
-                                                  bool few_rows, bool f32);
+                                                  bool few_rows, bool f32, bool fused);
 
 #endif  // JITML_LOWERING_CPU_PLAN_H_
