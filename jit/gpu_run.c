@@ -440,14 +440,29 @@ static jit_status jit__gpu_target_for(jit_graph *g, jit_device *d, const jit__lg
   return NULL;
 }
 
+// A compiled GPU kernel: the artifact, for CUDA a cubin made from its PTX, and the
+// image of both that loading takes.
+typedef struct jit__gpu_built {
+  jit__gpu_artifact art;
+  jit__gpu_cubin_info cm;
+  uint8_t *cubin;
+  size_t cubin_size;
+  jit__gpu_image img;
+} jit__gpu_built;
+
+static void jit__gpu_built_release(jit__gpu_built *b) {
+  jit__gpu_artifact_release(&b->art);
+  free(b->cubin);
+}
+
 // Compiles `lg` for `d` (the generic kernel when `req` is given, else the binding's),
-// makes a cubin for CUDA, counts the compile and stores the entry of `key`.
+// makes a cubin for CUDA, counts the compile and stores the entry of `key`. The caller
+// releases *b (jit__gpu_built_release) on success.
 static jit_status jit__gpu_compile_store(jit_graph *g, jit_device *d, const jit__lgraph *lg,
                                          const int64_t (*req)[JIT_MAX_RANK],
                                          const uint8_t key[16], const DLTensor *inputs,
-                                         const jit__oshape *shapes, jit__gpu_artifact *art,
-                                         uint8_t **cubin, size_t *cubin_size,
-                                         jit__gpu_cubin_info *cm) {
+                                         const jit__oshape *shapes, jit__gpu_built *b) {
+  memset(b, 0, sizeof(*b));
   jit__gpu_target t;
   JIT_PROPAGATE(jit__gpu_target_for(g, d, lg, &t));
   bool ptx = t.format == JIT__GPU_PTX, generic = req != NULL;
@@ -456,12 +471,9 @@ static jit_status jit__gpu_compile_store(jit_graph *g, jit_device *d, const jit_
   snprintf(func_name, sizeof(func_name), "%s_%.24s", generic ? "jitg" : "jit", hex);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  jit_status s = generic ? jit__compile_gpu_generic(lg, req, func_name, &t, art)
-                         : jit__compile_gpu(lg, func_name, &t, art);
-  memset(cm, 0, sizeof(*cm));
-  *cubin = NULL;
-  *cubin_size = 0;
-  if (!s && ptx) jit__gpu_make_cubin(d, art, cubin, cubin_size, cm);
+  jit_status s = generic ? jit__compile_gpu_generic(lg, req, func_name, &t, &b->art)
+                         : jit__compile_gpu(lg, func_name, &t, &b->art);
+  if (!s && ptx) jit__gpu_make_cubin(d, &b->art, &b->cubin, &b->cubin_size, &b->cm);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
   atomic_fetch_add_explicit(&g->ctx->compiles, 1, memory_order_relaxed);
@@ -471,8 +483,9 @@ static jit_status jit__gpu_compile_store(jit_graph *g, jit_device *d, const jit_
   pthread_mutex_unlock(&g->ctx->mu);
   if (s) return jit__status_annotate(s, "compiling `%s` for %s:%d", g->name,
                                      jit__device_kind_name(d->kind), d->ordinal);
-  jit__gpu_image img = {art->binary, art->binary_size, *cubin, *cubin_size, cm->no_cubin};
-  jit__gpu_disk_store(g, d, key, inputs, art, &img, ptx ? cm : NULL, shapes);
+  b->img = (jit__gpu_image){b->art.binary, b->art.binary_size, b->cubin, b->cubin_size,
+                            b->cm.no_cubin};
+  jit__gpu_disk_store(g, d, key, inputs, &b->art, &b->img, ptx ? &b->cm : NULL, shapes);
   return NULL;
 }
 
@@ -480,19 +493,13 @@ jit_status jit__gpu_compile_and_load(jit_graph *g, jit_device *d, const jit__lgr
                                      const uint8_t key[16], const DLTensor *inputs,
                                      const jit__oshape *shapes, jit__gpu_exec **out) {
   *out = NULL;
-  jit__gpu_artifact art;
-  jit__gpu_cubin_info cm;
-  uint8_t *cubin = NULL;
-  size_t cubin_size = 0;
-  JIT_PROPAGATE(jit__gpu_compile_store(g, d, lg, NULL, key, inputs, shapes, &art,
-                                       &cubin, &cubin_size, &cm));
-  jit__gpu_image img = {art.binary, art.binary_size, cubin, cubin_size, cm.no_cubin};
-  jit__gpu_plan plan = art.plan;
-  memset(&art.plan, 0, sizeof(art.plan));
-  jit_status s = jit__gpu_load(d, &img, &plan, out);
+  jit__gpu_built b;
+  JIT_PROPAGATE(jit__gpu_compile_store(g, d, lg, NULL, key, inputs, shapes, &b));
+  jit__gpu_plan plan = b.art.plan;
+  memset(&b.art.plan, 0, sizeof(b.art.plan));
+  jit_status s = jit__gpu_load(d, &b.img, &plan, out);
   jit__gpu_plan_release(&plan);
-  jit__gpu_artifact_release(&art);
-  free(cubin);
+  jit__gpu_built_release(&b);
   return s;
 }
 
@@ -596,16 +603,10 @@ jit_status jit__gpu_generic_make(jit_graph *g, jit_device *d, const uint8_t key[
     shapes[j].dtype = o->dtype;
     memcpy(shapes[j].dims, o->dims, sizeof shapes[j].dims);
   }
-  jit__gpu_artifact art;
-  jit__gpu_cubin_info cm;
-  uint8_t *cubin = NULL;
-  size_t cubin_size = 0;
-  JIT_PROPAGATE(jit__gpu_compile_store(g, d, lg, req, key, declared, shapes, &art,
-                                       &cubin, &cubin_size, &cm));
-  jit__gpu_image img = {art.binary, art.binary_size, cubin, cubin_size, cm.no_cubin};
-  jit_status s = jit__gpu_generic_new(&img, &art.plan, out);
-  jit__gpu_artifact_release(&art);
-  free(cubin);
+  jit__gpu_built b;
+  JIT_PROPAGATE(jit__gpu_compile_store(g, d, lg, req, key, declared, shapes, &b));
+  jit_status s = jit__gpu_generic_new(&b.img, &b.art.plan, out);
+  jit__gpu_built_release(&b);
   return s;
 }
 

@@ -127,6 +127,19 @@ static inline uint32_t tg_reduce(tg *t, jit__op op, uint32_t x, int axis, bool k
   return id;
 }
 
+// relu(x W1 + b1) W2 + b2 with x [n, in], W1 [in, hid], W2 [hid, out] (n may be a
+// symbol code, < -1); inputs in that order: x, W1, b1, W2, b2.
+static inline void tg_mlp(tg *t, int64_t n, int64_t in, int64_t hid, int64_t out) {
+  int64_t dx[2] = {n, in}, dw1[2] = {in, hid}, db1[1] = {hid}, dh[2] = {n, hid},
+          dw2[2] = {hid, out}, db2[1] = {out}, dy[2] = {n, out};
+  uint32_t x = tg_input(t, 2, dx), w1 = tg_input(t, 2, dw1), b1 = tg_input(t, 1, db1);
+  uint32_t w2 = tg_input(t, 2, dw2), b2 = tg_input(t, 1, db2);
+  uint32_t h = tg_node(t, JIT__OP_MATMUL, 2, x, w1, 2, dh);
+  h = tg_unary(t, JIT__OP_RELU, tg_node(t, JIT__OP_ADD, 2, h, b1, 2, dh));
+  uint32_t y = tg_node(t, JIT__OP_MATMUL, 2, h, w2, 2, dy);
+  tg_output(t, tg_node(t, JIT__OP_ADD, 2, y, b2, 2, dy));
+}
+
 // Elements of a node (the product of its dims; 1 for a scalar).
 static inline int64_t node_numel(const jit__node *n) {
   int64_t e = 1;

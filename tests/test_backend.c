@@ -428,15 +428,8 @@ Test(backend, generic_kernel_per_binding) {
   if (!env_open_computing(&e)) return;
   tg t;
   tg_init(&t, "generic_mlp", JIT__F32);
-  int64_t N = -2;
-  int64_t dx[2] = {N, 40}, dw1[2] = {40, 24}, db1[1] = {24}, dh[2] = {N, 24},
-          dw2[2] = {24, 5}, db2[1] = {5}, dy[2] = {N, 5};
-  uint32_t x = tg_input(&t, 2, dx), w1 = tg_input(&t, 2, dw1), b1 = tg_input(&t, 1, db1);
-  uint32_t w2 = tg_input(&t, 2, dw2), b2 = tg_input(&t, 1, db2);
-  uint32_t h = tg_node(&t, JIT__OP_MATMUL, 2, x, w1, 2, dh);
-  h = tg_unary(&t, JIT__OP_RELU, tg_node(&t, JIT__OP_ADD, 2, h, b1, 2, dh));
-  uint32_t y = tg_node(&t, JIT__OP_MATMUL, 2, h, w2, 2, dy);
-  tg_output(&t, tg_node(&t, JIT__OP_ADD, 2, y, b2, 2, dy));
+  tg_mlp(&t, -2, 40, 24, 5);  // N a symbol
+  const int64_t dw1[2] = {40, 24}, db1[1] = {24}, dw2[2] = {24, 5}, db2[1] = {5};
   char chip[16] = "";
   jit__gpu_target tgt = {.format = JIT__GPU_SPIRV};
   if (e.info.code == JIT__DEV_CODE_PTX) {

@@ -158,15 +158,23 @@ static void check_roundtrip(const jit__gpu_plan *p) {
   free(bytes);
 }
 
-static void compile_ok(const jit__lgraph *g, const jit__gpu_target *t, jit__gpu_artifact *a) {
-  jit_status s = jit__compile_gpu(g, "gk", t, a);
+// Compiles `g` (its generic kernel, `?` dims kept, when `generic`), failing the test
+// with the compile's message.
+static void compile_as(const jit__lgraph *g, const jit__gpu_target *t, jit__gpu_artifact *a,
+                       bool generic) {
+  jit_status s = generic ? jit__compile_gpu_generic(g, NULL, "gg", t, a)
+                         : jit__compile_gpu(g, "gk", t, a);
   if (s) {
     char msg[4096];
     snprintf(msg, sizeof msg, "%s", jit_status_message(s));
     jit_status_free(s);
-    cr_assert_fail("compiling `%s`: %s", g->name, msg);
+    cr_assert_fail("compiling `%s`%s: %s", g->name, generic ? " generic" : "", msg);
   }
   cr_assert_gt(a->binary_size, 0);
+}
+
+static void compile_ok(const jit__lgraph *g, const jit__gpu_target *t, jit__gpu_artifact *a) {
+  compile_as(g, t, a, false);
 }
 
 static void check_ptx(const jit__lgraph *g) {
@@ -548,14 +556,7 @@ Test(gpu_lowering, tiled_odd_shapes_validate) {
 Test(gpu_lowering, grids_stay_within_65535) {
   tg t;
   tg_init(&t, "mlp_65536", JIT__F32);
-  int64_t dx[2] = {65536, 784}, dw1[2] = {784, 256}, db1[1] = {256}, dh[2] = {65536, 256},
-          dw2[2] = {256, 10}, db2[1] = {10}, dy[2] = {65536, 10};
-  uint32_t x = tg_input(&t, 2, dx), w1 = tg_input(&t, 2, dw1), b1 = tg_input(&t, 1, db1);
-  uint32_t w2 = tg_input(&t, 2, dw2), b2 = tg_input(&t, 1, db2);
-  uint32_t h = tg_node(&t, JIT__OP_MATMUL, 2, x, w1, 2, dh);
-  h = tg_unary(&t, JIT__OP_RELU, tg_node(&t, JIT__OP_ADD, 2, h, b1, 2, dh));
-  uint32_t y = tg_node(&t, JIT__OP_MATMUL, 2, h, w2, 2, dy);
-  tg_output(&t, tg_node(&t, JIT__OP_ADD, 2, y, b2, 2, dy));
+  tg_mlp(&t, 65536, 784, 256, 10);
   check_all(&t.g, JIT__F32);
   tg s;
   tg_init(&s, "softmax_70001", JIT__F32);
@@ -584,27 +585,7 @@ Test(gpu_lowering, grids_stay_within_65535) {
 // The MLP 784-256-10 with its batch N symbolic (code -2).
 static void g_mlp_generic(tg *t) {
   tg_init(t, "mlp_generic", JIT__F32);
-  int64_t N = -2;
-  int64_t dx[2] = {N, 784}, dw1[2] = {784, 256}, db1[1] = {256}, dh[2] = {N, 256},
-          dw2[2] = {256, 10}, db2[1] = {10}, dy[2] = {N, 10};
-  uint32_t x = tg_input(t, 2, dx), w1 = tg_input(t, 2, dw1), b1 = tg_input(t, 1, db1);
-  uint32_t w2 = tg_input(t, 2, dw2), b2 = tg_input(t, 1, db2);
-  uint32_t h = tg_node(t, JIT__OP_MATMUL, 2, x, w1, 2, dh);
-  h = tg_unary(t, JIT__OP_RELU, tg_node(t, JIT__OP_ADD, 2, h, b1, 2, dh));
-  uint32_t y = tg_node(t, JIT__OP_MATMUL, 2, h, w2, 2, dy);
-  tg_output(t, tg_node(t, JIT__OP_ADD, 2, y, b2, 2, dy));
-}
-
-static void compile_generic_ok(const jit__lgraph *g, const jit__gpu_target *t,
-                               jit__gpu_artifact *a) {
-  jit_status s = jit__compile_gpu_generic(g, NULL, "gg", t, a);
-  if (s) {
-    char msg[4096];
-    snprintf(msg, sizeof msg, "%s", jit_status_message(s));
-    jit_status_free(s);
-    cr_assert_fail("compiling `%s` generic: %s", g->name, msg);
-  }
-  cr_assert_gt(a->binary_size, 0);
+  tg_mlp(t, -2, 784, 256, 10);
 }
 
 // One module for every N: it assembles (ptxas) and validates (spirv-val), its plan
@@ -617,7 +598,7 @@ Test(gpu_lowering, generic_mlp_binds_per_n) {
   for (int f = 0; f < 2; f++) {
     jit__gpu_target tgt = {.format = f ? JIT__GPU_SPIRV : JIT__GPU_PTX, .chip = "sm_90"};
     jit__gpu_artifact a;
-    compile_generic_ok(&t.g, &tgt, &a);
+    compile_as(&t.g, &tgt, &a, true);
     const char *tool = find_tool(f ? "spirv-val" : "ptxas", buf, sizeof buf);
     if (tool)
       cr_assert_eq(run_tool(tool, f ? "--target-env vulkan1.1 %s" : "-arch=sm_90 %s -o /dev/null",
