@@ -22,8 +22,11 @@ enum {
   kTagParts = 4,
   kTagPlan = 5,
   kTagNotes = 6,
-  kTagCount = 7,
+  kTagPrograms = 7,
+  kTagCount = 8,
 };
+
+enum { kEntryBytes = 64 };  // a plan kernel's entry field (jit__gpu_kernel.entry)
 
 static const uint8_t kMagic[4] = {'J', 'A', 'R', 'T'};
 
@@ -43,11 +46,79 @@ static void put_built(jit__bytes_writer *w, uint32_t tag, jit__bytes_writer *bod
   *body = (jit__bytes_writer){0};
 }
 
+static void put_expr(jit__bytes_writer *w, jit__gpu_expr e) {
+  jit__bw_u32(w, e.at);
+  jit__bw_u32(w, e.len);
+}
+
+// The PLAN section's body.
+static void put_plan(jit__bytes_writer *w, const jit__gpu_plan *p) {
+  jit__bw_u32(w, p->n_buffers);
+  jit__bw_u32(w, p->n_kernels);
+  for (uint32_t i = 0; i < p->n_buffers; i++) {
+    jit__bw_u32(w, (uint32_t)p->buffers[i].kind);
+    jit__bw_u32(w, p->buffers[i].index);
+    jit__bw_u64(w, p->buffers[i].bytes);
+  }
+  for (uint32_t i = 0; i < p->n_kernels; i++) {
+    const jit__gpu_kernel *k = &p->kernels[i];
+    char entry[kEntryBytes] = {0};
+    const char *nul = memchr(k->entry, 0, sizeof entry - 1);
+    memcpy(entry, k->entry, nul ? (size_t)(nul - k->entry) : sizeof entry - 1);
+    jit__bw_put(w, entry, sizeof entry);
+    for (int d = 0; d < 3; d++) jit__bw_u32(w, k->grid[d]);
+    for (int d = 0; d < 3; d++) jit__bw_u32(w, k->block[d]);
+    jit__bw_u32(w, k->n_args);
+    for (uint32_t a = 0; a < k->n_args; a++) jit__bw_u32(w, k->args[a]);
+  }
+}
+
+// The PROGRAMS section's body (a generic kernel's plan).
+static void put_programs(jit__bytes_writer *w, const jit__gpu_plan *p) {
+  jit__bw_u32(w, p->n_code);
+  for (uint32_t i = 0; i < p->n_code; i++) {
+    jit__bw_u32(w, p->code[i].op);
+    jit__bw_u32(w, p->code[i].aux);
+    jit__bw_u64(w, (uint64_t)p->code[i].v);
+  }
+  for (uint32_t i = 0; i < p->n_buffers; i++) put_expr(w, p->buffers[i].bytes_expr);
+  for (uint32_t i = 0; i < p->n_kernels; i++)
+    for (int d = 0; d < 3; d++) put_expr(w, p->kernels[i].grid_expr[d]);
+  jit__bw_u32(w, p->n_sizes);
+  for (uint32_t i = 0; i < p->n_sizes; i++) put_expr(w, p->sizes[i]);
+}
+
+static bool expr_ok(jit__gpu_expr e, uint32_t n_code) {
+  return (uint64_t)e.at + e.len <= n_code;
+}
+
+// Whether the decoder would take `p` back: what the encoder refuses to write.
+static bool plan_ok(const jit__gpu_plan *p) {
+  for (uint32_t i = 0; i < p->n_buffers; i++)
+    if (p->buffers[i].kind > JIT__GPU_BUF_SIZES || !expr_ok(p->buffers[i].bytes_expr, p->n_code))
+      return false;
+  for (uint32_t i = 0; i < p->n_kernels; i++) {
+    const jit__gpu_kernel *k = &p->kernels[i];
+    if (!memchr(k->entry, 0, sizeof k->entry)) return false;
+    for (uint32_t a = 0; a < k->n_args; a++)
+      if (k->args[a] >= p->n_buffers) return false;
+    for (int d = 0; d < 3; d++)
+      if (!expr_ok(k->grid_expr[d], p->n_code)) return false;
+  }
+  for (uint32_t i = 0; i < p->n_code; i++)
+    if (p->code[i].op < JIT__GX_CONST || p->code[i].op > JIT__GX_LAST) return false;
+  for (uint32_t i = 0; i < p->n_sizes; i++)
+    if (!expr_ok(p->sizes[i], p->n_code)) return false;
+  return true;
+}
+
 jit_status jit__art_encode(const jit__art *art, uint8_t **out_bytes, size_t *out_size) {
   *out_bytes = NULL;
   *out_size = 0;
   if (!memchr(art->entry, 0, sizeof art->entry) || art->n_parts > JIT__ART_MAX_PARTS)
     return JIT_ERR(JIT_INTERNAL, "artifact: entry point or parts out of range");
+  if (art->has_plan && !plan_ok(&art->plan))
+    return JIT_ERR(JIT_INTERNAL, "artifact: a launch plan that points past its tables");
   for (uint32_t i = 0; i < art->n_outputs; i++)
     if (art->outputs[i].rank < 0 || art->outputs[i].rank > JIT_MAX_RANK)
       return JIT_ERR(JIT_INTERNAL, "artifact: output %u has rank %d", i,
@@ -76,7 +147,14 @@ jit_status jit__art_encode(const jit__art *art, uint8_t **out_bytes, size_t *out
     }
     put_built(&w, kTagParts, &body);
   }
-  if (art->plan) put_section(&w, kTagPlan, art->plan, art->plan_size);
+  if (art->has_plan) {
+    put_plan(&body, &art->plan);
+    put_built(&w, kTagPlan, &body);
+    if (art->plan.n_code) {
+      put_programs(&body, &art->plan);
+      put_built(&w, kTagPrograms, &body);
+    }
+  }
   if (art->notes) put_section(&w, kTagNotes, art->notes, strlen(art->notes) + 1);
   uint64_t sum = w.oom ? 0 : XXH3_64bits(w.p, w.len);
   jit__bw_u32(&w, kTagEnd);
@@ -134,6 +212,73 @@ static bool read_parts(jit__bytes_reader *r, jit__art *out) {
   return !r->bad && r->pos == r->len;
 }
 
+// A PLAN section: buffers and kernels. Every count is bounded by the bytes that must
+// hold its records (16 per buffer, 92 per kernel) before anything is allocated.
+static read_result read_plan(jit__bytes_reader *r, jit__gpu_plan *p) {
+  uint32_t nb = jit__br_u32(r), nk = jit__br_u32(r);
+  if (r->bad || (uint64_t)nb * 16 + (uint64_t)nk * 92 > r->len - r->pos) return kReadBad;
+  p->buffers = calloc(nb ? nb : 1, sizeof *p->buffers);
+  p->kernels = calloc(nk ? nk : 1, sizeof *p->kernels);
+  if (!p->buffers || !p->kernels) return kReadNoMem;
+  p->n_buffers = nb;
+  for (uint32_t i = 0; i < nb; i++) {
+    uint32_t kind = jit__br_u32(r);
+    p->buffers[i].kind = (jit__gpu_buffer_kind)kind;
+    p->buffers[i].index = jit__br_u32(r);
+    p->buffers[i].bytes = jit__br_u64(r);
+    if (kind > JIT__GPU_BUF_SIZES) return kReadBad;
+  }
+  for (uint32_t i = 0; i < nk && !r->bad; i++) {
+    jit__gpu_kernel *k = &p->kernels[i];
+    p->n_kernels = i + 1;
+    const uint8_t *entry = jit__br_take(r, kEntryBytes);
+    if (!entry || entry[kEntryBytes - 1] != 0) return kReadBad;
+    memcpy(k->entry, entry, kEntryBytes);
+    for (int d = 0; d < 3; d++) k->grid[d] = jit__br_u32(r);
+    for (int d = 0; d < 3; d++) k->block[d] = jit__br_u32(r);
+    uint32_t na = jit__br_u32(r);
+    if (r->bad || (uint64_t)na * 4 > r->len - r->pos) return kReadBad;
+    k->args = calloc(na ? na : 1, sizeof *k->args);
+    if (!k->args) return kReadNoMem;
+    k->n_args = na;
+    for (uint32_t a = 0; a < na; a++)
+      if ((k->args[a] = jit__br_u32(r)) >= nb) return kReadBad;
+  }
+  return !r->bad && r->pos == r->len ? kReadOk : kReadBad;
+}
+
+static jit__gpu_expr read_expr(jit__bytes_reader *r, uint32_t n_code) {
+  jit__gpu_expr e = {jit__br_u32(r), 0};
+  e.len = jit__br_u32(r);
+  if (!expr_ok(e, n_code)) r->bad = true;
+  return e;
+}
+
+// A PROGRAMS section, into the plan its PLAN section made.
+static read_result read_programs(jit__bytes_reader *r, jit__gpu_plan *p) {
+  uint32_t n = jit__br_u32(r);
+  if (r->bad || n == 0 || n > (r->len - r->pos) / 16) return kReadBad;
+  p->code = calloc(n, sizeof *p->code);
+  if (!p->code) return kReadNoMem;
+  p->n_code = n;
+  for (uint32_t i = 0; i < n; i++) {
+    p->code[i].op = jit__br_u32(r);
+    p->code[i].aux = jit__br_u32(r);
+    p->code[i].v = (int64_t)jit__br_u64(r);
+    if (p->code[i].op < JIT__GX_CONST || p->code[i].op > JIT__GX_LAST) return kReadBad;
+  }
+  for (uint32_t i = 0; i < p->n_buffers; i++) p->buffers[i].bytes_expr = read_expr(r, n);
+  for (uint32_t i = 0; i < p->n_kernels; i++)
+    for (int d = 0; d < 3; d++) p->kernels[i].grid_expr[d] = read_expr(r, n);
+  uint32_t ns = jit__br_u32(r);
+  if (r->bad || ns > (r->len - r->pos) / 8) return kReadBad;
+  p->sizes = calloc(ns + 1, sizeof *p->sizes);
+  if (!p->sizes) return kReadNoMem;
+  p->n_sizes = ns;
+  for (uint32_t i = 0; i < ns; i++) p->sizes[i] = read_expr(r, n);
+  return !r->bad && r->pos == r->len ? kReadOk : kReadBad;
+}
+
 // A copy of n bytes, or NULL when out of memory.
 static void *copy_of(const uint8_t *p, uint64_t n) {
   void *c = malloc(n ? (size_t)n : 1);
@@ -158,9 +303,12 @@ static read_result read_section(uint32_t tag, const uint8_t *p, uint64_t n, jit_
     case kTagParts:
       return read_parts(&r, out) ? kReadOk : kReadBad;
     case kTagPlan:
-      out->plan = copy_of(p, n);
-      out->plan_size = n;
-      return out->plan ? kReadOk : kReadNoMem;
+      out->has_plan = true;
+      return read_plan(&r, &out->plan);
+    case kTagPrograms:
+      // After its PLAN: the programs refer to its buffers and kernels.
+      if (!out->has_plan) return kReadBad;
+      return read_programs(&r, &out->plan);
     case kTagNotes:
       if (!is_string(p, n, 0)) return kReadBad;
       out->notes = copy_of(p, n);
@@ -214,7 +362,7 @@ uint64_t jit__art_parts_size(const jit__art *art) {
 void jit__art_release(jit__art *art) {
   if (!art) return;
   free(art->outputs);
-  free(art->plan);
+  jit__gpu_plan_release(&art->plan);
   free(art->notes);
   memset(art, 0, sizeof *art);
 }

@@ -17,8 +17,13 @@
 //
 // Sections: ENTRY (the entry point's name), ARGS (u32 arguments, u32 stack bytes),
 // OUTPUTS (u32 count, then per output u32 rank, u32 dtype, rank x i64 dims), PARTS
-// (u32 count, then per part u32 payload kind, u64 bytes), PLAN (the launch plan's
-// bytes, lowering/gpu.h's encoding), NOTES ("name=value" lines).
+// (u32 count, then per part u32 payload kind, u64 bytes), PLAN (a GPU launch plan,
+// base/gpu_plan.h: u32 buffers, u32 kernels, per buffer u32 kind, u32 index, u64
+// bytes, per kernel 64 bytes of NUL-padded entry, u32 grid[3], u32 block[3], u32
+// argument count and that many u32 buffer indices), PROGRAMS (a generic kernel's, after
+// PLAN: u32 count, per op u32 op, u32 aux, i64 value; then a program {u32 at, u32 len}
+// per buffer's bytes, per kernel x 3 grid dims, and u32 sizes with a program each),
+// NOTES ("name=value" lines).
 //
 //===----------------------------------------------------------------------===//
 #ifndef JITML_CACHE_ARTIFACT_H_
@@ -28,10 +33,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/gpu_plan.h"
 #include "base/status.h"
 #include "jitml.h"
 
-#define JIT__ART_VERSION 1
+// 2: the launch plan is the record's own PLAN and PROGRAMS sections (was a nested
+// encoding of its own).
+#define JIT__ART_VERSION 2
 #define JIT__ART_MAX_PARTS 4
 #define JIT__ART_ENTRY_MAX 64  // bytes of an entry point's name, with its NUL
 
@@ -57,18 +65,20 @@ typedef struct jit__art {
   jit__art_shape *outputs;
   uint32_t n_parts;                     // 0: the payload is one part of kind `target`
   jit__art_part parts[JIT__ART_MAX_PARTS];
-  uint8_t *plan;                        // GPU launch plan; NULL when none
-  uint64_t plan_size;
+  bool has_plan;                        // GPU kernels: `plan` holds their launch plan
+  jit__gpu_plan plan;
   char *notes;                          // NUL-terminated; NULL when none
 } jit__art;
 
 // Encodes `art` into a new buffer (*out_bytes, free()). JIT_RESOURCE_EXHAUSTED when
 // out of memory, JIT_INTERNAL for a record that could not be decoded back (an entry
-// point without its NUL, a rank past JIT_MAX_RANK, too many parts).
+// point without its NUL, a rank past JIT_MAX_RANK, too many parts, a plan whose
+// arguments or programs point past its tables).
 jit_status jit__art_encode(const jit__art *art, uint8_t **out_bytes, size_t *out_size);
 
 // Decodes and checks `bytes`: magic, version, every section's bounds, the checksum,
-// ranks and counts. JIT_CACHE_ERROR says what is wrong ("artifact version 7, expected
+// ranks and counts, the plan's buffer kinds, argument indices, ops and programs.
+// JIT_CACHE_ERROR says what is wrong ("artifact version 7, expected
 // 1", "checksum mismatch", "truncated"); JIT_RESOURCE_EXHAUSTED when out of memory.
 // On failure *out is zeroed and owns nothing.
 jit_status jit__art_decode(const uint8_t *bytes, size_t size, jit__art *out);

@@ -35,19 +35,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/image.h"
 #include "base/log.h"
 #include "jitml.h"
 
-// 2: CPU entries' metadata is an artifact record (cache/artifact.h). Entries of
+// 2: CPU entries' metadata is an artifact record (cache/artifact.h); 3: every entry
+// has its images as parts and GPU plans as record sections (artifact version 2). Entries of
 // another version are foreign: a get removes and counts them, and the kernel is
 // recompiled.
-#define JIT__CACHE_FORMAT_VERSION 2
+#define JIT__CACHE_FORMAT_VERSION 3
 
+// A kernel's payload parts are its images (base/image.h), of the same values.
 typedef enum jit__payload_kind {
-  JIT__PAYLOAD_CPU_OBJECT = 1,  // ELF object for the host CPU
-  JIT__PAYLOAD_PTX = 2,
-  JIT__PAYLOAD_CUBIN = 3,
-  JIT__PAYLOAD_SPIRV = 4,
+  JIT__PAYLOAD_CPU_OBJECT = JIT__IMAGE_HOST_OBJECT,  // ELF object for the host CPU
+  JIT__PAYLOAD_PTX = JIT__IMAGE_PTX,
+  JIT__PAYLOAD_CUBIN = JIT__IMAGE_CUBIN,
+  JIT__PAYLOAD_SPIRV = JIT__IMAGE_SPIRV,
   JIT__PAYLOAD_VK_PIPELINE_CACHE = 5,
   JIT__PAYLOAD_HOT_LIST = 6,  // a graph's hot bindings (jit/hot.c), text
 } jit__payload_kind;

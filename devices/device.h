@@ -22,7 +22,7 @@
 // Status codes: as the backends' own headers say (devices/*/<backend>.h). A backend
 // that is absent on this machine, or compiled out of this build, fails its
 // constructor with JIT_UNAVAILABLE; a call a backend does not implement (the CPU
-// device's load and launch: CPU kernels are called directly) is JIT_UNSUPPORTED.
+// device's launch: jit/ calls a host kernel's entry point itself) is JIT_UNSUPPORTED.
 //
 //===----------------------------------------------------------------------===//
 #ifndef JITML_DEVICES_DEVICE_H_
@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/image.h"
 #include "jitml.h"
 
 typedef struct jit__device_vtable jit__device_vtable;
@@ -49,13 +50,11 @@ typedef struct jit__dev_buffer jit__dev_buffer;
 // Thread-safe: immutable after creation; runs with distinct buffers may overlap.
 typedef struct jit__dev_executable jit__dev_executable;
 
-// The code a device runs, so jit/ asks the lowering for the right kind.
-// Thread-safe: a constant.
-typedef enum jit__dev_code {
-  JIT__DEV_CODE_HOST = 0,   // host object code (the CPU; called directly, not loaded)
-  JIT__DEV_CODE_SPIRV = 1,  // SPIR-V compute modules
-  JIT__DEV_CODE_PTX = 2,    // PTX text, with optionally a cubin for `chip`
-} jit__dev_code;
+// The code a device runs (base/image.h), so jit/ asks the lowering for the right kind.
+typedef jit__code jit__dev_code;
+#define JIT__DEV_CODE_HOST JIT__CODE_HOST
+#define JIT__DEV_CODE_SPIRV JIT__CODE_SPIRV
+#define JIT__DEV_CODE_PTX JIT__CODE_PTX
 
 // One device as a backend lists it: what jit/ needs to key kernels by device, to
 // compile for it and to refuse what it cannot run. Plain data.
@@ -88,19 +87,13 @@ typedef struct jit__dev_options {
   void *log_user;
 } jit__dev_options;
 
-// The kind of one image of an artifact. Thread-safe: a constant.
-typedef enum jit__dev_image_format {
-  JIT__DEV_IMAGE_SPIRV = 1,
-  JIT__DEV_IMAGE_PTX = 2,
-  JIT__DEV_IMAGE_CUBIN = 3,
-} jit__dev_image_format;
-
-// Module bytes, borrowed for the load call. Thread-compatible: a value.
-typedef struct jit__dev_image {
-  jit__dev_image_format format;
-  const void *bytes;
-  size_t size;
-} jit__dev_image;
+// One image of an artifact (base/image.h), borrowed for the load call.
+typedef jit__image_format jit__dev_image_format;
+typedef jit__image jit__dev_image;
+#define JIT__DEV_IMAGE_SPIRV JIT__IMAGE_SPIRV
+#define JIT__DEV_IMAGE_PTX JIT__IMAGE_PTX
+#define JIT__DEV_IMAGE_CUBIN JIT__IMAGE_CUBIN
+#define JIT__DEV_IMAGE_HOST_OBJECT JIT__IMAGE_HOST_OBJECT
 
 // One kernel launch of an artifact. Borrowed for the load call.
 // Thread-compatible: a value.
@@ -135,6 +128,9 @@ typedef struct jit__dev_arg {
   void *data;
   jit__dev_buffer *buffer;
 } jit__dev_arg;
+
+// A host kernel's entry point: args = pointers to its arguments' descriptors.
+typedef void (*jit__host_fn)(void **args);
 
 // The backend interface. Functions that may be NULL say so.
 // Thread-safe: a constant table.
@@ -177,6 +173,12 @@ struct jit__device_vtable {
   jit_status (*launch_grids)(jit__dev_executable *executable, const jit__dev_arg *args,
                              uint32_t n_args, const uint32_t (*grids)[3],
                              const uint64_t *bytes);
+  // Optional (NULL where kernels are launched): the entry point of a loaded host
+  // kernel, which jit/ calls itself with the arguments it builds (a table call per run
+  // would cost more than the ~0.05 us the CPU hot path takes), and whether it forks
+  // OpenMP threads.
+  void (*host_entry)(jit__dev_executable *executable, jit__host_fn *out_fn,
+                     bool *out_threaded);
   // Waits for work that an earlier wait gave up on.
   jit_status (*wait)(jit__dev *device);
   // Optional (NULL when the backend keeps none): bytes of the device's own cache of

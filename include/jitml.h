@@ -162,7 +162,8 @@ typedef struct jit_options {
   // cubin for the device's SM, cached next to the PTX (loaded first; the PTX, which the
   // driver JIT-compiles, is the fallback). NULL: $CUDA_HOME, else $CUDA_PATH, else
   // /usr/local/cuda, else ptxas on $PATH. "" : no toolkit (PTX only). Without a ptxas,
-  // or when it fails, kernels ship as PTX alone and the reason is logged. Copied.
+  // or when it fails, kernels ship as PTX alone and the reason is logged. A directory's
+  // ptxas is looked for once per process. Copied.
   const char *cuda_toolkit;
   // The shape policy of graphs that set none (jit_graph_set_shape_policy), overridden
   // by $JITML_SHAPE_POLICY=auto|exact|generic. Graphs without symbolic dims, graphs

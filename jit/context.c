@@ -25,7 +25,6 @@ void jit_options_init(jit_options *o) {
 // Frees the context record and what it owns from its first moments on.
 static void jit__context_free(jit_context *ctx) {
   free((char *)ctx->options.cuda_toolkit);
-  pthread_mutex_destroy(&ctx->toolkit_mu);
   free(ctx);
 }
 
@@ -105,16 +104,10 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   o.cuda_toolkit = toolkit;
   ctx->options = o;
   ctx->logger = (jit__logger){o.log_fn, o.log_user_data, o.log_level};
-  pthread_mutex_init(&ctx->toolkit_mu, NULL);
   jit_status s = jit__shape_options(ctx, &o);
   if (s) {
     jit__context_free(ctx);
     return s;
-  }
-  s = jit__cpu_device_create(&ctx->cpu);
-  if (s) {
-    jit__context_free(ctx);
-    return jit__status_annotate(s, "jit_context_create");
   }
   const jit__cpu_target *t = jit__cpu_host_target();
   if (t->features_ignored)
@@ -130,7 +123,6 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   size_t cap = strlen(t->features) + 1024;
   ctx->target_text = malloc(cap);
   if (!ctx->target_text) {
-    jit__cpu_device_destroy(ctx->cpu);
     jit__context_free(ctx);
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_context_create: out of memory");
   }
@@ -152,6 +144,9 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   co.logger = ctx->logger;
   s = jit__cache_open(&co, &ctx->cache);
   if (!s) s = jit__devices_init_cpu(ctx);
+  // The CPU device (its LLJIT instance) is opened with the context: every graph runs
+  // there unless told otherwise.
+  if (!s) s = jit__device_open(ctx->devices[0]);
   if (!s && o.device && o.device[0] && strcmp(o.device, "cpu") != 0) {
     jit_device *d = NULL;
     s = jit__device_from_option(ctx, o.device, &d);
@@ -161,7 +156,6 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
     if (ctx->devices) jit__devices_destroy(ctx);
     jit__cache_close(ctx->cache);
     free(ctx->target_text);
-    jit__cpu_device_destroy(ctx->cpu);
     jit__context_free(ctx);
     return jit__status_annotate(s, "jit_context_create");
   }
@@ -180,11 +174,12 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
 void jit_context_destroy(jit_context *ctx) {
   if (!ctx) return;
   jit__spec_destroy(ctx->spec);
-  jit__kernel_table_free(&ctx->table, ctx->cpu);  // GPU kernels free device temporaries
+  // Kernels unload their code (GPU kernels free their device temporaries) while the
+  // devices are still open.
+  jit__kernel_table_free(&ctx->table, ctx->devices[0]);
   jit__devices_destroy(ctx);
   jit__cache_close(ctx->cache);
   free(ctx->target_text);
-  jit__cpu_device_destroy(ctx->cpu);
   jit__mlir_pool_destroy(ctx->mlir_pool);
   pthread_cond_destroy(&ctx->cv);
   pthread_mutex_destroy(&ctx->mu);

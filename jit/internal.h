@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cache/artifact.h"
 #include "cache/cache.h"
 #include "devices/cpu/cpu.h"
 #include "devices/device.h"
@@ -14,7 +15,6 @@
 #include "base/text.h"
 #include "jitml.h"
 #include "lowering/lower.h"
-#include "lowering/ptxas.h"
 
 //===--- Context ---------------------------------------------------------===//
 
@@ -67,7 +67,6 @@ struct jit_context {
   // their hash, which goes into every key.
   char *target_text;
   uint8_t target_hash[16];
-  jit__cpu_device *cpu;        // loads objects; created with the context
   jit__mlir_pool *mlir_pool;   // MLIR contexts reused by CPU compiles; NULL if none
   jit__cache *cache;           // the disk tier; disabled handle when off/unusable
   pthread_mutex_t mu;          // guards table and the kernel states
@@ -96,12 +95,8 @@ struct jit_context {
   atomic_uint_fast64_t unloaded;
   jit__specializer *spec;       // background compiles (specialize.c)
   double compile_ms, load_ms;  // guarded by mu
-  // CUDA cubins (jit/gpu_run.c): options.cuda_toolkit points at the context's own copy;
-  // ptxas is looked for once, at the first CUDA compile, under toolkit_mu.
-  pthread_mutex_t toolkit_mu;
-  bool ptxas_probed;
-  jit__ptxas ptxas;              // path "" when there is none; then ptxas_absent says why
-  char ptxas_absent[512];
+  // options.cuda_toolkit points at the context's own copy. Which image CUDA kernels
+  // were loaded from (gpu_run.c):
   atomic_uint_fast64_t cuda_cubin_loads, cuda_ptx_loads;
 };
 
@@ -322,26 +317,56 @@ jit_device *jit__gpu_exec_device(const jit__gpu_exec *e);
 
 // CPU code as jit_run calls it.
 typedef struct jit__cpu_impl {
-  jit__cpu_kernel_fn fn;
+  jit__host_fn fn;
   uint32_t stack_bytes;         // stack the kernel needs (jit__artifact.stack_bytes)
   bool threaded;                // it forks OpenMP workers, which need that stack too
   const int64_t *dims;          // a generic kernel's: the binding's argument sizes
                                 // (its entry's last argument); NULL: exact code
-  jit__cpu_code *code;          // the loaded object when owned here (unloadable)
+  jit__dev_executable *code;    // the loaded object when owned here (unloadable)
   uint64_t code_bytes;          // its size
 } jit__cpu_impl;
 
 //===--- Disk tier (jit/disk.c) -------------------------------------------===//
 
-// Loads the kernel for `key` from the disk cache: true with `impl` (its code loaded
+// A cache entry decoded for one graph and device: its record, and its images (best
+// first) borrowing the entry's payload. Thread-compatible.
+typedef struct jit__entry {
+  jit__cache_entry e;
+  jit__art art;
+  uint32_t n_images;
+  jit__image images[JIT__ART_MAX_PARTS];
+  char missing[512];  // why a better image is missing (the record's note), or ""
+} jit__entry;
+
+// Gets the entry of `key` and checks that it describes a kernel of `g` for `d`'s kind
+// of device: true with *en (release it with jit__entry_release) and the output shapes
+// set; false on a miss, a bad entry or an unusable cache (logged, never an error).
+bool jit__entry_get(jit_graph *g, jit_device *d, const uint8_t key[16], jit__entry *en,
+                    jit__oshape *shapes);
+void jit__entry_release(jit__entry *en);
+// Stores a compiled kernel of `g` for `d` under `key` (best effort: a failure is
+// logged): `images` (1 to JIT__ART_MAX_PARTS, best first) as the payload's parts, `rec`
+// (entry point, arguments, plan, notes; its target, parts and outputs are set here)
+// and `shapes` as the record.
+void jit__entry_put(jit_graph *g, jit_device *d, const uint8_t key[16],
+                    const DLTensor *inputs, const jit__art *rec, const jit__image *images,
+                    uint32_t n_images, const jit__oshape *shapes);
+// The value of `name` in an artifact's "name=value" notes (NULL: none), into `out`
+// ("" when absent).
+void jit__note_value(const char *notes, const char *name, char *out, size_t size);
+// Loads host object `image` (entry point `entry`) through the CPU device into `impl`:
+// its entry point, whether it forks OpenMP threads, its code (unloadable) and size.
+jit_status jit__cpu_load_image(jit_context *ctx, const jit__image *image, const char *entry,
+                               jit__cpu_impl *impl);
+// Loads the CPU kernel for `key` from the disk cache: true with `impl` (its code loaded
 // unloadably, its stack need and whether it forks OpenMP threads) and the output
-// shapes set, or false (miss, bad entry, unusable cache; logged, never an error).
+// shapes set, or false (as jit__entry_get, or its code did not load).
 bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
                     jit__oshape *out_shapes);
 // Puts entry `e` into the context's disk cache; a failure is logged, never an error
 // (the cache is best effort).
 void jit__disk_put(jit_context *ctx, const jit__cache_entry *e);
-// Stores a compiled kernel (best effort).
+// Stores a compiled CPU kernel (best effort).
 void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,
                      const jit__artifact *art, const jit__oshape *shapes);
 // The "name=value" lines a key for `inputs` is made from (malloc'ed).

@@ -64,21 +64,20 @@ void jit__table_remove(jit__kernel_table *t, jit__kernel *k) {
 
 bool jit__kernel_owns_code(const jit__kernel *k) { return k->exact.code || k->gpu; }
 
-void jit__kernel_free(jit__kernel *k, jit__cpu_device *cpu, bool unload) {
+void jit__kernel_free(jit__kernel *k, jit_device *cpu) {
   if (!k) return;
   jit__gpu_exec_destroy(k->gpu);
   jit__gpu_exec_destroy(k->gpu_retired);
   jit__gpu_generic_free(k->gpu_generic);
-  if (unload) jit__cpu_unload(cpu, k->exact.code);
-  else jit__cpu_code_release(k->exact.code);
+  if (k->exact.code) cpu->backend->vt->unload(k->exact.code);
   free(k->outputs);
   free(k->dims);
   free(k->fail_message);
   free(k);
 }
 
-void jit__kernel_table_free(jit__kernel_table *t, jit__cpu_device *cpu) {
-  for (size_t i = 0; i < t->cap; i++) jit__kernel_free(t->slots[i], cpu, false);
+void jit__kernel_table_free(jit__kernel_table *t, jit_device *cpu) {
+  for (size_t i = 0; i < t->cap; i++) jit__kernel_free(t->slots[i], cpu);
   free(t->slots);
   memset(t, 0, sizeof(*t));
 }

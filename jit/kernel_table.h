@@ -57,10 +57,10 @@ bool jit__table_insert(jit__kernel_table *t, jit__kernel *k);
 void jit__table_remove(jit__kernel_table *t, jit__kernel *k);
 // Whether `k` holds unloadable code (its own CPU object or a GPU module).
 bool jit__kernel_owns_code(const jit__kernel *k);
-// Frees one kernel (NULL: nothing) and what it holds; its CPU code stays loaded until
-// `cpu` is destroyed, or is unloaded now with `unload`.
-void jit__kernel_free(jit__kernel *k, jit__cpu_device *cpu, bool unload);
+// Frees one kernel (NULL: nothing) and what it holds, its CPU code unloaded from `cpu`
+// (the context's CPU device).
+void jit__kernel_free(jit__kernel *k, jit_device *cpu);
 // Frees every kernel (GPU kernels free their device temporaries) and the table.
-void jit__kernel_table_free(jit__kernel_table *t, jit__cpu_device *cpu);
+void jit__kernel_table_free(jit__kernel_table *t, jit_device *cpu);
 
 #endif  // JITML_JIT_KERNEL_TABLE_H_

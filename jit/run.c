@@ -328,9 +328,8 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
   double ms = jit__now_ms() - t0;
   jit__count_compile(ctx, g, "kernel", ms, s ? NULL : &art);
   if (s) return s;
-  s = jit__cpu_load_code(ctx->cpu, art.object, art.object_size, art.entry, &impl->fn,
-                         &impl->threaded, &impl->code);
-  impl->code_bytes = art.object_size;
+  jit__image image = {JIT__IMAGE_HOST_OBJECT, art.object, art.object_size};
+  s = jit__cpu_load_image(ctx, &image, art.entry, impl);
   impl->stack_bytes = art.stack_bytes;
   if (!s) jit__disk_store(g, key, inputs, &art, oshapes);
   jit__artifact_release(&art);
@@ -427,7 +426,7 @@ void jit__evict(jit_context *ctx) {
   }
   pthread_mutex_unlock(&ctx->mu);
   for (int i = 0; i < n; i++) {
-    jit__kernel_free(list[i], ctx->cpu, true);
+    jit__kernel_free(list[i], ctx->devices[0]);
     atomic_fetch_add_explicit(&ctx->unloaded, 1, memory_order_relaxed);
   }
   if (n)
@@ -464,7 +463,7 @@ jit_status jit__claim(jit_context *ctx, jit_device *d, uint32_t n_outputs,
   pthread_mutex_lock(&ctx->mu);
   jit__kernel *other = jit__table_find(&ctx->table, key);
   if (other || !jit__table_insert(&ctx->table, k)) {
-    jit__kernel_free(k, ctx->cpu, false);
+    jit__kernel_free(k, ctx->devices[0]);
     jit_status status = other ? jit__wait_ready(ctx, other)
                               : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
     if (!status) jit__kernel_take(ctx, other);

@@ -176,8 +176,8 @@ static jit_status jit__generic_compile(jit_graph *g, jit__kernel *gk) {
   jit__count_compile(ctx, g, "generic kernel", ms, s ? NULL : &art);
   atomic_fetch_add_explicit(&ctx->generic_compiles, 1, memory_order_relaxed);
   if (s) goto done;
-  s = jit__cpu_load(ctx->cpu, art.object, art.object_size, art.entry, &gk->exact.fn,
-                    &gk->exact.threaded);
+  jit__image image = {JIT__IMAGE_HOST_OBJECT, art.object, art.object_size};
+  s = jit__cpu_load_image(ctx, &image, art.entry, &gk->exact);
   gk->exact.stack_bytes = art.stack_bytes;
   // The outputs' declared shapes (`?` dims negative) go into the entry's record.
   for (uint32_t j = 0; j < g->n_outputs; j++) {

@@ -42,11 +42,11 @@
 #include <mlir-c/RegisterEverything.h>
 #include <mlir-c/Target/LLVMIR.h>
 
-#include "base/bytes.h"
 #include "base/status.h"
 #include "base/text.h"
 #include "lowering/gpu.h"
 #include "lowering/gpu_generic.h"
+#include "lowering/gpu_images.h"
 #include "lowering/gpu_ir.h"
 #include "lowering/gpu_tiled.h"
 #include "lowering/import.h"
@@ -1122,6 +1122,7 @@ static jit_status jit__compile_gpu_with(const jit__lgraph *graph,
   mlirContextDestroy(ctx);
   jit__gx_builder_release(&gx);
   free(text);
+  if (!s) s = jit__gpu_make_images(target, out);
   if (s) {
     jit__gpu_artifact_release(out);
     s = jit__status_annotate(s, "compiling `%s`%s for %s",
@@ -1155,16 +1156,6 @@ jit_status jit__compile_gpu_generic(const jit__lgraph *graph,
 
 //===--- Ownership -------------------------------------------------------===//
 
-void jit__gpu_plan_release(jit__gpu_plan *plan) {
-  if (!plan) return;
-  for (uint32_t i = 0; plan->kernels && i < plan->n_kernels; i++) free(plan->kernels[i].args);
-  free(plan->kernels);
-  free(plan->buffers);
-  free(plan->code);
-  free(plan->sizes);
-  memset(plan, 0, sizeof *plan);
-}
-
 void jit__gpu_artifact_release(jit__gpu_artifact *a) {
   if (!a) return;
   free(a->binary);
@@ -1172,180 +1163,11 @@ void jit__gpu_artifact_release(jit__gpu_artifact *a) {
   free(a->ir);
   a->ir = NULL;
   a->binary_size = 0;
+  free(a->cubin);
+  a->cubin = NULL;
+  a->cubin_size = 0;
+  free(a->notes);
+  a->notes = NULL;
+  a->n_images = 0;
   jit__gpu_plan_release(&a->plan);
-}
-
-//===--- Plan serialization ----------------------------------------------===//
-//
-// Little-endian, no padding:
-//   "JGPL" u32 version(=1) u32 n_buffers u32 n_kernels
-//   n_buffers x { u32 kind, u32 index, u64 bytes }
-//   n_kernels x { u8 entry[64] (NUL-padded), u32 grid[3], u32 block[3], u32 n_args,
-//                 u32 args[n_args] }
-// Version 2 (generic kernels) goes on with their programs:
-//   u32 n_code, n_code x { u32 op, u32 aux, i64 v }, n_buffers x { u32 at, u32 len },
-//   n_kernels x 3 x { u32 at, u32 len }, u32 n_sizes, n_sizes x { u32 at, u32 len }
-// (plans without programs stay version 1, so their cache entries keep their bytes).
-
-enum { kPlanVersion = 1, kPlanVersionGeneric = 2 };
-
-static void jit__bw_expr(jit__bytes_writer *w, jit__gpu_expr e) {
-  jit__bw_u32(w, e.at);
-  jit__bw_u32(w, e.len);
-}
-
-static jit__gpu_expr jit__br_expr(jit__bytes_reader *r, uint32_t n_code) {
-  jit__gpu_expr e = {jit__br_u32(r), 0};
-  e.len = jit__br_u32(r);
-  if ((uint64_t)e.at + e.len > n_code) r->bad = true;
-  return e;
-}
-
-jit_status jit__gpu_plan_serialize(const jit__gpu_plan *plan, uint8_t **out_bytes,
-                                   size_t *out_size) {
-  if (out_bytes) *out_bytes = NULL;
-  if (out_size) *out_size = 0;
-  if (!plan || !out_bytes || !out_size)
-    return JIT_ERR(JIT_INTERNAL, "jit__gpu_plan_serialize: NULL argument");
-  jit__bytes_writer w = {NULL, 0, 0, false};
-  bool generic = plan->n_code > 0;
-  jit__bw_put(&w, "JGPL", 4);
-  jit__bw_u32(&w, generic ? kPlanVersionGeneric : kPlanVersion);
-  jit__bw_u32(&w, plan->n_buffers);
-  jit__bw_u32(&w, plan->n_kernels);
-  for (uint32_t i = 0; i < plan->n_buffers; i++) {
-    jit__bw_u32(&w, (uint32_t)plan->buffers[i].kind);
-    jit__bw_u32(&w, plan->buffers[i].index);
-    jit__bw_u64(&w, plan->buffers[i].bytes);
-  }
-  for (uint32_t i = 0; i < plan->n_kernels; i++) {
-    const jit__gpu_kernel *k = &plan->kernels[i];
-    char entry[64] = {0};
-    memcpy(entry, k->entry, strnlen(k->entry, sizeof entry - 1));
-    jit__bw_put(&w, entry, sizeof entry);
-    for (int d = 0; d < 3; d++) jit__bw_u32(&w, k->grid[d]);
-    for (int d = 0; d < 3; d++) jit__bw_u32(&w, k->block[d]);
-    jit__bw_u32(&w, k->n_args);
-    for (uint32_t a = 0; a < k->n_args; a++) jit__bw_u32(&w, k->args[a]);
-  }
-  if (generic) {
-    jit__bw_u32(&w, plan->n_code);
-    for (uint32_t i = 0; i < plan->n_code; i++) {
-      jit__bw_u32(&w, plan->code[i].op);
-      jit__bw_u32(&w, plan->code[i].aux);
-      jit__bw_u64(&w, (uint64_t)plan->code[i].v);
-    }
-    for (uint32_t i = 0; i < plan->n_buffers; i++) jit__bw_expr(&w, plan->buffers[i].bytes_expr);
-    for (uint32_t i = 0; i < plan->n_kernels; i++)
-      for (int d = 0; d < 3; d++) jit__bw_expr(&w, plan->kernels[i].grid_expr[d]);
-    jit__bw_u32(&w, plan->n_sizes);
-    for (uint32_t i = 0; i < plan->n_sizes; i++) jit__bw_expr(&w, plan->sizes[i]);
-  }
-  if (w.oom) {
-    free(w.p);
-    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory serializing a launch plan");
-  }
-  *out_bytes = w.p;
-  *out_size = w.len;
-  return NULL;
-}
-
-// The programs of a version-2 plan (a generic kernel's); sets r->bad on bad data.
-static void jit__plan_read_programs(jit__bytes_reader *r, jit__gpu_plan *out) {
-  uint32_t n = jit__br_u32(r);
-  if (r->bad || (uint64_t)n * 16 > r->len - r->pos || n == 0) {
-    r->bad = true;
-    return;
-  }
-  out->code = calloc(n, sizeof *out->code);
-  if (!out->code) {
-    r->bad = true;
-    return;
-  }
-  out->n_code = n;
-  for (uint32_t i = 0; i < n; i++) {
-    out->code[i].op = jit__br_u32(r);
-    out->code[i].aux = jit__br_u32(r);
-    out->code[i].v = (int64_t)jit__br_u64(r);
-    if (out->code[i].op < JIT__GX_CONST || out->code[i].op > JIT__GX_LAST) r->bad = true;
-  }
-  for (uint32_t i = 0; i < out->n_buffers; i++) out->buffers[i].bytes_expr = jit__br_expr(r, n);
-  for (uint32_t i = 0; i < out->n_kernels; i++)
-    for (int d = 0; d < 3; d++) out->kernels[i].grid_expr[d] = jit__br_expr(r, n);
-  uint32_t ns = jit__br_u32(r);
-  if (r->bad || ns > 4096 || (uint64_t)ns * 8 > r->len - r->pos) {
-    r->bad = true;
-    return;
-  }
-  out->sizes = calloc(ns + 1, sizeof *out->sizes);
-  if (!out->sizes) {
-    r->bad = true;
-    return;
-  }
-  out->n_sizes = ns;
-  for (uint32_t i = 0; i < ns; i++) out->sizes[i] = jit__br_expr(r, n);
-}
-
-jit_status jit__gpu_plan_deserialize(const uint8_t *bytes, size_t size,
-                                     jit__gpu_plan *out) {
-  if (!out) return JIT_ERR(JIT_INTERNAL, "jit__gpu_plan_deserialize: NULL argument");
-  memset(out, 0, sizeof *out);
-  if (!bytes || size < 16 || memcmp(bytes, "JGPL", 4))
-    return JIT_ERR(JIT_CACHE_ERROR, "launch plan: bad magic or truncated header");
-  jit__bytes_reader r = {bytes, size, 4, false};
-  uint32_t version = jit__br_u32(&r);
-  if (version != kPlanVersion && version != kPlanVersionGeneric)
-    return JIT_ERR(JIT_CACHE_ERROR, "launch plan: version %u, expected %u or %u", version,
-                   (unsigned)kPlanVersion, (unsigned)kPlanVersionGeneric);
-  uint32_t nb = jit__br_u32(&r), nk = jit__br_u32(&r);
-  // Each record takes at least 16 (buffer) / 92 (kernel) bytes: bound the counts by
-  // the input size before allocating.
-  if ((uint64_t)nb * 16 + (uint64_t)nk * 92 > size - r.pos)
-    return JIT_ERR(JIT_CACHE_ERROR, "launch plan: counts exceed the data");
-  out->buffers = calloc(nb ? nb : 1, sizeof *out->buffers);
-  out->kernels = calloc(nk ? nk : 1, sizeof *out->kernels);
-  if (!out->buffers || !out->kernels) {
-    jit__gpu_plan_release(out);
-    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  out->n_buffers = nb;
-  for (uint32_t i = 0; i < nb; i++) {
-    uint32_t kind = jit__br_u32(&r);
-    out->buffers[i].kind = (jit__gpu_buffer_kind)kind;
-    out->buffers[i].index = jit__br_u32(&r);
-    out->buffers[i].bytes = jit__br_u64(&r);
-    if (kind > JIT__GPU_BUF_SIZES) r.bad = true;
-  }
-  for (uint32_t i = 0; i < nk && !r.bad; i++) {
-    jit__gpu_kernel *k = &out->kernels[i];
-    out->n_kernels = i + 1;
-    const uint8_t *entry = jit__br_take(&r, 64);
-    if (!entry) break;
-    memcpy(k->entry, entry, 64);
-    if (k->entry[63] != 0) r.bad = true;
-    for (int d = 0; d < 3; d++) k->grid[d] = jit__br_u32(&r);
-    for (int d = 0; d < 3; d++) k->block[d] = jit__br_u32(&r);
-    k->n_args = jit__br_u32(&r);
-    if (r.bad || (uint64_t)k->n_args * 4 > r.len - r.pos) {
-      r.bad = true;
-      k->n_args = 0;
-      break;
-    }
-    k->args = calloc(k->n_args ? k->n_args : 1, sizeof *k->args);
-    if (!k->args) {
-      k->n_args = 0;
-      jit__gpu_plan_release(out);
-      return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    for (uint32_t a = 0; a < k->n_args; a++) {
-      k->args[a] = jit__br_u32(&r);
-      if (k->args[a] >= nb) r.bad = true;
-    }
-  }
-  if (!r.bad && version == kPlanVersionGeneric) jit__plan_read_programs(&r, out);
-  if (r.bad || r.pos != r.len) {
-    jit__gpu_plan_release(out);
-    return JIT_ERR(JIT_CACHE_ERROR, "launch plan: corrupt or truncated data");
-  }
-  return NULL;
 }

@@ -5,12 +5,8 @@
 // a runtime needs to run it: which buffers to allocate, which kernels to launch in
 // which order, with which grid/block sizes and arguments. It loads nothing and talks
 // to no device; devices/cuda and devices/vulkan consume the artifact, and cache/
-// stores the module bytes plus jit__gpu_plan_serialize's bytes as entry metadata.
-//
-// Buffer table convention: buffers [0, n_inputs) are the graph's inputs in argument
-// order, [n_inputs, n_inputs + n_outputs) its outputs in result order, and the rest are
-// intermediates the runtime allocates (uninitialized; a kernel fully writes each before
-// reading it). Every buffer is dense row-major of its byte size.
+// stores the module bytes with the plan in the artifact record (cache/artifact.h).
+// The plan's types and buffer table convention: base/gpu_plan.h.
 //
 // Kernel ABI: each kernel takes one pointer-sized argument per entry of `args`, in
 // order: for PTX one `.param .u64` device pointer each (bare-pointer convention); for
@@ -27,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/gpu_plan.h"
+#include "base/image.h"
 #include "lowering/lower.h"
 
 typedef enum jit__gpu_format {
@@ -58,88 +56,16 @@ typedef struct jit__gpu_target {
   // accumulators. For before/after comparisons and as a way around a device that
   // mishandles workgroup memory.
   bool plain_kernels;
+  // PTX: also assemble a cubin for `chip` with the ptxas of `cubin_toolkit` (as
+  // jit__ptxas_find takes it: NULL looks in the usual places, "" uses none). Without
+  // one, or when it fails, the kernel ships as PTX alone and jit__gpu_artifact.notes
+  // says why (`missing=`).
+  bool cubin;
+  const char *cubin_toolkit;
   // Both: keep the text of the device module (gpu.module with its gpu.funcs, before
   // the NVVM/SPIR-V conversion) in jit__gpu_artifact.ir, for tests and dumps.
   bool keep_ir;
 } jit__gpu_target;
-
-typedef enum jit__gpu_buffer_kind {
-  JIT__GPU_BUF_INPUT = 0,
-  JIT__GPU_BUF_OUTPUT = 1,
-  JIT__GPU_BUF_TEMP = 2,  // intermediate: allocated by the runtime, no host data
-  // Generic kernels: the binding's sizes as i32 values (plan.sizes, evaluated by
-  // jit__gpu_plan_bind), written by the runtime before the first launch.
-  JIT__GPU_BUF_SIZES = 3,
-} jit__gpu_buffer_kind;
-
-// A size of a generic kernel's plan, computed per binding: a postfix program over
-// int64 values in jit__gpu_plan.code (lowering/gpu_generic.c). CONST pushes v; DIM
-// pushes dim v of buffer `aux` (an input or output); the binary ops pop two; CMP pops
-// two and compares with arith.cmpi predicate `aux`; SELECT pops a condition and two
-// values.
-typedef enum jit__gx_op {
-  JIT__GX_CONST = 1,
-  JIT__GX_DIM,
-  JIT__GX_ADD,
-  JIT__GX_SUB,
-  JIT__GX_MUL,
-  JIT__GX_DIVS,
-  JIT__GX_DIVU,
-  JIT__GX_CEILDIVS,
-  JIT__GX_FLOORDIVS,
-  JIT__GX_REMS,
-  JIT__GX_REMU,
-  JIT__GX_MINS,
-  JIT__GX_MAXS,
-  JIT__GX_CMP,
-  JIT__GX_SELECT,
-  JIT__GX_LAST = JIT__GX_SELECT,
-} jit__gx_op;
-
-typedef struct jit__gx {
-  uint32_t op;   // jit__gx_op
-  uint32_t aux;  // DIM: the buffer; CMP: the predicate
-  int64_t v;     // CONST: the value; DIM: the dim
-} jit__gx;
-
-// A program: code[at, at + len). len 0: none (the static field holds the value).
-typedef struct jit__gpu_expr {
-  uint32_t at, len;
-} jit__gpu_expr;
-
-typedef struct jit__gpu_buffer {
-  jit__gpu_buffer_kind kind;
-  uint32_t index;   // input or output index; for temps, the temp's ordinal
-  uint64_t bytes;   // size in bytes (0 for an empty tensor)
-  jit__gpu_expr bytes_expr;  // generic kernels: the size per binding
-} jit__gpu_buffer;
-
-// Kernel entry names are `<func>_k<i>_kernel` for plain kernels, `<func>_k<i>_mm_kernel`
-// for tiled matmuls (2-D tiles of A and B staged in workgroup memory) and
-// `<func>_k<i>_row_kernel` for row reductions (one workgroup per row, tree reduction
-// in workgroup memory).
-typedef struct jit__gpu_kernel {
-  char entry[64];     // kernel symbol in the module (PTX .entry / SPIR-V entry point)
-  uint32_t grid[3];   // workgroups in x, y, z
-  uint32_t block[3];  // threads per workgroup in x, y, z
-  uint32_t n_args;
-  uint32_t *args;     // buffer indices, malloc'ed
-  jit__gpu_expr grid_expr[3];  // generic kernels: the grid per binding
-} jit__gpu_kernel;
-
-// The launch plan. Thread-compatible: immutable once made.
-typedef struct jit__gpu_plan {
-  uint32_t n_buffers;
-  jit__gpu_buffer *buffers;  // malloc'ed
-  uint32_t n_kernels;
-  jit__gpu_kernel *kernels;  // malloc'ed, launch order
-  // Generic kernels (jit__compile_gpu_generic): the programs of the sizes above, and
-  // the values of the SIZES buffer. Empty (0, NULL) in a plan for one binding.
-  uint32_t n_code;
-  jit__gx *code;
-  uint32_t n_sizes;       // in a bound plan too (jit__gpu_plan_bind): the values' count
-  jit__gpu_expr *sizes;   // NULL in a bound plan
-} jit__gpu_plan;
 
 typedef struct jit__gpu_artifact {
   jit__gpu_format format;
@@ -151,7 +77,35 @@ typedef struct jit__gpu_artifact {
   char *ir;         // with jit__gpu_target.keep_ir: the device module as MLIR text
                     // (malloc'ed, NUL-terminated); else NULL
   uint32_t n_tiled; // kernels that use workgroup memory (tiled matmul / row kernels)
+  // With jit__gpu_target.cubin: the cubin ptxas made (malloc'ed), or NULL.
+  uint8_t *cubin;
+  size_t cubin_size;
+  // The images to store and load, best first, borrowing `binary` and `cubin`: the
+  // cubin, then the PTX; or the SPIR-V module.
+  uint32_t n_images;
+  jit__image images[2];
+  // "name=value" lines for the artifact record (malloc'ed), or NULL. PTX with
+  // target.cubin: `sm` and `ptxas` (the cubin's chip and the ptxas release), or
+  // `missing` (why there is no cubin).
+  char *notes;
 } jit__gpu_artifact;
+
+// A device as the GPU lowering sees it: jit/ fills it from the backend's description
+// (devices/device.h's jit__dev_info). Thread-compatible: a value.
+typedef struct jit__gpu_device {
+  jit__code code;            // the code it runs (base/image.h)
+  const char *name;          // for messages
+  const char *chip;          // PTX: "sm_90"
+  int isa_max;               // PTX: the newest PTX ISA its driver takes, times ten
+  bool f16;                  // f16 kernels can run
+  const char *cuda_toolkit;  // PTX: jit_options.cuda_toolkit, or NULL
+} jit__gpu_device;
+
+// What to compile `graph` to for `device`, cubins included: JIT_UNSUPPORTED where the
+// device cannot run it (host code, an unknown chip, a driver too old for the chip's
+// PTX, f16 without the features).
+jit_status jit__gpu_target_for(const jit__gpu_device *device, const jit__lgraph *graph,
+                               jit__gpu_target *out);
 
 // Compiles `graph` for `target` into `out` (kernel names start with `func_name`).
 // Creates and destroys its own MLIR context; thread-safe. Returns JIT_UNSUPPORTED for
@@ -189,18 +143,7 @@ jit_status jit__gpu_plan_bind(const jit__gpu_plan *plan, uint32_t n_io, const in
 // The minimum PTX version (times ten) for `chip`, or 0 if the chip is unknown.
 int jit__gpu_ptx_min_version(const char *chip);
 
-// Frees what the plan / artifact owns (not the struct). NULL is a no-op.
-void jit__gpu_plan_release(jit__gpu_plan *plan);
+// Frees what the artifact owns (not the struct). NULL is a no-op.
 void jit__gpu_artifact_release(jit__gpu_artifact *artifact);
-
-// The plan as flat little-endian bytes (magic "JGPL", version, then counts and
-// records; see compile_gpu.c), malloc'ed into *out_bytes. Thread-safe.
-jit_status jit__gpu_plan_serialize(const jit__gpu_plan *plan, uint8_t **out_bytes,
-                                   size_t *out_size);
-
-// Parses bytes made by jit__gpu_plan_serialize into `out` (caller releases it).
-// Truncated or corrupt input gives JIT_CACHE_ERROR and leaves `out` empty.
-jit_status jit__gpu_plan_deserialize(const uint8_t *bytes, size_t size,
-                                     jit__gpu_plan *out);
 
 #endif  // JITML_LOWERING_GPU_H_

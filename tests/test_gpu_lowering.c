@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "lgraph_builder.h"
+#include "cache/artifact.h"
+#include "cache/cache.h"
 #include "lowering/gpu.h"
 
 //===--- Tools -----------------------------------------------------------===//
@@ -123,14 +125,24 @@ static void check_plan(const jit__lgraph *g, const jit__gpu_plan *p) {
   }
 }
 
+// The plan through an artifact record (cache/artifact.h): encoded into *bytes, and
+// decoded back into *out (the caller releases it).
+static void plan_through_record(const jit__gpu_plan *p, uint8_t **bytes, size_t *size,
+                                jit__art *out) {
+  jit__art rec = {.target = JIT__PAYLOAD_SPIRV, .has_plan = true, .plan = *p};
+  jit_status s = jit__art_encode(&rec, bytes, size);
+  cr_assert_null(s, "encode: %s", s ? jit_status_message(s) : "");
+  s = jit__art_decode(*bytes, *size, out);
+  cr_assert_null(s, "decode: %s", s ? jit_status_message(s) : "");
+  cr_assert(out->has_plan);
+}
+
 static void check_roundtrip(const jit__gpu_plan *p) {
   uint8_t *bytes = NULL;
   size_t size = 0;
-  jit_status s = jit__gpu_plan_serialize(p, &bytes, &size);
-  cr_assert_null(s);
-  jit__gpu_plan q;
-  s = jit__gpu_plan_deserialize(bytes, size, &q);
-  cr_assert_null(s, "deserialize: %s", s ? jit_status_message(s) : "");
+  jit__art rec;
+  plan_through_record(p, &bytes, &size, &rec);
+  jit__gpu_plan q = rec.plan;
   cr_assert_eq(q.n_buffers, p->n_buffers);
   cr_assert_eq(q.n_kernels, p->n_kernels);
   for (uint32_t i = 0; i < p->n_buffers; i++) {
@@ -146,13 +158,13 @@ static void check_roundtrip(const jit__gpu_plan *p) {
     cr_assert_arr_eq(q.kernels[k].args, p->kernels[k].args,
                      sizeof(uint32_t) * p->kernels[k].n_args);
   }
-  jit__gpu_plan_release(&q);
+  jit__art_release(&rec);
   // Every truncation is refused cleanly.
   for (size_t cut = 0; cut < size; cut += 1 + size / 64) {
-    s = jit__gpu_plan_deserialize(bytes, cut, &q);
+    jit_status s = jit__art_decode(bytes, cut, &rec);
     cr_assert_not_null(s);
     cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
-    cr_assert_eq(q.n_kernels, 0);
+    cr_assert_eq(rec.plan.n_kernels, 0);
     jit_status_free(s);
   }
   free(bytes);
@@ -613,10 +625,12 @@ Test(gpu_lowering, generic_mlp_binds_per_n) {
     cr_expect(has_sizes && dynamic_grid);
     uint8_t *bytes;
     size_t size;
-    cr_assert_null(jit__gpu_plan_serialize(&a.plan, &bytes, &size));
-    jit__gpu_plan back;
-    cr_assert_null(jit__gpu_plan_deserialize(bytes, size, &back));
+    jit__art rec;
+    plan_through_record(&a.plan, &bytes, &size, &rec);
     free(bytes);
+    jit__gpu_plan back = rec.plan;
+    memset(&rec.plan, 0, sizeof rec.plan);
+    jit__art_release(&rec);
     cr_expect_eq(back.n_code, a.plan.n_code);
     cr_expect_eq(back.n_sizes, a.plan.n_sizes);
     static const int64_t ns[] = {1, 7, 513, 65536};
@@ -716,32 +730,3 @@ Test(gpu_lowering, spirv_f16_needs_flag) {
   cr_assert_eq(compile_code(&bad, JIT__F32), JIT_UNSUPPORTED);
 }
 
-Test(gpu_lowering, deserialize_rejects_garbage) {
-  jit__gpu_plan p;
-  uint8_t junk[64];
-  memset(junk, 0xA5, sizeof junk);
-  jit_status s = jit__gpu_plan_deserialize(junk, sizeof junk, &p);
-  cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
-  jit_status_free(s);
-  // Valid header, absurd counts.
-  uint8_t hdr[16] = {'J', 'G', 'P', 'L', 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0};
-  s = jit__gpu_plan_deserialize(hdr, sizeof hdr, &p);
-  cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
-  jit_status_free(s);
-  s = jit__gpu_plan_deserialize(NULL, 0, &p);
-  cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
-  jit_status_free(s);
-  // A buffer index out of range in a kernel's args.
-  jit__gpu_buffer b = {.kind = JIT__GPU_BUF_INPUT, .index = 0, .bytes = 16};
-  uint32_t args[1] = {5};
-  jit__gpu_kernel k = {.entry = "k", .grid = {1, 1, 1}, .block = {32, 1, 1}, .n_args = 1,
-                       .args = args};
-  jit__gpu_plan bad = {.n_buffers = 1, .buffers = &b, .n_kernels = 1, .kernels = &k};
-  uint8_t *bytes;
-  size_t size;
-  cr_assert_null(jit__gpu_plan_serialize(&bad, &bytes, &size));
-  s = jit__gpu_plan_deserialize(bytes, size, &p);
-  cr_assert_eq(jit_status_get_code(s), JIT_CACHE_ERROR);
-  jit_status_free(s);
-  free(bytes);
-}

@@ -421,11 +421,6 @@ void jit__cpu_device_destroy(jit__cpu_device *device) {
   free(device);
 }
 
-jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t size,
-                         const char *entry, jit__cpu_kernel_fn *out_fn, bool *out_threaded) {
-  return jit__cpu_load_code(device, object, size, entry, out_fn, out_threaded, NULL);
-}
-
 jit_status jit__cpu_load_code(jit__cpu_device *device, const void *object, size_t size,
                               const char *entry, jit__cpu_kernel_fn *out_fn,
                               bool *out_threaded, jit__cpu_code **out_code) {
@@ -476,10 +471,6 @@ jit_status jit__cpu_load_code(jit__cpu_device *device, const void *object, size_
   }
   pthread_mutex_unlock(&device->mu);
   return status;
-}
-
-void jit__cpu_code_release(jit__cpu_code *code) {
-  if (code) LLVMOrcReleaseResourceTracker((LLVMOrcResourceTrackerRef)code);
 }
 
 void jit__cpu_unload(jit__cpu_device *device, jit__cpu_code *code) {

@@ -44,24 +44,19 @@ int jit__cpu_threads(int requested);
 jit_status jit__cpu_device_create(jit__cpu_device **out_device);
 void jit__cpu_device_destroy(jit__cpu_device *device);
 
-// Adds `object` (ELF bytes, copied) and looks up `entry`. The code stays loaded until
-// the device is destroyed. *out_threaded (when not NULL): whether the kernel forks
-// OpenMP threads. Returns JIT_DEVICE_ERROR with LLVM's message on failure.
-jit_status jit__cpu_load(jit__cpu_device *device, const void *object, size_t size,
-                         const char *entry, jit__cpu_kernel_fn *out_fn, bool *out_threaded);
-
 // Loaded code that can be unloaded (an ORC resource tracker of its own).
 typedef struct jit__cpu_code jit__cpu_code;
-// jit__cpu_load, the object's code then unloadable with jit__cpu_unload through
-// *out_code (NULL on failure).
+// Adds `object` (ELF bytes, copied) and looks up `entry`. *out_threaded (when not
+// NULL): whether the kernel forks OpenMP threads. With `out_code` the code is
+// unloadable with jit__cpu_unload through *out_code (NULL on failure); without, it
+// stays loaded until the device is destroyed. Returns JIT_DEVICE_ERROR with LLVM's
+// message on failure.
 jit_status jit__cpu_load_code(jit__cpu_device *device, const void *object, size_t size,
                               const char *entry, jit__cpu_kernel_fn *out_fn,
                               bool *out_threaded, jit__cpu_code **out_code);
 // Removes `code` from the process: its entry point must not run again (nor be
 // running). NULL is a no-op.
 void jit__cpu_unload(jit__cpu_device *device, jit__cpu_code *code);
-// Drops the handle: the code stays loaded until the device is destroyed. NULL: no-op.
-void jit__cpu_code_release(jit__cpu_code *code);
 
 // Bytes of stack left below the caller's frame on the calling thread; SIZE_MAX when
 // the thread's stack cannot be found. The first call on a thread looks its stack up

@@ -1,10 +1,11 @@
 //===--- cpu_backend.c - the host CPU behind devices/device.h -------------===//
 //
-// The CPU is listed and allocated through the backend table like any device, so
-// enumeration and tensors treat every device alike. Its kernels are not: jit_run calls
-// a CPU kernel's entry point directly (cpu.h), since a table call per run would cost
-// more than the ~0.05 us the CPU hot path takes; load and launch here are therefore
-// JIT_UNSUPPORTED.
+// The CPU is listed, opened, allocated and loaded through the backend table like any
+// device: an opened CPU device is an LLJIT instance (cpu.h), and loading an artifact
+// adds its host object there, unloadably. Its kernels are not launched through the
+// table: jit_run asks for a kernel's entry point once (host_entry) and calls it
+// directly, since a table call per run would cost more than the ~0.05 us the CPU hot
+// path takes; launch here is therefore JIT_UNSUPPORTED.
 //
 //===----------------------------------------------------------------------===//
 #include <stdio.h>
@@ -34,17 +35,19 @@ static void jit__cpub_device_info(const jit__backend *b, uint32_t index, jit__de
   // The CPU's key components are the context's (jit/context.c): target, options.
 }
 
-// The host needs no device object; any non-NULL handle does.
+// An opened CPU device is its LLJIT instance.
 static jit_status jit__cpub_open(jit__backend *b, uint32_t index, const jit__dev_options *o,
                                  jit__dev **out) {
-  (void)o;
+  (void)b, (void)o;
   *out = NULL;
   if (index != 0) return JIT_ERR(JIT_INVALID_ARGUMENT, "cpu: device %u not in [0, 1)", index);
-  *out = (jit__dev *)b;
+  jit__cpu_device *orc = NULL;
+  JIT_PROPAGATE(jit__cpu_device_create(&orc));
+  *out = (jit__dev *)orc;
   return NULL;
 }
 
-static void jit__cpub_close(jit__dev *d) { (void)d; }
+static void jit__cpub_close(jit__dev *d) { jit__cpu_device_destroy((jit__cpu_device *)d); }
 
 // 64-byte aligned, rounded up, plus one line: kernels may read a vector past the end.
 static jit_status jit__cpub_buffer_alloc(jit__dev *d, uint64_t bytes, jit__dev_buffer **out,
@@ -78,20 +81,59 @@ static jit_status jit__cpub_download(jit__dev *d, const jit__dev_arg *src, uint6
   return NULL;
 }
 
+// A loaded host kernel: unloadable code and its entry point.
+typedef struct jit__cpub_exec {
+  jit__cpu_device *orc;
+  jit__cpu_code *code;
+  jit__cpu_kernel_fn fn;
+  bool threaded;
+} jit__cpub_exec;
+
+// Loads the artifact's first host object; its one kernel names the entry point.
 static jit_status jit__cpub_load(jit__dev *d, const jit__dev_artifact *a,
                                  jit__dev_executable **out, uint32_t *out_image) {
-  (void)d, (void)a, (void)out_image;
   *out = NULL;
-  return JIT_ERR(JIT_UNSUPPORTED, "cpu: kernels are loaded by the CPU JIT (cpu.h), not "
-                 "through the device table");
+  uint32_t img = 0;
+  while (img < a->n_images && a->images[img].format != JIT__IMAGE_HOST_OBJECT) img++;
+  if (img == a->n_images)
+    return JIT_ERR(JIT_UNSUPPORTED, "cpu: the artifact has no host object");
+  if (a->n_kernels != 1 || !a->kernels[0].entry)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "cpu: an artifact has one kernel (its entry "
+                   "point), not %u", a->n_kernels);
+  jit__cpub_exec *e = calloc(1, sizeof(*e));
+  if (!e) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  e->orc = (jit__cpu_device *)d;
+  jit_status s = jit__cpu_load_code(e->orc, a->images[img].bytes, a->images[img].size,
+                                    a->kernels[0].entry, &e->fn, &e->threaded, &e->code);
+  if (s) {
+    free(e);
+    return s;
+  }
+  *out = (jit__dev_executable *)e;
+  *out_image = img;
+  return NULL;
 }
 
-static void jit__cpub_unload(jit__dev_executable *e) { (void)e; }
+// Removes the code from the process: its entry point must not be running.
+static void jit__cpub_unload(jit__dev_executable *x) {
+  jit__cpub_exec *e = (jit__cpub_exec *)x;
+  if (!e) return;
+  jit__cpu_unload(e->orc, e->code);
+  free(e);
+}
+
+static void jit__cpub_host_entry(jit__dev_executable *x, jit__host_fn *out_fn,
+                                 bool *out_threaded) {
+  jit__cpub_exec *e = (jit__cpub_exec *)x;
+  *out_fn = e->fn;
+  *out_threaded = e->threaded;
+}
 
 static jit_status jit__cpub_launch(jit__dev_executable *e, const jit__dev_arg *args,
                                    uint32_t n) {
   (void)e, (void)args, (void)n;
-  return JIT_ERR(JIT_UNSUPPORTED, "cpu: kernels are called directly, not launched");
+  return JIT_ERR(JIT_UNSUPPORTED, "cpu: kernels are called through their entry point "
+                 "(host_entry), not launched");
 }
 
 static jit_status jit__cpub_wait(jit__dev *d) {
@@ -112,6 +154,7 @@ static const jit__device_vtable kCpuVtable = {
     .load = jit__cpub_load,
     .unload = jit__cpub_unload,
     .launch = jit__cpub_launch,
+    .host_entry = jit__cpub_host_entry,
     .wait = jit__cpub_wait,
 };
 
