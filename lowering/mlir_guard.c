@@ -11,7 +11,11 @@
 //       kMaxNesting levels; real models nest a dozen;
 //   affine_map< and affine_set< bodies: at most kMaxAffineOps operators (+ - * and
 //       the keyword operators); real maps have a handful;
-//   tensor.concat: its dim, `dim(N)` or `dim = N`, a decimal below 2^31.
+//   tensor.concat: its dim, `dim(N)` or `dim = N`, a decimal below 2^31;
+//   `permutation =` and `dimensions =` (linalg.transpose, reduce, broadcast: their
+//       custom parsers crash on anything but a list): `[`, or in an attribute
+//       dictionary (generic form) also `array<i64:`, then decimals below 2^31
+//       separated by commas, then `]` or `>`.
 //
 // What a worker process would catch in general (a crash anywhere in MLIR or LLVM) is
 // the reliability issue's compile isolation; these guards stay as the cheap first line.
@@ -32,7 +36,9 @@ typedef struct scan {
   int line, col;  // of s[i]
 } scan;
 
+// One character on; none past the end (an unterminated string ends there).
 static void advance(scan *c) {
+  if (c->i >= c->n) return;
   if (c->s[c->i] == '\n') {
     c->line++;
     c->col = 1;
@@ -81,6 +87,44 @@ static jit_status check_concat(const scan *c, const char *file) {
   return NULL;
 }
 
+// At `permutation` or `dimensions` (c->i at its first letter, `word` its length): when
+// followed by `=`, the value must be a list of small non-negative decimals.
+static jit_status check_index_list(const scan *c, size_t word, const char *file) {
+  const char *p = c->s + c->i + word, *end = c->s + c->n;
+  while (p < end && (*p == ' ' || *p == '\t')) p++;
+  if (p == end || *p != '=') return NULL;  // a use of the word, not the attribute
+  for (p++; p < end && (*p == ' ' || *p == '\t' || *p == '\n'); p++) {
+  }
+  // In a dictionary (after `{` or `,`) the generic form's dense array is allowed too.
+  const char *b = c->s + c->i;
+  while (b > c->s && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\n')) b--;
+  bool dictionary = b > c->s && (b[-1] == '{' || b[-1] == ',');
+  char close = ']';
+  if (p < end && *p == '[') {
+    p++;
+  } else if (dictionary && (size_t)(end - p) >= 10 && !memcmp(p, "array<i64:", 10)) {
+    p += 10;
+    close = '>';
+  } else {
+    return refuse(c, file, "`permutation` / `dimensions` must be a list of integers");
+  }
+  for (bool first = true;; first = false) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n')) p++;
+    if (p < end && *p == close && first) return NULL;  // empty list
+    int64_t value = 0;
+    int digits = 0;
+    while (p < end && isdigit((unsigned char)*p) && digits < 12) {
+      value = value * 10 + (*p++ - '0');
+      digits++;
+    }
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n')) p++;
+    if (digits == 0 || value >= ((int64_t)1 << 31) || p == end || (*p != ',' && *p != close))
+      return refuse(c, file, "`permutation` / `dimensions` must be a list of non-negative "
+                             "decimals below 2^31");
+    if (*p++ == close) return NULL;
+  }
+}
+
 jit_status jit__mlir_guard(const char *s, size_t n, const char *file) {
   scan c = {s, n, 0, 1, 1};
   int depth = 0;
@@ -95,6 +139,7 @@ jit_status jit__mlir_guard(const char *s, size_t n, const char *file) {
       }
       for (advance(&c); c.i < n && s[c.i] != '"' && s[c.i] != '\n'; advance(&c))
         if (s[c.i] == '\\' && c.i + 1 < n) advance(&c);
+      if (c.i >= n) break;  // unterminated: the parser says where
     } else if (ch == '/' && next == '/') {
       while (c.i + 1 < n && s[c.i + 1] != '\n') advance(&c);
     } else if (ch == '(' || ch == '[' || ch == '{' || ch == '<') {
@@ -116,6 +161,10 @@ jit_status jit__mlir_guard(const char *s, size_t n, const char *file) {
         return refuse(&c, file, "affine expression with more than 4096 operators");
     } else if (starts(&c, "tensor.concat")) {
       JIT_PROPAGATE(check_concat(&c, file));
+    } else if (starts(&c, "permutation")) {
+      JIT_PROPAGATE(check_index_list(&c, strlen("permutation"), file));
+    } else if (starts(&c, "dimensions")) {
+      JIT_PROPAGATE(check_index_list(&c, strlen("dimensions"), file));
     }
     advance(&c);
   }

@@ -34,6 +34,10 @@ PACKAGES=(
   libopenblas-dev
   libdnnl-dev
   gnuplot-nox
+  # scripts/fuzz.sh: the libFuzzer targets are built with clang (Debian 12's 14, whose
+  # libFuzzer and sanitizer runtimes are in libclang-rt-14-dev).
+  clang
+  libclang-rt-14-dev
 )
 
 missing=()

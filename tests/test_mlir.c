@@ -693,6 +693,62 @@ Test(mlir, parser_crashers_are_refused) {
                                     " (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>\n"
                                     "  return %r : tensor<4x3xf32>\n}\n", "", 0, ""),
                    JIT_PARSE_ERROR, "'tensor.concat' op dim");
+  // linalg.transpose / linalg.reduce: their custom parsers crash on a permutation or
+  // dimensions that is not a list (found by fuzz_mlir); the generic form's dense array
+  // stays accepted.
+  const char *tr = "func.func @f(%y: tensor<2x3xf32>) -> tensor<3x2xf32> {\n"
+                   "  %e = tensor.empty() : tensor<3x2xf32>\n  %t = ";
+  const char *tr_tail = "\n  return %t : tensor<3x2xf32>\n}\n";
+  const char *tr_op = "linalg.transpose ins(%y : tensor<2x3xf32>) outs(%e : "
+                      "tensor<3x2xf32>) ";
+  static const char *bad_perms[] = {"permutation = 3", "permutation = ", "permutation = \"a\"",
+                                    "permutation = array<i64: 1, 0>",
+                                    "permutation = [1, 99999999999]", "permutation = [1, 0",
+                                    "permutation = [-1, 0]"};
+  for (size_t i = 0; i < sizeof bad_perms / sizeof *bad_perms; i++)
+    expect_from_mlir(ctx, repeat_text(tr, tr_op, 1, bad_perms[i], "", 0, tr_tail),
+                     JIT_PARSE_ERROR, "3:78: error: `permutation` / `dimensions`");
+  expect_from_mlir(ctx, repeat_text(tr, tr_op, 1, "permutation = [1, 0]", "", 0, tr_tail),
+                   JIT_OK, NULL);
+  expect_from_mlir(ctx, repeat_text(tr, "\"linalg.transpose\"(%y, %e) <{permutation = "
+                                    "array<i64: 1, 0>}> ({\n^bb0(%in: f32, %out: f32):\n"
+                                    "  linalg.yield %in : f32\n}) : (tensor<2x3xf32>, "
+                                    "tensor<3x2xf32>) -> tensor<3x2xf32>", 1, "", "", 0,
+                                    tr_tail),
+                   JIT_OK, NULL);
+  const char *red = "func.func @f(%x: tensor<2x3xf32>, %a: tensor<2xf32>) -> tensor<2xf32> {\n"
+                    "  %r = linalg.reduce ins(%x : tensor<2x3xf32>) outs(%a : tensor<2xf32>) ";
+  const char *red_tail = "\n    (%in: f32, %init: f32) {\n      %s = arith.addf %in, %init : f32\n"
+                         "      linalg.yield %s : f32\n    }\n  return %r : tensor<2xf32>\n}\n";
+  expect_from_mlir(ctx, repeat_text(red, "dimensions = ", 1, "", "", 0, red_tail),
+                   JIT_PARSE_ERROR, "`permutation` / `dimensions`");
+  expect_from_mlir(ctx, repeat_text(red, "dimensions = [4294967296]", 1, "", "", 0, red_tail),
+                   JIT_PARSE_ERROR, "`permutation` / `dimensions`");
+  expect_from_mlir(ctx, repeat_text(red, "dimensions = [1]", 1, "", "", 0, red_tail), JIT_OK,
+                   NULL);
+  jit_context_destroy(ctx);
+}
+
+// Text that need not be NUL-terminated is read within its length: an unterminated
+// string at the very end (found by fuzz_mlir: the guard read one byte past it, which
+// ASan reports on this exact-size buffer).
+Test(mlir, text_ending_inside_a_string_is_read_within_its_length) {
+  jit_context *ctx = make_ctx(2, NULL);
+  static const char *texts[] = {"\"a", "\"", "x = \"tensor.concat\"", "// c", "\"a\\"};
+  for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+    size_t n = strlen(texts[i]);
+    char *exact = malloc(n);
+    memcpy(exact, texts[i], n);
+    jit_graph *g = NULL;
+    jit_status s = jit_graph_from_mlir(ctx, exact, n, NULL, &g);
+    // Unparsable, or (a lone comment) a module without a function.
+    jit_status_code code = jit_status_get_code(s);
+    cr_expect(code == JIT_PARSE_ERROR || code == JIT_INVALID_ARGUMENT, "`%s`: %s", texts[i],
+              s ? jit_status_message(s) : "OK");
+    jit_status_free(s);
+    jit_graph_destroy(g);
+    free(exact);
+  }
   jit_context_destroy(ctx);
 }
 
