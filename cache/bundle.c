@@ -14,10 +14,16 @@
 //   manifest: text, "jitml-bundle 1\n" "build-id <hex>\n", then one line per entry:
 //             "<32 hex key> <kind> <size>\n"
 //   the entry files' bytes, in manifest order, each exactly as stored in the cache
+//   bundle version 2 only: a signature trailer (cache/sign.h) over everything above
 //
 // Every entry carries its own header and checksums, so import checks each one as a
 // cache get would, against the key the manifest gives it. Import checks the whole
-// bundle before storing anything: a damaged bundle imports nothing.
+// bundle before storing anything: a damaged bundle imports nothing. A signed bundle
+// (version 2) is checked first of all: where the cache trusts keys, only a bundle
+// signed by one of them goes on (version 1, unsigned, is refused there); the version
+// sits under the signature, so stripping the trailer does not make a signed bundle an
+// acceptable unsigned one. Import reads the bundle through one descriptor: a file that
+// someone else may rewrite during the import is not a source to import from.
 //
 //===----------------------------------------------------------------------===//
 #ifndef _GNU_SOURCE
@@ -38,7 +44,9 @@
 #include "cache/internal.h"
 
 #define BUNDLE_MAGIC "JITMLB\0\1"
-#define BUNDLE_VERSION 1
+#define BUNDLE_VERSION 1         // unsigned
+#define BUNDLE_VERSION_SIGNED 2  // with a signature trailer
+#define MANIFEST_VERSION 1
 #define BUNDLE_HEADER_SIZE 64
 #define BUNDLE_MAX_MANIFEST (UINT64_C(256) << 20)
 #define ENTRY_MAX_SIZE                                                       \
@@ -162,7 +170,8 @@ static int copy_fd(int from, int to) {
   }
 }
 
-jit_status jit__cache_export(jit__cache *cache, const char *bundle_path, uint64_t *count) {
+jit_status jit__cache_export(jit__cache *cache, const char *bundle_path,
+                             const uint8_t *secret, uint64_t *count) {
   if (count) *count = 0;
   JIT_PROPAGATE(jit__cache_check_usable(cache, "exporting the cache", false));
   if (!bundle_path || !*bundle_path)
@@ -186,7 +195,7 @@ jit_status jit__cache_export(jit__cache *cache, const char *bundle_path, uint64_
     goto done;
   }
   unlink(spool_path);  // gone when closed, whatever happens
-  sb_printf(&w.manifest, "jitml-bundle %d\nbuild-id %s\n", BUNDLE_VERSION,
+  sb_printf(&w.manifest, "jitml-bundle %d\nbuild-id %s\n", MANIFEST_VERSION,
             jit__library_build_id());
   s = jit__cache_scan(cache, "exporting the cache", export_one, &w);
   if (!s) s = w.error;
@@ -197,7 +206,7 @@ jit_status jit__cache_export(jit__cache *cache, const char *bundle_path, uint64_
 
   uint8_t header[BUNDLE_HEADER_SIZE] = {0};
   memcpy(header, BUNDLE_MAGIC, 8);
-  jit__le_put_u32(header + 8, BUNDLE_VERSION);
+  jit__le_put_u32(header + 8, secret ? BUNDLE_VERSION_SIGNED : BUNDLE_VERSION);
   jit__le_put_u32(header + 12, JIT__CACHE_FORMAT_VERSION);
   jit__le_put_u64(header + 16, w.count);
   jit__le_put_u64(header + 24, w.manifest.len);
@@ -207,15 +216,31 @@ jit_status jit__cache_export(jit__cache *cache, const char *bundle_path, uint64_
   jit__le_put_u64(header + 48, XXH3_64bits(header, 48));
   if (jit__cache_write_full(out, header, sizeof(header)) != 0 ||
       jit__cache_write_full(out, w.manifest.data, w.manifest.len) != 0 ||
-      copy_fd(w.spool, out) != 0 || fsync(out) != 0 || rename(tmp, bundle_path) != 0) {
+      copy_fd(w.spool, out) != 0) {
+    s = JIT_ERR(JIT_CACHE_ERROR, "exporting to %s: writing failed: %s", bundle_path,
+                strerror(errno));
+    goto done;
+  }
+  if (secret) {
+    uint8_t trailer[JIT__SIGN_TRAILER_BYTES];
+    off_t size = lseek(out, 0, SEEK_CUR);
+    s = size < 0 ? JIT_ERR(JIT_CACHE_ERROR, "exporting to %s: %s", bundle_path,
+                           strerror(errno))
+                 : jit__sign_fd(out, (uint64_t)size, secret, trailer);
+    if (!s && jit__cache_write_full(out, trailer, sizeof trailer) != 0)
+      s = JIT_ERR(JIT_CACHE_ERROR, "exporting to %s: writing failed: %s", bundle_path,
+                  strerror(errno));
+    if (s) goto done;
+  }
+  if (fsync(out) != 0 || rename(tmp, bundle_path) != 0) {
     s = JIT_ERR(JIT_CACHE_ERROR, "exporting to %s: writing failed: %s", bundle_path,
                 strerror(errno));
     goto done;
   }
   tmp[0] = '\0';  // renamed: nothing to remove
   if (count) *count = w.count;
-  jit__cache_logf(cache, JIT_LOG_INFO, "exported %" PRIu64 " cache entries to %s", w.count,
-                 bundle_path);
+  jit__cache_logf(cache, JIT_LOG_INFO, "exported %" PRIu64 " cache entries to %s%s",
+                  w.count, bundle_path, secret ? " (signed)" : "");
 done:
   if (tmp[0]) unlink(tmp);
   close(out);
@@ -336,15 +361,30 @@ jit_status jit__cache_import(jit__cache *cache, const char *bundle_path, uint64_
     goto refuse;
   }
   uint32_t version = jit__le_get_u32(header + 8), format = jit__le_get_u32(header + 12);
-  if (version != BUNDLE_VERSION || format != JIT__CACHE_FORMAT_VERSION) {
+  if ((version != BUNDLE_VERSION && version != BUNDLE_VERSION_SIGNED) ||
+      format != JIT__CACHE_FORMAT_VERSION) {
     snprintf(why, sizeof(why),
              "bundle version %" PRIu32 " with entry format %" PRIu32
-             ", this library reads %d with format %d",
-             version, format, BUNDLE_VERSION, JIT__CACHE_FORMAT_VERSION);
+             ", this library reads %d or %d with format %d",
+             version, format, BUNDLE_VERSION, BUNDLE_VERSION_SIGNED, JIT__CACHE_FORMAT_VERSION);
     goto refuse;
   }
-  uint64_t n = jit__le_get_u64(header + 16), manifest_size = jit__le_get_u64(header + 24);
   uint64_t file_size = (uint64_t)st.st_size;
+  uint8_t signer[JIT__SIGN_PUBLIC_BYTES];
+  if (version == BUNDLE_VERSION && cache->trusted.n) {
+    snprintf(why, sizeof(why), "unsigned, and this cache trusts only signed bundles");
+    goto refuse;
+  }
+  if (version == BUNDLE_VERSION_SIGNED) {
+    if (!jit__sign_verify_fd(fd, file_size, &cache->trusted, signer, why, sizeof(why)))
+      goto refuse;
+    file_size -= JIT__SIGN_TRAILER_BYTES;
+    if (file_size < BUNDLE_HEADER_SIZE) {
+      snprintf(why, sizeof(why), "too short");
+      goto refuse;
+    }
+  }
+  uint64_t n = jit__le_get_u64(header + 16), manifest_size = jit__le_get_u64(header + 24);
   if (manifest_size > BUNDLE_MAX_MANIFEST || manifest_size > file_size - BUNDLE_HEADER_SIZE ||
       n > (file_size - BUNDLE_HEADER_SIZE - manifest_size) / JIT__CACHE_HEADER_SIZE) {
     snprintf(why, sizeof(why), "absurd sizes (manifest %" PRIu64 ", %" PRIu64 " entries)",
@@ -393,8 +433,11 @@ jit_status jit__cache_import(jit__cache *cache, const char *bundle_path, uint64_
     }
   }
   if (!s)
-    jit__cache_logf(cache, JIT_LOG_INFO, "imported %" PRIu64 " cache entries from %s", n,
-                   bundle_path);
+    jit__cache_logf(cache, JIT_LOG_INFO, "imported %" PRIu64 " cache entries from %s%s", n,
+                    bundle_path, version == BUNDLE_VERSION_SIGNED
+                                     ? cache->trusted.n ? " (signed by a trusted key)"
+                                                        : " (signed; no keys trusted)"
+                                     : "");
   goto done;
 
 refuse:

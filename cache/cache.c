@@ -302,6 +302,7 @@ jit_status jit__cache_open(const jit__cache_options *options, jit__cache **out_c
   c->logger = options->logger;
   c->max_age_s = options->max_age_s;
   c->fault_kill_after_bytes = options->fault_kill_after_bytes;
+  if (options->trusted) c->trusted = *options->trusted;
   c->max_bytes = options->max_bytes ? options->max_bytes
                                     : parse_size(getenv("JITML_CACHE_MAX_BYTES"));
   if (!c->max_bytes) c->max_bytes = UINT64_C(1) << 30;

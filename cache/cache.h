@@ -37,6 +37,7 @@
 
 #include "base/image.h"
 #include "base/log.h"
+#include "cache/sign.h"
 #include "jitml.h"
 
 // 2: CPU entries' metadata is an artifact record (cache/artifact.h); 3: every entry
@@ -64,6 +65,9 @@ typedef struct jit__cache_options {
   uint64_t max_bytes;          // 0: $JITML_CACHE_MAX_BYTES, else 1 GiB
   uint64_t max_age_s;          // 0: none
   bool allow_shared_readonly;  // accept a root-owned dir we cannot write (read-only)
+  // Bundle import accepts only bundles signed by one of these (copied); NULL or none:
+  // any intact bundle, signed or not.
+  const jit__trusted_keys *trusted;
   jit__logger logger;  // the context's (fn NULL: silent)
   // Test hook: if non-zero and smaller than a put's payload, that put kills the
   // process (raise(SIGKILL)) after writing this many payload bytes to the temp file,
@@ -168,8 +172,13 @@ void jit__cache_get_stats(jit__cache *cache, jit__cache_stats *out);
 // Export writes the bundle atomically (temp + rename) and skips (removes) bad entries.
 // Import verifies the whole bundle before storing anything: a damaged bundle, or one
 // from another format version, is refused with JIT_CACHE_ERROR and imports nothing.
-// Imported entries replace existing ones of the same key.
-jit_status jit__cache_export(jit__cache *cache, const char *bundle_path, uint64_t *count);
+// Imported entries replace existing ones of the same key. With `secret` (a key of
+// cache/sign.h) the bundle is signed. A cache opened with trusted keys imports only
+// bundles signed by one of them (an unsigned one, one signed by another key or altered
+// after signing is refused with JIT_CACHE_ERROR); without, a signed bundle's signature
+// is still checked against the key it names (integrity only).
+jit_status jit__cache_export(jit__cache *cache, const char *bundle_path,
+                             const uint8_t *secret, uint64_t *count);
 jit_status jit__cache_import(jit__cache *cache, const char *bundle_path, uint64_t *count);
 
 // A stable identity of the running libjitml binary, so a rebuilt library never loads

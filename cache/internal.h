@@ -97,6 +97,7 @@ struct jit__cache {
   uid_t owner;            // the directory's owner; entries must belong to it too
   uint64_t max_bytes, max_age_s, fault_kill_after_bytes;
   jit__logger logger;
+  jit__trusted_keys trusted;  // bundle import's (bundle.c); n 0: none
 
   // Guards everything below. File operations run outside it.
   pthread_mutex_t mu;

@@ -181,6 +181,12 @@ typedef struct jit_options {
   // unloaded. 0 = 1024 kernels and 256 MiB. Kernels at most 1000000.
   int max_loaded_kernels;
   uint64_t max_loaded_kernel_bytes;
+  // Public keys (64 hex digits each, separated by commas or spaces) of the signers
+  // whose bundles jit_cache_import accepts: with any, an unsigned bundle, one signed by
+  // another key or one altered after signing is refused (JIT_CACHE_ERROR). NULL:
+  // $JITML_TRUSTED_KEYS; "" or unset: any intact bundle is imported (README, "Signed
+  // bundles"). At most 16 keys; a malformed list is JIT_INVALID_ARGUMENT. Read once.
+  const char *bundle_trusted_keys;
 } jit_options;
 
 // Fills `options` with defaults. Always call it before setting fields.
@@ -531,6 +537,17 @@ JIT_API jit_status jit_cache_clear(jit_context *ctx, uint64_t *out_removed);
 // Writes all entries into one bundle file / adds a bundle's verified entries.
 JIT_API jit_status jit_cache_export(jit_context *ctx, const char *path,
                                     uint64_t *out_count);
+// As jit_cache_export, signing the bundle (ed25519) with the secret key in file
+// `secret_key_path` (made by jit_bundle_keygen; a regular file only its owner can
+// read). JIT_INVALID_ARGUMENT when the key file is missing, malformed or readable by
+// others.
+JIT_API jit_status jit_cache_export_signed(jit_context *ctx, const char *path,
+                                           const char *secret_key_path,
+                                           uint64_t *out_count);
+// Makes a signing key pair: the secret key goes into a new file `secret_key_path`
+// (mode 0600; an existing file is never replaced: JIT_INVALID_ARGUMENT), the public
+// key's 64 hex digits (and a NUL) into `out_public_key`, for bundle_trusted_keys.
+JIT_API jit_status jit_bundle_keygen(const char *secret_key_path, char out_public_key[65]);
 JIT_API jit_status jit_cache_import(jit_context *ctx, const char *path,
                                     uint64_t *out_count);
 

@@ -83,9 +83,31 @@ jit_status jit_cache_export(jit_context *ctx, const char *path, uint64_t *out_co
   JIT__CHECK_CTX("jit_cache_export");
   if (!path) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_cache_export: path is NULL");
   uint64_t n = 0;
-  jit_status s = jit__cache_export(ctx->cache, path, &n);
+  jit_status s = jit__cache_export(ctx->cache, path, NULL, &n);
   if (out_count) *out_count = n;
   return s;
+}
+
+jit_status jit_cache_export_signed(jit_context *ctx, const char *path,
+                                   const char *secret_key_path, uint64_t *out_count) {
+  if (out_count) *out_count = 0;
+  JIT__CHECK_CTX("jit_cache_export_signed");
+  if (!path || !secret_key_path)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_cache_export_signed: %s is NULL",
+                   path ? "secret_key_path" : "path");
+  uint8_t secret[JIT__SIGN_SECRET_BYTES];
+  JIT_PROPAGATE(jit__sign_read_secret(secret_key_path, secret));
+  uint64_t n = 0;
+  jit_status s = jit__cache_export(ctx->cache, path, secret, &n);
+  jit__sign_wipe(secret, sizeof secret);
+  if (out_count) *out_count = n;
+  return s;
+}
+
+jit_status jit_bundle_keygen(const char *secret_key_path, char out_public_key[65]) {
+  if (!out_public_key)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_bundle_keygen: out_public_key is NULL");
+  return jit__sign_keygen(secret_key_path, out_public_key);
 }
 
 jit_status jit_cache_import(jit_context *ctx, const char *path, uint64_t *out_count) {

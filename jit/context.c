@@ -136,7 +136,19 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, XXH3_128bits(ctx->target_text, n > 0 ? (size_t)n : 0));
   memcpy(ctx->target_hash, c.digest, sizeof(ctx->target_hash));
+  const char *keys = o.bundle_trusted_keys ? o.bundle_trusted_keys
+                                           : getenv("JITML_TRUSTED_KEYS");
+  s = jit__sign_parse_keys(keys, o.bundle_trusted_keys ? "options.bundle_trusted_keys"
+                                                       : "JITML_TRUSTED_KEYS",
+                           &ctx->trusted);
+  ctx->options.bundle_trusted_keys = NULL;  // the caller's text is not kept
+  if (s) {
+    free(ctx->target_text);
+    jit__context_free(ctx);
+    return jit__status_annotate(s, "jit_context_create");
+  }
   jit__cache_options co = {0};
+  co.trusted = &ctx->trusted;
   co.dir = o.cache_dir;
   co.max_bytes = o.cache_max_bytes;
   co.max_age_s = o.cache_max_age_s;

@@ -95,6 +95,7 @@ struct jit_context {
   atomic_uint_fast64_t unloaded;
   jit__specializer *spec;       // background compiles (specialize.c)
   double compile_ms, load_ms;  // guarded by mu
+  jit__trusted_keys trusted;  // bundle import's (options.bundle_trusted_keys)
   // options.cuda_toolkit points at the context's own copy. Which image CUDA kernels
   // were loaded from (gpu_run.c):
   atomic_uint_fast64_t cuda_cubin_loads, cuda_ptx_loads;

@@ -16,6 +16,8 @@ PACKAGES=(
   libcriterion-dev
   libdlpack-dev
   libxxhash-dev
+  # Bundle signatures (ed25519).
+  libsodium-dev
   # The Python package (python/) and its tests: ctypes is in the standard library;
   # NumPy, PyTorch (1.13 in Debian 12) and pytest come from Debian.
   python3

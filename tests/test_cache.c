@@ -401,7 +401,7 @@ Test(cache, misuse_gets_statuses) {
   e.payload = p;
   jit__cache_entry_release(&e);
   FAILS(jit__cache_list(c, NULL, NULL), JIT_INVALID_ARGUMENT);
-  FAILS(jit__cache_export(c, NULL, NULL), JIT_INVALID_ARGUMENT);
+  FAILS(jit__cache_export(c, NULL, NULL, NULL), JIT_INVALID_ARGUMENT);
   FAILS(jit__cache_import(c, "/nonexistent/bundle", NULL), JIT_CACHE_ERROR);
   jit__cache_entry_release(NULL);
   jit__cache_unlock(NULL);
@@ -610,7 +610,7 @@ Test(cache, fifos_in_place_of_entries_and_bundles_do_not_hang) {
   char bundle[PATH_MAX];
   snprintf(bundle, sizeof bundle, "%s/out.jitmlb", g_root);
   uint64_t n = 0;
-  OK(jit__cache_export(c, bundle, &n));
+  OK(jit__cache_export(c, bundle, NULL, &n));
   cr_expect_eq(n, 1, "exported %llu", (unsigned long long)n);
   // A FIFO given as the bundle to import.
   char fifo[PATH_MAX];
@@ -1162,7 +1162,7 @@ Test(cache, bundle_round_trip_and_corruption) {
   snprintf(bundle, sizeof(bundle), "%s/prewarm.jitmlb", g_root);
   snprintf(broken, sizeof(broken), "%s/broken.jitmlb", g_root);
   uint64_t n = 0;
-  OK(jit__cache_export(c, bundle, &n));
+  OK(jit__cache_export(c, bundle, NULL, &n));
   cr_assert_eq(n, 6);
   uint64_t removed;
   OK(jit__cache_clear(c, &removed));
@@ -1207,6 +1207,140 @@ Test(cache, bundle_round_trip_and_corruption) {
   OK(jit__cache_import(c, bundle, &n));
   cr_assert_eq(n, 6);
   jit__cache_close(c);
+}
+
+// A cache that trusts `keys` (text as jit__sign_parse_keys takes it), on g_dir.
+static jit__cache *open_trusting(const char *keys) {
+  jit__trusted_keys trusted;
+  OK(jit__sign_parse_keys(keys, "test", &trusted));
+  jit__cache_options o = {.dir = g_dir, .trusted = &trusted};
+  return open_opts(&o);
+}
+
+// Signed bundles: made with a key from keygen; imported where that key is trusted
+// or none is; refused where another key is trusted, when unsigned under a trust list,
+// altered after signing, stripped of its signature, or with a bad trailer.
+Test(cache, signed_bundles) {
+  char sk_path[PATH_MAX], sk2_path[PATH_MAX], bundle[PATH_MAX], plain[PATH_MAX],
+      broken[PATH_MAX];
+  snprintf(sk_path, sizeof sk_path, "%s/signing.key", g_root);
+  snprintf(sk2_path, sizeof sk2_path, "%s/other.key", g_root);
+  snprintf(bundle, sizeof bundle, "%s/signed.jitmlb", g_root);
+  snprintf(plain, sizeof plain, "%s/plain.jitmlb", g_root);
+  snprintf(broken, sizeof broken, "%s/broken.jitmlb", g_root);
+  char pk[65], pk2[65];
+  OK(jit__sign_keygen(sk_path, pk));
+  OK(jit__sign_keygen(sk2_path, pk2));
+  cr_assert_eq(strlen(pk), 64);
+  struct stat st;
+  cr_assert_eq(stat(sk_path, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0600);
+  char scratch[65];
+  FAILS(jit__sign_keygen(sk_path, scratch), JIT_INVALID_ARGUMENT);  // never replaced
+  uint8_t sk[JIT__SIGN_SECRET_BYTES];
+  OK(jit__sign_read_secret(sk_path, sk));
+
+  jit__cache *c = open_dir(g_dir);
+  for (int i = 0; i < 4; i++) put_entry(c, i, 2000 + (size_t)i);
+  uint64_t n = 0, removed = 0;
+  OK(jit__cache_export(c, bundle, sk, &n));
+  cr_assert_eq(n, 4);
+  OK(jit__cache_export(c, plain, NULL, &n));
+  OK(jit__cache_clear(c, &removed));
+  // No key trusted: signed and unsigned bundles both import.
+  OK(jit__cache_import(c, bundle, &n));
+  cr_assert_eq(n, 4);
+  OK(jit__cache_import(c, plain, &n));
+  jit__cache_close(c);
+
+  char both[200];
+  snprintf(both, sizeof both, "%s, %s", pk2, pk);
+  c = open_trusting(both);
+  OK(jit__cache_clear(c, &removed));
+  OK(jit__cache_import(c, bundle, &n));
+  cr_assert_eq(n, 4);
+  for (int i = 0; i < 4; i++) cr_assert(get_check(c, i, 2000 + (size_t)i), "entry %d", i);
+  OK(jit__cache_clear(c, &removed));
+  jit_status s = jit__cache_import(c, plain, &n);
+  cr_assert(s && strstr(jit_status_message(s), "unsigned"), "%s",
+            s ? jit_status_message(s) : "imported");
+  jit_status_free(s);
+
+  uint8_t *bytes;
+  size_t size;
+  read_file(bundle, &bytes, &size);
+  // Altered after signing (a byte of an entry; its own checksum would catch it later,
+  // the signature first).
+  bytes[size - 200] ^= 1;
+  write_file(broken, bytes, size);
+  s = jit__cache_import(c, broken, &n);
+  cr_assert(s && strstr(jit_status_message(s), "does not verify"), "%s",
+            s ? jit_status_message(s) : "imported");
+  jit_status_free(s);
+  bytes[size - 200] ^= 1;
+  // The signature itself damaged, and the trailer cut short.
+  bytes[size - 1] ^= 1;
+  write_file(broken, bytes, size);
+  FAILS(jit__cache_import(c, broken, &n), JIT_CACHE_ERROR);
+  bytes[size - 1] ^= 1;
+  write_file(broken, bytes, size - 10);
+  FAILS(jit__cache_import(c, broken, &n), JIT_CACHE_ERROR);
+  // Stripped: the trailer cut off and the header made version 1 (checksum redone).
+  jit__le_put_u32(bytes + 8, 1);
+  jit__le_put_u64(bytes + 48, XXH3_64bits(bytes, 48));
+  write_file(broken, bytes, size - JIT__SIGN_TRAILER_BYTES);
+  s = jit__cache_import(c, broken, &n);
+  cr_assert(s && strstr(jit_status_message(s), "unsigned"), "%s",
+            s ? jit_status_message(s) : "imported");
+  jit_status_free(s);
+  free(bytes);
+  cr_assert_eq(census(g_dir).entries, 0);
+  jit__cache_close(c);
+
+  // Trusting only the other key.
+  c = open_trusting(pk2);
+  s = jit__cache_import(c, bundle, &n);
+  cr_assert(s && strstr(jit_status_message(s), "not a trusted key"), "%s",
+            s ? jit_status_message(s) : "imported");
+  jit_status_free(s);
+  jit__cache_close(c);
+
+  // Secret key files: readable by others, or not a key, are refused.
+  cr_assert_eq(chmod(sk_path, 0644), 0);
+  FAILS(jit__sign_read_secret(sk_path, sk), JIT_INVALID_ARGUMENT);
+  write_file(sk2_path, "not a key\n", 10);
+  cr_assert_eq(chmod(sk2_path, 0600), 0);
+  FAILS(jit__sign_read_secret(sk2_path, sk), JIT_INVALID_ARGUMENT);
+  FAILS(jit__sign_read_secret(g_root, sk), JIT_INVALID_ARGUMENT);  // a directory
+}
+
+Test(cache, trusted_key_lists) {
+  jit__trusted_keys k;
+  OK(jit__sign_parse_keys("", "test", &k));
+  cr_assert_eq(k.n, 0);
+  OK(jit__sign_parse_keys(NULL, "test", &k));
+  char two[200];
+  memset(two, 'a', 64);
+  two[64] = ',';
+  memset(two + 65, '0', 64);
+  two[129] = 0;
+  OK(jit__sign_parse_keys(two, "test", &k));
+  cr_assert_eq(k.n, 2);
+  cr_assert_eq(k.keys[0][0], 0xaa);
+  jit_status s = jit__sign_parse_keys("abcd", "JITML_TRUSTED_KEYS", &k);
+  cr_assert(s && jit_status_get_code(s) == JIT_INVALID_ARGUMENT &&
+            strstr(jit_status_message(s), "JITML_TRUSTED_KEYS: `abcd`"), "%s",
+            s ? jit_status_message(s) : "OK");
+  jit_status_free(s);
+  two[3] = 'g';
+  FAILS(jit__sign_parse_keys(two, "test", &k), JIT_INVALID_ARGUMENT);
+  char many[17 * 65 + 1] = "";
+  for (int i = 0; i < 17; i++) {
+    memset(many + 65 * i, 'b', 64);
+    many[65 * i + 64] = ' ';
+  }
+  many[17 * 65] = 0;
+  FAILS(jit__sign_parse_keys(many, "test", &k), JIT_INVALID_ARGUMENT);
 }
 
 Test(cache, threads_share_one_handle) {

@@ -5,6 +5,7 @@
 // jit_graph_finalize. Everything is freed, also on the error paths (LSan runs these).
 //
 //===----------------------------------------------------------------------===//
+#define _POSIX_C_SOURCE 200809L  // setenv
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +159,52 @@ Test(errors, bad_options) {
   ctx = NULL;
   s = jit_context_create(&o, &ctx);
   TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  jit_status_free(s);
+  jit_context_destroy(ctx);
+
+  // A malformed trusted-key list never means "trust nothing in particular".
+  jit_options_init(&o);
+  o.bundle_trusted_keys = "0123";
+  ctx = NULL;
+  s = jit_context_create(&o, &ctx);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "options.bundle_trusted_keys");
+  jit_status_free(s);
+  cr_expect(ctx == NULL);
+  setenv("JITML_TRUSTED_KEYS", "zz", 1);
+  jit_options_init(&o);
+  s = jit_context_create(&o, &ctx);
+  unsetenv("JITML_TRUSTED_KEYS");
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "JITML_TRUSTED_KEYS");
+  jit_status_free(s);
+}
+
+Test(errors, bundle_signing_arguments) {
+  char pk[65];
+  jit_status s = jit_bundle_keygen(NULL, pk);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  jit_status_free(s);
+  s = jit_bundle_keygen("/nonexistent-dir/key", NULL);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  jit_status_free(s);
+  s = jit_bundle_keygen("/nonexistent-dir/key", pk);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "/nonexistent-dir/key");
+  jit_status_free(s);
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  uint64_t n = 7;
+  s = jit_cache_export_signed(ctx, "/tmp/x.jitmlb", NULL, &n);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  cr_expect_eq(n, 0);
+  jit_status_free(s);
+  s = jit_cache_export_signed(ctx, "/tmp/x.jitmlb", "/nonexistent-key", &n);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "/nonexistent-key");
   jit_status_free(s);
   jit_context_destroy(ctx);
 }

@@ -4,7 +4,9 @@
 //   jitml run MODEL.mlir --shape N=7 [--repeat R]
 //   jitml explain MODEL.mlir --shape N=17
 //   jitml cache ls|stats|verify|prune|clear [--json]
-//   jitml cache export|import BUNDLE
+//   jitml cache export BUNDLE [--sign SECRET_KEY]
+//   jitml cache import BUNDLE [--trust PUBLIC_KEY[,...]]
+//   jitml keygen SECRET_KEY
 //
 // Uses the public API only. Exit codes: 0 success, 1 failure (or, with --expect-warm,
 // something had to be compiled), 2 bad usage.
@@ -47,6 +49,8 @@ typedef struct args {
   const char *cache_dir;  // --cache-dir
   const char *path;       // export/import bundle
   const char *device;     // --device: options.device (runs and prewarms go there)
+  const char *sign;       // export --sign: the secret key file
+  const char *trust;      // import --trust: options.bundle_trusted_keys
   int jobs, repeat;
   bool expect_warm, json;
   bool hot;    // prewarm: also the bindings the cache remembers as hot
@@ -69,7 +73,14 @@ static const char kUsage[] =
     "  explain MODEL.mlir --shape SPEC\n"
     "      say why a binding hits or misses the disk cache\n"
     "  cache ls|stats|verify|prune|clear [--json]\n"
-    "  cache export|import BUNDLE\n"
+    "  cache export BUNDLE [--sign SECRET_KEY]\n"
+    "      write every entry into one file; --sign signs it (ed25519)\n"
+    "  cache import BUNDLE [--trust PUBLIC_KEY[,PUBLIC_KEY...]]\n"
+    "      add a bundle's verified entries; with trusted keys (--trust, else\n"
+    "      $JITML_TRUSTED_KEYS) only a bundle signed by one of them\n"
+    "  keygen SECRET_KEY\n"
+    "      make a signing key: the secret into a new file (mode 600), the public\n"
+    "      key (for --trust) on stdout\n"
     "\n"
     "SPEC binds the model's symbolic dims: 'N=1,2,4,8-64:8;S=128' (values, ranges\n"
     "lo-hi:step; ';' separates symbols; every combination is used).\n"
@@ -94,6 +105,10 @@ static int parse_args(int argc, char **argv, int first, args *a, bool want_model
       a->shapes = argv[++i];
     } else if (!strcmp(s, "--device") && has_next) {
       a->device = argv[++i];
+    } else if (!strcmp(s, "--sign") && has_next) {
+      a->sign = argv[++i];
+    } else if (!strcmp(s, "--trust") && has_next) {
+      a->trust = argv[++i];
     } else if (!strcmp(s, "--cache-dir") && has_next) {
       a->cache_dir = argv[++i];
     } else if (!strcmp(s, "--jobs") && has_next) {
@@ -132,6 +147,7 @@ static jit_status open_context(const args *a, jit_context **ctx) {
   jit_options_init(&o);
   o.cache_dir = a->cache_dir;
   o.device = a->device;
+  o.bundle_trusted_keys = a->trust;
   // prewarm fills the cache with each binding's own kernel (and the generic one).
   if (a->exact) o.shape_policy = JIT_SHAPE_POLICY_EXACT;
   return jit_context_create(&o, ctx);
@@ -588,10 +604,13 @@ static int cmd_cache(const char *sub, const args *a) {
     else printf("removed %llu entries\n", (unsigned long long)n1);
   } else if (!strcmp(sub, "export") || !strcmp(sub, "import")) {
     bool ex = !strcmp(sub, "export");
-    s = ex ? jit_cache_export(ctx, a->path, &n1) : jit_cache_import(ctx, a->path, &n1);
+    s = !ex ? jit_cache_import(ctx, a->path, &n1)
+        : a->sign ? jit_cache_export_signed(ctx, a->path, a->sign, &n1)
+                  : jit_cache_export(ctx, a->path, &n1);
     if (s) rc = fail(s, ex ? "cache export" : "cache import");
-    else printf("%s %llu entries %s %s\n", ex ? "exported" : "imported",
-                (unsigned long long)n1, ex ? "to" : "from", a->path);
+    else printf("%s %llu entries %s %s%s\n", ex ? "exported" : "imported",
+                (unsigned long long)n1, ex ? "to" : "from", a->path,
+                ex && a->sign ? " (signed)" : "");
   }
   jit_context_destroy(ctx);
   return rc;
@@ -621,6 +640,14 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(&a);
     return cmd_explain(&a);
   }
+  if (!strcmp(cmd, "keygen")) {
+    if (argc != 3 || argv[2][0] == '-') return usage_error("keygen takes one SECRET_KEY path");
+    char pk[65];
+    jit_status s = jit_bundle_keygen(argv[2], pk);
+    if (s) return fail(s, "keygen");
+    printf("%s\n", pk);
+    return kExitOk;
+  }
   if (!strcmp(cmd, "cache")) {
     if (argc < 3) return usage_error("missing cache subcommand");
     const char *sub = argv[2];
@@ -629,6 +656,8 @@ int main(int argc, char **argv) {
         strcmp(sub, "prune") && strcmp(sub, "clear"))
       return usage_error("unknown cache subcommand");
     if ((rc = parse_args(argc, argv, 3, &a, false, bundle))) return rc;
+    if (a.sign && strcmp(sub, "export")) return usage_error("--sign is for cache export");
+    if (a.trust && strcmp(sub, "import")) return usage_error("--trust is for cache import");
     return cmd_cache(sub, &a);
   }
   return usage_error("unknown command");

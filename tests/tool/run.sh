@@ -55,6 +55,26 @@ echo "$out" | grep -q "dim 0: 17 vs cached 1, 2, 3, 4, 5, 8, 16" || fail "explai
 "$jitml" prewarm "$model" --shapes 'N=1-4,8-16:8' --expect-warm --cache-dir "$cache" >/dev/null \
   || fail "imported entries were not used"
 
+# Signed bundles: keygen, export --sign, import --trust (and JITML_TRUSTED_KEYS).
+pub=$("$jitml" keygen "$dir/signing.key")
+[[ ${#pub} == 64 ]] || fail "keygen printed \`$pub\`"
+[[ $(stat -c %a "$dir/signing.key") == 600 ]] || fail "keygen: the secret key is not mode 600"
+if "$jitml" keygen "$dir/signing.key" >/dev/null 2>&1; then fail "keygen replaced a key"; fi
+"$jitml" cache export "$dir/signed.jitb" --sign "$dir/signing.key" --cache-dir "$cache" \
+  | grep -q "exported 7 entries to $dir/signed.jitb (signed)" || fail "export --sign"
+"$jitml" cache import "$dir/signed.jitb" --trust "$pub" --cache-dir "$cache" \
+  | grep -q "imported 7" || fail "import --trust of a signed bundle"
+other=$(printf '%064d' 7)
+if "$jitml" cache import "$dir/signed.jitb" --trust "$other" --cache-dir "$cache" \
+    2> "$dir/trust.txt"; then fail "a bundle signed by an untrusted key was imported"; fi
+grep -q "not a trusted key" "$dir/trust.txt" || fail "untrusted: $(cat "$dir/trust.txt")"
+if JITML_TRUSTED_KEYS=$pub "$jitml" cache import "$dir/bundle.jitb" --cache-dir "$cache" \
+    2> "$dir/trust.txt"; then fail "an unsigned bundle was imported under JITML_TRUSTED_KEYS"; fi
+grep -q "unsigned" "$dir/trust.txt" || fail "unsigned: $(cat "$dir/trust.txt")"
+if "$jitml" cache import "$dir/signed.jitb" --trust "nonsense" --cache-dir "$cache" \
+    2> "$dir/trust.txt"; then fail "a malformed --trust was accepted"; fi
+grep -q "INVALID_ARGUMENT" "$dir/trust.txt" || fail "bad --trust: $(cat "$dir/trust.txt")"
+
 # A corrupted entry is found by verify (exit 1) and removed.
 entry=$(find "$cache" -name '*.jitk' | head -n 1)
 printf 'garbage' | dd of="$entry" bs=1 seek=200 conv=notrunc status=none
