@@ -25,7 +25,9 @@
 
 #include <jitml.h>
 
-enum { kExitOk = 0, kExitFail = 1, kExitUsage = 2, kMaxSymbols = 16, kMaxValues = 4096 };
+#include "tools/spec.h"
+
+enum { kExitOk = 0, kExitFail = 1, kExitUsage = 2 };
 
 static double now_ms(void) {
   struct timespec ts;
@@ -155,91 +157,12 @@ static jit_status open_context(const args *a, jit_context **ctx) {
 
 //===--- Models and bindings ---------------------------------------------===//
 
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (n < cap) break;
-    char *p = realloc(buf, cap *= 2);
-    if (!p) {
-      free(buf);
-      buf = NULL;
-    } else {
-      buf = p;
-    }
-  }
-  fclose(f);
-  *len = n;
-  return buf;
-}
-
+// Through the library's reader: a FIFO, a device or a directory is refused at once,
+// never read until memory runs out or waited on.
 static int load_model(jit_context *ctx, const char *path, jit_graph **g) {
-  size_t len = 0;
-  char *text = read_file(path, &len);
-  if (!text) {
-    fprintf(stderr, "jitml: cannot read %s: %s\n", path, strerror(errno));
-    return kExitFail;
-  }
-  jit_status s = jit_graph_from_mlir(ctx, text, len, NULL, g);
-  free(text);
+  jit_status s = jit_graph_from_mlir_file(ctx, path, NULL, g);
   if (s) return fail(s, path);
   return kExitOk;
-}
-
-// The symbols of a SPEC and their values.
-typedef struct binding_set {
-  int n_symbols;
-  char names[kMaxSymbols][64];
-  int64_t *values[kMaxSymbols];
-  int n_values[kMaxSymbols];
-} binding_set;
-
-static void free_bindings(binding_set *b) {
-  for (int i = 0; i < b->n_symbols; i++) free(b->values[i]);
-}
-
-static int parse_spec(const char *spec, binding_set *b) {
-  memset(b, 0, sizeof(*b));
-  if (!spec) return usage_error("missing --shapes/--shape SPEC, e.g. 'N=1,2,4'");
-  char *copy = strdup(spec), *save = NULL;
-  int rc = kExitOk;
-  for (char *part = strtok_r(copy, ";", &save); part && rc == kExitOk;
-       part = strtok_r(NULL, ";", &save)) {
-    char *eq = strchr(part, '=');
-    if (!eq || eq == part || b->n_symbols == kMaxSymbols) {
-      rc = usage_error("bad SPEC: expected NAME=VALUES");
-      break;
-    }
-    *eq = 0;
-    int i = b->n_symbols++;
-    snprintf(b->names[i], sizeof b->names[i], "%s", part);
-    b->values[i] = malloc(sizeof(int64_t) * kMaxValues);
-    char *save2 = NULL;
-    for (char *item = strtok_r(eq + 1, ",", &save2); item; item = strtok_r(NULL, ",", &save2)) {
-      long long lo, hi, step = 1;
-      int got = sscanf(item, "%lld-%lld:%lld", &lo, &hi, &step);
-      if (got == 1) hi = lo;
-      if (got < 1 || lo < 1 || hi < lo || step < 1) {
-        rc = usage_error("bad SPEC value: use N, LO-HI or LO-HI:STEP with sizes >= 1");
-        break;
-      }
-      for (long long v = lo; v <= hi && b->n_values[i] < kMaxValues; v += step)
-        b->values[i][b->n_values[i]++] = v;
-    }
-    if (rc == kExitOk && !b->n_values[i]) rc = usage_error("bad SPEC: a symbol without values");
-  }
-  free(copy);
-  return rc;
-}
-
-static size_t binding_count(const binding_set *b) {
-  size_t n = 1;
-  for (int i = 0; i < b->n_symbols; i++) n *= (size_t)b->n_values[i];
-  return n;
 }
 
 // Input tensors (shapes only, or with data) for the index-th combination.
@@ -251,7 +174,7 @@ typedef struct inputs {
 
 static int make_inputs(jit_graph *g, const binding_set *b, size_t index, bool with_data,
                        inputs *in, char *desc, size_t desc_size) {
-  int64_t val[kMaxSymbols];
+  int64_t val[kSpecSymbols];
   size_t rest = index;
   size_t dn = 0;
   desc[0] = 0;
@@ -321,8 +244,10 @@ static void free_inputs(inputs *in) {
 // On failure everything is freed (close_model on the NULLs is a no-op).
 static int open_model(const args *a, binding_set *b, jit_context **ctx, jit_graph **g) {
   // prewarm --hot needs no SPEC: then the set is empty.
-  int rc = a->hot && !a->shapes ? (memset(b, 0, sizeof(*b)), kExitOk)
-                                : parse_spec(a->shapes, b);
+  char why[256];
+  int rc = kExitOk;
+  if (a->hot && !a->shapes) memset(b, 0, sizeof(*b));
+  else if (parse_spec(a->shapes, b, why, sizeof why)) rc = usage_error(why);
   if (rc == kExitOk) {
     jit_status s = open_context(a, ctx);
     rc = s ? fail(s, "context") : load_model(*ctx, a->model, g);

@@ -20,6 +20,17 @@ set +e
 [[ $? == 2 ]] || fail "N=0 should be a usage error"
 "$jitml" prewarm "$dir/missing.mlir" --shapes 'N=1' --cache-dir "$cache" >/dev/null 2>&1
 [[ $? == 1 ]] || fail "a missing model should exit 1"
+# A FIFO as the model is refused at once (it was read with fopen and waited on).
+mkfifo "$dir/fifo.mlir"
+timeout 20 "$jitml" run "$dir/fifo.mlir" --shape 'N=1' --cache-dir "$cache" >/dev/null 2>&1
+[[ $? == 1 ]] || fail "a FIFO model should fail at once (exit 1)"
+# SPECs asking for more than they say, or overflowing, are refused, never truncated or
+# looped over (the step overflowed a signed counter before spec.c).
+for spec in 'N=1-9223372036854775807:9223372036854775807' 'N=1-5000' 'N=1-4096;M=1-4096' \
+            'N=99999999999999999999' 'N=3-2' 'N=1-4:0' 'N=' '=1'; do
+  "$jitml" prewarm "$model" --shapes "$spec" --cache-dir "$cache" >/dev/null 2>&1
+  [[ $? == 2 ]] || fail "SPEC \`$spec\` should be a usage error"
+done
 set -e
 
 # A cold prewarm compiles every binding; --expect-warm then fails on a new shape and
