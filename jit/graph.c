@@ -107,6 +107,9 @@ static const jit__node *jit__value(const jit_graph *g, jit_value v) {
 }
 
 static jit_value jit__append(jit_graph *g, const jit__gnode *node) {
+  if (g->n_nodes >= JIT_MAX_NODES)
+    JIT__FAIL(g, JIT_RESOURCE_EXHAUSTED, "graph `%s`: more than %d values (JIT_MAX_NODES)",
+              g->name, JIT_MAX_NODES);
   if (!jit__grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes, sizeof(jit__gnode)))
     JIT__FAIL(g, JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
   g->nodes[g->n_nodes++] = *node;
@@ -392,6 +395,9 @@ jit_value jit_input(jit_graph *g, const char *name, DLDataType dtype, int rank,
     JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: jit_input: the graph is finalized",
               g->name);
   const char *nm = name && name[0] ? name : "?";
+  if (g->n_inputs >= JIT_MAX_GRAPH_IO)
+    JIT__FAIL(g, JIT_RESOURCE_EXHAUSTED, "graph `%s`: input `%s`: more than %d inputs "
+              "(JIT_MAX_GRAPH_IO)", g->name, nm, JIT_MAX_GRAPH_IO);
   jit__gnode node = {0};
   node.n.op = JIT__OP_INPUT;
   if (!jit__dtype_from_dl(dtype, &node.n.dtype))
@@ -440,6 +446,11 @@ jit_value jit_input(jit_graph *g, const char *name, DLDataType dtype, int rank,
 
 void jit_output(jit_graph *g, jit_value v) {
   if (!jit__check_operand(g, "jit_output", v, 0)) return;
+  if (g->n_outputs >= JIT_MAX_GRAPH_IO) {
+    jit__record(g, JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: more than %d outputs "
+                           "(JIT_MAX_GRAPH_IO)", g->name, JIT_MAX_GRAPH_IO));
+    return;
+  }
   if (!jit__grow((void **)&g->outputs, &g->cap_outputs, g->n_outputs, sizeof(uint32_t))) {
     jit__record(g, JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name));
     return;

@@ -166,10 +166,16 @@ static MlirOperation jit__terminator(MlirBlock b) { return mlirBlockGetTerminato
 typedef struct jit__dialect_walk {
   const jit__diag *diag;
   jit_status status;
+  uint64_t n_ops;
 } jit__dialect_walk;
 
 static MlirWalkResult jit__check_dialect(MlirOperation op, void *user) {
   jit__dialect_walk *w = user;
+  if (++w->n_ops > JIT_MAX_NODES) {
+    w->status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "the module has more than %d operations "
+                        "(JIT_MAX_NODES)", JIT_MAX_NODES);
+    return MlirWalkResultInterrupt;
+  }
   MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
   size_t dot = 0;
   while (dot < name.length && name.data[dot] != '.') dot++;
@@ -480,12 +486,20 @@ jit_status jit__mlir_import(const char *text, size_t length, const char *entry_n
     goto done;
   }
   {
-    jit__dialect_walk w = {&diag, NULL};
+    jit__dialect_walk w = {&diag, NULL, 0};
     mlirOperationWalk(mlirModuleGetOperation(module), jit__check_dialect, &w,
                       MlirWalkPreOrder);
     if ((status = w.status)) goto done;
   }
   MlirType ft = jit__func_type(fn);
+  if (mlirFunctionTypeGetNumInputs(ft) > JIT_MAX_GRAPH_IO ||
+      mlirFunctionTypeGetNumResults(ft) > JIT_MAX_GRAPH_IO) {
+    status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "function `%s` has %ld arguments and %ld "
+                     "results, more than %d (JIT_MAX_GRAPH_IO)", out->entry,
+                     (long)mlirFunctionTypeGetNumInputs(ft),
+                     (long)mlirFunctionTypeGetNumResults(ft), JIT_MAX_GRAPH_IO);
+    goto done;
+  }
   out->n_args = (uint32_t)mlirFunctionTypeGetNumInputs(ft);
   out->n_results = (uint32_t)mlirFunctionTypeGetNumResults(ft);
   out->args = calloc(out->n_args + 1, sizeof(*out->args));

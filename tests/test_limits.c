@@ -425,3 +425,74 @@ Test(limits, zero_size_mixed_outputs_refused) {
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
+
+//===--- Graph size ------------------------------------------------------===//
+
+// Past JIT_MAX_NODES values, JIT_MAX_GRAPH_IO inputs or outputs: the builder records
+// JIT_RESOURCE_EXHAUSTED naming the limit, returned by finalize; nothing is built past it.
+Test(limits, graph_size_limits) {
+  jit_context *ctx = tu_context();
+  int64_t d[1] = {4};
+  jit_graph *g = tu_graph(ctx, "long");
+  jit_value x = jit_input(g, "x", TU_F32, 1, d);
+  for (int i = 1; i < JIT_MAX_NODES; i++) x = jit_add(g, x, x);
+  cr_expect_neq(x.id, 0, "the last value within the limit");
+  cr_expect_eq(jit_add(g, x, x).id, 0, "a value past JIT_MAX_NODES");
+  jit_output(g, x);
+  jit_status s = jit_graph_finalize(g);
+  TU_EXPECT_CODE(s, JIT_RESOURCE_EXHAUSTED);
+  TU_EXPECT_MSG(s, "JIT_MAX_NODES");
+  jit_status_free(s);
+  jit_graph_destroy(g);
+
+  g = tu_graph(ctx, "wide");
+  x = jit_input(g, "x", TU_F32, 1, d);
+  for (int i = 0; i <= JIT_MAX_GRAPH_IO; i++) jit_output(g, x);
+  s = jit_graph_finalize(g);
+  TU_EXPECT_CODE(s, JIT_RESOURCE_EXHAUSTED);
+  TU_EXPECT_MSG(s, "JIT_MAX_GRAPH_IO");
+  jit_status_free(s);
+  jit_graph_destroy(g);
+
+  g = tu_graph(ctx, "many inputs");
+  for (int i = 0; i <= JIT_MAX_GRAPH_IO; i++) x = jit_input(g, "x", TU_F32, 1, d);
+  cr_expect_eq(x.id, 0, "an input past JIT_MAX_GRAPH_IO");
+  s = jit_graph_finalize(g);
+  TU_EXPECT_CODE(s, JIT_RESOURCE_EXHAUSTED);
+  TU_EXPECT_MSG(s, "inputs (JIT_MAX_GRAPH_IO)");
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+// The same limits for graphs from MLIR: arguments, results and operations.
+Test(limits, mlir_graph_size_limits) {
+  jit_context *ctx = tu_context();
+  size_t cap = 64 * (size_t)JIT_MAX_NODES + 4096;
+  char *t = malloc(cap);
+  // JIT_MAX_GRAPH_IO + 1 arguments.
+  size_t n = (size_t)snprintf(t, cap, "func.func @f(");
+  for (int i = 0; i <= JIT_MAX_GRAPH_IO; i++)
+    n += (size_t)snprintf(t + n, cap - n, "%s%%a%d: tensor<2xf32>", i ? ", " : "", i);
+  n += (size_t)snprintf(t + n, cap - n, ") -> tensor<2xf32> {\n  return %%a0 : tensor<2xf32>\n}\n");
+  jit_graph *g = NULL;
+  jit_status s = jit_graph_from_mlir(ctx, t, n, NULL, &g);
+  TU_EXPECT_CODE(s, JIT_RESOURCE_EXHAUSTED);
+  TU_EXPECT_MSG(s, "JIT_MAX_GRAPH_IO");
+  jit_status_free(s);
+  cr_expect(g == NULL);
+  // JIT_MAX_NODES operations.
+  n = (size_t)snprintf(t, cap, "func.func @f(%%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+                               "  %%v0 = arith.addf %%a, %%a : tensor<2xf32>\n");
+  for (int i = 1; i < JIT_MAX_NODES; i++)
+    n += (size_t)snprintf(t + n, cap - n, "  %%v%d = arith.addf %%v%d, %%v%d : tensor<2xf32>\n",
+                          i, i - 1, i - 1);
+  n += (size_t)snprintf(t + n, cap - n, "  return %%v%d : tensor<2xf32>\n}\n",
+                        JIT_MAX_NODES - 1);
+  s = jit_graph_from_mlir(ctx, t, n, NULL, &g);
+  TU_EXPECT_CODE(s, JIT_RESOURCE_EXHAUSTED);
+  TU_EXPECT_MSG(s, "JIT_MAX_NODES");
+  jit_status_free(s);
+  free(t);
+  jit_context_destroy(ctx);
+}
