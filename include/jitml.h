@@ -132,6 +132,19 @@ typedef enum jit_shape_policy {
   JIT_SHAPE_POLICY_GENERIC = 2,
 } jit_shape_policy;
 
+// Where MLIR text from outside is imported and compiled (jit_graph_from_mlir and the
+// kernels of graphs made from it): AUTO isolates where the `jitml-worker` helper is
+// installed (next to libjitml.so, in ../libexec/jitml, or $JITML_WORKER) and logs a
+// warning once where it is not; ON requires it (JIT_UNAVAILABLE without); OFF works
+// in this process. Isolated, a text that crashes or hangs MLIR or LLVM costs a status
+// (JIT_PARSE_ERROR when importing, JIT_COMPILE_ERROR when compiling, with the worker's
+// last words), not the process. $JITML_ISOLATION=on|off|auto overrides AUTO.
+typedef enum jit_isolation {
+  JIT_ISOLATION_AUTO = 0,
+  JIT_ISOLATION_OFF = 1,
+  JIT_ISOLATION_ON = 2,
+} jit_isolation;
+
 typedef struct jit_options {
   // sizeof(jit_options), set by jit_options_init. Lets the struct grow.
   size_t struct_size;
@@ -197,6 +210,12 @@ typedef struct jit_options {
   // $JITML_TRUSTED_KEYS; "" or unset: any intact bundle is imported (README, "Signed
   // bundles"). At most 16 keys; a malformed list is JIT_INVALID_ARGUMENT. Read once.
   const char *bundle_trusted_keys;
+  // Compile isolation of MLIR text (jit_isolation, above). The worker's time limit per
+  // import or compile in ms (0 = 300000) and address-space limit in bytes (0 = none;
+  // at least 1 GiB when set: LLVM maps much more than it touches).
+  jit_isolation mlir_isolation;
+  uint64_t isolation_timeout_ms;
+  uint64_t isolation_max_bytes;
 } jit_options;
 
 // Fills `options` with defaults. Always call it before setting fields.

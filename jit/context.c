@@ -50,6 +50,12 @@ static jit_status jit__check_option_ranges(const jit_options *o) {
                    (int)o->log_level, JIT_LOG_ERROR, JIT_LOG_DEBUG);
   // No lower bound: small limits are how eviction is tested. The upper one keeps the
   // cache's size sums (int64 on disk and in stat) from wrapping.
+  if ((int)o->mlir_isolation < JIT_ISOLATION_AUTO || (int)o->mlir_isolation > JIT_ISOLATION_ON)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_create: options.mlir_isolation is %d, "
+                   "not a jit_isolation", (int)o->mlir_isolation);
+  if (o->isolation_max_bytes && o->isolation_max_bytes < ((uint64_t)1 << 30))
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_create: options.isolation_max_bytes "
+                   "is %llu, below 1 GiB", (unsigned long long)o->isolation_max_bytes);
   if (o->cache_max_bytes > (uint64_t)INT64_MAX)
     return JIT_ERR(JIT_INVALID_ARGUMENT,
                    "jit_context_create: options.cache_max_bytes is %llu, more than %lld",
@@ -171,6 +177,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
     jit__context_free(ctx);
     return jit__status_annotate(s, "jit_context_create");
   }
+  jit__isolation_init(ctx);
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_cond_init(&ctx->cv, NULL);
   ctx->mlir_pool = jit__mlir_pool_create();  // none: each compile makes its own

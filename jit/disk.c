@@ -193,8 +193,9 @@ jit_status jit__cpu_load_image(jit_context *ctx, const jit__image *image, const 
   return NULL;
 }
 
-bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
-                    jit__oshape *out_shapes) {
+// Loads the CPU kernel of `key`; counts a disk hit, or (compiled_ms >= 0) a compile.
+static bool jit__disk_load_as(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
+                              jit__oshape *out_shapes, double compiled_ms) {
   jit_context *ctx = g->ctx;
   impl->fn = NULL;
   double t0 = jit__now_ms();
@@ -210,6 +211,13 @@ bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
     return false;
   }
   double ms = jit__now_ms() - t0;
+  if (compiled_ms >= 0) {
+    atomic_fetch_add_explicit(&ctx->compiles, 1, memory_order_relaxed);
+    pthread_mutex_lock(&ctx->mu);
+    ctx->compile_ms += compiled_ms + ms;
+    pthread_mutex_unlock(&ctx->mu);
+    return true;
+  }
   atomic_fetch_add_explicit(&ctx->disk_hits, 1, memory_order_relaxed);
   pthread_mutex_lock(&ctx->mu);
   ctx->load_ms += ms;
@@ -217,6 +225,16 @@ bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
   jit__log(ctx, JIT_LOG_DEBUG, "graph `%s`: kernel loaded from the disk cache in %.2f ms",
            g->name, ms);
   return true;
+}
+
+bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
+                    jit__oshape *out_shapes) {
+  return jit__disk_load_as(g, key, impl, out_shapes, -1);
+}
+
+bool jit__disk_load_compiled(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
+                             jit__oshape *out_shapes, double ms) {
+  return jit__disk_load_as(g, key, impl, out_shapes, ms < 0 ? 0 : ms);
 }
 
 void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,

@@ -309,6 +309,17 @@ static jit_status jit__from_mlir(jit_context *ctx, const char *text, size_t leng
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED,
                    "jit_graph_from_mlir: %s is %zu bytes, over the limit of %llu bytes",
                    source, length, (unsigned long long)JIT__MAX_MLIR_BYTES);
+  // Text from outside is imported by the isolation worker first (jit/isolate.c). Where
+  // the worker came back, with a graph or a status, importing here is safe (the same
+  // deterministic code) and gives the status its own words; where it died, that ends it.
+  if (jit__isolation_on(ctx)) {
+    char what[300];
+    bool died = false;
+    snprintf(what, sizeof what, "MLIR text %s", source);
+    jit_status s = jit__isolated(ctx, false, what, text, length, entry_name, NULL, 0, &died);
+    if (died || (s && jit_status_get_code(s) == JIT_UNAVAILABLE)) return s;
+    jit_status_free(s);
+  }
   jit__mlir_module m;
   JIT_PROPAGATE(jit__mlir_import(text, length, entry_name, source, &m));
   if (m.graph_record) {

@@ -96,6 +96,8 @@ struct jit_context {
   jit__specializer *spec;       // background compiles (specialize.c)
   double compile_ms, load_ms;  // guarded by mu
   jit__trusted_keys trusted;  // bundle import's (options.bundle_trusted_keys)
+  jit_isolation isolation;    // options.mlir_isolation, $JITML_ISOLATION applied
+  char worker[4096];          // the isolation worker; "" when none was found
   // options.cuda_toolkit points at the context's own copy. Which image CUDA kernels
   // were loaded from (gpu_run.c):
   atomic_uint_fast64_t cuda_cubin_loads, cuda_ptx_loads;
@@ -327,6 +329,21 @@ typedef struct jit__cpu_impl {
   uint64_t code_bytes;          // its size
 } jit__cpu_impl;
 
+//===--- Compile isolation (jit/isolate.c) -------------------------------===//
+
+// Resolves the context's isolation mode and finds the worker (logs where it is missing).
+void jit__isolation_init(jit_context *ctx);
+// Whether MLIR text goes to the worker first: ON, or AUTO with a worker found.
+bool jit__isolation_on(const jit_context *ctx);
+// Imports (`compile` false) or compiles for `inputs` into the disk cache (`compile`
+// true) MLIR `text` in a worker process. `what` names the graph in messages. The
+// worker's own status as it is; JIT_PARSE_ERROR / JIT_COMPILE_ERROR when it crashed,
+// hung (killed after options.isolation_timeout_ms) or did not answer, with *died set;
+// JIT_UNAVAILABLE without a worker.
+jit_status jit__isolated(jit_context *ctx, bool compile, const char *what, const char *text,
+                         size_t length, const char *entry, const DLTensor *inputs,
+                         int n_inputs, bool *died);
+
 //===--- Disk tier (jit/disk.c) -------------------------------------------===//
 
 // A cache entry decoded for one graph and device: its record, and its images (best
@@ -364,6 +381,10 @@ jit_status jit__cpu_load_image(jit_context *ctx, const jit__image *image, const 
 // shapes set, or false (as jit__entry_get, or its code did not load).
 bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
                     jit__oshape *out_shapes);
+// jit__disk_load of a kernel the isolation worker just compiled: counted as a compile
+// of `ms`, not as a disk hit.
+bool jit__disk_load_compiled(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
+                             jit__oshape *out_shapes, double ms);
 // Puts entry `e` into the context's disk cache; a failure is logged, never an error
 // (the cache is best effort).
 void jit__disk_put(jit_context *ctx, const jit__cache_entry *e);

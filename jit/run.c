@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "base/hex.h"
 #include "jit/internal.h"
+#include "jit/mlir_graph.h"
 #include "jit/kernel_table.h"
 
 //===--- Tensors at the boundary -----------------------------------------===//
@@ -358,6 +359,19 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   if (!symvals || !shapes) {
     status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
     goto done;
+  }
+  if (g->mlir && !gpu && jit__isolation_on(ctx) && jit__cache_enabled(ctx->cache) &&
+      !jit__cache_read_only(ctx->cache)) {
+    // Text from outside compiles in the worker, into the disk cache (jit/isolate.c).
+    double t0 = jit__now_ms();
+    const jit__mlir_module *m = &g->mlir->m;
+    bool died = false;
+    status = jit__isolated(ctx, true, g->name, m->exported, strlen(m->exported), m->entry,
+                           inputs, (int)g->n_inputs, &died);
+    if (status || jit__disk_load_compiled(g, k->key, impl, outs, jit__now_ms() - t0))
+      goto done;
+    jit__log(ctx, JIT_LOG_WARNING, "graph `%s`: the isolation worker's kernel is not in the "
+             "disk cache; compiling it in this process", g->name);
   }
   // An MLIR graph compiled for the CPU learns its output shapes from the compile's own
   // specialization: refining the shapes for jit__bind first would do it twice.

@@ -36,6 +36,10 @@ soname=$(objdump -p "$libdir/libjitml.so" | awk '/SONAME/ {print $2}')
 [[ "$soname" == libjitml.so.* ]] || { echo "install: bad SONAME '$soname'" >&2; exit 1; }
 echo "   installed: lib ($soname), headers, CMake package, pkg-config file"
 if [[ -x "$PREFIX/bin/jitml" ]]; then echo "   installed: bin/jitml"; fi
+worker=$(find "$PREFIX" -name jitml-worker -type f -print -quit)
+[[ -x "$worker" && "$worker" == */libexec/jitml/jitml-worker ]] \
+  || { echo "install: no libexec/jitml/jitml-worker (got '$worker')" >&2; exit 1; }
+echo "   installed: $worker"
 
 # The prefix is not on the loader's path; a real install (/usr/local) would be.
 export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
