@@ -17,6 +17,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   jit_options o;
   jit_options_init(&o);
   o.cache_dir = "";  // nothing is compiled or stored
+  o.mlir_isolation = JIT_ISOLATION_OFF;  // the in-process parser is what is fuzzed
   if (jit_context_create(&o, &g_ctx)) abort();
   return 0;
 }
