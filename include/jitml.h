@@ -138,11 +138,16 @@ typedef enum jit_shape_policy {
 // warning once where it is not; ON requires it (JIT_UNAVAILABLE without); OFF works
 // in this process. Isolated, a text that crashes or hangs MLIR or LLVM costs a status
 // (JIT_PARSE_ERROR when importing, JIT_COMPILE_ERROR when compiling, with the worker's
-// last words), not the process. $JITML_ISOLATION=on|off|auto overrides AUTO.
+// last words), not the process. ALL is ON for every graph: the exact kernels of graphs
+// built with the C API compile in the worker too (from their MLIR export; generic
+// kernels and GPU kernels compile in this process). Compiles need a writable disk
+// cache to come back through; without one they run here. $JITML_ISOLATION=
+// on|off|auto|all overrides AUTO.
 typedef enum jit_isolation {
   JIT_ISOLATION_AUTO = 0,
   JIT_ISOLATION_OFF = 1,
   JIT_ISOLATION_ON = 2,
+  JIT_ISOLATION_ALL = 3,
 } jit_isolation;
 
 typedef struct jit_options {

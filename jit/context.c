@@ -50,7 +50,7 @@ static jit_status jit__check_option_ranges(const jit_options *o) {
                    (int)o->log_level, JIT_LOG_ERROR, JIT_LOG_DEBUG);
   // No lower bound: small limits are how eviction is tested. The upper one keeps the
   // cache's size sums (int64 on disk and in stat) from wrapping.
-  if ((int)o->mlir_isolation < JIT_ISOLATION_AUTO || (int)o->mlir_isolation > JIT_ISOLATION_ON)
+  if ((int)o->mlir_isolation < JIT_ISOLATION_AUTO || (int)o->mlir_isolation > JIT_ISOLATION_ALL)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_create: options.mlir_isolation is %d, "
                    "not a jit_isolation", (int)o->mlir_isolation);
   if (o->isolation_max_bytes && o->isolation_max_bytes < ((uint64_t)1 << 30))

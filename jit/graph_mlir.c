@@ -100,7 +100,6 @@ static jit_status jit__graph_from_module(jit_context *ctx, jit__mlir_module *m,
 
 #define JIT__RECORD_MAGIC "jitml-graph-1"
 static void jit__graph_record(const jit_graph *g, jit__text *b);
-jit_status jit__mlir_export(const jit_graph *g, char **out_text);
 
 //===--- Raising an export back to its node graph -------------------------===//
 // (the record's format is described above jit__graph_record, further down)

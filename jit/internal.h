@@ -329,6 +329,9 @@ typedef struct jit__cpu_impl {
   uint64_t code_bytes;          // its size
 } jit__cpu_impl;
 
+// A node graph as the MLIR module jit_graph_to_mlir gives (jit/graph_mlir.c).
+jit_status jit__mlir_export(const jit_graph *g, char **out_text);
+
 //===--- Compile isolation (jit/isolate.c) -------------------------------===//
 
 // Resolves the context's isolation mode and finds the worker (logs where it is missing).

@@ -62,8 +62,9 @@ void jit__isolation_init(jit_context *ctx) {
   if (mode == JIT_ISOLATION_AUTO && env) {
     if (!strcmp(env, "on")) mode = JIT_ISOLATION_ON;
     else if (!strcmp(env, "off")) mode = JIT_ISOLATION_OFF;
+    else if (!strcmp(env, "all")) mode = JIT_ISOLATION_ALL;
     else if (strcmp(env, "auto"))
-      jit__log(ctx, JIT_LOG_WARNING, "JITML_ISOLATION: `%s` is not on, off or auto; "
+      jit__log(ctx, JIT_LOG_WARNING, "JITML_ISOLATION: `%s` is not on, off, auto or all; "
                "ignored", env);
   }
   ctx->isolation = mode;
@@ -100,7 +101,7 @@ void jit__isolation_init(jit_context *ctx) {
 }
 
 bool jit__isolation_on(const jit_context *ctx) {
-  return ctx->isolation == JIT_ISOLATION_ON ||
+  return ctx->isolation == JIT_ISOLATION_ON || ctx->isolation == JIT_ISOLATION_ALL ||
          (ctx->isolation == JIT_ISOLATION_AUTO && ctx->worker[0]);
 }
 
@@ -253,7 +254,7 @@ jit_status jit__isolated(jit_context *ctx, bool compile, const char *what, const
   const char *doing = compile ? "compiling" : "importing";
   if (!ctx->worker[0])
     return JIT_ERR(JIT_UNAVAILABLE, "%s %s in a worker process: no jitml-worker found "
-                   "(options.mlir_isolation is JIT_ISOLATION_ON)", doing, what);
+                   "(options.mlir_isolation requires one)", doing, what);
   jit__text head = {0};
   jit__request_head(ctx, compile ? "compile" : "import", entry, inputs, n_inputs, length,
                     &head);

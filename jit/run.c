@@ -360,14 +360,20 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
     status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
     goto done;
   }
-  if (g->mlir && !gpu && jit__isolation_on(ctx) && jit__cache_enabled(ctx->cache) &&
-      !jit__cache_read_only(ctx->cache)) {
-    // Text from outside compiles in the worker, into the disk cache (jit/isolate.c).
+  // Text from outside (and with ALL, every graph's export) compiles in the worker, into
+  // the disk cache (jit/isolate.c).
+  if (!gpu && (g->mlir ? jit__isolation_on(ctx) : ctx->isolation == JIT_ISOLATION_ALL) &&
+      jit__cache_enabled(ctx->cache) && !jit__cache_read_only(ctx->cache)) {
     double t0 = jit__now_ms();
-    const jit__mlir_module *m = &g->mlir->m;
+    char *exported = NULL;
+    status = g->mlir ? NULL : jit__mlir_export(g, &exported);
+    const char *text = g->mlir ? g->mlir->m.exported : exported;
     bool died = false;
-    status = jit__isolated(ctx, true, g->name, m->exported, strlen(m->exported), m->entry,
-                           inputs, (int)g->n_inputs, &died);
+    if (!status)
+      status = jit__isolated(ctx, true, g->name, text, strlen(text),
+                             g->mlir ? g->mlir->m.entry : NULL, inputs, (int)g->n_inputs,
+                             &died);
+    free(exported);
     if (status || jit__disk_load_compiled(g, k->key, impl, outs, jit__now_ms() - t0))
       goto done;
     jit__log(ctx, JIT_LOG_WARNING, "graph `%s`: the isolation worker's kernel is not in the "

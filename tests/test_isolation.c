@@ -200,3 +200,66 @@ Test(isolation, on_without_a_worker_is_unavailable) {
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
+
+// A log line collector for the ALL test.
+static char g_log[8192];
+static void collect(void *user, jit_log_level level, const char *message) {
+  (void)user, (void)level;
+  size_t n = strlen(g_log);
+  snprintf(g_log + n, sizeof g_log - n, "%s\n", message);
+}
+
+// y = relu(x * x + x) on [N, 5], built with the C API.
+static jit_graph *c_graph(jit_context *ctx) {
+  jit_graph *g = tu_graph(ctx, "c_graph");
+  int64_t d[2] = {jit_symbol(g, "N"), 5};
+  jit_value x = jit_input(g, "x", TU_F32, 2, d);
+  jit_output(g, jit_relu(g, jit_add(g, jit_mul(g, x, x), x)));
+  TU_OK(jit_graph_finalize(g));
+  return g;
+}
+
+// ALL: a graph built in C compiles in the worker (from its export, which raises to the
+// same graph and so the same key) and loads from the disk cache; a crash is a status.
+Test(isolation, all_compiles_c_graphs_in_the_worker) {
+  char dir[64], path[128];
+  jit_context *ctx = iso_ctx(JIT_ISOLATION_ALL, NULL, 0, 0, dir, sizeof dir);
+  jit_context_destroy(ctx);
+  jit_options o;
+  jit_options_init(&o);
+  o.mlir_isolation = JIT_ISOLATION_ALL;
+  o.shape_policy = JIT_SHAPE_POLICY_EXACT;
+  o.cache_dir = dir;
+  o.log_fn = collect;
+  o.log_level = JIT_LOG_DEBUG;
+  g_log[0] = 0;
+  TU_OK(jit_context_create(&o, &ctx));
+  jit_graph *g = c_graph(ctx);
+  float x[15], y[15];
+  for (int i = 0; i < 15; i++) x[i] = (float)(i - 7) / 3;
+  int64_t shape[2] = {3, 5};
+  DLTensor in = {.data = x, .device = {kDLCPU, 0}, .ndim = 2, .dtype = TU_F32, .shape = shape};
+  DLTensor out = {.data = y, .device = {kDLCPU, 0}, .ndim = 2, .dtype = TU_F32, .shape = shape};
+  TU_OK(jit_run(g, &in, 1, &out, 1));
+  for (int i = 0; i < 15; i++) {
+    float want = x[i] * x[i] + x[i];
+    cr_expect_float_eq(y[i], want > 0 ? want : 0, 1e-6, "element %d", i);
+  }
+  jit_stats st = {.struct_size = sizeof st};
+  TU_OK(jit_context_stats(ctx, &st));
+  cr_expect_eq(st.compiles, 1);
+  cr_expect(strstr(g_log, "isolation worker: compiling c_graph") != NULL, "log:\n%s", g_log);
+  cr_expect(strstr(g_log, "not in the disk cache") == NULL, "the keys differ:\n%s", g_log);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+
+  script(dir, "kill -SEGV $$", path, sizeof path);
+  ctx = iso_ctx(JIT_ISOLATION_ALL, path, 0, 0, dir, sizeof dir);
+  g = c_graph(ctx);
+  jit_status s = jit_run(g, &in, 1, &out, 1);
+  TU_EXPECT_CODE(s, JIT_COMPILE_ERROR);
+  TU_EXPECT_MSG(s, "died of signal 11");
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
