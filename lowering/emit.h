@@ -37,6 +37,7 @@ typedef struct jit__emitter {
   char (*names)[32];  // SSA name holding each node's value
   uint32_t cur;       // node being emitted
   int n_tmp;          // temporaries made for it so far
+  int n_empty;        // tensor.empty ops written (distinct_empties numbers them)
   bool named_batch;   // batched matmuls as named ops (jit__emit_mlir)
   // Per node: the value it was reshaped from, when a batched matmul's named op (of
   // rank flat_rank) made it (emit_named_matmul); an output written from there.

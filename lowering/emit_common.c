@@ -131,7 +131,10 @@ void jit__emit_empty(jit__emitter *e, const char *res, jit__dtype dt, int rank,
     if (!dv || !dv[d].s[0]) e->dim_lost = true;
     jit__text_printf(&e->tb, "%s%s", k++ ? ", " : "", dv ? dv[d].s : "");
   }
-  jit__text_printf(&e->tb, ") : %s\n", jit__tensor_type(dt, rank, dims).s);
+  jit__text_printf(&e->tb, ")");
+  if (e->opt && e->opt->distinct_empties)
+    jit__text_printf(&e->tb, " {jit_e = %d : i64}", e->n_empty++);
+  jit__text_printf(&e->tb, " : %s\n", jit__tensor_type(dt, rank, dims).s);
 }
 
 // An f32 tensor of `rank`/`dims` filled with `init` (a literal), for accumulators.

@@ -173,6 +173,11 @@ typedef struct jit__emit_options {
   // make, in linear time (its pairwise fusion cloned the growing body at each step:
   // 2,000 chained adds took 1.5 s). Compiles set it; the graph's MLIR export does not.
   bool fuse_elementwise;
+  // Each tensor.empty gets an attribute of its own (`jit_e = N`), so that CSE does not
+  // merge the inits of many results into one tensor, whose thousands of writers made
+  // one-shot bufferization's conflict analysis quadratic (3,000 outputs: 23 s).
+  // Compiles set it; the export does not.
+  bool distinct_empties;
 } jit__emit_options;
 
 // jit__emit_mlir with the dims mode of `options`. In symbolic mode `func_name` is made

@@ -178,6 +178,16 @@ static void emit_elementwise(walk *w, MlirOperation g, const jit__cpu_ew_shape *
   int nl = s->nl, tl = s->tl;
   int i = w->n_ew++;
   jit__cpu_set_tag(w->ctx, g, "jit_ew", i);
+  if (p->transposes) w->transposes = true;
+  // (Only tiled ops read a broadcast input in vectors of the last dim's tile.)
+  if (p->n_loops && s->ext[nl - 1] > 1) w->ew_bcast[i] = broadcasts_last(g, nl);
+  bool rests = false;  // peeled rest tiles, vectorized on their own (script.c)
+  for (int l = 0; tl >= 0 && l < nl && p->n_loops; l++) rests = rests || (p->sizes[l] && p->peel[l]);
+  // Ops vectorized alike share one match at vectorization (script.c): a match per op
+  // walks the whole function once per op, quadratic in a graph of 3,000 outputs.
+  if (!w->ew_bcast[i] && !rests) jit__cpu_set_tag(w->ctx, g, "jit_ewv", 0);
+  // The op's own handle, only where it is tiled.
+  if (!p->par && !p->n_loops) return;
   sb_printf(sb,
             "  %%ew%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
             "{jit_ew = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
@@ -192,9 +202,7 @@ static void emit_elementwise(walk *w, MlirOperation g, const jit__cpu_ew_shape *
     sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
     src = "%ewt";
   }
-  if (p->transposes) w->transposes = true;
   if (!p->n_loops) return;
-  if (s->ext[nl - 1] > 1) w->ew_bcast[i] = broadcasts_last(g, nl);
   sb_printf(sb, "  %%ewr%d, %%ewl%d:%d = transform.structured.tile_using_for %s%d "
                 "tile_sizes [",
             i, i, p->n_loops, src, i);

@@ -1000,10 +1000,19 @@ static void vectorize_matmuls(walk *w) {
   }
 }
 
-// Vectorizes the elementwise ops' tiles.
+// Vectorizes the elementwise ops' tiles: those tagged `jit_ewv` (no rest tiles, no
+// broadcast along the vector dim; plan_rows.c) through one match, the others one by one.
 static void vectorize_elementwise(walk *w) {
   jit__text *sb = &w->sb;
+  bool plain = false;
+  for (int i = 0; i < w->n_ew && !plain; i++) plain = !w->ew_rest[i][1] && !w->ew_bcast[i];
+  if (plain)
+    sb_printf(sb,
+              "  %%vwv = transform.structured.match ops{[\"linalg.generic\"]} attributes "
+              "{jit_ewv = 0 : i64} in %%f : (" ANY ") -> " ANY "\n"
+              "  transform.structured.vectorize %%vwv : " ANY "\n");
   for (int i = 0; i < w->n_ew; i++) {
+    if (!w->ew_rest[i][1] && !w->ew_bcast[i]) continue;
     if (w->ew_rest[i][1]) {
       // The partial tiles of a transposed read (13 x 16, 16 x 13, 13 x 13 at 333^2) in
       // rows of one, each a vector along the last dim reading the transposed input with
