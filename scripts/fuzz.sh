@@ -5,8 +5,8 @@
 #   scripts/fuzz.sh            60 s per target (what CI runs)
 #   scripts/fuzz.sh 3600       an hour per target, on demand
 #   TARGETS="fuzz_mlir" scripts/fuzz.sh 600
-# Corpora grow in build-fuzz/corpus/<target>/ across runs; fuzz_mlir starts from the
-# MLIR fixtures in tests/mlir/.
+# Corpora grow in build-fuzz/corpus/<target>/ across runs, seeded from
+# tests/fuzz/seeds/<target>/ (and tests/mlir/ for fuzz_mlir).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,8 +25,11 @@ status=0
 for t in $TARGETS; do
   corpus="$BUILD/corpus/$t"
   mkdir -p "$corpus"
+  # Seeds: tests/fuzz/seeds/<target>/, and the MLIR fixtures for fuzz_mlir; the binary
+  # formats' harnesses write valid headers themselves, so they start from nothing.
   seeds=()
-  [[ $t == fuzz_mlir ]] && seeds=(tests/mlir)
+  [[ -d tests/fuzz/seeds/$t ]] && seeds+=("tests/fuzz/seeds/$t")
+  [[ $t == fuzz_mlir ]] && seeds+=(tests/mlir)
   echo "fuzz.sh: $t for ${SECONDS_PER_TARGET} s"
   # -timeout: an input running over 25 s is a hang; -rss_limit_mb bounds memory.
   if ! "$BUILD/tests/fuzz/$t" -max_total_time="$SECONDS_PER_TARGET" -timeout=25 \

@@ -73,6 +73,25 @@ static jit_status import(jit_context *ctx, jit_graph **g) {
   return jit_graph_from_mlir(ctx, kTranspose, strlen(kTranspose), NULL, g);
 }
 
+// A context whose worker is the shell script `body` (in a fresh directory).
+static jit_context *stand_in(const char *body, jit_isolation mode, uint64_t timeout_ms,
+                             uint64_t max_bytes) {
+  char dir[64], path[128];
+  jit_context_destroy(iso_ctx(JIT_ISOLATION_OFF, NULL, 0, 0, dir, sizeof dir));
+  script(dir, body, path, sizeof path);
+  return iso_ctx(mode, path, timeout_ms, max_bytes, dir, sizeof dir);
+}
+
+// Importing kTranspose fails with `code` and a message holding `needle`.
+static void expect_import_fails(jit_context *ctx, jit_status_code code, const char *needle) {
+  jit_graph *g = NULL;
+  jit_status s = import(ctx, &g);
+  TU_EXPECT_CODE(s, code);
+  TU_EXPECT_MSG(s, needle);
+  jit_status_free(s);
+  cr_expect(g == NULL);
+}
+
 // The transpose of [[1 2 3] [4 5 6]], run; compiles as counted.
 static void run_transpose(jit_context *ctx, jit_graph *g) {
   float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {0};
@@ -107,29 +126,17 @@ Test(isolation, real_worker_imports_and_compiles) {
 }
 
 Test(isolation, crash_while_importing_is_a_status) {
-  char dir[64], path[128];
-  jit_context *boot = iso_ctx(JIT_ISOLATION_OFF, NULL, 0, 0, dir, sizeof dir);
-  jit_context_destroy(boot);
-  script(dir, "echo 'LLVM ERROR: pretend parser crash' >&2\nkill -SEGV $$", path, sizeof path);
-  jit_context *ctx = iso_ctx(JIT_ISOLATION_ON, path, 0, 0, dir, sizeof dir);
-  jit_graph *g = NULL;
-  jit_status s = import(ctx, &g);
-  TU_EXPECT_CODE(s, JIT_PARSE_ERROR);
-  TU_EXPECT_MSG(s, "died of signal 11");
-  TU_EXPECT_MSG(s, "pretend parser crash");
-  jit_status_free(s);
-  cr_expect(g == NULL);
+  jit_context *ctx = stand_in("echo 'LLVM ERROR: pretend parser crash' >&2\nkill -SEGV $$",
+                              JIT_ISOLATION_ON, 0, 0);
+  expect_import_fails(ctx, JIT_PARSE_ERROR, "died of signal 11");
+  expect_import_fails(ctx, JIT_PARSE_ERROR, "pretend parser crash");
   jit_context_destroy(ctx);
 }
 
 Test(isolation, crash_while_compiling_is_a_status) {
-  char dir[64], path[128];
-  jit_context *boot = iso_ctx(JIT_ISOLATION_OFF, NULL, 0, 0, dir, sizeof dir);
-  jit_context_destroy(boot);
   // Imports fine (it answers ok to an import), dies when asked to compile.
-  script(dir, "read a; read mode\n[ \"$mode\" = 'mode import' ] && { echo ok; exit 0; }\n"
-              "kill -ABRT $$", path, sizeof path);
-  jit_context *ctx = iso_ctx(JIT_ISOLATION_ON, path, 0, 0, dir, sizeof dir);
+  jit_context *ctx = stand_in("read a; read mode\n[ \"$mode\" = 'mode import' ] && "
+                              "{ echo ok; exit 0; }\nkill -ABRT $$", JIT_ISOLATION_ON, 0, 0);
   jit_graph *g = NULL;
   TU_OK(import(ctx, &g));
   float a[6] = {0}, b[6];
@@ -145,42 +152,23 @@ Test(isolation, crash_while_compiling_is_a_status) {
 }
 
 Test(isolation, hang_is_killed_at_the_time_limit) {
-  char dir[64], path[128];
-  jit_context *boot = iso_ctx(JIT_ISOLATION_OFF, NULL, 0, 0, dir, sizeof dir);
-  jit_context_destroy(boot);
-  script(dir, "exec sleep 60", path, sizeof path);
-  jit_context *ctx = iso_ctx(JIT_ISOLATION_ON, path, 300, 0, dir, sizeof dir);
+  jit_context *ctx = stand_in("exec sleep 60", JIT_ISOLATION_ON, 300, 0);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  jit_graph *g = NULL;
-  jit_status s = import(ctx, &g);
+  expect_import_fails(ctx, JIT_PARSE_ERROR, "no answer within 300 ms, killed");
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  TU_EXPECT_CODE(s, JIT_PARSE_ERROR);
-  TU_EXPECT_MSG(s, "no answer within 300 ms, killed");
-  jit_status_free(s);
   cr_expect_lt(t1.tv_sec - t0.tv_sec, 10, "the hang was not cut short");
   jit_context_destroy(ctx);
 }
 
 Test(isolation, no_answer_and_memory_limit) {
-  char dir[64], path[128];
-  jit_context *boot = iso_ctx(JIT_ISOLATION_OFF, NULL, 0, 0, dir, sizeof dir);
-  jit_context_destroy(boot);
-  script(dir, "echo hello", path, sizeof path);
-  jit_context *ctx = iso_ctx(JIT_ISOLATION_ON, path, 0, 0, dir, sizeof dir);
-  jit_graph *g = NULL;
-  jit_status s = import(ctx, &g);
-  TU_EXPECT_CODE(s, JIT_PARSE_ERROR);
-  TU_EXPECT_MSG(s, "without an answer");
-  jit_status_free(s);
+  jit_context *ctx = stand_in("echo hello", JIT_ISOLATION_ON, 0, 0);
+  expect_import_fails(ctx, JIT_PARSE_ERROR, "without an answer");
   jit_context_destroy(ctx);
   // Past its address-space limit the worker fails to allocate and says nothing useful.
-  script(dir, "exec python3 -c 'b = bytearray(3 << 30); print(\"ok\")'", path, sizeof path);
-  ctx = iso_ctx(JIT_ISOLATION_ON, path, 0, (uint64_t)1 << 30, dir, sizeof dir);
-  s = import(ctx, &g);
-  TU_EXPECT_CODE(s, JIT_PARSE_ERROR);
-  TU_EXPECT_MSG(s, "MemoryError");
-  jit_status_free(s);
+  ctx = stand_in("exec python3 -c 'b = bytearray(3 << 30); print(\"ok\")'", JIT_ISOLATION_ON,
+                 0, (uint64_t)1 << 30);
+  expect_import_fails(ctx, JIT_PARSE_ERROR, "MemoryError");
   jit_context_destroy(ctx);
 }
 
@@ -188,11 +176,9 @@ Test(isolation, on_without_a_worker_is_unavailable) {
   char dir[64];
   jit_context *ctx = iso_ctx(JIT_ISOLATION_ON, "/nonexistent/jitml-worker", 0, 0, dir,
                              sizeof dir);
-  jit_graph *g = NULL;
-  jit_status s = import(ctx, &g);
-  TU_EXPECT_CODE(s, JIT_UNAVAILABLE);
-  jit_status_free(s);
+  expect_import_fails(ctx, JIT_UNAVAILABLE, "no jitml-worker found");
   jit_context_destroy(ctx);
+  jit_graph *g = NULL;
   // AUTO without one works in this process.
   ctx = iso_ctx(JIT_ISOLATION_AUTO, "/nonexistent/jitml-worker", 0, 0, dir, sizeof dir);
   TU_OK(import(ctx, &g));
@@ -222,7 +208,7 @@ static jit_graph *c_graph(jit_context *ctx) {
 // ALL: a graph built in C compiles in the worker (from its export, which raises to the
 // same graph and so the same key) and loads from the disk cache; a crash is a status.
 Test(isolation, all_compiles_c_graphs_in_the_worker) {
-  char dir[64], path[128];
+  char dir[64];
   jit_context *ctx = iso_ctx(JIT_ISOLATION_ALL, NULL, 0, 0, dir, sizeof dir);
   jit_context_destroy(ctx);
   jit_options o;
@@ -253,8 +239,7 @@ Test(isolation, all_compiles_c_graphs_in_the_worker) {
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 
-  script(dir, "kill -SEGV $$", path, sizeof path);
-  ctx = iso_ctx(JIT_ISOLATION_ALL, path, 0, 0, dir, sizeof dir);
+  ctx = stand_in("kill -SEGV $$", JIT_ISOLATION_ALL, 0, 0);
   g = c_graph(ctx);
   jit_status s = jit_run(g, &in, 1, &out, 1);
   TU_EXPECT_CODE(s, JIT_COMPILE_ERROR);
