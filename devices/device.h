@@ -50,11 +50,6 @@ typedef struct jit__dev_buffer jit__dev_buffer;
 // Thread-safe: immutable after creation; runs with distinct buffers may overlap.
 typedef struct jit__dev_executable jit__dev_executable;
 
-// The code a device runs (base/image.h), so jit/ asks the lowering for the right kind.
-typedef jit__code jit__dev_code;
-#define JIT__DEV_CODE_HOST JIT__CODE_HOST
-#define JIT__DEV_CODE_SPIRV JIT__CODE_SPIRV
-#define JIT__DEV_CODE_PTX JIT__CODE_PTX
 
 // One device as a backend lists it: what jit/ needs to key kernels by device, to
 // compile for it and to refuse what it cannot run. Plain data.
@@ -67,7 +62,7 @@ typedef struct jit__dev_info {
   // (CUDA: a framework's memory; the backend checks them at every use). Else a
   // tensor's data must be a live allocation of the context, which jit/ checks.
   bool foreign_memory;
-  jit__dev_code code;
+  jit__code code;       // what it runs (base/image.h); jit/ hands it to the lowering
   char chip[16];        // PTX: "sm_90" (the lowering's chip, the cubin's arch)
   int isa_max;          // PTX: newest PTX ISA the driver takes, times ten
   // The backend's key components, "name=value\n" lines; jit/ appends the compiler's.
@@ -87,13 +82,6 @@ typedef struct jit__dev_options {
   void *log_user;
 } jit__dev_options;
 
-// One image of an artifact (base/image.h), borrowed for the load call.
-typedef jit__image_format jit__dev_image_format;
-typedef jit__image jit__dev_image;
-#define JIT__DEV_IMAGE_SPIRV JIT__IMAGE_SPIRV
-#define JIT__DEV_IMAGE_PTX JIT__IMAGE_PTX
-#define JIT__DEV_IMAGE_CUBIN JIT__IMAGE_CUBIN
-#define JIT__DEV_IMAGE_HOST_OBJECT JIT__IMAGE_HOST_OBJECT
 
 // One kernel launch of an artifact. Borrowed for the load call.
 // Thread-compatible: a value.
@@ -109,7 +97,7 @@ typedef struct jit__dev_kernel {
 // that launches it. Borrowed for the call; the backend copies what it keeps.
 // Thread-compatible: a value.
 typedef struct jit__dev_artifact {
-  const jit__dev_image *images;
+  const jit__image *images;     // base/image.h
   uint32_t n_images;            // >= 1
   // Why a better image than images[0] is missing ("no ptxas", ...), for the log; or
   // NULL.

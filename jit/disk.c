@@ -193,9 +193,9 @@ jit_status jit__cpu_load_image(jit_context *ctx, const jit__image *image, const 
   return NULL;
 }
 
-// Loads the CPU kernel of `key`; counts a disk hit, or (compiled_ms >= 0) a compile.
+// Loads the CPU kernel of `key`, counted as a disk hit when `hit`.
 static bool jit__disk_load_as(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
-                              jit__oshape *out_shapes, double compiled_ms) {
+                              jit__oshape *out_shapes, bool hit) {
   jit_context *ctx = g->ctx;
   impl->fn = NULL;
   double t0 = jit__now_ms();
@@ -210,14 +210,8 @@ static bool jit__disk_load_as(jit_graph *g, const uint8_t key[16], jit__cpu_impl
     jit_status_free(s);
     return false;
   }
+  if (!hit) return true;
   double ms = jit__now_ms() - t0;
-  if (compiled_ms >= 0) {
-    atomic_fetch_add_explicit(&ctx->compiles, 1, memory_order_relaxed);
-    pthread_mutex_lock(&ctx->mu);
-    ctx->compile_ms += compiled_ms + ms;
-    pthread_mutex_unlock(&ctx->mu);
-    return true;
-  }
   atomic_fetch_add_explicit(&ctx->disk_hits, 1, memory_order_relaxed);
   pthread_mutex_lock(&ctx->mu);
   ctx->load_ms += ms;
@@ -229,12 +223,12 @@ static bool jit__disk_load_as(jit_graph *g, const uint8_t key[16], jit__cpu_impl
 
 bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
                     jit__oshape *out_shapes) {
-  return jit__disk_load_as(g, key, impl, out_shapes, -1);
+  return jit__disk_load_as(g, key, impl, out_shapes, true);
 }
 
-bool jit__disk_load_compiled(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
-                             jit__oshape *out_shapes, double ms) {
-  return jit__disk_load_as(g, key, impl, out_shapes, ms < 0 ? 0 : ms);
+bool jit__disk_load_uncounted(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
+                              jit__oshape *out_shapes) {
+  return jit__disk_load_as(g, key, impl, out_shapes, false);
 }
 
 void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,

@@ -203,11 +203,8 @@ static jit_status jit__gpu_compile_store(jit_graph *g, jit_device *d, const jit_
   jit_status s = generic ? jit__compile_gpu_generic(lg, req, func_name, &t, art)
                          : jit__compile_gpu(lg, func_name, &t, art);
   double ms = jit__now_ms() - t0;
-  atomic_fetch_add_explicit(&g->ctx->compiles, 1, memory_order_relaxed);
+  jit__count_compile(g->ctx, g, generic ? "generic GPU kernel" : "GPU kernel", ms, NULL);
   if (generic) atomic_fetch_add_explicit(&g->ctx->generic_compiles, 1, memory_order_relaxed);
-  pthread_mutex_lock(&g->ctx->mu);
-  g->ctx->compile_ms += ms;
-  pthread_mutex_unlock(&g->ctx->mu);
   if (s) return jit__status_annotate(s, "compiling `%s` for %s:%d", g->name,
                                      jit__device_kind_name(d->kind), d->ordinal);
   char missing[512];

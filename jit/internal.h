@@ -341,8 +341,8 @@ bool jit__isolation_on(const jit_context *ctx);
 // Imports (`compile` false) or compiles for `inputs` into the disk cache (`compile`
 // true) MLIR `text` in a worker process. `what` names the graph in messages. The
 // worker's own status as it is; JIT_PARSE_ERROR / JIT_COMPILE_ERROR when it crashed,
-// hung (killed after options.isolation_timeout_ms) or did not answer, with *died set;
-// JIT_UNAVAILABLE without a worker.
+// hung (killed after options.isolation_timeout_ms) or did not answer, with *died set
+// (`died` may be NULL); JIT_UNAVAILABLE without a worker.
 jit_status jit__isolated(jit_context *ctx, bool compile, const char *what, const char *text,
                          size_t length, const char *entry, const DLTensor *inputs,
                          int n_inputs, bool *died);
@@ -384,10 +384,10 @@ jit_status jit__cpu_load_image(jit_context *ctx, const jit__image *image, const 
 // shapes set, or false (as jit__entry_get, or its code did not load).
 bool jit__disk_load(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
                     jit__oshape *out_shapes);
-// jit__disk_load of a kernel the isolation worker just compiled: counted as a compile
-// of `ms`, not as a disk hit.
-bool jit__disk_load_compiled(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
-                             jit__oshape *out_shapes, double ms);
+// jit__disk_load, not counted as a disk hit (the isolation worker's kernel: its caller
+// counts a compile).
+bool jit__disk_load_uncounted(jit_graph *g, const uint8_t key[16], jit__cpu_impl *impl,
+                              jit__oshape *out_shapes);
 // Puts entry `e` into the context's disk cache; a failure is logged, never an error
 // (the cache is best effort).
 void jit__disk_put(jit_context *ctx, const jit__cache_entry *e);

@@ -248,7 +248,8 @@ static void jit__exchange(jit__child *c, const jit__text *head, const char *body
 
 jit_status jit__isolated(jit_context *ctx, bool compile, const char *what, const char *text,
                          size_t length, const char *entry, const DLTensor *inputs,
-                         int n_inputs, bool *died) {
+                         int n_inputs, bool *died_out) {
+  bool died_here = false, *died = died_out ? died_out : &died_here;
   *died = false;
   jit_status_code failure = compile ? JIT_COMPILE_ERROR : JIT_PARSE_ERROR;
   const char *doing = compile ? "compiling" : "importing";

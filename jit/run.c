@@ -368,14 +368,16 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
     char *exported = NULL;
     status = g->mlir ? NULL : jit__mlir_export(g, &exported);
     const char *text = g->mlir ? g->mlir->m.exported : exported;
-    bool died = false;
     if (!status)
       status = jit__isolated(ctx, true, g->name, text, strlen(text),
                              g->mlir ? g->mlir->m.entry : NULL, inputs, (int)g->n_inputs,
-                             &died);
+                             NULL);
     free(exported);
-    if (status || jit__disk_load_compiled(g, k->key, impl, outs, jit__now_ms() - t0))
+    if (status) goto done;
+    if (jit__disk_load_uncounted(g, k->key, impl, outs)) {
+      jit__count_compile(ctx, g, "kernel (in the isolation worker)", jit__now_ms() - t0, NULL);
       goto done;
+    }
     jit__log(ctx, JIT_LOG_WARNING, "graph `%s`: the isolation worker's kernel is not in the "
              "disk cache; compiling it in this process", g->name);
   }

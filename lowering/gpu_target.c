@@ -80,7 +80,7 @@ static void jit__ptxas_for(const char *toolkit, jit__ptxas *tool, char *absent, 
   for (int i = 0; i < g_n_probes && !p; i++)
     if (!strcmp(g_probes[i].toolkit, want)) p = &g_probes[i];
   if (!p) {
-    // Past kToolkits distinct directories the oldest probe is looked for again.
+    // Past kToolkits distinct directories, the last slot is probed again each time.
     p = &g_probes[g_n_probes < kToolkits ? g_n_probes++ : kToolkits - 1];
     snprintf(p->toolkit, sizeof p->toolkit, "%s", want);
     jit_status s = jit__ptxas_find(toolkit, &p->tool);

@@ -131,7 +131,7 @@ static void pick_chip(const be_env *e, char *chip, size_t size) {
 static void compile_for(const be_env *e, const jit__lgraph *g, jit__gpu_artifact *a) {
   char chip[16] = "";
   jit__gpu_target t = {.format = JIT__GPU_SPIRV};
-  if (e->info.code == JIT__DEV_CODE_PTX) {
+  if (e->info.code == JIT__CODE_PTX) {
     pick_chip(e, chip, sizeof chip);
     t = (jit__gpu_target){.format = JIT__GPU_PTX, .chip = chip};
   } else {
@@ -148,7 +148,7 @@ static void compile_for(const be_env *e, const jit__lgraph *g, jit__gpu_artifact
 
 // The artifact a backend loads from a lowering's output (borrowing from it).
 typedef struct be_art {
-  jit__dev_image image;
+  jit__image image;
   jit__dev_kernel *kernels;
   uint64_t *bytes;
   jit__dev_artifact art;
@@ -166,8 +166,8 @@ static void art_from(const be_env *e, const jit__gpu_artifact *a, be_art *out) {
     memcpy(out->kernels[k].grid, pk->grid, sizeof pk->grid);
     memcpy(out->kernels[k].block, pk->block, sizeof pk->block);
   }
-  out->image = (jit__dev_image){e->info.code == JIT__DEV_CODE_PTX ? JIT__DEV_IMAGE_PTX
-                                                                   : JIT__DEV_IMAGE_SPIRV,
+  out->image = (jit__image){e->info.code == JIT__CODE_PTX ? JIT__IMAGE_PTX
+                                                                   : JIT__IMAGE_SPIRV,
                                 a->binary, a->binary_size};
   out->art = (jit__dev_artifact){&out->image, 1, NULL, p->n_buffers, out->bytes,
                                  p->n_kernels, out->kernels};
@@ -432,7 +432,7 @@ Test(backend, generic_kernel_per_binding) {
   const int64_t dw1[2] = {40, 24}, db1[1] = {24}, dw2[2] = {24, 5}, db2[1] = {5};
   char chip[16] = "";
   jit__gpu_target tgt = {.format = JIT__GPU_SPIRV};
-  if (e.info.code == JIT__DEV_CODE_PTX) {
+  if (e.info.code == JIT__CODE_PTX) {
     pick_chip(&e, chip, sizeof chip);
     tgt = (jit__gpu_target){.format = JIT__GPU_PTX, .chip = chip};
   }
@@ -726,8 +726,8 @@ Test(backend, enumeration) {
     cr_assert(info.name[0], "device %u has no name", i);
     cr_assert(!strncmp(info.target, "backend=", 8), "device %u: key lines `%s`", i,
               info.target);
-    cr_assert(info.code == JIT__DEV_CODE_SPIRV || info.code == JIT__DEV_CODE_PTX);
-    if (info.code == JIT__DEV_CODE_PTX)
+    cr_assert(info.code == JIT__CODE_SPIRV || info.code == JIT__CODE_PTX);
+    if (info.code == JIT__CODE_PTX)
       cr_assert(!strncmp(info.chip, "sm_", 3) && info.isa_max > 0, "chip `%s`", info.chip);
     cr_assert_eq(info.state_kind[0] != 0, e.vt->state_get != NULL);
     NOTE("%s device %u: %s (%s)", e.name, i, info.name, info.chip);
@@ -809,13 +809,13 @@ Test(backend, bad_artifacts_keep_device_usable) {
   d.kernels[0].grid[1] = 1u << 20;
   expect_load_fails(&e, &d.art, JIT_UNSUPPORTED, "grid over the device's limits");
   d.kernels[0] = k0;
-  jit__dev_image other = d.image;
-  other.format = d.image.format == JIT__DEV_IMAGE_SPIRV ? JIT__DEV_IMAGE_PTX
-                                                        : JIT__DEV_IMAGE_SPIRV;
+  jit__image other = d.image;
+  other.format = d.image.format == JIT__IMAGE_SPIRV ? JIT__IMAGE_PTX
+                                                        : JIT__IMAGE_SPIRV;
   d.art.images = &other;
   expect_load_fails(&e, &d.art, JIT_UNSUPPORTED, "no image of the device's code");
   static const uint32_t garbage[16] = {0xdeadbeef, 1, 2, 3};
-  jit__dev_image junk = {d.image.format, garbage, sizeof garbage};
+  jit__image junk = {d.image.format, garbage, sizeof garbage};
   d.art.images = &junk;
   expect_load_fails(&e, &d.art, JIT_OK, "garbage module");
   d.art.images = &d.image;

@@ -31,7 +31,7 @@ static void jit__cpub_device_info(const jit__backend *b, uint32_t index, jit__de
   snprintf(out->name, sizeof out->name, "%s (%s)", t->cpu, t->triple);
   out->f16 = true;
   out->foreign_memory = true;  // host tensors may hold any host memory
-  out->code = JIT__DEV_CODE_HOST;
+  out->code = JIT__CODE_HOST;
   // The CPU's key components are the context's (jit/context.c): target, options.
 }
 

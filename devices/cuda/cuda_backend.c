@@ -71,7 +71,7 @@ static void jit__cub_device_info(const jit__backend *b, uint32_t index, jit__dev
   out->ordinal = (int)ci->index;
   out->f16 = ci->cc_major * 10 + ci->cc_minor >= 53;
   out->foreign_memory = true;
-  out->code = JIT__DEV_CODE_PTX;
+  out->code = JIT__CODE_PTX;
   snprintf(out->chip, sizeof out->chip, "%s", ci->sm);
   out->isa_max = ci->ptx_max;
   // These lines are part of every kernel key: changing them changes every key.
@@ -147,10 +147,10 @@ static jit_status jit__cub_download(jit__dev *d, const jit__dev_arg *src, uint64
 
 // Loads image `img` of `a` (a cubin or PTX) with the kernels already converted.
 static jit_status jit__cub_load_one(jit__cu_open *d, const jit__dev_artifact *a,
-                                    const jit__dev_image *img, const jit__cu_kernel_desc *cd,
+                                    const jit__image *img, const jit__cu_kernel_desc *cd,
                                     jit__cu_executable **out) {
   jit__cu_executable_desc desc = {
-      img->format == JIT__DEV_IMAGE_CUBIN ? JIT__CU_CUBIN : JIT__CU_PTX,
+      img->format == JIT__IMAGE_CUBIN ? JIT__CU_CUBIN : JIT__CU_PTX,
       img->bytes, img->size, a->n_buffers, a->buffer_bytes, a->n_kernels, cd};
   return jit__cu_executable_create(d->cu, &desc, out);
 }
@@ -163,13 +163,13 @@ static jit_status jit__cub_load_images(jit__cu_open *d, const jit__dev_artifact 
   char refused[1024] = "";
   jit_status s = JIT_ERR(JIT_UNSUPPORTED, "cuda: the artifact has no PTX or cubin");
   for (uint32_t i = 0; i < a->n_images; i++) {
-    const jit__dev_image *img = &a->images[i];
-    if (img->format != JIT__DEV_IMAGE_CUBIN && img->format != JIT__DEV_IMAGE_PTX) continue;
+    const jit__image *img = &a->images[i];
+    if (img->format != JIT__IMAGE_CUBIN && img->format != JIT__IMAGE_PTX) continue;
     jit_status_free(s);
     s = jit__cub_load_one(d, a, img, cd, out);
     if (!s) {
       *out_image = i;
-      if (img->format == JIT__DEV_IMAGE_CUBIN) {
+      if (img->format == JIT__IMAGE_CUBIN) {
         jit__cub_log(d, JIT_LOG_DEBUG, "cuda:%d (%s): kernel loaded from its %s cubin "
                      "(%zu bytes)", d->ordinal, d->name, d->sm, img->size);
       } else {
@@ -182,7 +182,7 @@ static jit_status jit__cub_load_images(jit__cu_open *d, const jit__dev_artifact 
       }
       return NULL;
     }
-    if (img->format == JIT__DEV_IMAGE_CUBIN && i + 1 < a->n_images) {
+    if (img->format == JIT__IMAGE_CUBIN && i + 1 < a->n_images) {
       snprintf(refused, sizeof refused, "the driver refused the cubin: %s",
                jit_status_message(s));
     }

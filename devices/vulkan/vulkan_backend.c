@@ -42,7 +42,7 @@ static void jit__vkb_device_info(const jit__backend *b, uint32_t index, jit__dev
   snprintf(out->name, sizeof out->name, "%s", vi->name);
   out->ordinal = (int)index;
   out->f16 = f16;
-  out->code = JIT__DEV_CODE_SPIRV;
+  out->code = JIT__CODE_SPIRV;
   snprintf(out->state_kind, sizeof out->state_kind, "vk-pipeline-cache");
   // These lines are part of every kernel key: changing them changes every key.
   snprintf(out->target, sizeof out->target,
@@ -101,7 +101,7 @@ static jit_status jit__vkb_load(jit__dev *d, const jit__dev_artifact *a,
                                 jit__dev_executable **out, uint32_t *out_image) {
   *out = NULL;
   uint32_t img = 0;
-  while (img < a->n_images && a->images[img].format != JIT__DEV_IMAGE_SPIRV) img++;
+  while (img < a->n_images && a->images[img].format != JIT__IMAGE_SPIRV) img++;
   if (img == a->n_images)
     return JIT_ERR(JIT_UNSUPPORTED, "vulkan: the artifact has no SPIR-V module");
   jit__vk_kernel_desc *kd = calloc(a->n_kernels + 1, sizeof(*kd));

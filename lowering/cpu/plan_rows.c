@@ -170,6 +170,14 @@ static void emit_reduction(walk *w, MlirOperation g, int nl, const jit__cpu_ew_p
   sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
 }
 
+// Whether plan `p` peels a loop whose rest tiles are vectorized on their own (only
+// with a transposed read, tl >= 0).
+static bool has_rest_tiles(const jit__cpu_ew_plan *p, int nl, int tl) {
+  for (int l = 0; tl >= 0 && p->n_loops && l < nl; l++)
+    if (p->sizes[l] && p->peel[l]) return true;
+  return false;
+}
+
 // Elementwise op `g` (loops `s`) tiled as plan `p` says.
 static void emit_elementwise(walk *w, MlirOperation g, const jit__cpu_ew_shape *s,
                              const jit__cpu_ew_plan *p) {
@@ -181,11 +189,10 @@ static void emit_elementwise(walk *w, MlirOperation g, const jit__cpu_ew_shape *
   if (p->transposes) w->transposes = true;
   // (Only tiled ops read a broadcast input in vectors of the last dim's tile.)
   if (p->n_loops && s->ext[nl - 1] > 1) w->ew_bcast[i] = broadcasts_last(g, nl);
-  bool rests = false;  // peeled rest tiles, vectorized on their own (script.c)
-  for (int l = 0; tl >= 0 && l < nl && p->n_loops; l++) rests = rests || (p->sizes[l] && p->peel[l]);
+  bool rest = has_rest_tiles(p, nl, tl);
   // Ops vectorized alike share one match at vectorization (script.c): a match per op
   // walks the whole function once per op, quadratic in a graph of 3,000 outputs.
-  if (!w->ew_bcast[i] && !rests) jit__cpu_set_tag(w->ctx, g, "jit_ewv", 0);
+  if (!w->ew_bcast[i] && !rest) jit__cpu_set_tag(w->ctx, g, "jit_ewv", 0);
   // The op's own handle, only where it is tiled.
   if (!p->par && !p->n_loops) return;
   sb_printf(sb,
@@ -212,7 +219,6 @@ static void emit_elementwise(walk *w, MlirOperation g, const jit__cpu_ew_shape *
   sb_printf(sb, "\n");
   // The inner loop peeled first: peeling an outer one copies the inner loop, which
   // would leave its handle on only one of the copies.
-  bool rest = false;
   for (int l = nl - 1, li = p->n_loops - 1; l >= 0; l--) {
     if (!p->sizes[l]) continue;
     if (p->peel[l]) {
@@ -230,7 +236,6 @@ static void emit_elementwise(walk *w, MlirOperation g, const jit__cpu_ew_shape *
                   "    transform.annotate %%ewg%d_%d \"jit_ewrest\" : " ANY "\n"
                   "  }\n",
                   i, l, i, l, i, l, i, l, i, l);
-        rest = true;
       }
     }
     li--;
