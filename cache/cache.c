@@ -325,6 +325,11 @@ jit_status jit__cache_open(const jit__cache_options *options, jit__cache **out_c
           c->enabled = true;
           jit__cache_logf(c, JIT_LOG_DEBUG, "kernel cache at %s (limit %" PRIu64 " bytes)%s",
                          abs, c->max_bytes, c->read_only ? ", read-only" : "");
+          jit_status s = jit__cache_open_remote(c, options);
+          if (s) {
+            jit__cache_close(c);
+            return s;
+          }
           *out_cache = c;
           return NULL;
         }
@@ -346,12 +351,15 @@ jit_status jit__cache_open(const jit__cache_options *options, jit__cache **out_c
   jit__cache_logf(c, on_purpose ? JIT_LOG_INFO : JIT_LOG_WARNING,
                  "disk kernel cache disabled, kernels are kept in memory only: %s",
                  c->disabled_reason);
+  (void)jit__cache_open_remote(c, options);  // only logs that it is not used
   *out_cache = c;
   return NULL;
 }
 
 void jit__cache_close(jit__cache *cache) {
   if (!cache) return;
+  jit__remote_close(cache->remote);  // sends what is queued first
+  jit__sign_wipe(cache->remote_secret, sizeof cache->remote_secret);
   pthread_mutex_destroy(&cache->mu);
   free(cache->dir);
   free(cache->disabled_reason);
@@ -374,6 +382,7 @@ void jit__cache_get_stats(jit__cache *cache, jit__cache_stats *out) {
   pthread_mutex_lock(&cache->mu);
   *out = cache->stats;
   pthread_mutex_unlock(&cache->mu);
+  if (cache->remote) jit__remote_get_stats(cache->remote, &out->remote);
 }
 
 //===--- Reading entries --------------------------------------------------------------===//
@@ -657,13 +666,6 @@ jit_status jit__cache_put(jit__cache *cache, const jit__cache_entry *entry) {
     JIT__CACHE_COUNT(cache, puts_dropped, 1);
     return NULL;
   }
-  if (cache->read_only) {
-    JIT__CACHE_COUNT(cache, puts_dropped, 1);
-    jit__cache_log_once(cache, JIT__LOGGED_READ_ONLY_PUT, JIT_LOG_INFO,
-                        "cache directory %s is read-only: new kernels are not stored",
-                        cache->dir);
-    return NULL;
-  }
   size_t components_size = entry->components ? strlen(entry->components) : 0;
   if (entry->meta_size > JIT__CACHE_MAX_META || components_size > JIT__CACHE_MAX_COMPONENTS ||
       entry->payload_size > JIT__CACHE_MAX_PAYLOAD) {
@@ -701,6 +703,14 @@ jit_status jit__cache_put(jit__cache *cache, const jit__cache_entry *entry) {
       {entry->components, components_size},
       {entry->payload, entry->payload_size},
   };
+  jit__cache_push(cache, entry->key, h.kind, iov, 4);
+  if (cache->read_only) {
+    JIT__CACHE_COUNT(cache, puts_dropped, 1);
+    jit__cache_log_once(cache, JIT__LOGGED_READ_ONLY_PUT, JIT_LOG_INFO,
+                        "cache directory %s is read-only: new kernels are not stored",
+                        cache->dir);
+    return NULL;
+  }
   if (!jit__cache_write_atomic(cache, entry->key, iov, 4, 3)) return NULL;
   uint64_t total = jit__cache_header_file_size(&h);
   pthread_mutex_lock(&cache->mu);
@@ -716,7 +726,10 @@ jit_status jit__cache_put(jit__cache *cache, const jit__cache_entry *entry) {
 void jit__cache_lock_key(jit__cache *cache, const uint8_t key[16], int timeout_ms,
                          jit__cache_lock *out_lock, bool *acquired) {
   if (acquired) *acquired = false;
-  if (out_lock) out_lock->fd = -1;
+  if (out_lock) {
+    out_lock->fd = -1;
+    out_lock->cache = NULL;
+  }
   if (!cache || !key || !out_lock || !acquired || !cache->enabled || cache->read_only)
     return;
   char hex[33], path[PATH_MAX];
@@ -782,7 +795,11 @@ void jit__cache_lock_key(jit__cache *cache, const uint8_t key[16], int timeout_m
 }
 
 void jit__cache_unlock(jit__cache_lock *lock) {
-  if (!lock || lock->fd < 0) return;
+  if (!lock) return;
+  // The fleet lock goes after this process's queued puts (remote.c).
+  if (lock->cache) jit__remote_unlock(lock->cache->remote, lock->key, &lock->token);
+  lock->cache = NULL;
+  if (lock->fd < 0) return;
   close(lock->fd);  // releases the flock; the file stays for the next locker
   lock->fd = -1;
 }

@@ -37,6 +37,7 @@
 
 #include "base/image.h"
 #include "base/log.h"
+#include "cache/remote.h"
 #include "cache/sign.h"
 #include "jitml.h"
 
@@ -69,6 +70,11 @@ typedef struct jit__cache_options {
   // any intact bundle, signed or not.
   const jit__trusted_keys *trusted;
   jit__logger logger;  // the context's (fn NULL: silent)
+  // The fleet tier behind the disk (cache/tier.c; NULL: none). It needs an enabled disk
+  // cache: with the disk cache off it is not opened (logged).
+  const jit__remote_options *remote;
+  const uint8_t *remote_secret;  // signs every entry pushed (copied); NULL: unsigned
+  int remote_lock_wait_ms;       // fleet lock wait of jit__cache_lock_fleet; < 0: none
   // Test hook: if non-zero and smaller than a put's payload, that put kills the
   // process (raise(SIGKILL)) after writing this many payload bytes to the temp file,
   // to simulate a crash mid-write.
@@ -79,6 +85,11 @@ typedef struct jit__cache_stats {
   uint64_t hits, misses, puts, bytes_written, bytes_read, evictions, bad_entries,
       lock_timeouts;
   uint64_t puts_dropped;  // puts not stored: disabled, read-only, or a write failed
+  // The fleet tier: values accepted (verified and stored), values refused (damaged,
+  // foreign, another key's, oversize, not a string, unsigned or untrusted), and the
+  // client's own counters (its `hits` counts values received, before verification).
+  uint64_t remote_hits, remote_rejected;
+  jit__remote_stats remote;
 } jit__cache_stats;
 
 // What an entry holds. On put, the caller fills it; on get, the cache fills it with
@@ -95,7 +106,9 @@ typedef struct jit__cache_entry {
 
 void jit__cache_entry_release(jit__cache_entry *entry);
 
-// Opens (creating 0700 if needed, parents too) the cache. Returns NULL status and a
+// Opens (creating 0700 if needed, parents too) the cache.
+// A remote tier in the options whose URL is malformed (JIT_INVALID_ARGUMENT) or
+// unavailable in this build (JIT_UNAVAILABLE) fails the open. Returns NULL status and a
 // handle in every case but out-of-memory (JIT_RESOURCE_EXHAUSTED) or a NULL
 // out_cache (JIT_INVALID_ARGUMENT); an unusable directory gives a disabled handle and
 // one log line saying why. Refused (disabled): a directory writable by group or
@@ -124,12 +137,38 @@ void jit__cache_key_hex(const uint8_t key[16], char out[33]);
 jit_status jit__cache_get(jit__cache *cache, const uint8_t key[16],
                           jit__cache_entry *out, bool *found);
 
+// As jit__cache_get, then on a miss through the fleet tier (cache/tier.c): a value is
+// verified like an entry file (header, key echo, format version, length, checksum, a
+// kernel's kind, and the signature when keys are trusted), stored on disk and returned.
+// A refused value is counted, logged and a miss; a failing tier is a miss.
+jit_status jit__cache_fetch(jit__cache *cache, const uint8_t key[16],
+                            jit__cache_entry *out, bool *found);
+
 // Stores `entry` atomically (temp + fsync + rename, 0600), replacing any entry of the
 // key. `components` (may be NULL) is stored up to its NUL. Failures (disabled,
 // read-only, full disk) are logged once, counted in puts_dropped, and return NULL: the
 // cache is best effort. JIT_INVALID_ARGUMENT only for caller bugs (NULL entry, unknown
 // kind, a size without a buffer). May prune afterwards (see the top of this file).
+// A kernel's entry is also queued for the fleet tier (signed when a secret is set),
+// even when the disk put is dropped.
 jit_status jit__cache_put(jit__cache *cache, const jit__cache_entry *entry);
+
+// Queues the disk entry of `key` (stored by another process: the isolation worker)
+// for the fleet tier. No-op without a tier or an entry.
+void jit__cache_publish(jit__cache *cache, const uint8_t key[16]);
+
+// The tier's URL (password hidden) and state, or NULL when there is none; `state` gets
+// "off: <why>" then.
+const char *jit__cache_remote(jit__cache *cache, char *state, size_t state_size);
+// Whole-cache transfers for tools: push every valid disk entry the server lacks; pull
+// every server value missing from disk (verified as in a fetch). `progress` (may be
+// NULL) is called after each entry with (done, total). JIT_UNAVAILABLE without a tier
+// or when the server fails (what was moved by then stays).
+typedef void (*jit__cache_progress_fn)(void *user, uint64_t done, uint64_t total);
+jit_status jit__cache_push_all(jit__cache *cache, jit__cache_progress_fn progress, void *user,
+                               uint64_t *pushed, uint64_t *present);
+jit_status jit__cache_pull_all(jit__cache *cache, jit__cache_progress_fn progress, void *user,
+                               uint64_t *pulled, uint64_t *rejected);
 
 // Per-key cross-process lock. Waits at most `timeout_ms` (<= 0: one try); *acquired
 // says whether the lock is held (false after a timeout, counted in lock_timeouts, or
@@ -138,9 +177,17 @@ jit_status jit__cache_put(jit__cache *cache, const jit__cache_entry *entry);
 // jit__cache_unlock (also when not acquired: it is then a no-op, as is a second call).
 typedef struct jit__cache_lock {
   int fd;
+  jit__cache *cache;   // set when a fleet lock is held
+  uint8_t key[16];
+  jit__remote_token token;
 } jit__cache_lock;
 void jit__cache_lock_key(jit__cache *cache, const uint8_t key[16], int timeout_ms,
                          jit__cache_lock *out_lock, bool *acquired);
+// As jit__cache_lock_key, then, with a fleet tier, its lock of `key` across machines
+// (waiting up to the remote_lock_wait_ms of the options while another machine compiles
+// it; the caller looks again either way). For kernels, whose entries the tier shares.
+void jit__cache_lock_fleet(jit__cache *cache, const uint8_t key[16], int timeout_ms,
+                           jit__cache_lock *out_lock, bool *acquired);
 void jit__cache_unlock(jit__cache_lock *lock);
 
 // Calls `fn` for each valid entry, in no particular order (header read and checked,

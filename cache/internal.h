@@ -97,7 +97,15 @@ struct jit__cache {
   uid_t owner;            // the directory's owner; entries must belong to it too
   uint64_t max_bytes, max_age_s, fault_kill_after_bytes;
   jit__logger logger;
-  jit__trusted_keys trusted;  // bundle import's (bundle.c); n 0: none
+  jit__trusted_keys trusted;  // bundle import's (bundle.c) and the tier's; n 0: none
+  jit__remote *remote;        // the fleet tier (tier.c); NULL: none
+  bool remote_signs;
+  uint8_t remote_secret[JIT__SIGN_SECRET_BYTES];
+  int remote_lock_wait_ms;
+  // Keys whose remote value this handle refused (a ring): not asked again, so a refused
+  // value costs one transfer and one count; the compile's push then replaces it.
+  uint8_t refused[64][16];
+  uint32_t n_refused;
 
   // Guards everything below. File operations run outside it.
   pthread_mutex_t mu;
@@ -114,6 +122,12 @@ struct jit__cache {
     (cache)->stats.field += (n);           \
     pthread_mutex_unlock(&(cache)->mu);    \
   } while (0)
+
+// Opens the fleet tier of an enabled cache (tier.c).
+jit_status jit__cache_open_remote(jit__cache *cache, const jit__cache_options *options);
+// Queues the entry in `iov` (header, meta, components, payload) for the tier.
+void jit__cache_push(jit__cache *cache, const uint8_t key[16], uint32_t kind,
+                     const struct iovec *iov, int iov_count);
 
 void jit__cache_logf(jit__cache *cache, jit_log_level level, const char *fmt, ...)
     JIT__PRINTF(3, 4);

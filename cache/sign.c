@@ -1,4 +1,4 @@
-//===--- sign.c - ed25519 signatures of bundles (libsodium) ----------------===//
+//===--- sign.c - ed25519 signatures of bundles and remote entries ---------===//
 //
 // The layout of a trailer and of key files is in sign.h.
 //
@@ -100,12 +100,30 @@ jit_status jit__sign_parse_keys(const char *text, const char *what, jit__trusted
   return NULL;
 }
 
-// Feeds bytes [0, size) of fd to `st`; false on a read error.
-static bool jit__sign_feed(int fd, uint64_t size, crypto_sign_state *st) {
+// Where signed bytes come from: memory (`bytes`) or a file read with pread (`fd`).
+typedef struct jit__sign_source {
+  int fd;
+  const uint8_t *bytes;
+} jit__sign_source;
+
+static bool jit__sign_read(jit__sign_source src, void *out, size_t n, uint64_t at) {
+  if (src.bytes) {
+    memcpy(out, src.bytes + at, n);
+    return true;
+  }
+  return pread(src.fd, out, n, (off_t)at) == (ssize_t)n;
+}
+
+// Feeds bytes [0, size) of `src` to `st`; false on a read error.
+static bool jit__sign_feed(jit__sign_source src, uint64_t size, crypto_sign_state *st) {
+  if (src.bytes) {
+    crypto_sign_update(st, src.bytes, (unsigned long long)size);
+    return true;
+  }
   uint8_t buf[1 << 16];
   for (uint64_t at = 0; at < size;) {
     size_t want = size - at < sizeof buf ? (size_t)(size - at) : sizeof buf;
-    ssize_t got = pread(fd, buf, want, (off_t)at);
+    ssize_t got = pread(src.fd, buf, want, (off_t)at);
     if (got <= 0) {
       if (got < 0 && errno == EINTR) continue;
       return false;
@@ -118,13 +136,14 @@ static bool jit__sign_feed(int fd, uint64_t size, crypto_sign_state *st) {
 
 void jit__sign_wipe(void *secret, size_t size) { sodium_memzero(secret, size); }
 
-jit_status jit__sign_fd(int fd, uint64_t size, const uint8_t secret[JIT__SIGN_SECRET_BYTES],
-                        uint8_t trailer[JIT__SIGN_TRAILER_BYTES]) {
+static jit_status jit__sign(jit__sign_source src, uint64_t size,
+                            const uint8_t secret[JIT__SIGN_SECRET_BYTES],
+                            uint8_t trailer[JIT__SIGN_TRAILER_BYTES]) {
   JIT_PROPAGATE(jit__sodium_start());
   crypto_sign_state st;
   crypto_sign_init(&st);
-  if (!jit__sign_feed(fd, size, &st))
-    return JIT_ERR(JIT_CACHE_ERROR, "signing a bundle: reading it back failed: %s",
+  if (!jit__sign_feed(src, size, &st))
+    return JIT_ERR(JIT_CACHE_ERROR, "signing: reading the bytes back failed: %s",
                    strerror(errno));
   memcpy(trailer, kTrailerMagic, 8);
   crypto_sign_ed25519_sk_to_pk(trailer + 8, secret);
@@ -132,8 +151,21 @@ jit_status jit__sign_fd(int fd, uint64_t size, const uint8_t secret[JIT__SIGN_SE
   return NULL;
 }
 
-bool jit__sign_verify_fd(int fd, uint64_t size, const jit__trusted_keys *trusted,
-                         uint8_t signer[JIT__SIGN_PUBLIC_BYTES], char *why, size_t why_size) {
+jit_status jit__sign_fd(int fd, uint64_t size, const uint8_t secret[JIT__SIGN_SECRET_BYTES],
+                        uint8_t trailer[JIT__SIGN_TRAILER_BYTES]) {
+  return jit__sign((jit__sign_source){fd, NULL}, size, secret, trailer);
+}
+
+jit_status jit__sign_bytes(const uint8_t *bytes, size_t size,
+                           const uint8_t secret[JIT__SIGN_SECRET_BYTES],
+                           uint8_t trailer[JIT__SIGN_TRAILER_BYTES]) {
+  return jit__sign((jit__sign_source){-1, bytes}, size, secret, trailer);
+}
+
+static bool jit__sign_verify(jit__sign_source src, uint64_t size,
+                             const jit__trusted_keys *trusted,
+                             uint8_t signer[JIT__SIGN_PUBLIC_BYTES], char *why,
+                             size_t why_size) {
   uint8_t trailer[JIT__SIGN_TRAILER_BYTES];
   memset(signer, 0, JIT__SIGN_PUBLIC_BYTES);
   if (jit__sodium_start()) {
@@ -141,8 +173,7 @@ bool jit__sign_verify_fd(int fd, uint64_t size, const jit__trusted_keys *trusted
     return false;
   }
   if (size < sizeof trailer ||
-      pread(fd, trailer, sizeof trailer, (off_t)(size - sizeof trailer)) !=
-          (ssize_t)sizeof trailer ||
+      !jit__sign_read(src, trailer, sizeof trailer, size - sizeof trailer) ||
       memcmp(trailer, kTrailerMagic, 8) != 0) {
     snprintf(why, why_size, "no signature trailer");
     return false;
@@ -160,7 +191,7 @@ bool jit__sign_verify_fd(int fd, uint64_t size, const jit__trusted_keys *trusted
   }
   crypto_sign_state st;
   crypto_sign_init(&st);
-  if (!jit__sign_feed(fd, size - sizeof trailer, &st)) {
+  if (!jit__sign_feed(src, size - sizeof trailer, &st)) {
     snprintf(why, why_size, "reading it failed: %s", strerror(errno));
     return false;
   }
@@ -170,4 +201,15 @@ bool jit__sign_verify_fd(int fd, uint64_t size, const jit__trusted_keys *trusted
     return false;
   }
   return true;
+}
+
+bool jit__sign_verify_fd(int fd, uint64_t size, const jit__trusted_keys *trusted,
+                         uint8_t signer[JIT__SIGN_PUBLIC_BYTES], char *why, size_t why_size) {
+  return jit__sign_verify((jit__sign_source){fd, NULL}, size, trusted, signer, why, why_size);
+}
+
+bool jit__sign_verify_bytes(const uint8_t *bytes, size_t size, const jit__trusted_keys *trusted,
+                            uint8_t signer[JIT__SIGN_PUBLIC_BYTES], char *why,
+                            size_t why_size) {
+  return jit__sign_verify((jit__sign_source){-1, bytes}, size, trusted, signer, why, why_size);
 }

@@ -1,10 +1,10 @@
-//===--- sign.h - ed25519 signatures of bundles (libsodium) ----------------===//
+//===--- sign.h - ed25519 signatures of bundles and remote entries ---------===//
 //
-// A bundle carries code from another machine. A signed bundle ends with a trailer,
-// "JITMLSIG", the signer's ed25519 public key (32 bytes) and an Ed25519ph signature
-// (64 bytes) of every byte before the trailer (libsodium's crypto_sign_*_create,
-// streamed, so a bundle is never read into memory whole). An importer that trusts
-// some keys accepts only bundles signed by one of them.
+// A bundle or a fleet cache entry carries code from another machine. A signed one
+// ends with a trailer, "JITMLSIG", the signer's ed25519 public key (32 bytes) and an
+// Ed25519ph signature (64 bytes) of every byte before the trailer (libsodium's
+// crypto_sign_*_create, streamed, so a bundle is never read into memory whole). A
+// reader that trusts some keys accepts only bytes signed by one of them.
 //
 // Key files: the secret key is 128 lower-case hex digits (libsodium's 64-byte secret
 // key, seed then public key) and a newline, in a regular file that only its owner can
@@ -58,5 +58,14 @@ jit_status jit__sign_fd(int fd, uint64_t size, const uint8_t secret[JIT__SIGN_SE
 // bytes are intact). False with `why` set otherwise; *signer gets the trailer's key.
 bool jit__sign_verify_fd(int fd, uint64_t size, const jit__trusted_keys *trusted,
                          uint8_t signer[JIT__SIGN_PUBLIC_BYTES], char *why, size_t why_size);
+
+// The same over `size` bytes in memory (a remote cache entry: signed bytes, then the
+// trailer, which jit__sign_verify_bytes expects as the last bytes of `size`).
+jit_status jit__sign_bytes(const uint8_t *bytes, size_t size,
+                           const uint8_t secret[JIT__SIGN_SECRET_BYTES],
+                           uint8_t trailer[JIT__SIGN_TRAILER_BYTES]);
+bool jit__sign_verify_bytes(const uint8_t *bytes, size_t size, const jit__trusted_keys *trusted,
+                            uint8_t signer[JIT__SIGN_PUBLIC_BYTES], char *why,
+                            size_t why_size);
 
 #endif  // JITML_CACHE_SIGN_H_

@@ -221,6 +221,36 @@ typedef struct jit_options {
   jit_isolation mlir_isolation;
   uint64_t isolation_timeout_ms;
   uint64_t isolation_max_bytes;
+  // The fleet cache (README, "Fleet cache"): a Redis server behind the disk cache,
+  // shared by many machines. "redis://[[user]:password@]host[:port][/db]" or
+  // "unix:///path/to/socket[?db=N]"; NULL: $JITML_REMOTE_CACHE; "" or unset: none.
+  // A disk miss asks the server; a compiled kernel is pushed to it in the background;
+  // a value from it is verified like a disk entry (and its signature checked against
+  // bundle_trusted_keys when any are set), then stored on disk. It needs the disk
+  // cache. A malformed URL is JIT_INVALID_ARGUMENT; rediss:// or a build without
+  // hiredis, JIT_UNAVAILABLE. The server failing never fails a run. Copied.
+  const char *remote_cache;
+  // Prefix of every key on the server; NULL: $JITML_REMOTE_PREFIX, else "jitml:".
+  const char *remote_prefix;
+  // Time limits of connecting and of each command's socket reads and writes, in ms
+  // (0 = 250 and 500). A command that times out pauses the tier at once.
+  uint32_t remote_connect_timeout_ms;
+  uint32_t remote_timeout_ms;
+  // Failures in a row after which the tier pauses, and for how long, in ms
+  // (0 = 3 and 30000).
+  uint32_t remote_failures_to_pause;
+  uint32_t remote_pause_ms;
+  // Seconds a value lives on the server (0 = no expiry), and the largest value pushed
+  // or accepted in bytes (0 = 64 MiB).
+  uint64_t remote_ttl_s;
+  uint64_t remote_max_bytes;
+  // How long a compile waits while another machine compiles the same kernel (the
+  // fleet lock), in ms: 0 = 30000; -1 = no fleet lock. In [-1, 3600000].
+  int remote_lock_wait_ms;
+  // Secret key file (jit_bundle_keygen) that signs every entry pushed; NULL:
+  // $JITML_REMOTE_SIGNING_KEY; "" or unset: entries are pushed unsigned. A missing,
+  // malformed or group/other-readable file is JIT_INVALID_ARGUMENT. Read once.
+  const char *remote_signing_key;
 } jit_options;
 
 // Fills `options` with defaults. Always call it before setting fields.
@@ -259,6 +289,19 @@ typedef struct jit_stats {
   uint64_t specializations_pending;  // background compiles queued or running now
   uint64_t kernels_unloaded;  // kernels unloaded to stay within options.max_loaded_kernels
                               // and max_loaded_kernel_bytes (least recently used first)
+  // The fleet cache (options.remote_cache). A remote hit is stored on disk and then
+  // loaded, so it counts in disk_hits too.
+  uint64_t remote_hits;          // values fetched, verified and used
+  uint64_t remote_misses;        // lookups the server had nothing for
+  uint64_t remote_errors;        // commands that failed or timed out (runs went on)
+  uint64_t remote_skipped;       // lookups and pushes skipped while the tier was paused
+  uint64_t remote_rejected;      // values refused: damaged, another key's, another
+                                 // version, oversize, unsigned or untrusted (logged)
+  uint64_t remote_puts;          // entries pushed
+  uint64_t remote_puts_dropped;  // entries not pushed: too large, queue full, paused
+                                 // or failed
+  uint64_t remote_bytes_read;
+  uint64_t remote_bytes_written;
 } jit_stats;
 
 // Copies the context's counters into `out_stats` (whose struct_size the caller sets,
@@ -584,6 +627,28 @@ JIT_API jit_status jit_cache_export_signed(jit_context *ctx, const char *path,
 JIT_API jit_status jit_bundle_keygen(const char *secret_key_path, char out_public_key[65]);
 JIT_API jit_status jit_cache_import(jit_context *ctx, const char *path,
                                     uint64_t *out_count);
+
+// The fleet cache's URL (password hidden; borrowed), or NULL when there is none.
+// `out_state` (may be NULL) receives its state, e.g. "connected", "paused for 29000 ms
+// more after 1 errors: GETRANGE timed out", or "off: ..." (borrowed until this
+// thread's next call).
+JIT_API const char *jit_cache_remote(jit_context *ctx, const char **out_state);
+// Called after each entry of a push or pull with the entries done and their total.
+typedef void (*jit_cache_progress_fn)(void *user_data, uint64_t done, uint64_t total);
+// Pushes every valid kernel of the disk cache that the fleet cache lacks (signed when
+// options.remote_signing_key is set), waiting for each. `out_pushed` and
+// `out_present` (may be NULL) count the entries pushed and those already there.
+// JIT_UNAVAILABLE without a fleet cache or when the server fails (the entries pushed
+// by then stay).
+JIT_API jit_status jit_cache_push(jit_context *ctx, jit_cache_progress_fn progress,
+                                  void *user_data, uint64_t *out_pushed,
+                                  uint64_t *out_present);
+// Pulls every value of the fleet cache that the disk cache lacks, each verified as on
+// a remote hit; refused values are counted in `out_rejected` (may be NULL) and left
+// out. JIT_UNAVAILABLE as for jit_cache_push; JIT_CACHE_ERROR for a read-only cache.
+JIT_API jit_status jit_cache_pull(jit_context *ctx, jit_cache_progress_fn progress,
+                                  void *user_data, uint64_t *out_pulled,
+                                  uint64_t *out_rejected);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -119,6 +119,37 @@ jit_status jit_cache_import(jit_context *ctx, const char *path, uint64_t *out_co
   return s;
 }
 
+//===--- Fleet cache -------------------------------------------------------===//
+
+const char *jit_cache_remote(jit_context *ctx, const char **out_state) {
+  static _Thread_local char state[512];
+  const char *url = NULL;
+  if (ctx) url = jit__cache_remote(ctx->cache, state, sizeof state);
+  else snprintf(state, sizeof state, "off: no context");
+  if (out_state) *out_state = state;
+  return url;
+}
+
+jit_status jit_cache_push(jit_context *ctx, jit_cache_progress_fn progress, void *user_data,
+                          uint64_t *out_pushed, uint64_t *out_present) {
+  JIT__CHECK_CTX("jit_cache_push");
+  uint64_t pushed = 0, present = 0;
+  jit_status s = jit__cache_push_all(ctx->cache, progress, user_data, &pushed, &present);
+  if (out_pushed) *out_pushed = pushed;
+  if (out_present) *out_present = present;
+  return s;
+}
+
+jit_status jit_cache_pull(jit_context *ctx, jit_cache_progress_fn progress, void *user_data,
+                          uint64_t *out_pulled, uint64_t *out_rejected) {
+  JIT__CHECK_CTX("jit_cache_pull");
+  uint64_t pulled = 0, rejected = 0;
+  jit_status s = jit__cache_pull_all(ctx->cache, progress, user_data, &pulled, &rejected);
+  if (out_pulled) *out_pulled = pulled;
+  if (out_rejected) *out_rejected = rejected;
+  return s;
+}
+
 //===--- Explain ---------------------------------------------------------===//
 
 

@@ -66,11 +66,56 @@ static jit_status jit__check_option_ranges(const jit_options *o) {
                    "(use 0 for no age limit)",
                    (unsigned long long)o->cache_max_age_s,
                    (unsigned long long)JIT__MAX_CACHE_AGE_S);
+  if (o->remote_lock_wait_ms < -1 || o->remote_lock_wait_ms > 3600000)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_create: options.remote_lock_wait_ms "
+                   "is %d, not in [-1, 3600000]", o->remote_lock_wait_ms);
   if (o->cache_allow_shared_readonly != 0 && o->cache_allow_shared_readonly != 1)
     return JIT_ERR(JIT_INVALID_ARGUMENT,
                    "jit_context_create: options.cache_allow_shared_readonly is %d, not 0 "
                    "or 1", o->cache_allow_shared_readonly);
   return NULL;
+}
+
+// Opens the disk cache and, when configured, the fleet tier behind it. The caller's
+// strings are not kept.
+static jit_status jit__open_cache(jit_context *ctx, const jit_options *o) {
+  jit__cache_options co = {0};
+  co.trusted = &ctx->trusted;
+  co.dir = o->cache_dir;
+  co.max_bytes = o->cache_max_bytes;
+  co.max_age_s = o->cache_max_age_s;
+  co.allow_shared_readonly = o->cache_allow_shared_readonly != 0;
+  co.logger = ctx->logger;
+  ctx->options.remote_cache = ctx->options.remote_prefix = NULL;
+  ctx->options.remote_signing_key = NULL;
+  const char *url = o->remote_cache ? o->remote_cache : getenv("JITML_REMOTE_CACHE");
+  const char *key_path = o->remote_signing_key ? o->remote_signing_key
+                                               : getenv("JITML_REMOTE_SIGNING_KEY");
+  jit__remote_options ro = {
+      .url = url,
+      .prefix = o->remote_prefix ? o->remote_prefix : getenv("JITML_REMOTE_PREFIX"),
+      .connect_timeout_ms = o->remote_connect_timeout_ms,
+      .timeout_ms = o->remote_timeout_ms,
+      .ttl_s = o->remote_ttl_s,
+      .max_bytes = o->remote_max_bytes,
+      .failures_to_pause = o->remote_failures_to_pause,
+      .pause_ms = o->remote_pause_ms,
+  };
+  uint8_t secret[JIT__SIGN_SECRET_BYTES];
+  if (url && *url) {
+    co.remote = &ro;
+    co.remote_lock_wait_ms = o->remote_lock_wait_ms ? o->remote_lock_wait_ms : 30000;
+    if (key_path && *key_path) {
+      jit_status s = jit__sign_read_secret(key_path, secret);
+      if (s)
+        return jit__status_annotate(s, o->remote_signing_key ? "options.remote_signing_key"
+                                                             : "JITML_REMOTE_SIGNING_KEY");
+      co.remote_secret = secret;
+    }
+  }
+  jit_status s = jit__cache_open(&co, &ctx->cache);
+  jit__sign_wipe(secret, sizeof secret);
+  return s;
 }
 
 jit_status jit_context_create(const jit_options *options, jit_context **out_ctx) {
@@ -153,14 +198,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
     jit__context_free(ctx);
     return jit__status_annotate(s, "jit_context_create");
   }
-  jit__cache_options co = {0};
-  co.trusted = &ctx->trusted;
-  co.dir = o.cache_dir;
-  co.max_bytes = o.cache_max_bytes;
-  co.max_age_s = o.cache_max_age_s;
-  co.allow_shared_readonly = o.cache_allow_shared_readonly != 0;
-  co.logger = ctx->logger;
-  s = jit__cache_open(&co, &ctx->cache);
+  s = jit__open_cache(ctx, &o);
   if (!s) s = jit__devices_init_cpu(ctx);
   // The CPU device (its LLJIT instance) is opened with the context: every graph runs
   // there unless told otherwise.
@@ -239,6 +277,15 @@ jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
   s.specialization_failures = atomic_load(&ctx->spec_failures);
   s.specializations_pending = jit__spec_pending(ctx->spec);
   s.kernels_unloaded = atomic_load(&ctx->unloaded);
+  s.remote_hits = cs.remote_hits;
+  s.remote_misses = cs.remote.misses;
+  s.remote_errors = cs.remote.errors;
+  s.remote_skipped = cs.remote.skipped;
+  s.remote_rejected = cs.remote_rejected;
+  s.remote_puts = cs.remote.puts;
+  s.remote_puts_dropped = cs.remote.puts_dropped;
+  s.remote_bytes_read = cs.remote.bytes_read;
+  s.remote_bytes_written = cs.remote.bytes_written;
   memcpy(out, &s, size);
   return NULL;
 }

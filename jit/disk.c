@@ -98,7 +98,7 @@ bool jit__entry_get(jit_graph *g, jit_device *d, const uint8_t key[16], jit__ent
   memset(en, 0, sizeof *en);
   if (!jit__cache_enabled(ctx->cache)) return false;
   bool found = false;
-  jit_status s = jit__cache_get(ctx->cache, key, &en->e, &found);
+  jit_status s = jit__cache_fetch(ctx->cache, key, &en->e, &found);
   if (s) {
     jit__log(ctx, JIT_LOG_WARNING, "disk cache: %s", jit_status_message(s));
     jit_status_free(s);

@@ -375,6 +375,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
     free(exported);
     if (status) goto done;
     if (jit__disk_load_uncounted(g, k->key, impl, outs)) {
+      jit__cache_publish(ctx->cache, k->key);  // the worker has no fleet tier
       jit__count_compile(ctx, g, "kernel (in the isolation worker)", jit__now_ms() - t0, NULL);
       goto done;
     }
@@ -391,7 +392,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
 
   jit__cache_lock lock;
   bool locked = false;
-  jit__cache_lock_key(ctx->cache, k->key, kCompileLockTimeoutMs, &lock, &locked);
+  jit__cache_lock_fleet(ctx->cache, k->key, kCompileLockTimeoutMs, &lock, &locked);
   // Whoever held the lock may just have stored the kernel.
   if (locked && (gpu ? jit__gpu_disk_load(g, k->device, k->key, outs, gx)
                      : jit__disk_load(g, k->key, impl, outs))) {
@@ -405,7 +406,7 @@ static jit_status jit__materialize(jit_graph *g, const DLTensor *inputs, jit__ke
   } else {
     status = jit__compile_and_load(g, inputs, shapes, outs, k->key, impl);
   }
-  if (locked) jit__cache_unlock(&lock);
+  jit__cache_unlock(&lock);  // also a fleet lock taken without the local one
 done:
   free(symvals);
   free(shapes);

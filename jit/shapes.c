@@ -209,10 +209,10 @@ static jit_status jit__generic_finish(jit_graph *g, jit__kernel *gk, bool loaded
   } else {
     jit__cache_lock lock;
     bool locked = false;
-    jit__cache_lock_key(ctx->cache, gk->key, 30000, &lock, &locked);
+    jit__cache_lock_fleet(ctx->cache, gk->key, 30000, &lock, &locked);
     if (!(locked && jit__disk_load(g, gk->key, &gk->exact, gk->outputs)))
       s = jit__generic_compile(g, gk);
-    if (locked) jit__cache_unlock(&lock);
+    jit__cache_unlock(&lock);  // also a fleet lock taken without the local one
   }
   if (!s) {
     atomic_store_explicit(&gk->impl, &gk->exact, memory_order_release);

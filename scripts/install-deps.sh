@@ -18,6 +18,9 @@ PACKAGES=(
   libxxhash-dev
   # Bundle signatures (ed25519).
   libsodium-dev
+  # The fleet cache's Redis tier (hiredis) and the real redis-server its tests start.
+  libhiredis-dev
+  redis-server
   # The Python package (python/) and its tests: ctypes is in the standard library;
   # NumPy, PyTorch (1.13 in Debian 12) and pytest come from Debian.
   python3

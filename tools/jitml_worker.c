@@ -114,6 +114,7 @@ int main(void) {
   o.opt_level = r.opt_level;
   o.num_threads = r.threads;
   o.cache_dir = compile && strcmp(r.cache_dir, "-") ? r.cache_dir : "";
+  o.remote_cache = "";  // the caller pushes what the worker stores (jit__cache_publish)
   o.shape_policy = JIT_SHAPE_POLICY_EXACT;
   o.mlir_isolation = JIT_ISOLATION_OFF;  // this is the isolated process
   jit_context *ctx = NULL;
