@@ -157,8 +157,8 @@ jit_status jit__cache_put(jit__cache *cache, const jit__cache_entry *entry);
 // for the fleet tier. No-op without a tier or an entry.
 void jit__cache_publish(jit__cache *cache, const uint8_t key[16]);
 
-// The tier's URL (password hidden) and state, or NULL when there is none; `state` gets
-// "off: <why>" then.
+// The tier's URL (password hidden) and its state after asking the server (PING, unless
+// paused), or NULL when there is none; `state` gets "off: <why>" then.
 const char *jit__cache_remote(jit__cache *cache, char *state, size_t state_size);
 // Whole-cache transfers for tools: push every valid disk entry the server lacks; pull
 // every server value missing from disk (verified as in a fetch). `progress` (may be

@@ -431,6 +431,9 @@ void jit__remote_state(jit__remote *r, char *out, size_t size) {
              r->stats.errors, r->why);
   else if (r->paused_until_ms > 0)
     snprintf(out, size, "to be tried again (last error: %s)", r->why);
+  else if (r->failures > 0)
+    snprintf(out, size, "failing: %s (%u in a row; paused after %u)", r->why, r->failures,
+             r->o.failures_to_pause);
   else
     snprintf(out, size, "%s", r->connected ? "connected" : "not connected yet");
   pthread_mutex_unlock(&r->mu);
@@ -672,6 +675,15 @@ jit_status jit__remote_scan(jit__remote *r, jit__remote_key_fn fn, void *user) {
   return NULL;
 }
 
+bool jit__remote_ping(jit__remote *r) {
+  const char *argv[1] = {"PING"};
+  pthread_mutex_lock(&r->conn_mu);
+  redisReply *reply = jit__remote_cmd(r, &r->conn, 1, argv, NULL, NULL);
+  pthread_mutex_unlock(&r->conn_mu);
+  if (reply) freeReplyObject(reply);
+  return reply != NULL;
+}
+
 //===--- Fleet locks ---------------------------------------------------------------===//
 
 bool jit__remote_lock(jit__remote *r, const uint8_t key[16], int wait_ms,
@@ -752,6 +764,7 @@ jit_status jit__remote_scan(jit__remote *r, jit__remote_key_fn fn, void *user) {
   return JIT_ERR(JIT_UNAVAILABLE, "remote cache: built without hiredis");
 }
 bool jit__remote_flush(jit__remote *r, uint32_t timeout_ms) { return true; }
+bool jit__remote_ping(jit__remote *r) { return false; }
 bool jit__remote_lock(jit__remote *r, const uint8_t key[16], int wait_ms,
                       jit__remote_token *token) {
   return false;

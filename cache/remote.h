@@ -70,7 +70,8 @@ void jit__remote_close(jit__remote *remote);
 
 // The URL with any password replaced by "***".
 const char *jit__remote_url(const jit__remote *remote);
-// "ready", "connected", or "paused for N ms more: <why>", into `out`.
+// "not connected yet", "connected", "failing: <why> (...)", "paused for N ms more
+// after E errors: <why>" or "to be tried again (...)", into `out`.
 void jit__remote_state(jit__remote *remote, char *out, size_t size);
 void jit__remote_get_stats(jit__remote *remote, jit__remote_stats *out);
 
@@ -98,6 +99,10 @@ jit_status jit__remote_exists(jit__remote *remote, const uint8_t key[16], bool *
 // Calls fn for every value key under the prefix (SCAN; a key may come twice).
 typedef bool (*jit__remote_key_fn)(void *user, const uint8_t key[16]);
 jit_status jit__remote_scan(jit__remote *remote, jit__remote_key_fn fn, void *user);
+
+// Asks the server (PING) so that jit__remote_state tells how it is now; skipped while
+// paused. True when it answered.
+bool jit__remote_ping(jit__remote *remote);
 
 // Waits until the put queue is empty or `timeout_ms` passed; true when empty.
 bool jit__remote_flush(jit__remote *remote, uint32_t timeout_ms);

@@ -62,6 +62,7 @@ const char *jit__cache_remote(jit__cache *c, char *state, size_t state_size) {
                                                            : "the disk cache is off");
     return NULL;
   }
+  (void)jit__remote_ping(c->remote);
   jit__remote_state(c->remote, state, state_size);
   return jit__remote_url(c->remote);
 }

@@ -629,6 +629,7 @@ JIT_API jit_status jit_cache_import(jit_context *ctx, const char *path,
                                     uint64_t *out_count);
 
 // The fleet cache's URL (password hidden; borrowed), or NULL when there is none.
+// Asks the server (PING, within remote_timeout_ms; not while the tier is paused);
 // `out_state` (may be NULL) receives its state, e.g. "connected", "paused for 29000 ms
 // more after 1 errors: GETRANGE timed out", or "off: ..." (borrowed until this
 // thread's next call).

@@ -1,11 +1,14 @@
 //===--- jitml.c - the jitml command-line tool ------------------------------===//
 //
 //   jitml prewarm MODEL.mlir [--shapes 'N=1,2,4,8-64:8'] [--hot] [--jobs J] [--expect-warm]
+//                            [--remote URL]
 //   jitml run MODEL.mlir --shape N=7 [--repeat R]
 //   jitml explain MODEL.mlir --shape N=17
 //   jitml cache ls|stats|verify|prune|clear [--json]
 //   jitml cache export BUNDLE [--sign SECRET_KEY]
 //   jitml cache import BUNDLE [--trust PUBLIC_KEY[,...]]
+//   jitml cache push [--remote URL] [--sign SECRET_KEY]
+//   jitml cache pull [--remote URL] [--trust PUBLIC_KEY[,...]]
 //   jitml keygen SECRET_KEY
 //
 // Uses the public API only. Exit codes: 0 success, 1 failure (or, with --expect-warm,
@@ -52,11 +55,13 @@ typedef struct args {
   const char *path;       // export/import bundle
   const char *device;     // --device: options.device (runs and prewarms go there)
   const char *sign;       // export --sign: the secret key file
-  const char *trust;      // import --trust: options.bundle_trusted_keys
+  const char *trust;      // import/pull --trust: options.bundle_trusted_keys
+  const char *remote;     // --remote: options.remote_cache
   int jobs, repeat;
   bool expect_warm, json;
   bool hot;    // prewarm: also the bindings the cache remembers as hot
   bool exact;  // prewarm: each binding's own kernel (shape policy EXACT)
+  bool remote_sign;  // cache push: --sign signs the pushed entries
 } args;
 
 static const char kUsage[] =
@@ -68,7 +73,9 @@ static const char kUsage[] =
     "      graph's generic kernel (for bindings not in SPEC) where it has one;\n"
     "      --hot: also the bindings that serving processes found hot (shape policy\n"
     "      AUTO remembers them in the cache), hottest first;\n"
-    "      --expect-warm fails (exit 1) if anything had to be compiled\n"
+    "      --expect-warm fails (exit 1) if anything had to be compiled;\n"
+    "      --remote URL: also fill that fleet cache (every kernel of the disk cache\n"
+    "      it lacks is pushed at the end)\n"
     "  run MODEL.mlir --shape SPEC [--repeat R]\n"
     "      run once per binding on random inputs; print timings and where the\n"
     "      kernel came from (compiled / disk / memory)\n"
@@ -80,6 +87,11 @@ static const char kUsage[] =
     "  cache import BUNDLE [--trust PUBLIC_KEY[,PUBLIC_KEY...]]\n"
     "      add a bundle's verified entries; with trusted keys (--trust, else\n"
     "      $JITML_TRUSTED_KEYS) only a bundle signed by one of them\n"
+    "  cache push [--sign SECRET_KEY]\n"
+    "      copy every kernel of the disk cache that the fleet cache (--remote)\n"
+    "      lacks there; --sign signs them for machines that trust its key\n"
+    "  cache pull [--trust PUBLIC_KEY[,PUBLIC_KEY...]]\n"
+    "      copy every verified kernel of the fleet cache into the disk cache\n"
     "  keygen SECRET_KEY\n"
     "      make a signing key: the secret into a new file (mode 600), the public\n"
     "      key (for --trust) on stdout\n"
@@ -88,7 +100,9 @@ static const char kUsage[] =
     "lo-hi:step; ';' separates symbols; every combination is used).\n"
     "options: --cache-dir DIR (default: $JITML_CACHE_DIR, $XDG_CACHE_HOME/jitml,\n"
     "~/.cache/jitml), --device cpu|vulkan|cuda[:N] (where prewarm, run and explain\n"
-    "compile for: options.device), -h/--help.\n";
+    "compile for: options.device), --remote redis://[[user]:password@]host[:port][/db]\n"
+    "(the fleet cache; default $JITML_REMOTE_CACHE; `cache stats` shows its state),\n"
+    "-h/--help.\n";
 
 static int usage_error(const char *msg) {
   fprintf(stderr, "jitml: %s\n\n%s", msg, kUsage);
@@ -111,6 +125,8 @@ static int parse_args(int argc, char **argv, int first, args *a, bool want_model
       a->sign = argv[++i];
     } else if (!strcmp(s, "--trust") && has_next) {
       a->trust = argv[++i];
+    } else if (!strcmp(s, "--remote") && has_next) {
+      a->remote = argv[++i];
     } else if (!strcmp(s, "--cache-dir") && has_next) {
       a->cache_dir = argv[++i];
     } else if (!strcmp(s, "--jobs") && has_next) {
@@ -150,6 +166,9 @@ static jit_status open_context(const args *a, jit_context **ctx) {
   o.cache_dir = a->cache_dir;
   o.device = a->device;
   o.bundle_trusted_keys = a->trust;
+  o.remote_cache = a->remote;
+  // push --sign: the pushed entries are signed with that key.
+  if (a->sign && a->remote_sign) o.remote_signing_key = a->sign;
   // prewarm fills the cache with each binding's own kernel (and the generic one).
   if (a->exact) o.shape_policy = JIT_SHAPE_POLICY_EXACT;
   return jit_context_create(&o, ctx);
@@ -261,6 +280,44 @@ static void close_model(binding_set *b, jit_context *ctx, jit_graph *g) {
   free_bindings(b);
 }
 
+//===--- The fleet cache ---------------------------------------------------===//
+
+// Progress of a push or pull on stderr: a line rewritten in place on a terminal,
+// else a line at every tenth.
+static void progress(void *user, uint64_t done, uint64_t total) {
+  const char *what = user;
+  if (isatty(2))
+    fprintf(stderr, "\r%s %llu/%llu", what, (unsigned long long)done,
+            (unsigned long long)total);
+  else if (done == total || (total >= 10 && done % (total / 10) == 0))
+    fprintf(stderr, "%s %llu/%llu\n", what, (unsigned long long)done,
+            (unsigned long long)total);
+  if (isatty(2) && done == total) fprintf(stderr, "\n");
+}
+
+static int push_all(jit_context *ctx) {
+  uint64_t pushed = 0, present = 0;
+  double t0 = now_ms();
+  jit_status s = jit_cache_push(ctx, progress, "push", &pushed, &present);
+  printf("push: %llu entries pushed, %llu already there, to %s in %.1f s\n",
+         (unsigned long long)pushed, (unsigned long long)present,
+         jit_cache_remote(ctx, NULL) ? jit_cache_remote(ctx, NULL) : "(none)",
+         (now_ms() - t0) / 1e3);
+  return s ? fail(s, "cache push") : kExitOk;
+}
+
+static int pull_all(jit_context *ctx) {
+  uint64_t pulled = 0, rejected = 0;
+  double t0 = now_ms();
+  jit_status s = jit_cache_pull(ctx, progress, "pull", &pulled, &rejected);
+  printf("pull: %llu entries pulled, %llu refused (see the log), from %s in %.1f s\n",
+         (unsigned long long)pulled, (unsigned long long)rejected,
+         jit_cache_remote(ctx, NULL) ? jit_cache_remote(ctx, NULL) : "(none)",
+         (now_ms() - t0) / 1e3);
+  if (s) return fail(s, "cache pull");
+  return rejected ? kExitFail : kExitOk;
+}
+
 //===--- prewarm ---------------------------------------------------------===//
 
 typedef struct prewarm_job {
@@ -353,6 +410,7 @@ static int cmd_prewarm(const args *a) {
            (unsigned long long)st.disk_hits, failed, jit_cache_dir(ctx, NULL));
     pthread_mutex_destroy(&j.print_mu);
     if (failed) rc = kExitFail;
+    if (a->remote && push_all(ctx) != kExitOk) rc = kExitFail;
     if (a->expect_warm && st.compiles > 0) {
       fprintf(stderr, "jitml: --expect-warm: %llu kernels were not in the cache\n",
               (unsigned long long)st.compiles);
@@ -504,12 +562,20 @@ static int cmd_cache(const char *sub, const args *a) {
     if (s) {
       rc = fail(s, "cache ls");
     } else if (!strcmp(sub, "stats")) {
-      if (a->json)
-        printf("{\"dir\":\"%s\",\"entries\":%llu,\"bytes\":%llu}\n", dir,
+      const char *state = NULL, *url = jit_cache_remote(ctx, &state);
+      if (a->json) {
+        printf("{\"dir\":\"%s\",\"entries\":%llu,\"bytes\":%llu,\"remote\":", dir,
                (unsigned long long)st.n, (unsigned long long)st.bytes);
-      else
-        printf("dir %s\nentries %llu\nbytes %llu\n", dir, (unsigned long long)st.n,
-               (unsigned long long)st.bytes);
+        if (url) json_string(url);
+        else printf("null");
+        printf(",\"remote_state\":");
+        json_string(state);
+        printf("}\n");
+      } else {
+        printf("dir %s\nentries %llu\nbytes %llu\nremote %s\nremote_state %s\n", dir,
+               (unsigned long long)st.n, (unsigned long long)st.bytes, url ? url : "none",
+               state);
+      }
     }
   } else if (!strcmp(sub, "verify")) {
     s = jit_cache_verify(ctx, &n1, &n2);
@@ -527,6 +593,10 @@ static int cmd_cache(const char *sub, const args *a) {
     if (s) rc = fail(s, "cache clear");
     else if (a->json) printf("{\"removed\":%llu}\n", (unsigned long long)n1);
     else printf("removed %llu entries\n", (unsigned long long)n1);
+  } else if (!strcmp(sub, "push")) {
+    rc = push_all(ctx);
+  } else if (!strcmp(sub, "pull")) {
+    rc = pull_all(ctx);
   } else if (!strcmp(sub, "export") || !strcmp(sub, "import")) {
     bool ex = !strcmp(sub, "export");
     s = !ex ? jit_cache_import(ctx, a->path, &n1)
@@ -578,11 +648,15 @@ int main(int argc, char **argv) {
     const char *sub = argv[2];
     bool bundle = !strcmp(sub, "export") || !strcmp(sub, "import");
     if (!bundle && strcmp(sub, "ls") && strcmp(sub, "stats") && strcmp(sub, "verify") &&
-        strcmp(sub, "prune") && strcmp(sub, "clear"))
+        strcmp(sub, "prune") && strcmp(sub, "clear") && strcmp(sub, "push") &&
+        strcmp(sub, "pull"))
       return usage_error("unknown cache subcommand");
     if ((rc = parse_args(argc, argv, 3, &a, false, bundle))) return rc;
-    if (a.sign && strcmp(sub, "export")) return usage_error("--sign is for cache export");
-    if (a.trust && strcmp(sub, "import")) return usage_error("--trust is for cache import");
+    if (a.sign && strcmp(sub, "export") && strcmp(sub, "push"))
+      return usage_error("--sign is for cache export and cache push");
+    if (a.trust && strcmp(sub, "import") && strcmp(sub, "pull"))
+      return usage_error("--trust is for cache import and cache pull");
+    a.remote_sign = !strcmp(sub, "push");
     return cmd_cache(sub, &a);
   }
   return usage_error("unknown command");

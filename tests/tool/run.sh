@@ -127,4 +127,39 @@ else
   echo "$out" | grep -q "N=9.*call 1:.*kernel from memory" || fail "run --device vulkan: $out"
 fi
 
+# The fleet cache, on a real redis-server listening on a unix socket in $dir:
+# prewarm --remote fills it, a new machine's cache pulls it and is then warm, push
+# finds everything there, and cache stats shows the tier, up and then down.
+command -v redis-server >/dev/null || fail "redis-server is missing (scripts/install-deps.sh)"
+redis-server --port 0 --unixsocket "$dir/redis.sock" --save '' --appendonly no \
+  --dir "$dir" --daemonize no >/dev/null 2>&1 &
+redis_pid=$!
+trap 'kill -9 $redis_pid 2>/dev/null || true; rm -rf "$dir"' EXIT
+for _ in $(seq 100); do [[ -S "$dir/redis.sock" ]] && break; sleep 0.05; done
+url="unix://$dir/redis.sock"
+out=$("$jitml" prewarm "$model" --shapes 'N=1-3' --cache-dir "$dir/m1" --remote "$url" 2>&1)
+echo "$out" | grep -q "3 compiled" || fail "prewarm --remote: $out"
+echo "$out" | grep -Eq "push: [0-9]+ entries pushed, [0-9]+ already there" || fail "prewarm --remote: $out"
+total=$("$jitml" cache stats --cache-dir "$dir/m1" | sed -n 's/^entries //p')
+"$jitml" cache stats --cache-dir "$dir/m2" --remote "$url" | grep -q "remote_state connected" \
+  || fail "cache stats --remote: $("$jitml" cache stats --cache-dir "$dir/m2" --remote "$url")"
+out=$("$jitml" cache pull --cache-dir "$dir/m2" --remote "$url" 2>&1)
+echo "$out" | grep -q "pull: $total entries pulled, 0 refused" || fail "cache pull ($total): $out"
+"$jitml" prewarm "$model" --shapes 'N=1-3' --expect-warm --cache-dir "$dir/m2" >/dev/null \
+  || fail "pulled entries were not used"
+out=$("$jitml" cache push --cache-dir "$dir/m2" --remote "$url" 2>&1)
+echo "$out" | grep -q "push: 0 entries pushed, $total already there" || fail "cache push: $out"
+# A new machine that only asks the fleet cache compiles nothing.
+out=$("$jitml" prewarm "$model" --shapes 'N=1-3' --expect-warm --cache-dir "$dir/m3" \
+      --remote "$url" 2>&1) || fail "prewarm on a new machine compiled: $out"
+kill -9 $redis_pid; wait $redis_pid 2>/dev/null || true
+"$jitml" cache stats --cache-dir "$dir/m2" --remote "$url" | grep -Eq "remote_state (failing|paused)" \
+  || fail "cache stats with the server down: $("$jitml" cache stats --cache-dir "$dir/m2" --remote "$url")"
+set +e
+"$jitml" cache pull --cache-dir "$dir/m2" --remote "$url" >/dev/null 2>"$dir/pull.txt"; rc=$?
+set -e
+[[ $rc == 1 ]] && grep -q "UNAVAILABLE" "$dir/pull.txt" || fail "pull with the server down: $(cat "$dir/pull.txt")"
+"$jitml" prewarm "$model" --shapes 'N=1-3,5' --cache-dir "$dir/m2" --remote "$url" >/dev/null 2>&1 \
+  && fail "prewarm --remote with the server down should report the failed push (exit 1)"
+
 echo "tool test: all checks passed"
