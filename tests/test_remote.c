@@ -590,3 +590,28 @@ Test(remote, isolated_compiles_are_pushed) {
     jit_context_destroy(ctx);
   }
 }
+
+// GPU kernels take the same path: SPIR-V and its launch plan on lavapipe (the CPU
+// Vulkan device the suite runs on; skipped without one).
+Test(remote, vulkan_kernels_travel_too) {
+  for (int m = 0; m < 2; m++) {
+    char dir[300];
+    jit_options o = machine_options(m ? "b" : "a", dir, sizeof dir);
+    o.device = "vulkan";
+    jit_context *ctx = NULL;
+    jit_status s = jit_context_create(&o, &ctx);
+    if (s && jit_status_get_code(s) == JIT_UNAVAILABLE) {
+      jit_status_free(s);
+      cr_skip_test("no Vulkan device");
+    }
+    TU_OK(s);
+    jit_graph *g = square_plus(ctx);
+    cr_assert_eq(run_sizes(g, kSizes, 4), 0, "a Vulkan run failed or gave wrong results");
+    jit_stats st = stats_of(ctx);
+    cr_assert_eq(st.compiles, m ? 0 : 4);
+    cr_assert_eq(st.remote_hits, m ? 4 : 0);
+    cr_assert_eq(st.remote_rejected, 0);
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+}
