@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/hex.h"
@@ -41,6 +42,8 @@ typedef struct jit__remote_item {
 struct jit__remote {
   jit__remote_options o;  // defaults filled; strings below are owned copies
   char *prefix, *url_shown;
+  pid_t pid;  // the process that opened it: a forked child has neither its
+              // connections nor its sender thread, and does not use the tier
   char *host, *unix_path, *user, *password;
   int port, db;
 
@@ -319,7 +322,7 @@ static redisContext *jit__remote_connect(jit__remote *r, bool *timeout, char *wh
 static redisReply *jit__remote_cmd(jit__remote *r, redisContext **slot, int argc,
                                    const char **argv, const size_t *lens,
                                    const char *pass_error) {
-  if (!jit__remote_allowed(r)) return NULL;
+  if (getpid() != r->pid || !jit__remote_allowed(r)) return NULL;
   char why[256];
   bool timeout = false;
   jit__pipe_guard guard;
@@ -355,7 +358,9 @@ static void jit__key_name(const jit__remote *r, const char *kind, const uint8_t 
 
 //===--- Open / close ------------------------------------------------------------===//
 
-static void jit__remote_free(jit__remote *r) {
+// `sync`: also destroy the locks and condition variables (not in a forked child,
+// where the parent's sender may have been waiting on them).
+static void jit__remote_free(jit__remote *r, bool sync) {
   if (r->conn) redisFree(r->conn);
   if (r->put_conn) redisFree(r->put_conn);
   for (jit__remote_item *i = r->head, *next; i; i = next) {
@@ -363,10 +368,12 @@ static void jit__remote_free(jit__remote *r) {
     free(i->bytes);
     free(i);
   }
-  pthread_mutex_destroy(&r->mu);
-  pthread_mutex_destroy(&r->conn_mu);
-  pthread_cond_destroy(&r->wake);
-  pthread_cond_destroy(&r->idle);
+  if (sync) {
+    pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->conn_mu);
+    pthread_cond_destroy(&r->wake);
+    pthread_cond_destroy(&r->idle);
+  }
   if (r->password) memset(r->password, 0, strlen(r->password));
   free(r->prefix);
   free(r->url_shown);
@@ -400,25 +407,30 @@ jit_status jit__remote_open(const jit__remote_options *options, jit__remote **ou
                      : jit__parse_url(r, options->url);
   r->o.url = r->o.prefix = NULL;  // the caller's strings are not kept
   if (s) {
-    jit__remote_free(r);
+    jit__remote_free(r, true);
     return s;
   }
   snprintf(r->why, sizeof r->why, "not used yet");
+  r->pid = getpid();
   *out = r;
   return NULL;
 }
 
 void jit__remote_close(jit__remote *r) {
   if (!r) return;
+  if (getpid() != r->pid) {  // a forked child: its copies of the locks may be held
+    jit__remote_free(r, false);
+    return;
+  }
   pthread_mutex_lock(&r->mu);
   r->closing = true;
   uint32_t grace = r->o.timeout_ms * 4 > 2000 ? r->o.timeout_ms * 4 : 2000;
   r->drop_after_ms = jit__now_ms() + grace;
   pthread_cond_signal(&r->wake);
-  bool started = r->started;
+  bool started = r->started && getpid() == r->pid;
   pthread_mutex_unlock(&r->mu);
   if (started) pthread_join(r->sender, NULL);
-  jit__remote_free(r);
+  jit__remote_free(r, true);
 }
 
 const char *jit__remote_url(const jit__remote *r) { return r->url_shown; }
@@ -548,7 +560,8 @@ static void *jit__remote_sender(void *arg) {
 static bool jit__remote_enqueue(jit__remote *r, jit__remote_item *item) {
   pthread_mutex_lock(&r->mu);
   bool paused = r->paused_until_ms > 0 && jit__now_ms() < r->paused_until_ms;
-  bool ok = !r->closing && !paused && r->queued_bytes + item->size <= r->o.queue_max_bytes;
+  bool ok = !r->closing && !paused && getpid() == r->pid &&
+            r->queued_bytes + item->size <= r->o.queue_max_bytes;
   if (paused) r->stats.skipped++;
   if (ok && !r->started) {
     // The sender blocks every signal: they belong to the application's threads.

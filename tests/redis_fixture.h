@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -66,6 +67,7 @@ static inline bool tu_redis_start(tu_redis *r) {
     snprintf(log, sizeof log, "%s/redis.log", r->dir);
     r->pid = fork();
     if (r->pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives a test that crashed
       execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--dir", r->dir, "--logfile", log,
              "--daemonize", "no", "--enable-debug-command", "yes", (char *)NULL);

@@ -509,6 +509,7 @@ Test(remote, push_and_pull) {
   // Without a fleet cache there is nothing to push to.
   jit_status s = jit_cache_push(b = machine_with(&o), NULL, NULL, NULL, NULL);
   TU_EXPECT_CODE(s, JIT_UNAVAILABLE);
+  jit_status_free(s);
   jit_context_destroy(b);
 }
 
@@ -559,7 +560,9 @@ Test(remote, configuration_errors) {
   jit_context_destroy(ctx);
   o = machine_options("a", dir, sizeof dir);
   o.remote_lock_wait_ms = -2;
-  TU_EXPECT_CODE(jit_context_create(&o, &ctx), JIT_INVALID_ARGUMENT);
+  jit_status s = jit_context_create(&o, &ctx);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  jit_status_free(s);
 }
 
 // Kernels compiled in the isolation worker (MLIR text) reach the fleet too.
@@ -614,4 +617,34 @@ Test(remote, vulkan_kernels_travel_too) {
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
   }
+}
+
+// A child forked from a process using the tier does not use its parent's connections
+// or sender thread (they are not its own): it runs on its disk cache and compiles, and
+// destroying its context there neither hangs nor disturbs the parent.
+Test(remote, forked_child_leaves_the_tier_alone) {
+  jit_context *a = machine("a");
+  jit_graph *g = square_plus(a);
+  cr_assert_eq(run_sizes(g, kSizes, 2), 0);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    int bad = run_sizes(g, kSizes + 2, 2);
+    jit_graph_destroy(g);
+    jit_context_destroy(a);
+    _exit(bad ? 1 : 0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  cr_assert_eq(run_sizes(g, kSizes + 4, 2), 0);
+  jit_graph_destroy(g);
+  jit_context_destroy(a);
+  jit_context *b = machine("b");
+  jit_graph *gb = square_plus(b);
+  cr_assert_eq(run_sizes(gb, kSizes, 2), 0);
+  cr_assert_eq(run_sizes(gb, kSizes + 4, 2), 0);
+  cr_assert_eq(stats_of(b).remote_hits, 4, "the parent's pushes did not all land");
+  jit_graph_destroy(gb);
+  jit_context_destroy(b);
 }
