@@ -7,7 +7,9 @@
 // running threads; single-flight compiles of one key from all threads; a graph
 // destroyed with specializations queued and in flight; the context destroyed after;
 // hot bindings remembered in a cache directory and warmed up by a restarted context
-// while threads run them.
+// while threads run them; two "machines" sharing a real redis-server (the fleet tier's
+// push thread, breaker and shared connection) from eight threads, then the server
+// killed under them.
 // Results are checked against plain C. Exits 0 when all is well. CTest runs it in every
 // build; .ci/run runs it in a -DJITML_TSAN=ON build.
 //
@@ -22,6 +24,9 @@
 #include <time.h>
 
 #include "jitml.h"
+#if JITML_HAVE_HIREDIS
+#include "redis_fixture.h"
+#endif
 
 enum { K = 48, N = 40, kThreads = 4, kRounds = 40 };
 
@@ -142,6 +147,78 @@ static void hot_restart(void) {
   if (system(cmd) != 0) fail("removing the cache directory", NULL);
 }
 
+#if JITML_HAVE_HIREDIS
+typedef struct machine_job {
+  jit_graph *g;
+  int64_t base;  // the round's bindings: M = base + 0..8
+  int index;
+} machine_job;
+
+static void *machine_runner(void *arg) {
+  machine_job *j = arg;
+  for (int i = 0; i < kRounds; i++)
+    run_one(j->g, j->base + (j->index * 3 + i) % 9, (unsigned)i);
+  return NULL;
+}
+
+// kThreads threads running machine `j`'s graph.
+static void *machine_threads(void *arg) {
+  machine_job *j = arg, jobs[kThreads];
+  pthread_t t[kThreads];
+  for (int i = 0; i < kThreads; i++) {
+    jobs[i] = (machine_job){j->g, j->base, i};
+    pthread_create(&t[i], NULL, machine_runner, &jobs[i]);
+  }
+  for (int i = 0; i < kThreads; i++) pthread_join(t[i], NULL);
+  return NULL;
+}
+
+// Two machines (contexts with their own cache directories) sharing one redis-server,
+// four threads each; a second round after the server was killed.
+static void fleet(void) {
+  tu_redis r;
+  if (!tu_redis_start(&r)) {
+    fail("starting redis-server", NULL);
+    return;
+  }
+  char dirs[2][32] = {"/tmp/jitml-stress-XXXXXX", "/tmp/jitml-stress-XXXXXX"};
+  jit_context *ctx[2] = {NULL, NULL};
+  machine_job jobs[2] = {{NULL, 1, 0}, {NULL, 1, 0}};
+  for (int m = 0; m < 2; m++) {
+    jit_options o;
+    jit_options_init(&o);
+    o.cache_dir = mkdtemp(dirs[m]);
+    o.remote_cache = r.url;
+    o.remote_timeout_ms = 300;
+    o.specialize_after = 2;
+    jit_status s = o.cache_dir ? jit_context_create(&o, &ctx[m]) : NULL;
+    if (!o.cache_dir || s) fail("fleet context", s);
+    if (ctx[m]) jobs[m].g = layer(ctx[m]);
+  }
+  for (int round = 0; round < 2 && jobs[0].g && jobs[1].g; round++) {
+    if (round == 1) tu_redis_kill(&r);
+    jobs[0].base = jobs[1].base = 1 + 9 * round;  // new bindings: they ask the server
+    pthread_t other;
+    pthread_create(&other, NULL, machine_threads, &jobs[1]);
+    machine_threads(&jobs[0]);
+    pthread_join(other, NULL);
+  }
+  jit_stats st = {.struct_size = sizeof st};
+  if (ctx[1]) jit_context_stats(ctx[1], &st);
+  printf("thread_stress: fleet: second machine %llu remote hits, %llu errors, %llu skipped\n",
+         (unsigned long long)st.remote_hits, (unsigned long long)st.remote_errors,
+         (unsigned long long)st.remote_skipped);
+  for (int m = 0; m < 2; m++) {
+    jit_graph_destroy(jobs[m].g);
+    jit_context_destroy(ctx[m]);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dirs[m]);
+    if (dirs[m][19] != 'X' && system(cmd) != 0) fail("removing a cache directory", NULL);
+  }
+  tu_redis_stop(&r);
+}
+#endif
+
 int main(void) {
   for (int i = 0; i < K * N; i++) W[i] = (float)((i * 17) % 11) / 11.0f - 0.5f;
   jit_options o;
@@ -188,5 +265,8 @@ int main(void) {
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
   hot_restart();
+#if JITML_HAVE_HIREDIS
+  fleet();
+#endif
   return failures ? 1 : 0;
 }
