@@ -129,6 +129,18 @@ jit_status jit__cache_open_remote(jit__cache *cache, const jit__cache_options *o
 void jit__cache_push(jit__cache *cache, const uint8_t key[16], uint32_t kind,
                      const struct iovec *iov, int iov_count);
 
+// Checks a value from the fleet tier (an entry's bytes, then maybe a signature trailer):
+// header, key, version, exact length, checksum, a kernel's kind; the signature by one of
+// `trusted` when it has keys (else, when signed, by the key it names). On success
+// `*entry_size` is the entry's length without the trailer and `h` its header; else
+// `why` says what is wrong. No I/O (fuzz_remote_value drives it).
+bool jit__cache_check_value(const jit__trusted_keys *trusted, const uint8_t key[16],
+                            const uint8_t *bytes, size_t size, jit__cache_header *h,
+                            size_t *entry_size, char *why, size_t why_size);
+// Fills `out` (release it) with copies of a checked entry's parts; false: out of memory.
+bool jit__cache_entry_from(const jit__cache_header *h, const uint8_t *bytes,
+                           const uint8_t key[16], jit__cache_entry *out);
+
 void jit__cache_logf(jit__cache *cache, jit_log_level level, const char *fmt, ...)
     JIT__PRINTF(3, 4);
 // Logs only the first time `event` (a JIT__LOGGED_* bit) happens on this handle.

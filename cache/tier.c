@@ -133,11 +133,9 @@ void jit__cache_publish(jit__cache *c, const uint8_t key[16]) {
 
 //===--- Fetch --------------------------------------------------------------------===//
 
-// Checks a value from the server; on success `*entry_size` is the entry's length
-// (without a trailer) and `h` its header.
-static bool jit__cache_check_value(jit__cache *c, const uint8_t key[16], const uint8_t *bytes,
-                                   size_t size, jit__cache_header *h, size_t *entry_size,
-                                   char *why, size_t why_size) {
+bool jit__cache_check_value(const jit__trusted_keys *trusted, const uint8_t key[16],
+                            const uint8_t *bytes, size_t size, jit__cache_header *h,
+                            size_t *entry_size, char *why, size_t why_size) {
   if (size < JIT__CACHE_HEADER_SIZE) {
     snprintf(why, why_size, "%zu bytes, shorter than an entry's header", size);
     return false;
@@ -158,15 +156,14 @@ static bool jit__cache_check_value(jit__cache *c, const uint8_t key[16], const u
   // With trusted keys only their signatures pass; without, a signature present must
   // still verify (the bytes are intact), as for bundles.
   uint8_t signer[JIT__SIGN_PUBLIC_BYTES];
-  if ((signed_ || c->trusted.n) &&
-      !jit__sign_verify_bytes(bytes, size, &c->trusted, signer, why, why_size))
+  if ((signed_ || trusted->n) &&
+      !jit__sign_verify_bytes(bytes, size, trusted, signer, why, why_size))
     return false;
   *entry_size = (size_t)want;
   return true;
 }
 
-// Fills `out` from verified entry bytes (copies).
-static bool jit__cache_entry_from(const jit__cache_header *h, const uint8_t *bytes,
+bool jit__cache_entry_from(const jit__cache_header *h, const uint8_t *bytes,
                                   const uint8_t key[16], jit__cache_entry *out) {
   const uint8_t *at = bytes + JIT__CACHE_HEADER_SIZE;
   memcpy(out->key, key, 16);
@@ -226,7 +223,8 @@ static jit_status jit__cache_fetch_remote(jit__cache *c, const uint8_t key[16],
   char why[256];
   jit__cache_header h;
   jit_status s = NULL;
-  if (!jit__cache_check_value(c, key, bytes, size, &h, &entry_size, why, sizeof why)) {
+  if (!jit__cache_check_value(&c->trusted, key, bytes, size, &h, &entry_size, why,
+                              sizeof why)) {
     jit__cache_reject(c, key, why);
   } else {
     struct iovec iov = {bytes, entry_size};

@@ -12,7 +12,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SECONDS_PER_TARGET=${1:-60}
-TARGETS=${TARGETS:-"fuzz_artifact fuzz_entry fuzz_bundle fuzz_spec fuzz_mlir"}
+TARGETS=${TARGETS:-"fuzz_artifact fuzz_entry fuzz_remote_value fuzz_bundle fuzz_spec fuzz_mlir"}
 BUILD=build-fuzz
 
 for t in $TARGETS; do
