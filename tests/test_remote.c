@@ -155,6 +155,21 @@ static void set_value(redisContext *c, const char *key, const void *bytes, size_
   freeReplyObject(r);
 }
 
+// A new machine ("b": the defaults, or `o`) runs every size: `refused` values are
+// refused and their kernels compiled, the rest are remote hits. Returns its stats.
+static jit_stats new_machine_refuses(const jit_options *o, uint64_t refused) {
+  char dir[300];
+  jit_options defaults = machine_options("b", dir, sizeof dir);
+  jit_context *b = machine_with(o ? o : &defaults);
+  run_all(b);
+  jit_stats st = stats_of(b);
+  cr_assert_eq(st.remote_rejected, refused, "%llu refused", (unsigned long long)st.remote_rejected);
+  cr_assert_eq(st.compiles, refused);
+  cr_assert_eq(st.remote_hits, kNumSizes - refused);
+  jit_context_destroy(b);
+  return st;
+}
+
 //===--- The fleet ------------------------------------------------------------===//
 
 // Four machines at once, each with a different half of the sizes (every size on two
@@ -327,13 +342,7 @@ Test(remote, other_keys_values_are_refused) {
   set_value(c, keys[1], v0->str, v0->len);
   freeReplyObject(v0);
   freeReplyObject(v1);
-  jit_context *b = machine("b");
-  run_all(b);
-  jit_stats st = stats_of(b);
-  cr_assert_eq(st.remote_rejected, 2);
-  cr_assert_eq(st.compiles, 2);
-  cr_assert_eq(st.remote_hits, kNumSizes - 2);
-  jit_context_destroy(b);
+  new_machine_refuses(NULL, 2);
   redisFree(c);
 }
 
@@ -361,13 +370,7 @@ Test(remote, damaged_values_are_refused) {
     free(bytes);
     freeReplyObject(v);
   }
-  jit_context *b = machine("b");
-  run_all(b);
-  jit_stats st = stats_of(b);
-  cr_assert_eq(st.remote_rejected, 6);
-  cr_assert_eq(st.compiles, 6);
-  cr_assert_eq(st.remote_hits, kNumSizes - 6);
-  jit_context_destroy(b);
+  new_machine_refuses(NULL, 6);
   redisFree(c);
 }
 
@@ -390,13 +393,8 @@ Test(remote, oversize_and_garbage_values_are_refused) {
   char dir[300];
   jit_options o = machine_options("b", dir, sizeof dir);
   o.remote_max_bytes = 1 << 20;
-  jit_context *b = machine_with(&o);
-  run_all(b);
-  jit_stats st = stats_of(b);
-  cr_assert_eq(st.remote_rejected, 4);
-  cr_assert_eq(st.compiles, 4);
+  jit_stats st = new_machine_refuses(&o, 4);
   cr_assert(st.remote_bytes_read < ((uint64_t)2 << 20), "an oversize value was read whole");
-  jit_context_destroy(b);
   redisFree(c);
 }
 
