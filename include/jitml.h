@@ -377,6 +377,10 @@ JIT_API jit_value jit_sigmoid(jit_graph *graph, jit_value x);
 JIT_API jit_value jit_relu(jit_graph *graph, jit_value x);
 // gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 JIT_API jit_value jit_gelu(jit_graph *graph, jit_value x);
+// erf, within 4.2e-7 of the exact function (absolute and relative) over all f32; and
+// gelu in erf form, 0.5 x (1 + erf(x / sqrt(2))), PyTorch's default gelu.
+JIT_API jit_value jit_erf(jit_graph *graph, jit_value x);
+JIT_API jit_value jit_gelu_erf(jit_graph *graph, jit_value x);
 JIT_API jit_value jit_sqrt(jit_graph *graph, jit_value x);
 JIT_API jit_value jit_rsqrt(jit_graph *graph, jit_value x);
 

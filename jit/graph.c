@@ -553,6 +553,8 @@ jit_value jit_relu(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_REL
 jit_value jit_gelu(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_GELU, x); }
 jit_value jit_sqrt(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_SQRT, x); }
 jit_value jit_rsqrt(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_RSQRT, x); }
+jit_value jit_erf(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_ERF, x); }
+jit_value jit_gelu_erf(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_GELU_ERF, x); }
 
 // Normalizes a possibly negative axis against `x`'s rank, recording an error if it
 // is out of range.

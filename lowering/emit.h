@@ -66,7 +66,7 @@ typedef enum jit__body_kind {
   JIT__B_COPY,
   JIT__B_ADD, JIT__B_SUB, JIT__B_MUL, JIT__B_DIV, JIT__B_MAX, JIT__B_MIN,
   JIT__B_NEG, JIT__B_EXP, JIT__B_LOG, JIT__B_TANH, JIT__B_SIGMOID, JIT__B_RELU, JIT__B_GELU,
-  JIT__B_SQRT, JIT__B_RSQRT,
+  JIT__B_SQRT, JIT__B_RSQRT, JIT__B_ERF, JIT__B_GELU_ERF,
   JIT__B_ACC_SUM,  // out + x
   JIT__B_ACC_MAX,  // max(out, x)
   JIT__B_ACC_MAXNUM,  // max(out, x) for softmax, as llvm.maxnum with no NaN checks (nnan:
@@ -135,7 +135,7 @@ jit__str jit__emit_reshape_to(jit__emitter *e, const char *x, jit__dtype dt, int
 //===--- Ops (emit_ops.c, emit_matmul.c): each writes node e->cur ---===//
 
 jit_status jit__emit_elementwise(jit__emitter *e, const jit__node *n, jit__body_kind kind);
-// The body kind of an elementwise op (JIT__OP_ADD .. JIT__OP_RSQRT).
+// The body kind of an elementwise op (jit__op_is_elementwise).
 jit__body_kind jit__elementwise_kind(jit__op op);
 // Operand `id` of an elementwise node of shape (rank, dims), its map broadcast
 // NumPy-style (a keepdims reduction read without its unit dim: sq_dims holds the

@@ -26,7 +26,7 @@
 #include "lowering/emit.h"
 #include "lowering/lower.h"
 
-static bool is_elementwise(jit__op op) { return op >= JIT__OP_ADD && op <= JIT__OP_RSQRT; }
+static bool is_elementwise(jit__op op) { return jit__op_is_elementwise(op); }
 
 static bool same_shape(const jit__node *a, const jit__node *b) {
   return a->rank == b->rank && !memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank);

@@ -74,7 +74,7 @@ static jit_status check_node(jit__emitter *e, const jit__node *n) {
     if (e->g->nodes[n->operands[i]].dtype != n->dtype) return jit__node_error(e, "dtype");
   }
   if (n->op == JIT__OP_SCALAR && n->rank != 0) return jit__node_error(e, "scalar rank");
-  if (n->op >= JIT__OP_NEG && n->op <= JIT__OP_RSQRT) {
+  if (jit__op_is_unary(n->op)) {
     const jit__node *x = &e->g->nodes[n->operands[0]];
     if (x->rank != n->rank || memcmp(x->dims, n->dims, sizeof(int64_t) * (size_t)n->rank))
       return jit__node_error(e, "unary op changes the shape");
@@ -109,7 +109,7 @@ static jit_status emit_node(jit__emitter *e, const jit__node *n) {
     case JIT__OP_RESHAPE:
       return jit__emit_reshape(e, n);
     default:
-      if (n->op >= JIT__OP_ADD && n->op <= JIT__OP_RSQRT)
+      if (jit__op_is_elementwise(n->op))
         return jit__emit_elementwise(e, n, jit__elementwise_kind(n->op));
       return JIT_ERR(JIT_UNSUPPORTED, "emitting MLIR: node %u: op %d not supported",
                      e->cur, (int)n->op);

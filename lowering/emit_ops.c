@@ -85,6 +85,7 @@ jit__body_kind jit__elementwise_kind(jit__op op) {
       [JIT__OP_SIGMOID] = JIT__B_SIGMOID, [JIT__OP_RELU] = JIT__B_RELU,
       [JIT__OP_GELU] = JIT__B_GELU,
       [JIT__OP_SQRT] = JIT__B_SQRT,       [JIT__OP_RSQRT] = JIT__B_RSQRT,
+      [JIT__OP_ERF] = JIT__B_ERF,         [JIT__OP_GELU_ERF] = JIT__B_GELU_ERF,
   };
   return (int)op >= 0 && op < JIT__OP_COUNT_ ? kinds[op] : JIT__B_COPY;
 }

@@ -44,8 +44,21 @@ typedef enum jit__op {
   JIT__OP_SOFTMAX,
   JIT__OP_TRANSPOSE,
   JIT__OP_RESHAPE,
+  // Unary elementwise ops added later: numbered after the rest, so that graphs exported
+  // before them (jit/graph_mlir.c replays op numbers) keep their meaning.
+  JIT__OP_ERF,
+  JIT__OP_GELU_ERF,
   JIT__OP_COUNT_,
 } jit__op;
+
+// Unary elementwise ops (same shape in and out), and all elementwise ones.
+static inline bool jit__op_is_unary(jit__op op) {
+  return (op >= JIT__OP_NEG && op <= JIT__OP_RSQRT) || op == JIT__OP_ERF ||
+         op == JIT__OP_GELU_ERF;
+}
+static inline bool jit__op_is_elementwise(jit__op op) {
+  return (op >= JIT__OP_ADD && op <= JIT__OP_MINIMUM) || jit__op_is_unary(op);
+}
 
 // The op's name as the API spells it ("matmul", "add", ...).
 const char *jit__op_name(jit__op op);

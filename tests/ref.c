@@ -174,6 +174,8 @@ double ref_unary_scalar(ref_unop op, double x) {
       return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
     case REF_SQRT: return sqrt(x);
     case REF_RSQRT: return 1.0 / sqrt(x);
+    case REF_ERF: return erf(x);
+    case REF_GELU_ERF: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
   }
   return NAN;
 }
@@ -184,9 +186,9 @@ const char *ref_binop_name(ref_binop op) {
 }
 
 const char *ref_unop_name(ref_unop op) {
-  static const char *names[] = {"neg",  "exp",  "log",  "tanh", "sigmoid",
-                                "relu", "gelu", "sqrt", "rsqrt"};
-  return (unsigned)op < 9 ? names[op] : "?";
+  static const char *names[] = {"neg",  "exp",  "log",   "tanh", "sigmoid",  "relu",
+                                "gelu", "sqrt", "rsqrt", "erf",  "gelu_erf"};
+  return (unsigned)op < 11 ? names[op] : "?";
 }
 
 void ref_binary(ref_binop op, const float *a, int ra, const int64_t *da,

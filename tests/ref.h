@@ -71,6 +71,8 @@ typedef enum ref_unop {
   REF_GELU,
   REF_SQRT,
   REF_RSQRT,
+  REF_ERF,
+  REF_GELU_ERF,
 } ref_unop;
 
 double ref_binary_scalar(ref_binop op, double a, double b);

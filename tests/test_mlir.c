@@ -806,7 +806,8 @@ static jit_graph *build_c_graph_with(jit_context *ctx, double scale) {
   jit_value r = jit_reshape(g, tr, 2, rs);
   jit_output(g, r);
   jit_output(g, jit_reduce_mean(g, h, 1, 1));
-  jit_output(g, jit_reduce_max(g, jit_exp(g, jit_sub(g, x, jit_scalar(g, 1.0, TU_F32))), 0, 0));
+  jit_value e = jit_erf(g, jit_gelu_erf(g, jit_exp(g, jit_sub(g, x, jit_scalar(g, 1.0, TU_F32)))));
+  jit_output(g, jit_reduce_max(g, e, 0, 0));
   TU_OK(jit_graph_finalize(g));
   return g;
 }

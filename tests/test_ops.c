@@ -233,6 +233,8 @@ static unary_fn unary_fn_of(ref_unop op) {
     case REF_GELU: return jit_gelu;
     case REF_SQRT: return jit_sqrt;
     case REF_RSQRT: return jit_rsqrt;
+    case REF_ERF: return jit_erf;
+    case REF_GELU_ERF: return jit_gelu_erf;
   }
   return NULL;
 }
@@ -303,6 +305,28 @@ UNARY_TESTS(relu, REF_RELU)
 UNARY_TESTS(gelu, REF_GELU)
 UNARY_TESTS(sqrt, REF_SQRT)
 UNARY_TESTS(rsqrt, REF_RSQRT)
+UNARY_TESTS(erf, REF_ERF)
+UNARY_TESTS(gelu_erf, REF_GELU_ERF)
+
+// erf where its approximation ends: 1 beyond |x| = 4 and at infinity, odd and accurate
+// for tiny x (no cancellation), NaN kept.
+Test(unary, erf_edges) {
+  static const float xs[] = {-INFINITY, -10.0f, -4.5f, -4.0f, -1e-30f, 0.0f, 1e-30f,
+                             1e-4f,     0.5f,   3.9f,  4.0f,  4.5f,    10.0f, INFINITY, NAN};
+  enum { n = sizeof xs / sizeof xs[0] };
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "erf_edges");
+  int64_t d[1] = {n};
+  jit_output(g, jit_erf(g, jit_input(g, "x", TU_F32, 1, d)));
+  TU_OK(jit_graph_finalize(g));
+  float x[n], want[n];
+  memcpy(x, xs, sizeof x);
+  for (int i = 0; i < n; i++) want[i] = (float)erf((double)xs[i]);
+  DLTensor in = tu_tensor(x, TU_F32, 1, d);
+  tu_run_check(g, &in, 1, TU_F32, 1, d, want, 1e-6, 0.0, NULL, "erf edges");
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
 
 //===--- Matmul ---------------------------------------------------------------===//
 
@@ -777,9 +801,10 @@ Test(reshape, then_reduce_f32) {
 
 //===--- Composite graphs -----------------------------------------------------===//
 
-// y = softmax(gelu(x W + b)) for N in {1, 7, 64}: ops fused by the compiler must still
-// agree with the op-by-op reference.
-static void check_mlp(DLDataType dt) {
+// y = softmax(gelu(x W + b)) for N in {1, 7, 64}, gelu in tanh or erf form: ops fused
+// by the compiler (the activation in the matmul's epilogue) must still agree with the
+// op-by-op reference.
+static void check_mlp(DLDataType dt, ref_unop act) {
   const int f16 = tu_is_f16(dt);
   enum { IN = 45, HID = 33 };
   jit_context *ctx = tu_context();
@@ -788,7 +813,8 @@ static void check_mlp(DLDataType dt) {
   jit_value x = jit_input(g, "x", dt, 2, dx);
   jit_value w = jit_input(g, "w", dt, 2, dw);
   jit_value b = jit_input(g, "b", dt, 1, db);
-  jit_output(g, jit_softmax(g, jit_gelu(g, jit_add(g, jit_matmul(g, x, w), b)), -1));
+  jit_value h = jit_add(g, jit_matmul(g, x, w), b);
+  jit_output(g, jit_softmax(g, act == REF_GELU ? jit_gelu(g, h) : jit_gelu_erf(g, h), -1));
   TU_OK(jit_graph_finalize(g));
   cr_assert_eq(jit_graph_num_inputs(g), 3);
   cr_assert_eq(jit_graph_num_outputs(g), 1);
@@ -809,7 +835,7 @@ static void check_mlp(DLDataType dt) {
     int64_t dc[2];
     ref_matmul(xv, 2, d, wv, 2, dwv, h, dc);
     ref_binary(REF_ADD, h, 2, dh, bv, 1, dbv, h2);
-    ref_unary(REF_GELU, h2, N * HID, h);
+    ref_unary(act, h2, N * HID, h);
     ref_softmax(h, 2, dh, -1, h2);
     if (f16) ref_round_f16_array(h2, N * HID);
     DLTensor ins[3] = {tu_tensor(px, dt, 2, d), tu_tensor(pw, dt, 2, dwv),
@@ -830,8 +856,10 @@ static void check_mlp(DLDataType dt) {
   jit_context_destroy(ctx);
 }
 
-Test(composite, mlp_f32) { check_mlp(TU_F32); }
-Test(composite, mlp_f16) { check_mlp(TU_F16); }
+Test(composite, mlp_f32) { check_mlp(TU_F32, REF_GELU); }
+Test(composite, mlp_f16) { check_mlp(TU_F16, REF_GELU); }
+Test(composite, mlp_gelu_erf_f32) { check_mlp(TU_F32, REF_GELU_ERF); }
+Test(composite, mlp_gelu_erf_f16) { check_mlp(TU_F16, REF_GELU_ERF); }
 
 Test(composite, value_used_twice_and_two_outputs) {
   // y0 = x * x + x (x used three times), y1 = reduce_sum(y0, 0, 1) - an output that

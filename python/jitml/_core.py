@@ -337,6 +337,8 @@ class Graph:
     gelu = _unary("jit_gelu")
     sqrt = _unary("jit_sqrt")
     rsqrt = _unary("jit_rsqrt")
+    erf = _unary("jit_erf")
+    gelu_erf = _unary("jit_gelu_erf")
     reduce_sum = _reduce("jit_reduce_sum")
     reduce_max = _reduce("jit_reduce_max")
     reduce_mean = _reduce("jit_reduce_mean")

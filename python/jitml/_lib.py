@@ -158,7 +158,8 @@ def _prototypes(lib):
     _fn(lib, "jit_scalar", jit_value, [c_graph_p, ctypes.c_double, DLDataType])
     for name in ("matmul", "add", "sub", "mul", "div", "maximum", "minimum"):
         _fn(lib, "jit_" + name, jit_value, [c_graph_p, jit_value, jit_value])
-    for name in ("neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "sqrt", "rsqrt"):
+    for name in ("neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "sqrt", "rsqrt",
+                 "erf", "gelu_erf"):
         _fn(lib, "jit_" + name, jit_value, [c_graph_p, jit_value])
     for name in ("reduce_sum", "reduce_max", "reduce_mean"):
         _fn(lib, "jit_" + name, jit_value, [c_graph_p, jit_value, ctypes.c_int, ctypes.c_int])

@@ -1,5 +1,6 @@
 """The Graph builder and calls with NumPy arrays: every op against a NumPy reference,
 several batch sizes, f16, dtype and shape errors, strides, read-only inputs."""
+import math
 import os
 import warnings
 
@@ -19,6 +20,9 @@ def gelu_ref(x):
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
 def softmax_ref(x, axis=-1):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
@@ -34,6 +38,8 @@ UNARY = {
     "gelu": (gelu_ref, -3, 3),
     "sqrt": (np.sqrt, 0.1, 2),
     "rsqrt": (lambda x: 1 / np.sqrt(x), 0.1, 2),
+    "erf": (_erf, -3, 3),
+    "gelu_erf": (lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))), -3, 3),
 }
 
 
