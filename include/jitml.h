@@ -391,6 +391,18 @@ JIT_API jit_value jit_reduce_max(jit_graph *graph, jit_value x, int axis, int ke
 JIT_API jit_value jit_reduce_mean(jit_graph *graph, jit_value x, int axis, int keepdims);
 // exp(x - max) / sum(exp(x - max)) along `axis`: safe for large inputs.
 JIT_API jit_value jit_softmax(jit_graph *graph, jit_value x, int axis);
+// Normalizations over the last axis, built from the ops above (so they run wherever
+// those do; f16 graphs keep f16 intermediates). `weight` and `bias` are optional
+// (a value with id 0: none), rank-1 tensors as long as x's last dim (else
+// JIT_SHAPE_MISMATCH); eps must be finite and >= 0.
+// layer_norm: (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance.
+JIT_API jit_value jit_layer_norm(jit_graph *graph, jit_value x, jit_value weight,
+                                 jit_value bias, double eps);
+// rms_norm: x / sqrt(mean(x^2) + eps) * weight.
+JIT_API jit_value jit_rms_norm(jit_graph *graph, jit_value x, jit_value weight, double eps);
+// min(max(x, lo), hi); an infinite bound is no bound. lo > hi or NaN:
+// JIT_INVALID_ARGUMENT.
+JIT_API jit_value jit_clamp(jit_graph *graph, jit_value x, double lo, double hi);
 // Permutes dims: result dim i is input dim perm[i]. `perm` has rank(x) entries.
 JIT_API jit_value jit_transpose(jit_graph *graph, jit_value x, const int *perm);
 // Same elements, new shape. `dims` may hold symbols and at most one -1 (inferred).

@@ -715,6 +715,90 @@ jit_status jit_graph_finalize(jit_graph *g) {
   return NULL;
 }
 
+//===--- Ops composed of others --------------------------------------------===//
+//
+// Built from the primitive ops above, so every backend, the generic kernels, the MLIR
+// export and the fusion of elementwise chains cover them as they are. Each checks its
+// own arguments first, so that an error names it rather than one of its parts.
+
+static DLDataType jit__dl_of(const jit__node *n) {
+  return (DLDataType){kDLFloat, n->dtype == JIT__F16 ? 16 : 32, 1};
+}
+
+// Checks the optional per-feature operand `p` (id 0: none) of a norm over x's last
+// axis: a rank-1 tensor as long as that axis.
+static bool jit__check_affine(jit_graph *g, const char *op, const char *what, jit_value x,
+                              jit_value p) {
+  if (p.id == 0) return true;
+  if (!jit__check_operand(g, op, p, 1)) return false;
+  const jit__node *nx = jit__value(g, x), *np = jit__value(g, p);
+  int64_t last = nx->dims[nx->rank - 1];
+  if (np->rank != 1 || np->dims[0] != last) {
+    char want[64], got[200];
+    jit__record(g, JIT_ERR(JIT_SHAPE_MISMATCH, "graph `%s`: node %u (%s): %s has shape %s; "
+                           "want %s (x's last dim)", g->name, g->n_nodes, op, what,
+                           jit__fmt_dims(g, np->rank, np->dims, got, sizeof got),
+                           jit__fmt_dims(g, 1, &last, want, sizeof want)));
+    return false;
+  }
+  return true;
+}
+
+// The shared checks of a norm: x of rank >= 1, eps finite and >= 0.
+static bool jit__check_norm(jit_graph *g, const char *op, jit_value x, double eps) {
+  if (!jit__check_operand(g, op, x, 0)) return false;
+  if (jit__value(g, x)->rank < 1 || !isfinite(eps) || eps < 0) {
+    jit__record(g, JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: node %u (%s): %s", g->name,
+                           g->n_nodes, op, !isfinite(eps) || eps < 0
+                                               ? "eps must be finite and >= 0"
+                                               : "x must have rank >= 1"));
+    return false;
+  }
+  return true;
+}
+
+// y * weight + bias, each when given.
+static jit_value jit__affine(jit_graph *g, jit_value y, jit_value weight, jit_value bias) {
+  if (weight.id) y = jit_mul(g, y, weight);
+  if (bias.id) y = jit_add(g, y, bias);
+  return y;
+}
+
+jit_value jit_layer_norm(jit_graph *g, jit_value x, jit_value weight, jit_value bias,
+                         double eps) {
+  if (!jit__check_norm(g, "layer_norm", x, eps) ||
+      !jit__check_affine(g, "layer_norm", "weight", x, weight) ||
+      !jit__check_affine(g, "layer_norm", "bias", x, bias))
+    return (jit_value){0};
+  DLDataType dt = jit__dl_of(jit__value(g, x));
+  jit_value d = jit_sub(g, x, jit_reduce_mean(g, x, -1, 1));
+  jit_value var = jit_reduce_mean(g, jit_mul(g, d, d), -1, 1);
+  jit_value inv = jit_rsqrt(g, jit_add(g, var, jit_scalar(g, eps, dt)));
+  return jit__affine(g, jit_mul(g, d, inv), weight, bias);
+}
+
+jit_value jit_rms_norm(jit_graph *g, jit_value x, jit_value weight, double eps) {
+  if (!jit__check_norm(g, "rms_norm", x, eps) ||
+      !jit__check_affine(g, "rms_norm", "weight", x, weight))
+    return (jit_value){0};
+  DLDataType dt = jit__dl_of(jit__value(g, x));
+  jit_value ms = jit_reduce_mean(g, jit_mul(g, x, x), -1, 1);
+  jit_value inv = jit_rsqrt(g, jit_add(g, ms, jit_scalar(g, eps, dt)));
+  return jit__affine(g, jit_mul(g, x, inv), weight, (jit_value){0});
+}
+
+jit_value jit_clamp(jit_graph *g, jit_value x, double lo, double hi) {
+  if (!jit__check_operand(g, "clamp", x, 0)) return (jit_value){0};
+  if (isnan(lo) || isnan(hi) || lo > hi)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (clamp): bounds [%g, %g] are "
+              "not an interval (lo <= hi, no NaN)", g->name, g->n_nodes, lo, hi);
+  DLDataType dt = jit__dl_of(jit__value(g, x));
+  // An infinite bound clamps nothing on its side.
+  if (isfinite(lo)) x = jit_maximum(g, x, jit_scalar(g, lo, dt));
+  if (isfinite(hi)) x = jit_minimum(g, x, jit_scalar(g, hi, dt));
+  return x;
+}
+
 //===--- Introspection ---------------------------------------------------===//
 
 jit_status jit_graph_input_info(const jit_graph *g, int index, jit_input_info *out) {

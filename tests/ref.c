@@ -341,3 +341,21 @@ void ref_transpose(const float *x, int rank, const int64_t *dims, const int *per
 void ref_reshape(const float *x, int64_t n, float *y) {
   for (int64_t i = 0; i < n; i++) y[i] = x[i];
 }
+
+void ref_norm_rows(const float *x, int64_t rows, int64_t cols, const float *w,
+                   const float *b, double eps, int rms, float *y) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < cols; c++) mean += xr[c];
+    mean = rms ? 0 : mean / (double)cols;
+    for (int64_t c = 0; c < cols; c++) var += (xr[c] - mean) * (xr[c] - mean);
+    double inv = 1.0 / sqrt(var / (double)cols + eps);
+    for (int64_t c = 0; c < cols; c++) {
+      double v = (xr[c] - mean) * inv;
+      if (w) v *= w[c];
+      if (b) v += b[c];
+      y[r * cols + c] = (float)v;
+    }
+  }
+}

@@ -110,6 +110,11 @@ int ref_reduce(ref_reduce_op op, const float *x, int rank, const int64_t *dims,
                int axis, int keepdims, float *y, int64_t *dout);
 // exp(x - max) / sum(exp(x - max)) along `axis`; same shape as x.
 void ref_softmax(const float *x, int rank, const int64_t *dims, int axis, float *y);
+// Normalization of each row of `cols` values: layer norm ((x - mean) / sqrt(var + eps),
+// biased variance) or, with `rms`, x / sqrt(mean(x^2) + eps); then * w + b where given
+// (NULL: none). In double.
+void ref_norm_rows(const float *x, int64_t rows, int64_t cols, const float *w,
+                   const float *b, double eps, int rms, float *y);
 // Result dim i is input dim perm[i]. Writes the output shape to dout.
 void ref_transpose(const float *x, int rank, const int64_t *dims, const int *perm,
                    float *y, int64_t *dout);

@@ -328,6 +328,134 @@ Test(unary, erf_edges) {
   jit_context_destroy(ctx);
 }
 
+//===--- Norms and clamp (ops composed of others) --------------------------------===//
+
+// layer_norm / rms_norm over the last axis of [N, C] (symbolic N) and [3, 5, C], with
+// weight and bias, weight only, and neither; C = 1, 13 and 67.
+static void check_norm(DLDataType dt, int rms) {
+  const int f16 = tu_is_f16(dt);
+  ref_rng rng;
+  ref_rng_seed(&rng, 900 + (uint64_t)rms * 2 + (uint64_t)f16);
+  jit_context *ctx = tu_context();
+  const int64_t cols[] = {1, 13, 67};
+  for (int ci = 0; ci < 3; ci++) {
+    for (int affine = 0; affine < 3; affine++) {  // 0: w and b, 1: w, 2: none
+      if (rms && affine == 0) continue;           // rms_norm takes no bias
+      int64_t C = cols[ci];
+      for (int shape = 0; shape < 2; shape++) {
+        jit_graph *g = tu_graph(ctx, rms ? "rms_norm" : "layer_norm");
+        const int rank = shape == 0 ? 2 : 3;
+        int64_t gd[3] = {jit_symbol(g, "N"), C, 0}, dc[1] = {C};
+        if (shape == 1) gd[0] = 3, gd[1] = 5, gd[2] = C;
+        jit_value x = jit_input(g, "x", dt, rank, gd);
+        jit_value w = affine < 2 ? jit_input(g, "w", dt, 1, dc) : (jit_value){0};
+        jit_value b = affine == 0 ? jit_input(g, "b", dt, 1, dc) : (jit_value){0};
+        double eps = 1e-5;
+        jit_output(g, rms ? jit_rms_norm(g, x, w, eps) : jit_layer_norm(g, x, w, b, eps));
+        TU_OK(jit_graph_finalize(g));
+        const int64_t ns[] = {1, 7, 64};
+        for (int k = 0; k < (shape == 0 ? 3 : 1); k++) {
+          int64_t d[3] = {ns[k], C, 0};
+          if (shape == 1) d[0] = 3, d[1] = 5, d[2] = C;
+          int64_t n = ref_numel(rank, d), rows = n / C;
+          float *xv = tu_malloc((size_t)n * 4), *want = tu_malloc((size_t)n * 4);
+          float wv[67], bv[67];
+          ref_rng_fill(&rng, xv, n, -2.0f, 3.0f);
+          ref_rng_fill(&rng, wv, C, 0.5f, 1.5f);
+          ref_rng_fill_signed(&rng, bv, C);
+          void *px = tu_input_data(dt, xv, n), *pw = tu_input_data(dt, wv, C),
+               *pb = tu_input_data(dt, bv, C);
+          ref_norm_rows(xv, rows, C, affine < 2 ? wv : NULL, affine == 0 ? bv : NULL, eps,
+                        rms, want);
+          if (f16) ref_round_f16_array(want, n);
+          DLTensor ins[3] = {tu_tensor(px, dt, rank, d), tu_tensor(pw, dt, 1, dc),
+                             tu_tensor(pb, dt, 1, dc)};
+          char what[128];
+          snprintf(what, sizeof what, "%s %s C=%lld affine %d shape %d N=%lld",
+                   rms ? "rms_norm" : "layer_norm", dtype_name(dt), (long long)C, affine,
+                   shape, (long long)d[0]);
+          // f16 keeps f16 intermediates (mean, variance): a few ulps more.
+          tu_run_check(g, ins, 3 - affine, dt, rank, d, want, f16 ? 2e-2 : 1e-4,
+                       f16 ? 2e-2 : 1e-5, NULL, what);
+          free(xv), free(want), free(px), free(pw), free(pb);
+        }
+        jit_graph_destroy(g);
+      }
+    }
+  }
+  jit_context_destroy(ctx);
+}
+
+Test(norm, layer_norm_f32) { check_norm(TU_F32, 0); }
+Test(norm, layer_norm_f16) { check_norm(TU_F16, 0); }
+Test(norm, rms_norm_f32) { check_norm(TU_F32, 1); }
+Test(norm, rms_norm_f16) { check_norm(TU_F16, 1); }
+
+Test(norm, clamp) {
+  jit_context *ctx = tu_context();
+  static const struct { double lo, hi; } bounds[] = {
+      {-1.0, 2.5}, {0.0, 0.0}, {-INFINITY, 1.0}, {-0.5, INFINITY}, {-INFINITY, INFINITY}};
+  for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+    jit_graph *g = tu_graph(ctx, "clamp");
+    int64_t d[2] = {jit_symbol(g, "N"), 17};
+    jit_output(g, jit_clamp(g, jit_input(g, "x", TU_F32, 2, d), bounds[i].lo, bounds[i].hi));
+    TU_OK(jit_graph_finalize(g));
+    for (int64_t n = 1; n <= 13; n += 12) {
+      int64_t s[2] = {n, 17};
+      float x[13 * 17], want[13 * 17];
+      for (int64_t j = 0; j < n * 17; j++) {
+        x[j] = (float)(j % 23) * 0.37f - 4.0f;
+        want[j] = fminf(fmaxf(x[j], (float)bounds[i].lo), (float)bounds[i].hi);
+      }
+      DLTensor in = tu_tensor(x, TU_F32, 2, s);
+      tu_run_check(g, &in, 1, TU_F32, 2, s, want, 0, 0, NULL, "clamp");
+    }
+    jit_graph_destroy(g);
+  }
+  jit_context_destroy(ctx);
+}
+
+// Bad arguments name the op: a weight of the wrong length, a bias of the wrong rank,
+// a negative or NaN eps, a rank-0 x, clamp bounds that are no interval.
+Test(norm, bad_arguments) {
+  jit_context *ctx = tu_context();
+  static const char *const says[] = {"weight has shape [12]", "bias has shape [1, 13]",
+                                     "eps must be finite", "eps must be finite",
+                                     "rank >= 1", "not an interval", "not an interval"};
+  static const jit_status_code codes[] = {JIT_SHAPE_MISMATCH, JIT_SHAPE_MISMATCH,
+                                          JIT_INVALID_ARGUMENT, JIT_INVALID_ARGUMENT,
+                                          JIT_INVALID_ARGUMENT, JIT_INVALID_ARGUMENT,
+                                          JIT_INVALID_ARGUMENT};
+  for (int i = 0; i < 7; i++) {
+    jit_graph *g = tu_graph(ctx, "bad");
+    int64_t dx[2] = {jit_symbol(g, "N"), 13}, d12[1] = {12}, d13[1] = {13},
+            d1x13[2] = {1, 13};
+    jit_value x = jit_input(g, "x", TU_F32, 2, dx);
+    jit_value y = {0};
+    switch (i) {
+      case 0: y = jit_layer_norm(g, x, jit_input(g, "w", TU_F32, 1, d12), (jit_value){0}, 1e-5); break;
+      case 1:
+        y = jit_layer_norm(g, x, jit_input(g, "w", TU_F32, 1, d13),
+                           jit_input(g, "b", TU_F32, 2, d1x13), 1e-5);
+        break;
+      case 2: y = jit_rms_norm(g, x, (jit_value){0}, -1.0); break;
+      case 3: y = jit_layer_norm(g, x, (jit_value){0}, (jit_value){0}, NAN); break;
+      case 4: y = jit_rms_norm(g, jit_reduce_sum(g, jit_reduce_sum(g, x, 0, 0), 0, 0),
+                               (jit_value){0}, 1e-5); break;
+      case 5: y = jit_clamp(g, x, 2.0, 1.0); break;
+      case 6: y = jit_clamp(g, x, NAN, 1.0); break;
+    }
+    cr_expect_eq(y.id, 0, "case %d built a value", i);
+    jit_output(g, x);
+    jit_status s = jit_graph_finalize(g);
+    TU_EXPECT_CODE(s, codes[i]);
+    TU_EXPECT_MSG(s, says[i]);
+    jit_status_free(s);
+    jit_graph_destroy(g);
+  }
+  jit_context_destroy(ctx);
+}
+
 //===--- Matmul ---------------------------------------------------------------===//
 
 // Builds matmul(a, b) from specs and runs it for each N in ns (M = N + 2).
