@@ -346,6 +346,24 @@ class Graph:
     def softmax(self, x, axis=-1):
         return self._value(_L.jit_softmax(self._handle(), self._v(x), int(axis)), x.dtype)
 
+    def _opt(self, v):
+        return self._v(v) if v is not None else _lib.jit_value(0)
+
+    def layer_norm(self, x, weight=None, bias=None, eps=1e-5):
+        """(x - mean) / sqrt(var + eps) * weight + bias over the last axis."""
+        return self._value(_L.jit_layer_norm(self._handle(), self._v(x), self._opt(weight),
+                                             self._opt(bias), float(eps)), x.dtype)
+
+    def rms_norm(self, x, weight=None, eps=1e-6):
+        """x / sqrt(mean(x^2) + eps) * weight over the last axis."""
+        return self._value(_L.jit_rms_norm(self._handle(), self._v(x), self._opt(weight),
+                                           float(eps)), x.dtype)
+
+    def clamp(self, x, lo=float("-inf"), hi=float("inf")):
+        """min(max(x, lo), hi)."""
+        return self._value(_L.jit_clamp(self._handle(), self._v(x), float(lo), float(hi)),
+                           x.dtype)
+
     def transpose(self, x, perm):
         p = (ctypes.c_int * max(1, len(perm)))(*[int(i) for i in perm])
         return self._value(_L.jit_transpose(self._handle(), self._v(x), p), x.dtype)

@@ -164,6 +164,10 @@ def _prototypes(lib):
     for name in ("reduce_sum", "reduce_max", "reduce_mean"):
         _fn(lib, "jit_" + name, jit_value, [c_graph_p, jit_value, ctypes.c_int, ctypes.c_int])
     _fn(lib, "jit_softmax", jit_value, [c_graph_p, jit_value, ctypes.c_int])
+    _fn(lib, "jit_layer_norm", jit_value,
+        [c_graph_p, jit_value, jit_value, jit_value, ctypes.c_double])
+    _fn(lib, "jit_rms_norm", jit_value, [c_graph_p, jit_value, jit_value, ctypes.c_double])
+    _fn(lib, "jit_clamp", jit_value, [c_graph_p, jit_value, ctypes.c_double, ctypes.c_double])
     _fn(lib, "jit_transpose", jit_value, [c_graph_p, jit_value, P(ctypes.c_int)])
     _fn(lib, "jit_reshape", jit_value, [c_graph_p, jit_value, ctypes.c_int, i64p])
     _fn(lib, "jit_graph_finalize", jit_status, [c_graph_p])

@@ -320,3 +320,22 @@ def test_from_mlir(ctx):
 def test_version():
     assert jitml.version().count(".") == 2
     assert jitml.library_path()
+
+
+def test_norms_and_clamp(ctx):
+    g = jitml.Graph(ctx, "norms")
+    x = g.input("x", "float32", ("N", 13))
+    w = g.input("w", "float32", (13,))
+    b = g.input("b", "float32", (13,))
+    g.output(g.layer_norm(x, w, b, eps=1e-5), g.rms_norm(x, w), g.clamp(x, -0.5, 0.25))
+    g.finalize()
+    for n in (1, 7):
+        xa, wa, ba = rand(n, 13, lo=-2, hi=3), rand(13, lo=0.5, hi=1.5), rand(13)
+        ln, rms, cl = g(xa, wa, ba)
+        x64 = xa.astype(np.float64)
+        d = x64 - x64.mean(-1, keepdims=True)
+        want_ln = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * wa + ba
+        want_rms = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * wa
+        np.testing.assert_allclose(ln, want_ln, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(rms, want_rms, rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(cl, np.clip(xa, -0.5, 0.25))
