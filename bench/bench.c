@@ -291,6 +291,60 @@ static int dnnl_relu_create(dnnl_case *c, int64_t n, float *x, float *y) {
   return ok;
 }
 
+// Row softmax over `cols` (axis 1) of rows x cols, f32, plain layout.
+static int dnnl_softmax_create(dnnl_case *c, int64_t rows, int64_t cols, float *x, float *y) {
+  memset(c, 0, sizeof *c);
+  dnnl_memory_desc_t d;
+  dnnl_dims_t dims = {rows, cols};
+  dnnl_memory_desc_init_by_tag(&d, 2, dims, dnnl_f32, dnnl_ab);
+  dnnl_softmax_desc_t desc;
+  if (!dnnl_ok(dnnl_softmax_forward_desc_init(&desc, dnnl_forward_inference, &d, 1)))
+    return 0;
+  dnnl_primitive_desc_t pd = NULL;
+  int ok = dnnl_ok(dnnl_primitive_desc_create(&pd, &desc, NULL, g_eng, NULL));
+  if (ok) ok = dnnl_ok(dnnl_primitive_create(&c->prim, pd));
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (ok) {
+    dnnl_memory_create(&c->mem[0], &d, g_eng, x);
+    dnnl_memory_create(&c->mem[1], &d, g_eng, y);
+    c->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, c->mem[0]};
+    c->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DST, c->mem[1]};
+    c->n_args = 2;
+  }
+  return ok;
+}
+
+// Layer normalization of each row (inference: statistics computed), with a scale and a
+// shift of `cols` values each.
+static int dnnl_layer_norm_create(dnnl_case *c, int64_t rows, int64_t cols, float *x,
+                                  float *y, float *scale, float *shift, float eps) {
+  memset(c, 0, sizeof *c);
+  dnnl_memory_desc_t d, wd;
+  dnnl_dims_t dims = {rows, cols}, wdims = {cols};
+  dnnl_memory_desc_init_by_tag(&d, 2, dims, dnnl_f32, dnnl_ab);
+  dnnl_memory_desc_init_by_tag(&wd, 1, wdims, dnnl_f32, dnnl_a);
+  dnnl_layer_normalization_desc_t desc;
+  if (!dnnl_ok(dnnl_layer_normalization_forward_desc_init(
+          &desc, dnnl_forward_inference, &d, NULL, eps, dnnl_use_scale | dnnl_use_shift)))
+    return 0;
+  dnnl_primitive_desc_t pd = NULL;
+  int ok = dnnl_ok(dnnl_primitive_desc_create(&pd, &desc, NULL, g_eng, NULL));
+  if (ok) ok = dnnl_ok(dnnl_primitive_create(&c->prim, pd));
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (ok) {
+    dnnl_memory_create(&c->mem[0], &d, g_eng, x);
+    dnnl_memory_create(&c->mem[1], &d, g_eng, y);
+    dnnl_memory_create(&c->mem[2], &wd, g_eng, scale);
+    dnnl_memory_create(&c->mem[3], &wd, g_eng, shift);
+    c->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, c->mem[0]};
+    c->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DST, c->mem[1]};
+    c->args[2] = (dnnl_exec_arg_t){DNNL_ARG_SCALE, c->mem[2]};
+    c->args[3] = (dnnl_exec_arg_t){DNNL_ARG_SHIFT, c->mem[3]};
+    c->n_args = 4;
+  }
+  return ok;
+}
+
 static void dnnl_case_destroy(dnnl_case *c) {
   if (c->prim) dnnl_primitive_destroy(c->prim);
   for (int i = 0; i < 4; i++)
@@ -648,12 +702,87 @@ static void case_softmax(int rows, int cols, double memcpy_gbs, int threads) {
   jit_context_destroy(ctx);
   softmax_args sa = {x, y, rows, cols};
   r->ref_us = time_median(softmax_ref_run, &sa);
+#if JITML_BENCH_HAVE_DNNL
+  dnnl_case dc;
+  memset(&dc, 0, sizeof dc);  // destroyable whether or not it is made
+  set_peer_threads(threads);
+  if (g_have_dnnl && dnnl_softmax_create(&dc, rows, cols, x, y)) {
+    settle();
+    r->dnnl_us = time_median(dnnl_run, &dc);
+  }
+  dnnl_case_destroy(&dc);
+#endif
   print_row(r);
   if (memcpy_gbs > 0)
     printf("  softmax: %.1f GB/s = %.2fx of memcpy bandwidth (%.1f GB/s)\n",
            rate(r, r->jit_us), rate(r, r->jit_us) / memcpy_gbs, memcpy_gbs);
   free(x);
   free(y);
+}
+
+typedef struct norm_args {
+  const float *x, *w, *b;
+  float *y;
+  int rows, cols;
+} norm_args;
+
+static void layer_norm_ref_run(void *user) {
+  norm_args *s = user;
+  for (int i = 0; i < s->rows; i++) {
+    const float *x = s->x + (size_t)i * s->cols;
+    float *y = s->y + (size_t)i * s->cols, mean = 0, var = 0;
+    for (int j = 0; j < s->cols; j++) mean += x[j];
+    mean /= (float)s->cols;
+    for (int j = 0; j < s->cols; j++) var += (x[j] - mean) * (x[j] - mean);
+    float inv = 1.0f / sqrtf(var / (float)s->cols + 1e-5f);
+    for (int j = 0; j < s->cols; j++) y[j] = (x[j] - mean) * inv * s->w[j] + s->b[j];
+  }
+}
+
+// Layer norm of each row with weight and bias: against oneDNN's layer normalization
+// and plain C.
+static void case_layer_norm(int rows, int cols, int threads) {
+  char name[48];
+  snprintf(name, sizeof name, "layer_norm %dx%d", rows, cols);
+  if (!wanted(name)) return;
+  row *r = new_row(name, threads, "GB/s", 2.0 * rows * cols * sizeof(float));
+  float *x = alloc_f32((size_t)rows * cols, 16), *y = alloc_f32((size_t)rows * cols, 17);
+  float *w = alloc_f32((size_t)cols, 18), *b = alloc_f32((size_t)cols, 19);
+  jit_context *ctx = make_ctx(threads);
+  jit_case jc = {0};
+  check(jit_graph_create(ctx, "layer_norm", &jc.g), "graph");
+  int64_t s[2] = {rows, cols}, sc[1] = {cols};
+  jit_value vx = jit_input(jc.g, "x", F32, 2, s), vw = jit_input(jc.g, "w", F32, 1, sc);
+  jit_value vb = jit_input(jc.g, "b", F32, 1, sc);
+  jit_output(jc.g, jit_layer_norm(jc.g, vx, vw, vb, 1e-5));
+  check(jit_graph_finalize(jc.g), "finalize");
+  jc.in[0] = tensor(x, 2, s);
+  jc.in[1] = tensor(w, 1, sc);
+  jc.in[2] = tensor(b, 1, sc);
+  jc.n_in = 3;
+  jc.out[0] = tensor(y, 2, s);
+  jit_case_compile(&jc);
+  r->compile_ms = jc.compile_ms;
+  r->jit_us = time_median(jit_case_run, &jc);
+  jit_graph_destroy(jc.g);
+  jit_context_destroy(ctx);
+  norm_args na = {x, w, b, y, rows, cols};
+  r->ref_us = time_median(layer_norm_ref_run, &na);
+#if JITML_BENCH_HAVE_DNNL
+  dnnl_case dc;
+  memset(&dc, 0, sizeof dc);
+  set_peer_threads(threads);
+  if (g_have_dnnl && dnnl_layer_norm_create(&dc, rows, cols, x, y, w, b, 1e-5f)) {
+    settle();
+    r->dnnl_us = time_median(dnnl_run, &dc);
+  }
+  dnnl_case_destroy(&dc);
+#endif
+  print_row(r);
+  free(x);
+  free(y);
+  free(w);
+  free(b);
 }
 
 // Triad a = b + s c and memcpy, for the machine's bandwidth at this size.
@@ -1034,6 +1163,7 @@ static void run_timed_cases(long ncpu) {
   if (g_clock != CLOCK_MONOTONIC) max_t = 1;
   for (int t = 1; t <= max_t; t++) case_elementwise(n, t);
   for (int t = 1; t <= max_t; t++) case_softmax(g_opt.quick ? 512 : 4096, 1024, bw, t);
+  for (int t = 1; t <= max_t; t++) case_layer_norm(g_opt.quick ? 512 : 4096, 768, t);
   case_overhead();
 }
 
