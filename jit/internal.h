@@ -221,6 +221,9 @@ jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel 
 // The key of the generic kernel of `g` on device `d`: a binding key with the
 // symbols' codes in place of their values.
 jit_status jit__generic_key(const jit_graph *g, const jit_device *d, uint8_t key[16]);
+// Whether the graph's generic kernel (CPU) is still being compiled after waiting up to
+// `wait_ms` for it (AUTO: a binding then gets its own kernel rather than wait longer).
+bool jit__generic_compiling(jit_graph *g, double wait_ms);
 // Appends to `out` which kernel a call of binding `key` on `d` would run now, and why
 // (jit_cache_explain).
 void jit__explain_policy(jit_graph *g, jit_device *d, const uint8_t key[16], jit__text *out);

@@ -340,6 +340,9 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
 // How long a process waits for another that is compiling the same key before it
 // compiles the kernel itself.
 enum { kCompileLockTimeoutMs = 30000 };
+// How long an AUTO binding waits for its graph's generic kernel while it compiles in
+// the background, before it compiles a kernel of its own.
+enum { kGenericWaitMs = 1000 };
 
 // Makes the exact code of key k->key ready: from the disk cache, else by compiling
 // it, with a cross-process lock so that processes sharing a cache compile each key
@@ -564,6 +567,12 @@ static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__
     // (A generic kernel on disk is loaded at once, and used.)
     bool first = policy == JIT_SHAPE_POLICY_AUTO && !atomic_load(&g->generic) &&
                  !atomic_exchange(&g->generic_queued, true);
+    // ... but not for long: past kGenericWaitMs a binding compiles its own kernel (a
+    // generic kernel of many wide matmuls takes tens of seconds: GPT-2's block 36 s, its
+    // exact kernels ~0.5 s each), and the generic kernel serves those after it is in.
+    if (policy == JIT_SHAPE_POLICY_AUTO && !first && !atomic_load(&g->generic) &&
+        jit__generic_compiling(g, kGenericWaitMs))
+      goto exact;
     jit__kernel *gk = NULL;
     jit_status s = jit__generic_get_or_queue(g, first, &gk);
     // The bindings earlier processes found hot get their own kernels next (hot.c).

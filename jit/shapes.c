@@ -265,6 +265,35 @@ jit_status jit__generic_get_or_queue(jit_graph *g, bool queue, jit__kernel **out
   return NULL;
 }
 
+bool jit__generic_compiling(jit_graph *g, double wait_ms) {
+  jit_context *ctx = g->ctx;
+  uint8_t key[16];
+  jit_status s = jit__generic_key(g, ctx->devices[0], key);
+  if (s) {
+    jit_status_free(s);
+    return false;
+  }
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);  // ctx->cv waits on the default clock
+  int64_t ns = until.tv_nsec + (int64_t)(wait_ms * 1e6);
+  until.tv_sec += (time_t)(ns / 1000000000);
+  until.tv_nsec = (long)(ns % 1000000000);
+  pthread_mutex_lock(&ctx->mu);
+  bool compiling = false;
+  for (;;) {
+    // Looked up again after each wait: the record may have gone and come back.
+    jit__kernel *k = jit__table_find(&ctx->table, key);
+    compiling = k && k->state == JIT__K_COMPILING;
+    if (!compiling || pthread_cond_timedwait(&ctx->cv, &ctx->mu, &until) != 0) break;
+  }
+  if (compiling) {  // the last look, after the time ran out
+    jit__kernel *k = jit__table_find(&ctx->table, key);
+    compiling = k && k->state == JIT__K_COMPILING;
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  return compiling;
+}
+
 jit_status jit__generic_get(jit_graph *g, jit__kernel **out) {
   return jit__generic_get_or_queue(g, false, out);
 }

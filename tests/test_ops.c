@@ -989,6 +989,44 @@ Test(composite, mlp_f16) { check_mlp(TU_F16, REF_GELU); }
 Test(composite, mlp_gelu_erf_f32) { check_mlp(TU_F32, REF_GELU_ERF); }
 Test(composite, mlp_gelu_erf_f16) { check_mlp(TU_F16, REF_GELU_ERF); }
 
+// gelu_erf(x W + b) with cache blocks of both rows and columns around the fused
+// epilogue (its tiling interchanged: the script once wrote `interchange [1, 0]` where
+// tile_using_for wants `interchange = [1, 0]`, and GPT-2's MLP at 99 rows, K 64, N 256
+// failed to compile).
+Test(composite, fused_epilogue_in_cache_blocks) {
+  jit_context *ctx = tu_context_policy(JIT_SHAPE_POLICY_EXACT);
+  static const int64_t ms[] = {1, 33, 97, 99, 130};
+  for (int i = 0; i < 5; i++) {
+    int64_t M = ms[i], K = 64, N = 256, dx[2] = {M, K}, dw[2] = {K, N}, db[1] = {N},
+            dy[2] = {M, N};
+    jit_graph *g = tu_graph(ctx, "ep");
+    jit_value x = jit_input(g, "x", TU_F32, 2, dx), w = jit_input(g, "w", TU_F32, 2, dw);
+    jit_value b = jit_input(g, "b", TU_F32, 1, db);
+    jit_output(g, jit_gelu_erf(g, jit_add(g, jit_matmul(g, x, w), b)));
+    TU_OK(jit_graph_finalize(g));
+    ref_rng rng;
+    ref_rng_seed(&rng, 1200 + (uint64_t)i);
+    float *xv = tu_malloc(sizeof(float) * (size_t)(M * K)), *wv = tu_malloc(sizeof(float) * K * N);
+    float *bv = tu_malloc(sizeof(float) * N), *h = tu_malloc(sizeof(float) * (size_t)(M * N));
+    float *want = tu_malloc(sizeof(float) * (size_t)(M * N));
+    ref_rng_fill_signed(&rng, xv, M * K);
+    ref_rng_fill_signed(&rng, wv, K * N);
+    ref_rng_fill_signed(&rng, bv, N);
+    int64_t dh[2];
+    ref_matmul(xv, 2, dx, wv, 2, dw, h, dh);
+    ref_binary(REF_ADD, h, 2, dy, bv, 1, db, want);
+    ref_unary(REF_GELU_ERF, want, M * N, h);
+    DLTensor in[3] = {tu_tensor(xv, TU_F32, 2, dx), tu_tensor(wv, TU_F32, 2, dw),
+                      tu_tensor(bv, TU_F32, 1, db)};
+    char what[64];
+    snprintf(what, sizeof what, "gelu_erf(xW+b) %lldx64x256", (long long)M);
+    tu_run_check(g, in, 3, TU_F32, 2, dy, h, 1e-4, 1e-5, NULL, what);
+    free(xv), free(wv), free(bv), free(h), free(want);
+    jit_graph_destroy(g);
+  }
+  jit_context_destroy(ctx);
+}
+
 Test(composite, value_used_twice_and_two_outputs) {
   // y0 = x * x + x (x used three times), y1 = reduce_sum(y0, 0, 1) - an output that
   // is also an operand of another output.

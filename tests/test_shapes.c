@@ -151,6 +151,92 @@ Test(shapes, generic_matmul_f16) {
   jit_context_destroy(ctx);
 }
 
+// x [B, S, K] times a 2-D W (one matmul over all of x's rows in the generic kernel),
+// then the attention pair q [B, H, S, D] k [B, H, D, S] (a batch matmul over B H) and
+// p [B, H, S, S] v [B, H, S, D] (a `?` K: the generic's loops), B and S symbolic; f32
+// and f16.
+static void check_generic_batched(DLDataType dt) {
+  jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);
+  jit_graph *g = tu_graph(ctx, "batched");
+  int64_t B = jit_symbol(g, "B"), S = jit_symbol(g, "S");
+  int64_t dx[3] = {B, S, 40}, dw[2] = {40, 24}, dq[4] = {B, 3, S, 8}, dk[4] = {B, 3, 8, S};
+  int64_t dv[4] = {B, 3, S, 8};
+  jit_value x = jit_input(g, "x", dt, 3, dx), w = jit_input(g, "w", dt, 2, dw);
+  jit_value q = jit_input(g, "q", dt, 4, dq), k = jit_input(g, "k", dt, 4, dk);
+  jit_value v = jit_input(g, "v", dt, 4, dv);
+  jit_output(g, jit_matmul(g, x, w));
+  jit_value scores = jit_matmul(g, q, k);
+  jit_output(g, scores);
+  jit_output(g, jit_matmul(g, scores, v));
+  TU_OK(jit_graph_finalize(g));
+  bool f16 = tu_is_f16(dt);
+  static const int64_t bs[][2] = {{1, 1}, {2, 7}, {3, 17}};
+  for (int c = 0; c < 3; c++) {
+    int64_t b = bs[c][0], sq = bs[c][1];
+    int64_t sx[3] = {b, sq, 40}, sw[2] = {40, 24}, sqd[4] = {b, 3, sq, 8}, skd[4] = {b, 3, 8, sq};
+    int64_t *svd = sqd;
+    ref_rng rng;
+    ref_rng_seed(&rng, 170 + (uint64_t)c);
+    int64_t n[5] = {ref_numel(3, sx), 40 * 24, ref_numel(4, sqd), ref_numel(4, skd),
+                    ref_numel(4, svd)};
+    float *h[5];
+    void *dev[5];
+    for (int i = 0; i < 5; i++) {
+      h[i] = tu_malloc(sizeof(float) * (size_t)n[i]);
+      ref_rng_fill_signed(&rng, h[i], n[i]);
+      dev[i] = tu_input_data(dt, h[i], n[i]);
+    }
+    DLTensor in[5] = {tu_tensor(dev[0], dt, 3, sx), tu_tensor(dev[1], dt, 2, sw),
+                      tu_tensor(dev[2], dt, 4, sqd), tu_tensor(dev[3], dt, 4, skd),
+                      tu_tensor(dev[4], dt, 4, svd)};
+    int64_t d0[4], d1[4], d2[4];
+    float *want0 = tu_malloc(sizeof(float) * (size_t)(b * sq * 24));
+    float *want1 = tu_malloc(sizeof(float) * (size_t)(b * 3 * sq * sq));
+    float *want2 = tu_malloc(sizeof(float) * (size_t)(b * 3 * sq * 8));
+    ref_matmul(h[0], 3, sx, h[1], 2, sw, want0, d0);
+    ref_matmul(h[2], 4, sqd, h[3], 4, skd, want1, d1);
+    if (f16) ref_round_f16_array(want1, b * 3 * sq * sq);  // scores are f16 in between
+    ref_matmul(want1, 4, d1, h[4], 4, svd, want2, d2);
+    if (f16) {
+      ref_round_f16_array(want0, b * sq * 24);
+      ref_round_f16_array(want2, b * 3 * sq * 8);
+    }
+    double rtol = f16 ? 1e-2 : 1e-4, atol = f16 ? 1e-2 : 1e-4;
+    // All three outputs from one run.
+    const int64_t *dims[3] = {d0, d1, d2};
+    const int ranks[3] = {3, 4, 4};
+    const float *wants[3] = {want0, want1, want2};
+    DLTensor outs[3];
+    void *raw[3];
+    for (int j = 0; j < 3; j++) {
+      int64_t cnt = ref_numel(ranks[j], dims[j]);
+      raw[j] = tu_malloc((size_t)cnt * (f16 ? 2 : 4));
+      outs[j] = tu_tensor(raw[j], dt, ranks[j], (int64_t *)dims[j]);
+    }
+    TU_OK(jit_run(g, in, 5, outs, 3));
+    static const char *const names[3] = {"x W", "q k", "p v"};
+    for (int j = 0; j < 3; j++) {
+      int64_t cnt = ref_numel(ranks[j], dims[j]);
+      float *got = tu_malloc(sizeof(float) * (size_t)cnt);
+      if (f16) ref_f16_to_f32_array(raw[j], got, cnt);
+      else memcpy(got, raw[j], sizeof(float) * (size_t)cnt);
+      char what[64];
+      snprintf(what, sizeof what, "%s, B=%lld S=%lld", names[j], (long long)b, (long long)sq);
+      tu_assert_close(got, wants[j], cnt, rtol, atol, ranks[j], dims[j], what);
+      free(got);
+      free(raw[j]);
+    }
+    for (int i = 0; i < 5; i++) free(h[i]), free(dev[i]);
+    free(want0), free(want1), free(want2);
+  }
+  cr_expect_eq(stats(ctx).compiles, 1);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(shapes, generic_batched_matmuls_f32) { check_generic_batched(TU_F32); }
+Test(shapes, generic_batched_matmuls_f16) { check_generic_batched(TU_F16); }
+
 // [B, M, K] x [B, K, N], B and M symbolic.
 Test(shapes, generic_batch_matmul) {
   jit_context *ctx = ctx_with(JIT_SHAPE_POLICY_GENERIC, 0, 0);

@@ -91,7 +91,7 @@ static void tile_fused(walk *w, int i, const char *tile, const char *loops, cons
   sb_printf(sb, "  %%%s%d, %%%s%d:%d = transform.structured.tile_using_for %s tile_sizes "
                 "[%lld, %lld]%s : (" ANY ") -> ",
             tile, i, loops, i, n, cur, (long long)rows, (long long)cols,
-            interchange ? " interchange [1, 0]" : "");
+            interchange ? " interchange = [1, 0]" : "");
   sb_types(sb, 1 + n);
   sb_printf(sb, "\n  %%%sm%d, %%%smc%d = transform.structured.fuse_into_containing_op %s "
                 "into %%%s%d#%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
