@@ -341,8 +341,10 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
 // compiles the kernel itself.
 enum { kCompileLockTimeoutMs = 30000 };
 // How long an AUTO binding waits for its graph's generic kernel while it compiles in
-// the background, before it compiles a kernel of its own.
-enum { kGenericWaitMs = 1000 };
+// the background, before it compiles a kernel of its own. Long enough that only a
+// pathological generic compile hits it (the MLP's takes ~0.5 s, ~3 s under ASan), so
+// which kernel serves a binding does not depend on the machine's speed.
+enum { kGenericWaitMs = 10000 };
 
 // Makes the exact code of key k->key ready: from the disk cache, else by compiling
 // it, with a cross-process lock so that processes sharing a cache compile each key
@@ -567,9 +569,9 @@ static jit_status jit__ready_binding(jit_graph *g, const DLTensor *inputs, jit__
     // (A generic kernel on disk is loaded at once, and used.)
     bool first = policy == JIT_SHAPE_POLICY_AUTO && !atomic_load(&g->generic) &&
                  !atomic_exchange(&g->generic_queued, true);
-    // ... but not for long: past kGenericWaitMs a binding compiles its own kernel (a
-    // generic kernel of many wide matmuls takes tens of seconds: GPT-2's block 36 s, its
-    // exact kernels ~0.5 s each), and the generic kernel serves those after it is in.
+    // ... but not forever: past kGenericWaitMs a binding compiles its own kernel (a
+    // generic kernel of many wide matmuls can take tens of seconds, exact kernels
+    // ~0.5 s each), and the generic kernel serves those after it is in.
     if (policy == JIT_SHAPE_POLICY_AUTO && !first && !atomic_load(&g->generic) &&
         jit__generic_compiling(g, kGenericWaitMs))
       goto exact;
