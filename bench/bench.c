@@ -267,6 +267,22 @@ static int dnnl_matmul_create(dnnl_case *c, int64_t nb, int64_t M, int64_t K, in
   return ok;
 }
 
+// Makes c's primitive from op descriptor `desc` and binds data[i] (of memory desc
+// mds[i]) as argument args[i], i < n. 0 when oneDNN refuses it.
+static int dnnl_finish(dnnl_case *c, const void *desc, int n, const int *args,
+                       const dnnl_memory_desc_t *const *mds, void *const *data) {
+  dnnl_primitive_desc_t pd = NULL;
+  int ok = dnnl_ok(dnnl_primitive_desc_create(&pd, desc, NULL, g_eng, NULL));
+  if (ok) ok = dnnl_ok(dnnl_primitive_create(&c->prim, pd));
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  for (int i = 0; ok && i < n; i++) {
+    dnnl_memory_create(&c->mem[i], mds[i], g_eng, data[i]);
+    c->args[i] = (dnnl_exec_arg_t){args[i], c->mem[i]};
+  }
+  c->n_args = ok ? n : 0;
+  return ok;
+}
+
 // relu over n floats: the smallest primitive, for per-call overhead.
 static int dnnl_relu_create(dnnl_case *c, int64_t n, float *x, float *y) {
   memset(c, 0, sizeof *c);
@@ -277,18 +293,9 @@ static int dnnl_relu_create(dnnl_case *c, int64_t n, float *x, float *y) {
   if (!dnnl_ok(dnnl_eltwise_forward_desc_init(&desc, dnnl_forward_inference,
                                               dnnl_eltwise_relu, &d, 0.f, 0.f)))
     return 0;
-  dnnl_primitive_desc_t pd = NULL;
-  int ok = dnnl_ok(dnnl_primitive_desc_create(&pd, &desc, NULL, g_eng, NULL));
-  if (ok) ok = dnnl_ok(dnnl_primitive_create(&c->prim, pd));
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (ok) {
-    dnnl_memory_create(&c->mem[0], &d, g_eng, x);
-    dnnl_memory_create(&c->mem[1], &d, g_eng, y);
-    c->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, c->mem[0]};
-    c->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DST, c->mem[1]};
-    c->n_args = 2;
-  }
-  return ok;
+  const dnnl_memory_desc_t *mds[2] = {&d, &d};
+  return dnnl_finish(c, &desc, 2, (const int[]){DNNL_ARG_SRC, DNNL_ARG_DST}, mds,
+                     (void *const[]){x, y});
 }
 
 // Row softmax over `cols` (axis 1) of rows x cols, f32, plain layout.
@@ -300,18 +307,9 @@ static int dnnl_softmax_create(dnnl_case *c, int64_t rows, int64_t cols, float *
   dnnl_softmax_desc_t desc;
   if (!dnnl_ok(dnnl_softmax_forward_desc_init(&desc, dnnl_forward_inference, &d, 1)))
     return 0;
-  dnnl_primitive_desc_t pd = NULL;
-  int ok = dnnl_ok(dnnl_primitive_desc_create(&pd, &desc, NULL, g_eng, NULL));
-  if (ok) ok = dnnl_ok(dnnl_primitive_create(&c->prim, pd));
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (ok) {
-    dnnl_memory_create(&c->mem[0], &d, g_eng, x);
-    dnnl_memory_create(&c->mem[1], &d, g_eng, y);
-    c->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, c->mem[0]};
-    c->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DST, c->mem[1]};
-    c->n_args = 2;
-  }
-  return ok;
+  const dnnl_memory_desc_t *mds[2] = {&d, &d};
+  return dnnl_finish(c, &desc, 2, (const int[]){DNNL_ARG_SRC, DNNL_ARG_DST}, mds,
+                     (void *const[]){x, y});
 }
 
 // Layer normalization of each row (inference: statistics computed), with a scale and a
@@ -327,22 +325,10 @@ static int dnnl_layer_norm_create(dnnl_case *c, int64_t rows, int64_t cols, floa
   if (!dnnl_ok(dnnl_layer_normalization_forward_desc_init(
           &desc, dnnl_forward_inference, &d, NULL, eps, dnnl_use_scale | dnnl_use_shift)))
     return 0;
-  dnnl_primitive_desc_t pd = NULL;
-  int ok = dnnl_ok(dnnl_primitive_desc_create(&pd, &desc, NULL, g_eng, NULL));
-  if (ok) ok = dnnl_ok(dnnl_primitive_create(&c->prim, pd));
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (ok) {
-    dnnl_memory_create(&c->mem[0], &d, g_eng, x);
-    dnnl_memory_create(&c->mem[1], &d, g_eng, y);
-    dnnl_memory_create(&c->mem[2], &wd, g_eng, scale);
-    dnnl_memory_create(&c->mem[3], &wd, g_eng, shift);
-    c->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, c->mem[0]};
-    c->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DST, c->mem[1]};
-    c->args[2] = (dnnl_exec_arg_t){DNNL_ARG_SCALE, c->mem[2]};
-    c->args[3] = (dnnl_exec_arg_t){DNNL_ARG_SHIFT, c->mem[3]};
-    c->n_args = 4;
-  }
-  return ok;
+  const dnnl_memory_desc_t *mds[4] = {&d, &d, &wd, &wd};
+  return dnnl_finish(c, &desc, 4,
+                     (const int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT},
+                     mds, (void *const[]){x, y, scale, shift});
 }
 
 static void dnnl_case_destroy(dnnl_case *c) {
