@@ -398,6 +398,29 @@ Test(remote, oversize_and_garbage_values_are_refused) {
   redisFree(c);
 }
 
+// Keys live under the prefix and expire after remote_ttl_s.
+Test(remote, prefix_and_ttl) {
+  char dir[300];
+  jit_options o = machine_options("a", dir, sizeof dir);
+  o.remote_prefix = "fleet-7:";
+  o.remote_ttl_s = 1000;
+  jit_context *a = machine_with(&o);
+  run_all(a);
+  jit_context_destroy(a);
+  redisContext *c = client();
+  redisReply *r = redisCommand(c, "KEYS fleet-7:k:*");
+  cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == kNumSizes, "%zu keys",
+            r ? r->elements : 0);
+  redisReply *ttl = redisCommand(c, "TTL %s", r->element[0]->str);
+  cr_assert(ttl && ttl->type == REDIS_REPLY_INTEGER && ttl->integer > 900 &&
+            ttl->integer <= 1000, "TTL %lld", ttl ? ttl->integer : -9);
+  freeReplyObject(ttl);
+  freeReplyObject(r);
+  char keys[64][64];
+  cr_assert_eq(value_keys(c, keys, 64), 0, "values outside the prefix");
+  redisFree(c);
+}
+
 Test(remote, entries_over_the_limit_are_not_pushed) {
   char dir[300];
   jit_options o = machine_options("a", dir, sizeof dir);
