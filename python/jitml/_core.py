@@ -138,7 +138,7 @@ class Context:
 
     def stats(self):
         """The counters of jit_context_stats as a dict (runs, memory_hits, misses,
-        compiles, compile_ms, kernels)."""
+        compiles, compile_ms, kernels, disk_hits, ..., the fleet cache's remote_*)."""
         st = _lib.jit_stats()
         st.struct_size = ctypes.sizeof(st)
         _check(_L.jit_context_stats(self._handle(), ctypes.byref(st)))

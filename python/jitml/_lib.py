@@ -72,14 +72,19 @@ class jit_options(ctypes.Structure):
 
 
 class jit_stats(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("runs", ctypes.c_uint64),
-        ("memory_hits", ctypes.c_uint64),
-        ("misses", ctypes.c_uint64),
-        ("compiles", ctypes.c_uint64),
-        ("compile_ms", ctypes.c_double),
-        ("kernels", ctypes.c_uint64),
+    # jitml.h's jit_stats in order (it grows at its end: struct_size says how much of
+    # it the library fills; an older library leaves the rest 0).
+    _fields_ = [("struct_size", ctypes.c_size_t)] + [
+        (name, ctypes.c_double if name.endswith("_ms") else ctypes.c_uint64)
+        for name in (
+            "runs", "memory_hits", "misses", "compiles", "compile_ms", "kernels",
+            "disk_hits", "load_ms", "bytes_written", "bytes_read", "evictions",
+            "bad_entries", "cuda_cubin_loads", "cuda_ptx_loads", "generic_runs",
+            "generic_compiles", "specializations", "specialization_failures",
+            "specializations_pending", "kernels_unloaded", "remote_hits",
+            "remote_misses", "remote_errors", "remote_skipped", "remote_rejected",
+            "remote_puts", "remote_puts_dropped", "remote_bytes_read",
+            "remote_bytes_written")
     ]
 
 

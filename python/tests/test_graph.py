@@ -339,3 +339,11 @@ def test_norms_and_clamp(ctx):
         np.testing.assert_allclose(ln, want_ln, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(rms, want_rms, rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(cl, np.clip(xa, -0.5, 0.25))
+
+
+def test_stats_has_every_counter(ctx):
+    st = ctx.stats()
+    for name in ("runs", "compiles", "disk_hits", "generic_runs", "kernels_unloaded",
+                 "remote_hits", "remote_errors", "remote_bytes_written"):
+        assert name in st and st[name] >= 0
+    assert st["remote_hits"] == 0  # no fleet cache configured
