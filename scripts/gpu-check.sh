@@ -97,8 +97,16 @@ if [[ $build_ok -eq 0 ]]; then
   step "whole suite (ctest, CUDA and Vulkan columns enabled where present)"
   remaining=$(( 450 - ($(date +%s) - START) ))
   (( remaining < 60 )) && remaining=60
+  # The fleet cache's tests start a real redis-server; a GPU machine without a package
+  # registry may have none (ship /usr/bin/redis-server and its ldd libraries on PATH to
+  # run them there too). CI runs them in any case.
+  skip=()
+  if ! command -v redis-server >/dev/null; then
+    echo "gpu-check: no redis-server here: remote, tool and thread_stress (fleet phase) are left to CI"
+    skip=(-E '^(remote|tool|thread_stress)$')
+  fi
   run ctest "$remaining" ctest --test-dir "$BUILD_DIR" --output-on-failure --no-tests=error \
-    --parallel "$(nproc)" --timeout "$remaining"
+    --parallel "$(nproc)" --timeout "$remaining" "${skip[@]}"
 
   step "benchmark GPU lines"
   bench=""
