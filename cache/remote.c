@@ -48,7 +48,7 @@ struct jit__remote {
   int port, db;
 
   pthread_mutex_t mu;  // guards everything below but the connections
-  pthread_cond_t wake, idle;
+  pthread_cond_t wake;
   jit__remote_stats stats;
   uint32_t failures;          // in a row
   double paused_until_ms;     // jit__now_ms() time; 0: not paused
@@ -372,7 +372,6 @@ static void jit__remote_free(jit__remote *r, bool sync) {
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->conn_mu);
     pthread_cond_destroy(&r->wake);
-    pthread_cond_destroy(&r->idle);
   }
   if (r->password) memset(r->password, 0, strlen(r->password));
   free(r->prefix);
@@ -391,7 +390,6 @@ jit_status jit__remote_open(const jit__remote_options *options, jit__remote **ou
   pthread_mutex_init(&r->mu, NULL);
   pthread_mutex_init(&r->conn_mu, NULL);
   pthread_cond_init(&r->wake, NULL);
-  pthread_cond_init(&r->idle, NULL);
   r->o = *options;
   if (!r->o.connect_timeout_ms) r->o.connect_timeout_ms = 250;
   if (!r->o.timeout_ms) r->o.timeout_ms = 500;
@@ -548,7 +546,6 @@ static void *jit__remote_sender(void *arg) {
     r->sending = false;
     r->queued_bytes -= item->size;
     if (item->kind == JIT__ITEM_SET && !sent) r->stats.puts_dropped++;
-    if (!r->head) pthread_cond_broadcast(&r->idle);
     free(item->bytes);
     free(item);
   }
@@ -601,19 +598,6 @@ void jit__remote_put(jit__remote *r, const uint8_t key[16], uint8_t *bytes, size
   item->bytes = bytes;
   item->size = size;
   jit__remote_enqueue(r, item);
-}
-
-bool jit__remote_flush(jit__remote *r, uint32_t timeout_ms) {
-  double end = jit__now_ms() + timeout_ms;
-  pthread_mutex_lock(&r->mu);
-  while ((r->head || r->sending) && jit__now_ms() < end) {
-    pthread_mutex_unlock(&r->mu);
-    nanosleep(&(struct timespec){0, 2000000}, NULL);
-    pthread_mutex_lock(&r->mu);
-  }
-  bool empty = !r->head && !r->sending;
-  pthread_mutex_unlock(&r->mu);
-  return empty;
 }
 
 //===--- Synchronous calls (tools) -------------------------------------------------===//
@@ -776,7 +760,6 @@ jit_status jit__remote_exists(jit__remote *r, const uint8_t key[16], bool *exist
 jit_status jit__remote_scan(jit__remote *r, jit__remote_key_fn fn, void *user) {
   return JIT_ERR(JIT_UNAVAILABLE, "remote cache: built without hiredis");
 }
-bool jit__remote_flush(jit__remote *r, uint32_t timeout_ms) { return true; }
 bool jit__remote_ping(jit__remote *r) { return false; }
 bool jit__remote_lock(jit__remote *r, const uint8_t key[16], int wait_ms,
                       jit__remote_token *token) {

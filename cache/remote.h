@@ -104,9 +104,6 @@ jit_status jit__remote_scan(jit__remote *remote, jit__remote_key_fn fn, void *us
 // paused. True when it answered.
 bool jit__remote_ping(jit__remote *remote);
 
-// Waits until the put queue is empty or `timeout_ms` passed; true when empty.
-bool jit__remote_flush(jit__remote *remote, uint32_t timeout_ms);
-
 // The fleet lock of `key`. Returns true when this process now holds it (release with
 // jit__remote_unlock, which is queued behind this process's puts, so the value lands
 // before the lock goes). Otherwise returns false: the value appeared, the holder

@@ -207,18 +207,31 @@ static void jit__cache_reject(jit__cache *c, const uint8_t key[16], const char *
                   jit__remote_url(c->remote), hex, why);
 }
 
+// What a fetch from the server came to.
+typedef enum jit__fetched {
+  JIT__FETCHED,   // verified and stored (and in `out` when asked)
+  JIT__ABSENT,    // no value (or one refused before in this process)
+  JIT__REFUSED,   // a value that failed its checks (counted, logged)
+  JIT__FAILED,    // the tier is paused or the command failed
+} jit__fetched;
+
 // Gets `key` from the server, checks it and stores it on disk. `out` may be NULL
 // (pull: store only). Non-NULL only for out-of-memory.
 static jit_status jit__cache_fetch_remote(jit__cache *c, const uint8_t key[16],
-                                          jit__cache_entry *out, bool *found) {
+                                          jit__cache_entry *out, jit__fetched *result) {
   uint8_t *bytes = NULL;
   size_t size = 0, entry_size = 0;
+  *result = JIT__ABSENT;
   if (jit__cache_was_refused(c, key)) return NULL;
   jit__remote_got got = jit__remote_get(c->remote, key, &bytes, &size);
   if (got == JIT__REMOTE_NOMEM)
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory fetching a remote cache entry");
-  if (got == JIT__REMOTE_OVERSIZE) jit__cache_reject(c, key, "larger than remote_max_bytes");
-  if (got == JIT__REMOTE_WRONG_TYPE) jit__cache_reject(c, key, "the key holds no string");
+  if (got == JIT__REMOTE_FAILED) *result = JIT__FAILED;
+  if (got == JIT__REMOTE_OVERSIZE || got == JIT__REMOTE_WRONG_TYPE) {
+    jit__cache_reject(c, key, got == JIT__REMOTE_OVERSIZE ? "larger than remote_max_bytes"
+                                                          : "the key holds no string");
+    *result = JIT__REFUSED;
+  }
   if (got != JIT__REMOTE_HIT) return NULL;
   char why[256];
   jit__cache_header h;
@@ -226,6 +239,7 @@ static jit_status jit__cache_fetch_remote(jit__cache *c, const uint8_t key[16],
   if (!jit__cache_check_value(&c->trusted, key, bytes, size, &h, &entry_size, why,
                               sizeof why)) {
     jit__cache_reject(c, key, why);
+    *result = JIT__REFUSED;
   } else {
     struct iovec iov = {bytes, entry_size};
     if (!c->read_only && jit__cache_write_atomic(c, key, &iov, 1, -1)) {
@@ -239,7 +253,7 @@ static jit_status jit__cache_fetch_remote(jit__cache *c, const uint8_t key[16],
       s = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory fetching a remote cache entry");
     else
       JIT__CACHE_COUNT(c, remote_hits, 1);
-    *found = !s;
+    if (!s) *result = JIT__FETCHED;
   }
   free(bytes);
   return s;
@@ -249,7 +263,10 @@ jit_status jit__cache_fetch(jit__cache *c, const uint8_t key[16], jit__cache_ent
                             bool *found) {
   JIT_PROPAGATE(jit__cache_get(c, key, out, found));
   if (*found || !c->remote) return NULL;
-  return jit__cache_fetch_remote(c, key, out, found);
+  jit__fetched result;
+  jit_status s = jit__cache_fetch_remote(c, key, out, &result);
+  *found = result == JIT__FETCHED;
+  return s;
 }
 
 //===--- Fleet locks --------------------------------------------------------------===//
@@ -343,15 +360,11 @@ jit_status jit__cache_pull_all(jit__cache *c, jit__cache_progress_fn progress, v
     jit__cache_entry_path(c, k.keys[i], path);
     struct stat st;
     if (lstat(path, &st) != 0) {
-      jit__cache_stats before, after;
-      jit__cache_get_stats(c, &before);
-      bool found = false;
-      s = jit__cache_fetch_remote(c, k.keys[i], NULL, &found);
-      jit__cache_get_stats(c, &after);
-      *pulled += found;
-      *rejected += after.remote_rejected - before.remote_rejected;
-      if (!s && !found && after.remote.errors + after.remote.skipped >
-                              before.remote.errors + before.remote.skipped)
+      jit__fetched result;
+      s = jit__cache_fetch_remote(c, k.keys[i], NULL, &result);
+      *pulled += result == JIT__FETCHED;
+      *rejected += result == JIT__REFUSED;
+      if (!s && result == JIT__FAILED)
         s = JIT_ERR(JIT_UNAVAILABLE, "cache pull: the remote cache %s failed",
                     jit__remote_url(c->remote));
     }

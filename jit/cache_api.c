@@ -130,24 +130,31 @@ const char *jit_cache_remote(jit_context *ctx, const char **out_state) {
   return url;
 }
 
+// jit_cache_push and jit_cache_pull: the counts go out whatever happened.
+typedef jit_status (*jit__transfer_fn)(jit__cache *, jit__cache_progress_fn, void *,
+                                       uint64_t *, uint64_t *);
+
+static jit_status jit__transfer(jit_context *ctx, const char *name, jit__transfer_fn fn,
+                                jit_cache_progress_fn progress, void *user_data,
+                                uint64_t *out_a, uint64_t *out_b) {
+  if (!ctx) return JIT_ERR(JIT_INVALID_ARGUMENT, "%s: ctx is NULL", name);
+  uint64_t a = 0, b = 0;
+  jit_status s = fn(ctx->cache, progress, user_data, &a, &b);
+  if (out_a) *out_a = a;
+  if (out_b) *out_b = b;
+  return s;
+}
+
 jit_status jit_cache_push(jit_context *ctx, jit_cache_progress_fn progress, void *user_data,
                           uint64_t *out_pushed, uint64_t *out_present) {
-  JIT__CHECK_CTX("jit_cache_push");
-  uint64_t pushed = 0, present = 0;
-  jit_status s = jit__cache_push_all(ctx->cache, progress, user_data, &pushed, &present);
-  if (out_pushed) *out_pushed = pushed;
-  if (out_present) *out_present = present;
-  return s;
+  return jit__transfer(ctx, "jit_cache_push", jit__cache_push_all, progress, user_data,
+                       out_pushed, out_present);
 }
 
 jit_status jit_cache_pull(jit_context *ctx, jit_cache_progress_fn progress, void *user_data,
                           uint64_t *out_pulled, uint64_t *out_rejected) {
-  JIT__CHECK_CTX("jit_cache_pull");
-  uint64_t pulled = 0, rejected = 0;
-  jit_status s = jit__cache_pull_all(ctx->cache, progress, user_data, &pulled, &rejected);
-  if (out_pulled) *out_pulled = pulled;
-  if (out_rejected) *out_rejected = rejected;
-  return s;
+  return jit__transfer(ctx, "jit_cache_pull", jit__cache_pull_all, progress, user_data,
+                       out_pulled, out_rejected);
 }
 
 //===--- Explain ---------------------------------------------------------===//

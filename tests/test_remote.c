@@ -170,6 +170,14 @@ static jit_stats new_machine_refuses(const jit_options *o, uint64_t refused) {
   return st;
 }
 
+// A prewarmed server (machine "a" ran every size): a client to it, and its value keys.
+static redisContext *prewarmed(char keys[][64]) {
+  prewarm("a");
+  redisContext *c = client();
+  cr_assert_eq(value_keys(c, keys, 64), kNumSizes);
+  return c;
+}
+
 //===--- The fleet ------------------------------------------------------------===//
 
 // Four machines at once, each with a different half of the sizes (every size on two
@@ -311,18 +319,18 @@ Test(remote, hung_server_costs_one_timeout) {
 
 static void *debug_sleep(void *arg) {
   redisContext *c = arg;
-  redisReply *r = redisCommand(c, "DEBUG SLEEP 1.5");
+  redisReply *r = redisCommand(c, "DEBUG SLEEP 3");
   if (r) freeReplyObject(r);
   return NULL;
 }
 
 Test(remote, slow_server_costs_one_timeout) {
   prewarm("a");
+  jit_context *b = machine("b");  // made first: its first lookup comes right after
   redisContext *c = client();
   pthread_t t;
   pthread_create(&t, NULL, debug_sleep, c);
   nanosleep(&(struct timespec){0, 100000000}, NULL);  // the server is asleep now
-  jit_context *b = machine("b");
   run_all(b);
   jit_stats st = stats_of(b);
   cr_assert_eq(st.remote_errors, 1, "%llu errors", (unsigned long long)st.remote_errors);
@@ -333,10 +341,8 @@ Test(remote, slow_server_costs_one_timeout) {
 }
 
 Test(remote, other_keys_values_are_refused) {
-  prewarm("a");
-  redisContext *c = client();
   char keys[64][64];
-  cr_assert_eq(value_keys(c, keys, 64), kNumSizes);
+  redisContext *c = prewarmed(keys);
   redisReply *v0 = get_value(c, keys[0]), *v1 = get_value(c, keys[1]);
   set_value(c, keys[0], v1->str, v1->len);
   set_value(c, keys[1], v0->str, v0->len);
@@ -349,10 +355,8 @@ Test(remote, other_keys_values_are_refused) {
 // A byte flipped in the payload, in the header, in the checksum; a value cut short;
 // one with a byte appended; one of another format version.
 Test(remote, damaged_values_are_refused) {
-  prewarm("a");
-  redisContext *c = client();
   char keys[64][64];
-  cr_assert_eq(value_keys(c, keys, 64), kNumSizes);
+  redisContext *c = prewarmed(keys);
   for (int i = 0; i < 6; i++) {
     redisReply *v = get_value(c, keys[i]);
     char *bytes = malloc(v->len + 1);
@@ -375,10 +379,8 @@ Test(remote, damaged_values_are_refused) {
 }
 
 Test(remote, oversize_and_garbage_values_are_refused) {
-  prewarm("a");
-  redisContext *c = client();
   char keys[64][64];
-  cr_assert_eq(value_keys(c, keys, 64), kNumSizes);
+  redisContext *c = prewarmed(keys);
   size_t big = (size_t)2 << 20;
   char *junk = malloc(big);
   for (size_t i = 0; i < big; i++) junk[i] = (char)(i * 2654435761u >> 24);

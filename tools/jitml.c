@@ -295,27 +295,20 @@ static void progress(void *user, uint64_t done, uint64_t total) {
   if (isatty(2) && done == total) fprintf(stderr, "\n");
 }
 
-static int push_all(jit_context *ctx) {
-  uint64_t pushed = 0, present = 0;
+// cache push / cache pull (and prewarm --remote's push). A pull that refused values
+// exits 1: something on the server is not what this machine accepts.
+static int transfer(jit_context *ctx, bool push) {
+  uint64_t moved = 0, other = 0;
   double t0 = now_ms();
-  jit_status s = jit_cache_push(ctx, progress, "push", &pushed, &present);
-  printf("push: %llu entries pushed, %llu already there, to %s in %.1f s\n",
-         (unsigned long long)pushed, (unsigned long long)present,
-         jit_cache_remote(ctx, NULL) ? jit_cache_remote(ctx, NULL) : "(none)",
+  jit_status s = push ? jit_cache_push(ctx, progress, "push", &moved, &other)
+                      : jit_cache_pull(ctx, progress, "pull", &moved, &other);
+  const char *url = jit_cache_remote(ctx, NULL);
+  printf(push ? "push: %llu entries pushed, %llu already there, to %s in %.1f s\n"
+              : "pull: %llu entries pulled, %llu refused (see the log), from %s in %.1f s\n",
+         (unsigned long long)moved, (unsigned long long)other, url ? url : "(none)",
          (now_ms() - t0) / 1e3);
-  return s ? fail(s, "cache push") : kExitOk;
-}
-
-static int pull_all(jit_context *ctx) {
-  uint64_t pulled = 0, rejected = 0;
-  double t0 = now_ms();
-  jit_status s = jit_cache_pull(ctx, progress, "pull", &pulled, &rejected);
-  printf("pull: %llu entries pulled, %llu refused (see the log), from %s in %.1f s\n",
-         (unsigned long long)pulled, (unsigned long long)rejected,
-         jit_cache_remote(ctx, NULL) ? jit_cache_remote(ctx, NULL) : "(none)",
-         (now_ms() - t0) / 1e3);
-  if (s) return fail(s, "cache pull");
-  return rejected ? kExitFail : kExitOk;
+  if (s) return fail(s, push ? "cache push" : "cache pull");
+  return !push && other ? kExitFail : kExitOk;
 }
 
 //===--- prewarm ---------------------------------------------------------===//
@@ -410,7 +403,7 @@ static int cmd_prewarm(const args *a) {
            (unsigned long long)st.disk_hits, failed, jit_cache_dir(ctx, NULL));
     pthread_mutex_destroy(&j.print_mu);
     if (failed) rc = kExitFail;
-    if (a->remote && push_all(ctx) != kExitOk) rc = kExitFail;
+    if (a->remote && transfer(ctx, true) != kExitOk) rc = kExitFail;
     if (a->expect_warm && st.compiles > 0) {
       fprintf(stderr, "jitml: --expect-warm: %llu kernels were not in the cache\n",
               (unsigned long long)st.compiles);
@@ -594,9 +587,9 @@ static int cmd_cache(const char *sub, const args *a) {
     else if (a->json) printf("{\"removed\":%llu}\n", (unsigned long long)n1);
     else printf("removed %llu entries\n", (unsigned long long)n1);
   } else if (!strcmp(sub, "push")) {
-    rc = push_all(ctx);
+    rc = transfer(ctx, true);
   } else if (!strcmp(sub, "pull")) {
-    rc = pull_all(ctx);
+    rc = transfer(ctx, false);
   } else if (!strcmp(sub, "export") || !strcmp(sub, "import")) {
     bool ex = !strcmp(sub, "export");
     s = !ex ? jit_cache_import(ctx, a->path, &n1)
