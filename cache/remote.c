@@ -358,17 +358,19 @@ static void jit__key_name(const jit__remote *r, const char *kind, const uint8_t 
 
 //===--- Open / close ------------------------------------------------------------===//
 
-// `sync`: also destroy the locks and condition variables (not in a forked child,
-// where the parent's sender may have been waiting on them).
-static void jit__remote_free(jit__remote *r, bool sync) {
-  if (r->conn) redisFree(r->conn);
-  if (r->put_conn) redisFree(r->put_conn);
-  for (jit__remote_item *i = r->head, *next; i; i = next) {
-    next = i->next;
-    free(i->bytes);
-    free(i);
-  }
-  if (sync) {
+// `own`: the handle of this process. A forked child's copy leaves the connections, the
+// queued items and the locks alone: the parent's threads may have been in the middle of
+// them at the fork (a half-sent buffer freed twice, a condition variable with a waiter),
+// so their memory is left to the child's exit.
+static void jit__remote_free(jit__remote *r, bool own) {
+  if (own) {
+    if (r->conn) redisFree(r->conn);
+    if (r->put_conn) redisFree(r->put_conn);
+    for (jit__remote_item *i = r->head, *next; i; i = next) {
+      next = i->next;
+      free(i->bytes);
+      free(i);
+    }
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->conn_mu);
     pthread_cond_destroy(&r->wake);
@@ -416,7 +418,7 @@ jit_status jit__remote_open(const jit__remote_options *options, jit__remote **ou
 
 void jit__remote_close(jit__remote *r) {
   if (!r) return;
-  if (getpid() != r->pid) {  // a forked child: its copies of the locks may be held
+  if (getpid() != r->pid) {  // a forked child's copy
     jit__remote_free(r, false);
     return;
   }
