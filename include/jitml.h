@@ -351,7 +351,8 @@ JIT_API jit_value jit_input(jit_graph *graph, const char *name, DLDataType dtype
                             int rank, const int64_t *dims);
 // Marks `value` as the next output of the graph.
 JIT_API void jit_output(jit_graph *graph, jit_value value);
-// A rank-0 constant of `dtype` that broadcasts against any tensor.
+// A rank-0 constant of `dtype` that broadcasts against any tensor. Infinities are
+// allowed (a mask's -inf); NaN is JIT_UNSUPPORTED.
 JIT_API jit_value jit_scalar(jit_graph *graph, double value, DLDataType dtype);
 
 // Matrix product of the last two dims: [..., M, K] x [..., K, N] -> [..., M, N]. The
@@ -367,6 +368,24 @@ JIT_API jit_value jit_mul(jit_graph *graph, jit_value a, jit_value b);
 JIT_API jit_value jit_div(jit_graph *graph, jit_value a, jit_value b);
 JIT_API jit_value jit_maximum(jit_graph *graph, jit_value a, jit_value b);
 JIT_API jit_value jit_minimum(jit_graph *graph, jit_value a, jit_value b);
+// a^b. With b an integer, a negative a gives the signed result (pow(-2, 3) = -8);
+// with b not an integer, NaN. pow(x, 0) = 1 and pow(1, y) = 1 (even for NaN),
+// pow(0, b < 0) = inf. Computed as exp(b log|a|) in f32: within 2e-6 (relative) of
+// the exact result where |b log|a|| < 16.
+JIT_API jit_value jit_pow(jit_graph *graph, jit_value a, jit_value b);
+// Comparisons, broadcasting like the ops above: 1 where the comparison holds, else 0,
+// in the operands' dtype (a mask to multiply by or to give jit_where). A NaN compares
+// unequal to everything: only jit_not_equal holds for it.
+JIT_API jit_value jit_less(jit_graph *graph, jit_value a, jit_value b);
+JIT_API jit_value jit_less_equal(jit_graph *graph, jit_value a, jit_value b);
+JIT_API jit_value jit_greater(jit_graph *graph, jit_value a, jit_value b);
+JIT_API jit_value jit_greater_equal(jit_graph *graph, jit_value a, jit_value b);
+JIT_API jit_value jit_equal(jit_graph *graph, jit_value a, jit_value b);
+JIT_API jit_value jit_not_equal(jit_graph *graph, jit_value a, jit_value b);
+// a where cond is nonzero (NaN counts as nonzero), else b; all three broadcast
+// together and share one dtype. Only the chosen value is read: where(m, x, -inf)
+// masks without the NaNs that m * x + (1 - m) * -inf would make.
+JIT_API jit_value jit_where(jit_graph *graph, jit_value cond, jit_value a, jit_value b);
 
 // Elementwise unary ops. f16 is computed in f32 and rounded once.
 JIT_API jit_value jit_neg(jit_graph *graph, jit_value x);
@@ -403,6 +422,39 @@ JIT_API jit_value jit_rms_norm(jit_graph *graph, jit_value x, jit_value weight, 
 // min(max(x, lo), hi); an infinite bound is no bound. lo > hi or NaN:
 // JIT_INVALID_ARGUMENT.
 JIT_API jit_value jit_clamp(jit_graph *graph, jit_value x, double lo, double hi);
+// Sliding windows over the two spatial dims of a rank-4 tensor.
+typedef enum jit_layout {
+  JIT_LAYOUT_NCHW = 0,  // x [N, C, H, W]; conv weight [F, C/groups, KH, KW] (PyTorch)
+  JIT_LAYOUT_NHWC = 1,  // x [N, H, W, C]; conv weight [KH, KW, C/groups, F] (TF, linalg)
+} jit_layout;
+
+// Set with jit_window_params_init first (NCHW, stride 1, dilation 1, groups 1, no
+// padding, count_include_pad 1), then change what differs. Output size per spatial
+// dim: (in + pad_lo + pad_hi - dilation (k - 1) - 1) / stride + 1, rounded down
+// (a window that does not fit the padded input once: JIT_SHAPE_MISMATCH).
+typedef struct jit_window_params {
+  jit_layout layout;
+  int kernel[2];         // pools: window height, width (conv: from the weight)
+  int stride[2];         // height, width: >= 1
+  int padding[4];        // top, bottom, left, right: >= 0 (pools: < kernel)
+  int dilation[2];       // >= 1 (avg pool: 1)
+  int groups;            // conv: divides C and F; C groups is depthwise
+  int count_include_pad; // avg pool: padded positions count in the divisor (PyTorch's
+                         // default); 0: divide by the input positions only (ONNX's)
+} jit_window_params;
+JIT_API void jit_window_params_init(jit_window_params *params);
+
+// 2-D convolution (cross-correlation, as PyTorch and ONNX): no bias (add one with
+// jit_add). Padding is zeros. Channels and every weight dim must be static (else
+// JIT_UNSUPPORTED); batch, height and width may be symbols. f16 accumulates in f32.
+// Bad params: JIT_INVALID_ARGUMENT; shapes that do not match: JIT_SHAPE_MISMATCH.
+JIT_API jit_value jit_conv2d(jit_graph *graph, jit_value x, jit_value weight,
+                             const jit_window_params *params);
+// Pooling over params->kernel windows: max (padding never wins) and average.
+JIT_API jit_value jit_max_pool2d(jit_graph *graph, jit_value x,
+                                 const jit_window_params *params);
+JIT_API jit_value jit_avg_pool2d(jit_graph *graph, jit_value x,
+                                 const jit_window_params *params);
 // Permutes dims: result dim i is input dim perm[i]. `perm` has rank(x) entries.
 JIT_API jit_value jit_transpose(jit_graph *graph, jit_value x, const int *perm);
 // Same elements, new shape. `dims` may hold symbols and at most one -1 (inferred).

@@ -253,22 +253,89 @@ static jit_status jit__rule_reshape(const jit_graph *g, const jit__node *x, int 
   return NULL;
 }
 
-// Applies node n's rule given its operand shapes a, b (b may be NULL) and their
-// build-time shapes. Writes rank/dims of `out`. `symvals` is NULL at build time.
+// A sliding window's output size along one spatial dim of `in` elements, or -1 when
+// the window does not fit the padded input once.
+static int64_t jit__window_out(int64_t in, int k, int stride, int pad_lo, int pad_hi,
+                               int dilation) {
+  int64_t span = (int64_t)dilation * (k - 1) + 1, padded = in + pad_lo + pad_hi;
+  if (padded < span) return -1;
+  return (padded - span) / stride + 1;
+}
+
+// conv2d [N, C, H, W] x [F, C/groups, KH, KW] -> [N, F, OH, OW] (NHWC: [N, H, W, C] x
+// [KH, KW, C/groups, F] -> [N, OH, OW, F]) and pools (no weight). Channels and the
+// weight are static (checked when the node is built); N, H and W may be symbols.
+static jit_status jit__rule_window(const jit_graph *g, const jit__node *n, const jit__node *x,
+                                   const jit__node *w, jit__node *out) {
+  const jit__window *p = &n->win;
+  char sx[160], sw[160];
+  if (x->rank != 4 || (w && w->rank != 4))
+    return JIT_ERR(JIT_SHAPE_MISMATCH, "x %s%s%s must have rank 4 (%s)",
+                   jit__fmt_dims(g, x->rank, x->dims, sx, sizeof sx), w ? " and weight " : "",
+                   w ? jit__fmt_dims(g, w->rank, w->dims, sw, sizeof sw) : "",
+                   p->nhwc ? "NHWC" : "NCHW");
+  int hd = p->nhwc ? 1 : 2, cd = p->nhwc ? 3 : 1;
+  int64_t c = x->dims[cd], f = c;
+  int kh = p->kernel[0], kw = p->kernel[1];
+  if (w) {
+    int64_t wf = p->nhwc ? w->dims[3] : w->dims[0], wc = p->nhwc ? w->dims[2] : w->dims[1];
+    kh = (int)(p->nhwc ? w->dims[0] : w->dims[2]);
+    kw = (int)(p->nhwc ? w->dims[1] : w->dims[3]);
+    f = wf;
+    if (jit__dim_known(c) && (wc * p->groups != c || wf % p->groups != 0))
+      return JIT_ERR(JIT_SHAPE_MISMATCH,
+                     "x %s has %lld channels, but weight %s (%s) with %d groups reads %lld "
+                     "(%lld per group); its %lld filters must be a multiple of the groups",
+                     jit__fmt_dims(g, x->rank, x->dims, sx, sizeof sx), (long long)c,
+                     jit__fmt_dims(g, w->rank, w->dims, sw, sizeof sw),
+                     p->nhwc ? "HWIO" : "OIHW", p->groups, (long long)(wc * p->groups),
+                     (long long)wc, (long long)wf);
+  }
+  int64_t o[2];
+  for (int i = 0; i < 2; i++) {
+    int64_t in = x->dims[hd + i];
+    if (!jit__dim_known(in)) {
+      o[i] = JIT__DIM_UNKNOWN;
+      continue;
+    }
+    o[i] = jit__window_out(in, i ? kw : kh, p->stride[i], p->pad[2 * i], p->pad[2 * i + 1],
+                           p->dilation[i]);
+    if (o[i] < 1)
+      return JIT_ERR(JIT_SHAPE_MISMATCH,
+                     "x %s: the %s window (%d, dilation %d) is larger than the padded %s "
+                     "(%lld + %d + %d)",
+                     jit__fmt_dims(g, x->rank, x->dims, sx, sizeof sx), i ? "width" : "height",
+                     i ? kw : kh, p->dilation[i], i ? "width" : "height", (long long)in,
+                     p->pad[2 * i], p->pad[2 * i + 1]);
+  }
+  out->rank = 4;
+  out->dims[0] = x->dims[0];
+  out->dims[cd] = f;
+  out->dims[hd] = o[0];
+  out->dims[hd + 1] = o[1];
+  return NULL;
+}
+
+// Applies node n's rule given its operand shapes `ops` (NULL past its operands) and
+// their build-time shapes `decl`. Writes rank/dims of `out`. `symvals` is NULL at
+// build time.
 static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
-                                  const jit__node *a, const jit__node *b,
-                                  const jit__node *a_decl, const jit__node *b_decl,
+                                  const jit__node *const *ops, const jit__node *const *decl,
                                   const int64_t *symvals, jit__node *out) {
-  const jit__node *n = &gn->n;
+  const jit__node *n = &gn->n, *a = ops[0], *b = ops[1];
   switch (n->op) {
     case JIT__OP_INPUT:
     case JIT__OP_SCALAR:
       return NULL;  // shapes come from elsewhere
     case JIT__OP_MATMUL:
-      return jit__rule_matmul(g, a, b, a_decl, b_decl, out);
-    case JIT__OP_ADD: case JIT__OP_SUB: case JIT__OP_MUL: case JIT__OP_DIV:
-    case JIT__OP_MAXIMUM: case JIT__OP_MINIMUM:
-      return jit__rule_broadcast(g, a, b, a_decl, b_decl, out);
+      return jit__rule_matmul(g, a, b, decl[0], decl[1], out);
+    case JIT__OP_WHERE: {
+      // The two values first, then the condition against what they make.
+      jit__node ab = {0}, ab_decl = {0};
+      JIT_PROPAGATE(jit__rule_broadcast(g, b, ops[2], decl[1], decl[2], &ab));
+      JIT_PROPAGATE(jit__rule_broadcast(g, decl[1], decl[2], decl[1], decl[2], &ab_decl));
+      return jit__rule_broadcast(g, a, &ab, decl[0], &ab_decl, out);
+    }
     case JIT__OP_REDUCE_SUM: case JIT__OP_REDUCE_MAX: case JIT__OP_REDUCE_MEAN:
       jit__rule_reduce(a, n->axis, n->keepdims, out);
       return NULL;
@@ -278,7 +345,12 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
       return NULL;
     case JIT__OP_RESHAPE:
       return jit__rule_reshape(g, a, n->rank, gn->req, symvals, out);
-    default:  // unary elementwise and softmax keep the shape
+    case JIT__OP_CONV2D: case JIT__OP_MAX_POOL2D: case JIT__OP_AVG_POOL2D:
+      return jit__rule_window(g, n, a, b, out);
+    default:
+      if (jit__op_is_binary_elementwise(n->op))
+        return jit__rule_broadcast(g, a, b, decl[0], decl[1], out);
+      // Unary elementwise and softmax keep the shape.
       out->rank = a->rank;
       memcpy(out->dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
       return NULL;
@@ -288,11 +360,12 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
 jit_status jit__infer_concrete(const jit_graph *g, uint32_t i, const jit__node *shapes,
                                const int64_t *symbol_values, jit__node *out) {
   const jit__gnode *gn = &g->nodes[i];
-  const jit__node *a = gn->n.n_operands > 0 ? &shapes[gn->n.operands[0]] : NULL;
-  const jit__node *b = gn->n.n_operands > 1 ? &shapes[gn->n.operands[1]] : NULL;
-  const jit__node *ad = a ? &g->nodes[gn->n.operands[0]].n : NULL;
-  const jit__node *bd = b ? &g->nodes[gn->n.operands[1]].n : NULL;
-  jit_status s = jit__apply_rule(g, gn, a, b, ad, bd, symbol_values, out);
+  const jit__node *ops[3] = {0}, *decl[3] = {0};
+  for (int k = 0; k < gn->n.n_operands; k++) {
+    ops[k] = &shapes[gn->n.operands[k]];
+    decl[k] = &g->nodes[gn->n.operands[k]].n;
+  }
+  jit_status s = jit__apply_rule(g, gn, ops, decl, symbol_values, out);
   if (s)
     return jit__status_annotate(s, "graph `%s`: node %u (%s)", g->name, i,
                                 jit__op_name(gn->n.op));
@@ -468,30 +541,34 @@ jit_value jit_scalar(jit_graph *g, double value, DLDataType dtype) {
   if (!jit__dtype_from_dl(dtype, &node.n.dtype))
     JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: scalar: dtype not supported; use f32 or f16",
               g->name);
-  if (!isfinite(value))
-    JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: scalar: value %g is not finite", g->name,
-              value);
+  if (isnan(value))
+    JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: scalar: value is NaN", g->name);
   node.n.scalar = value;
   return jit__append(g, &node);
 }
 
-// Builds a node with operands, checks dtypes, and infers its build-time shape.
-static jit_value jit__make_node(jit_graph *g, jit__op op, jit_value a, jit_value b, int n_ops,
-                         jit__gnode *node) {
+// Builds a node with operands `v` (n_ops of them), checks dtypes, and infers its
+// build-time shape.
+static jit_value jit__make_node(jit_graph *g, jit__op op, const jit_value *v, int n_ops,
+                                jit__gnode *node) {
   const char *opname = jit__op_name(op);
-  if (!jit__check_operand(g, opname, a, 0)) return (jit_value){0};
-  if (n_ops > 1 && !jit__check_operand(g, opname, b, 1)) return (jit_value){0};
-  const jit__node *na = jit__value(g, a), *nb = n_ops > 1 ? jit__value(g, b) : NULL;
+  const jit__node *ops[3] = {0};
+  for (int k = 0; k < n_ops; k++) {
+    if (!jit__check_operand(g, opname, v[k], k)) return (jit_value){0};
+    ops[k] = jit__value(g, v[k]);
+    node->n.operands[k] = v[k].id - 1;
+  }
   node->n.op = op;
   node->n.n_operands = n_ops;
-  node->n.operands[0] = a.id - 1;
-  node->n.operands[1] = n_ops > 1 ? b.id - 1 : 0;
-  node->n.dtype = na->dtype;
-  if (nb && nb->dtype != na->dtype)
-    JIT__FAIL(g, JIT_DTYPE_MISMATCH,
-              "graph `%s`: node %u (%s): operand dtypes differ: %s vs %s", g->name,
-              g->n_nodes, opname, jit__dtype_name(na->dtype), jit__dtype_name(nb->dtype));
-  jit_status s = jit__apply_rule(g, node, na, nb, na, nb, NULL, &node->n);
+  node->n.dtype = ops[0]->dtype;
+  for (int k = 1; k < n_ops; k++)
+    if (ops[k]->dtype != ops[0]->dtype)
+      JIT__FAIL(g, JIT_DTYPE_MISMATCH,
+                "graph `%s`: node %u (%s): operand dtypes differ: %s (operand 0) vs %s "
+                "(operand %d)",
+                g->name, g->n_nodes, opname, jit__dtype_name(ops[0]->dtype),
+                jit__dtype_name(ops[k]->dtype), k);
+  jit_status s = jit__apply_rule(g, node, ops, ops, NULL, &node->n);
   if (s) {
     jit__record(g, jit__status_annotate(s, "graph `%s`: node %u (%s)", g->name,
                                         g->n_nodes, opname));
@@ -513,12 +590,13 @@ static jit_value jit__make_node(jit_graph *g, jit__op op, jit_value a, jit_value
 
 static jit_value jit__binary(jit_graph *g, jit__op op, jit_value a, jit_value b) {
   jit__gnode node = {0};
-  return jit__make_node(g, op, a, b, 2, &node);
+  jit_value v[2] = {a, b};
+  return jit__make_node(g, op, v, 2, &node);
 }
 
 static jit_value jit__unary(jit_graph *g, jit__op op, jit_value x) {
   jit__gnode node = {0};
-  return jit__make_node(g, op, x, (jit_value){0}, 1, &node);
+  return jit__make_node(g, op, &x, 1, &node);
 }
 
 jit_value jit_matmul(jit_graph *g, jit_value a, jit_value b) {
@@ -555,6 +633,132 @@ jit_value jit_sqrt(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_SQR
 jit_value jit_rsqrt(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_RSQRT, x); }
 jit_value jit_erf(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_ERF, x); }
 jit_value jit_gelu_erf(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_GELU_ERF, x); }
+jit_value jit_less(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_LESS, a, b);
+}
+jit_value jit_less_equal(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_LESS_EQUAL, a, b);
+}
+jit_value jit_greater(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_GREATER, a, b);
+}
+jit_value jit_greater_equal(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_GREATER_EQUAL, a, b);
+}
+jit_value jit_equal(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_EQUAL, a, b);
+}
+jit_value jit_not_equal(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_NOT_EQUAL, a, b);
+}
+jit_value jit_pow(jit_graph *g, jit_value a, jit_value b) {
+  return jit__binary(g, JIT__OP_POW, a, b);
+}
+jit_value jit_where(jit_graph *g, jit_value cond, jit_value a, jit_value b) {
+  jit__gnode node = {0};
+  jit_value v[3] = {cond, a, b};
+  return jit__make_node(g, JIT__OP_WHERE, v, 3, &node);
+}
+
+//===--- Sliding windows -------------------------------------------------===//
+
+enum { kMaxWindowParam = 1 << 16 };
+
+void jit_window_params_init(jit_window_params *p) {
+  if (!p) return;
+  memset(p, 0, sizeof(*p));
+  p->layout = JIT_LAYOUT_NCHW;
+  p->stride[0] = p->stride[1] = 1;
+  p->dilation[0] = p->dilation[1] = 1;
+  p->groups = 1;
+  p->count_include_pad = 1;
+}
+
+static bool jit__param_in(int v, int lo) { return v >= lo && v <= kMaxWindowParam; }
+
+// Checks `p` for `op` and copies it into `win`; records the error otherwise. `w` is
+// the conv weight (id 0 for pools).
+static bool jit__window_of(jit_graph *g, jit__op op, jit_value x, jit_value w,
+                           const jit_window_params *p, jit__window *win) {
+  const char *name = jit__op_name(op);
+  if (!jit__check_operand(g, name, x, 0)) return false;
+  if (op == JIT__OP_CONV2D && !jit__check_operand(g, name, w, 1)) return false;
+  const char *bad = NULL;
+  if (!p) bad = "params is NULL";
+  else if (p->layout != JIT_LAYOUT_NCHW && p->layout != JIT_LAYOUT_NHWC)
+    bad = "layout is not JIT_LAYOUT_NCHW or JIT_LAYOUT_NHWC";
+  else if (!jit__param_in(p->stride[0], 1) || !jit__param_in(p->stride[1], 1))
+    bad = "stride must be in [1, 65536]";
+  else if (!jit__param_in(p->dilation[0], 1) || !jit__param_in(p->dilation[1], 1))
+    bad = "dilation must be in [1, 65536]";
+  else if (!jit__param_in(p->padding[0], 0) || !jit__param_in(p->padding[1], 0) ||
+           !jit__param_in(p->padding[2], 0) || !jit__param_in(p->padding[3], 0))
+    bad = "padding must be in [0, 65536]";
+  else if (op == JIT__OP_CONV2D && !jit__param_in(p->groups, 1))
+    bad = "groups must be in [1, 65536]";
+  else if (op != JIT__OP_CONV2D && (!jit__param_in(p->kernel[0], 1) ||
+                                    !jit__param_in(p->kernel[1], 1)))
+    bad = "kernel must be in [1, 65536]";
+  else if (op != JIT__OP_CONV2D && (p->padding[0] >= p->kernel[0] ||
+                                    p->padding[1] >= p->kernel[0] ||
+                                    p->padding[2] >= p->kernel[1] ||
+                                    p->padding[3] >= p->kernel[1]))
+    bad = "padding must be smaller than the kernel (a window of padding only has no value)";
+  else if (op == JIT__OP_AVG_POOL2D && (p->dilation[0] != 1 || p->dilation[1] != 1))
+    bad = "avg_pool2d takes no dilation";
+  if (bad) {
+    jit__record(g, JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: node %u (%s): %s", g->name,
+                           g->n_nodes, name, bad));
+    return false;
+  }
+  memset(win, 0, sizeof(*win));
+  win->nhwc = p->layout == JIT_LAYOUT_NHWC;
+  memcpy(win->stride, p->stride, sizeof win->stride);
+  memcpy(win->pad, p->padding, sizeof win->pad);
+  memcpy(win->dilation, p->dilation, sizeof win->dilation);
+  win->groups = op == JIT__OP_CONV2D ? p->groups : 1;
+  win->count_pad = op == JIT__OP_AVG_POOL2D && p->count_include_pad;
+  if (op != JIT__OP_CONV2D) memcpy(win->kernel, p->kernel, sizeof win->kernel);
+  // Lowering writes the channels and the weight as static sizes.
+  const jit__node *xn = jit__value(g, x);
+  int cd = win->nhwc ? 3 : 1;
+  bool static_c = xn->rank != 4 || jit__dim_known(xn->dims[cd]);
+  if (op == JIT__OP_CONV2D) {
+    const jit__node *wn = jit__value(g, w);
+    for (int d = 0; d < wn->rank; d++) static_c &= jit__dim_known(wn->dims[d]);
+    if (wn->rank == 4) {
+      win->kernel[0] = (int)(win->nhwc ? wn->dims[0] : wn->dims[2]);
+      win->kernel[1] = (int)(win->nhwc ? wn->dims[1] : wn->dims[3]);
+    }
+  }
+  if (!static_c) {
+    jit__record(g, JIT_ERR(JIT_UNSUPPORTED,
+                           "graph `%s`: node %u (%s): the channel dim of x%s must be static "
+                           "(batch, height and width may be symbols)",
+                           g->name, g->n_nodes, name,
+                           op == JIT__OP_CONV2D ? " and every dim of the weight" : ""));
+    return false;
+  }
+  return true;
+}
+
+static jit_value jit__window_node(jit_graph *g, jit__op op, jit_value x, jit_value w,
+                                  const jit_window_params *p) {
+  jit__gnode node = {0};
+  if (!jit__window_of(g, op, x, w, p, &node.n.win)) return (jit_value){0};
+  jit_value v[2] = {x, w};
+  return jit__make_node(g, op, v, op == JIT__OP_CONV2D ? 2 : 1, &node);
+}
+
+jit_value jit_conv2d(jit_graph *g, jit_value x, jit_value w, const jit_window_params *p) {
+  return jit__window_node(g, JIT__OP_CONV2D, x, w, p);
+}
+jit_value jit_max_pool2d(jit_graph *g, jit_value x, const jit_window_params *p) {
+  return jit__window_node(g, JIT__OP_MAX_POOL2D, x, (jit_value){0}, p);
+}
+jit_value jit_avg_pool2d(jit_graph *g, jit_value x, const jit_window_params *p) {
+  return jit__window_node(g, JIT__OP_AVG_POOL2D, x, (jit_value){0}, p);
+}
 
 // Normalizes a possibly negative axis against `x`'s rank, recording an error if it
 // is out of range.
@@ -578,7 +782,7 @@ static jit_value jit__reduce(jit_graph *g, jit__op op, jit_value x, int axis,
   jit__gnode node = {0};
   node.n.axis = axis;
   node.n.keepdims = keepdims != 0;
-  return jit__make_node(g, op, x, (jit_value){0}, 1, &node);
+  return jit__make_node(g, op, &x, 1, &node);
 }
 
 jit_value jit_reduce_sum(jit_graph *g, jit_value x, int axis, int keepdims) {
@@ -595,7 +799,7 @@ jit_value jit_softmax(jit_graph *g, jit_value x, int axis) {
   if (!jit__axis(g, "softmax", x, &axis)) return (jit_value){0};
   jit__gnode node = {0};
   node.n.axis = axis;
-  return jit__make_node(g, JIT__OP_SOFTMAX, x, (jit_value){0}, 1, &node);
+  return jit__make_node(g, JIT__OP_SOFTMAX, &x, 1, &node);
 }
 
 jit_value jit_transpose(jit_graph *g, jit_value x, const int *perm) {
@@ -615,7 +819,7 @@ jit_value jit_transpose(jit_graph *g, jit_value x, const int *perm) {
     seen[perm[i]] = true;
     node.n.perm[i] = perm[i];
   }
-  return jit__make_node(g, JIT__OP_TRANSPOSE, x, (jit_value){0}, 1, &node);
+  return jit__make_node(g, JIT__OP_TRANSPOSE, &x, 1, &node);
 }
 
 jit_value jit_reshape(jit_graph *g, jit_value x, int rank, const int64_t *dims) {
@@ -641,7 +845,7 @@ jit_value jit_reshape(jit_graph *g, jit_value x, int rank, const int64_t *dims) 
     JIT__FAIL(g, JIT_INVALID_ARGUMENT,
               "graph `%s`: node %u (reshape): more than one dim is -1", g->name,
               g->n_nodes);
-  return jit__make_node(g, JIT__OP_RESHAPE, x, (jit_value){0}, 1, &node);
+  return jit__make_node(g, JIT__OP_RESHAPE, &x, 1, &node);
 }
 
 //===--- Finalize --------------------------------------------------------===//
@@ -690,6 +894,16 @@ static void jit__fingerprint(jit_graph *g) {
       rec[8 + 2 * JIT_MAX_RANK + d] = gn->n.op == JIT__OP_TRANSPOSE ? gn->n.perm[d] : 0;
     }
     XXH3_128bits_update(st, rec, sizeof(rec));
+    // Only what ops added later carry, so that older graphs keep their keys.
+    if (gn->n.n_operands > 2) XXH3_128bits_update(st, &gn->n.operands[2], sizeof(uint32_t));
+    if (jit__op_is_window(gn->n.op)) {
+      const jit__window *w = &gn->n.win;
+      int32_t win[14] = {w->nhwc,      w->kernel[0], w->kernel[1],   w->stride[0],
+                         w->stride[1], w->pad[0],    w->pad[1],      w->pad[2],
+                         w->pad[3],    w->dilation[0], w->dilation[1], w->groups,
+                         w->count_pad, 0};
+      XXH3_128bits_update(st, win, sizeof(win));
+    }
   }
   XXH3_128bits_update(st, g->inputs, sizeof(uint32_t) * g->n_inputs);
   XXH3_128bits_update(st, &g->n_inputs, sizeof(g->n_inputs));

@@ -164,7 +164,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   long long o0 = jit__rd_int(r), o1 = jit__rd_int(r);
   int rank = (int)jit__rd_int(r), axis = (int)jit__rd_int(r), keep = (int)jit__rd_int(r);
   uint64_t bits = jit__rd_hex(r);
-  if (r->bad || rank < 0 || rank > JIT_MAX_RANK || nops < 0 || nops > 2 || o0 < 0 ||
+  if (r->bad || rank < 0 || rank > JIT_MAX_RANK || nops < 0 || nops > 3 || o0 < 0 ||
       o1 < 0 || (nops > 0 && o0 >= (long long)g->n_nodes) ||
       (nops > 1 && o1 >= (long long)g->n_nodes) || (dt != JIT__F32 && dt != JIT__F16)) {
     r->bad = true;
@@ -177,7 +177,23 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
     for (int d = 0; d < rank; d++) req[d] = jit__rd_int(r);
   if (op == JIT__OP_TRANSPOSE)
     for (int d = 0; d < rank; d++) perm[d] = (int)jit__rd_int(r);
-  if (r->bad) return (jit_value){0};
+  // Ops added later: where's third operand, a window's parameters.
+  long long o2 = op == JIT__OP_WHERE ? jit__rd_int(r) : 0;
+  jit_window_params wp;
+  jit_window_params_init(&wp);
+  if (op >= JIT__OP_CONV2D && op <= JIT__OP_AVG_POOL2D) {
+    int v[13];
+    for (int i = 0; i < 13; i++) v[i] = (int)jit__rd_int(r);
+    wp.layout = v[0] ? JIT_LAYOUT_NHWC : JIT_LAYOUT_NCHW;
+    memcpy(wp.kernel, v + 1, sizeof wp.kernel);
+    memcpy(wp.stride, v + 3, sizeof wp.stride);
+    memcpy(wp.padding, v + 5, sizeof wp.padding);
+    memcpy(wp.dilation, v + 9, sizeof wp.dilation);
+    wp.groups = v[11];
+    wp.count_include_pad = v[12];
+  }
+  if (r->bad || o2 < 0 || (op == JIT__OP_WHERE && (nops != 3 || o2 >= (long long)g->n_nodes)))
+    return (jit_value){0};
   DLDataType dl = {kDLFloat, dt == JIT__F16 ? 16 : 32, 1};
   jit_value a = {(uint32_t)o0 + 1}, b = {(uint32_t)o1 + 1};
   double scalar;
@@ -214,6 +230,17 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
     case JIT__OP_SOFTMAX: return jit_softmax(g, a, axis);
     case JIT__OP_TRANSPOSE: return jit_transpose(g, a, perm);
     case JIT__OP_RESHAPE: return jit_reshape(g, a, rank, req);
+    case JIT__OP_LESS: return jit_less(g, a, b);
+    case JIT__OP_LESS_EQUAL: return jit_less_equal(g, a, b);
+    case JIT__OP_GREATER: return jit_greater(g, a, b);
+    case JIT__OP_GREATER_EQUAL: return jit_greater_equal(g, a, b);
+    case JIT__OP_EQUAL: return jit_equal(g, a, b);
+    case JIT__OP_NOT_EQUAL: return jit_not_equal(g, a, b);
+    case JIT__OP_POW: return jit_pow(g, a, b);
+    case JIT__OP_WHERE: return jit_where(g, a, b, (jit_value){(uint32_t)o2 + 1});
+    case JIT__OP_CONV2D: return jit_conv2d(g, a, b, &wp);
+    case JIT__OP_MAX_POOL2D: return jit_max_pool2d(g, a, &wp);
+    case JIT__OP_AVG_POOL2D: return jit_avg_pool2d(g, a, &wp);
     default: r->bad = true; return (jit_value){0};
   }
 }
@@ -394,6 +421,14 @@ static void jit__graph_record(const jit_graph *g, jit__text *b) {
       for (int d = 0; d < n->rank; d++) jit__text_printf(b, " %lld", (long long)gn->req[d]);
     if (n->op == JIT__OP_TRANSPOSE)
       for (int d = 0; d < n->rank; d++) jit__text_printf(b, " %d", n->perm[d]);
+    if (n->op == JIT__OP_WHERE) jit__text_printf(b, " %u", n->operands[2]);
+    if (jit__op_is_window(n->op)) {
+      const jit__window *w = &n->win;
+      jit__text_printf(b, " %d %d %d %d %d %d %d %d %d %d %d %d %d", (int)w->nhwc,
+                       w->kernel[0], w->kernel[1], w->stride[0], w->stride[1], w->pad[0],
+                       w->pad[1], w->pad[2], w->pad[3], w->dilation[0], w->dilation[1],
+                       w->groups, (int)w->count_pad);
+    }
     if (n->op == JIT__OP_INPUT) jit__hexname(b, gn->name ? gn->name : "");
   }
   for (uint32_t j = 0; j < g->n_outputs; j++) jit__text_printf(b, ";o %u", g->outputs[j]);

@@ -60,13 +60,16 @@ typedef struct jit__emitter {
   struct jit__fusion *fusion;
 } jit__emitter;
 
-// What a generic body computes, in f32, from its (extended) inputs x, y and, for
+// What a generic body computes, in f32, from its (extended) inputs x, y, z and, for
 // reductions, the f32 accumulator `out`.
 typedef enum jit__body_kind {
   JIT__B_COPY,
   JIT__B_ADD, JIT__B_SUB, JIT__B_MUL, JIT__B_DIV, JIT__B_MAX, JIT__B_MIN,
   JIT__B_NEG, JIT__B_EXP, JIT__B_LOG, JIT__B_TANH, JIT__B_SIGMOID, JIT__B_RELU, JIT__B_GELU,
   JIT__B_SQRT, JIT__B_RSQRT, JIT__B_ERF, JIT__B_GELU_ERF,
+  JIT__B_LT, JIT__B_LE, JIT__B_GT, JIT__B_GE, JIT__B_EQ, JIT__B_NE,  // 1.0 or 0.0
+  JIT__B_POW,
+  JIT__B_SELECT,   // y where x != 0, else z
   JIT__B_ACC_SUM,  // out + x
   JIT__B_ACC_MAX,  // max(out, x)
   JIT__B_ACC_MAXNUM,  // max(out, x) for softmax, as llvm.maxnum with no NaN checks (nnan:
@@ -88,6 +91,9 @@ typedef struct jit__gen_operand {
   const int64_t *dims;
   int map[JIT_MAX_RANK];
   const jit__dimval *dv;  // the values of its `?` dims (symbolic mode); NULL: none
+  // When set, the map's results as written ("d0, d2 * 2 + d5, 0"), instead of `map`:
+  // windows read their input at strided positions (emit_window.c).
+  const char *affine;
 } jit__gen_operand;
 
 //===--- Types and literals ---===//
@@ -113,10 +119,10 @@ void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char
 void jit__emit_generic_open(jit__emitter *e, const char *res, int n_loops, const char *iters,
                             const jit__gen_operand *ins, int n_in,
                             const jit__gen_operand *out);
-// One body computation of `kind` on f32 values x (and y), its names made unique by
-// `step`; returns the result's name (in name[16], or x or y).
+// One body computation of `kind` on f32 values x (and y, z), its names made unique by
+// `step`; returns the result's name (in name[16], or one of x, y, z).
 const char *jit__emit_body_step(jit__emitter *e, jit__body_kind kind, const char *x,
-                                const char *y, int step, char name[16]);
+                                const char *y, const char *z, int step, char name[16]);
 jit__gen_operand jit__node_operand(jit__emitter *e, uint32_t id);
 bool jit__result_dims_from(jit__emitter *e, const jit__gen_operand *ins, int n_in, int rank,
                              const int64_t *dims, jit__dimval *dv);
@@ -160,5 +166,6 @@ jit_status jit__emit_softmax(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_transpose(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_reshape(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n);
+jit_status jit__emit_window(jit__emitter *e, const jit__node *n);  // emit_window.c
 
 #endif  // JITML_LOWERING_EMIT_H_

@@ -48,6 +48,17 @@ static const char *const jit__op_names[JIT__OP_COUNT_] = {
     [JIT__OP_RESHAPE] = "reshape",
     [JIT__OP_ERF] = "erf",
     [JIT__OP_GELU_ERF] = "gelu_erf",
+    [JIT__OP_LESS] = "less",
+    [JIT__OP_LESS_EQUAL] = "less_equal",
+    [JIT__OP_GREATER] = "greater",
+    [JIT__OP_GREATER_EQUAL] = "greater_equal",
+    [JIT__OP_EQUAL] = "equal",
+    [JIT__OP_NOT_EQUAL] = "not_equal",
+    [JIT__OP_POW] = "pow",
+    [JIT__OP_WHERE] = "where",
+    [JIT__OP_CONV2D] = "conv2d",
+    [JIT__OP_MAX_POOL2D] = "max_pool2d",
+    [JIT__OP_AVG_POOL2D] = "avg_pool2d",
 };
 
 const char *jit__op_name(jit__op op) {
@@ -162,6 +173,10 @@ static void print_map(jit__emitter *e, int n_loops, const jit__gen_operand *op) 
   jit__text_printf(&e->tb, "affine_map<(");
   for (int l = 0; l < n_loops; l++) jit__text_printf(&e->tb, "%sd%d", l ? ", " : "", l);
   jit__text_printf(&e->tb, ") -> (");
+  if (op->affine) {
+    jit__text_printf(&e->tb, "%s)>", op->affine);
+    return;
+  }
   for (int d = 0; d < op->rank; d++) {
     if (op->map[d] < 0)
       jit__text_printf(&e->tb, "%s0", d ? ", " : "");
@@ -216,8 +231,43 @@ static const char *emit_erf(jit__text *tb, const char *x) {
 
 // Body statements; returns the name of the f32 result. Names inside a region only need
 // to be unique within it, so every body reuses %c*, %t*.
+// pow(x, y) as exp(y log|x|), with the sign of an odd integer power of a negative x,
+// NaN for a negative x to a non-integer power, and pow(x, 0) = pow(1, y) = 1.
+static const char *emit_pow(jit__text *tb, const char *x, const char *y) {
+  jit__text_printf(tb,
+                   "    %%c0 = arith.constant 0.0 : f32\n"
+                   "    %%c1 = arith.constant 1.0 : f32\n"
+                   "    %%c2 = arith.constant 0.5 : f32\n"
+                   "    %%c3 = arith.constant 2.0 : f32\n"
+                   "    %%c4 = arith.constant 0x7FC00000 : f32\n"
+                   "    %%t0 = math.absf %s : f32\n"
+                   "    %%t1 = math.log %%t0 : f32\n"
+                   "    %%t2 = arith.mulf %s, %%t1 : f32\n"
+                   "    %%t3 = math.exp %%t2 : f32\n",
+                   x, y);
+  jit__text_printf(tb,
+                   "    %%t4 = math.floor %s : f32\n"
+                   "    %%t5 = arith.cmpf oeq, %%t4, %s : f32\n"
+                   "    %%t6 = arith.mulf %s, %%c2 : f32\n"
+                   "    %%t7 = math.floor %%t6 : f32\n"
+                   "    %%t8 = arith.mulf %%t7, %%c3 : f32\n"
+                   "    %%t9 = arith.cmpf one, %%t8, %s : f32\n"
+                   "    %%t10 = arith.andi %%t5, %%t9 : i1\n"
+                   "    %%t11 = arith.negf %%t3 : f32\n"
+                   "    %%t12 = arith.select %%t10, %%t11, %%t3 : f32\n"
+                   "    %%t13 = arith.select %%t5, %%t12, %%c4 : f32\n"
+                   "    %%t14 = arith.cmpf olt, %s, %%c0 : f32\n"
+                   "    %%t15 = arith.select %%t14, %%t13, %%t3 : f32\n"
+                   "    %%t16 = arith.cmpf oeq, %s, %%c0 : f32\n"
+                   "    %%t17 = arith.cmpf oeq, %s, %%c1 : f32\n"
+                   "    %%t18 = arith.ori %%t16, %%t17 : i1\n"
+                   "    %%t19 = arith.select %%t18, %%c1, %%t15 : f32\n",
+                   y, y, y, y, x, y, x);
+  return "%t19";
+}
+
 static const char *emit_body(jit__emitter *e, jit__body_kind kind, const char *x, const char *y,
-                             const char *out, const char *by) {
+                             const char *z, const char *out, const char *by) {
   jit__text *tb = &e->tb;
   switch (kind) {
     case JIT__B_COPY:
@@ -287,6 +337,27 @@ static const char *emit_body(jit__emitter *e, jit__body_kind kind, const char *x
                        erf, x);
       return "%t3";
     }
+    case JIT__B_LT: case JIT__B_LE: case JIT__B_GT: case JIT__B_GE: case JIT__B_EQ:
+    case JIT__B_NE: {
+      // Ordered, except "not equal", which holds for NaN (as in C and NumPy).
+      static const char *const preds[] = {"olt", "ole", "ogt", "oge", "oeq", "une"};
+      jit__text_printf(tb,
+                       "    %%c0 = arith.constant 0.0 : f32\n"
+                       "    %%c1 = arith.constant 1.0 : f32\n"
+                       "    %%t0 = arith.cmpf %s, %s, %s : f32\n"
+                       "    %%t1 = arith.select %%t0, %%c1, %%c0 : f32\n",
+                       preds[kind - JIT__B_LT], x, y);
+      return "%t1";
+    }
+    case JIT__B_POW:
+      return emit_pow(tb, x, y);
+    case JIT__B_SELECT:
+      jit__text_printf(tb,
+                       "    %%c0 = arith.constant 0.0 : f32\n"
+                       "    %%t0 = arith.cmpf une, %s, %%c0 : f32\n"
+                       "    %%t1 = arith.select %%t0, %s, %s : f32\n",
+                       x, y, z);
+      return "%t1";
     case JIT__B_ACC_SUM:
       jit__text_printf(tb, "    %%t0 = arith.addf %s, %s : f32\n", out, x);
       return "%t0";
@@ -351,12 +422,12 @@ void jit__emit_generic_open(jit__emitter *e, const char *res, int n_loops, const
 }
 
 const char *jit__emit_body_step(jit__emitter *e, jit__body_kind kind, const char *x,
-                                const char *y, int step, char name[16]) {
+                                const char *y, const char *z, int step, char name[16]) {
   // Into a text of its own, then copied with %t.. and %c.. renamed %s<step>t..: each
   // body writes those names from 0.
   jit__text mine = {0}, keep = e->tb;
   e->tb = mine;
-  const char *r = emit_body(e, kind, x, y, "%out", NULL);
+  const char *r = emit_body(e, kind, x, y, z, "%out", NULL);
   mine = e->tb;
   e->tb = keep;
   e->tb.oom |= mine.oom;
@@ -375,7 +446,7 @@ const char *jit__emit_body_step(jit__emitter *e, jit__body_kind kind, const char
     snprintf(name, 16, "%%s%d%s", step, r + 1);
     return name;
   }
-  return r;  // one of x, y
+  return r;  // one of x, y, z
 }
 
 void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char *iters,
@@ -385,11 +456,11 @@ void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char
   jit__emit_generic_open(e, res, n_loops, iters, ins, n_in, out);
   jit__str out_ty = jit__tensor_type(out->dt, out->rank, out->dims);
   const char *result;
-  char xs[2][8];  // the body's inputs; `result` may be one of them, used below
+  char xs[3][8] = {"", "", ""};  // the body's inputs; `result` may be one of them
   if (kind == JIT__B_COPY && n_in == 1 && ins[0].dt == out->dt) {
     result = "%in0";
   } else {
-    for (int i = 0; i < n_in && i < 2; i++) {
+    for (int i = 0; i < n_in && i < 3; i++) {
       if (ins[i].dt == JIT__F16) {
         jit__text_printf(tb, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
         snprintf(xs[i], sizeof xs[i], "%%x%d", i);
@@ -398,7 +469,7 @@ void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char
       }
     }
     // Accumulating outs are always f32, so %out never needs extending.
-    result = emit_body(e, kind, xs[0], n_in > 1 ? xs[1] : "", "%out", by);
+    result = emit_body(e, kind, xs[0], xs[1], xs[2], "%out", by);
     if (out->dt == JIT__F16) {
       jit__text_printf(tb, "    %%y = arith.truncf %s : f32 to f16\n", result);
       result = "%y";
@@ -410,7 +481,7 @@ void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char
 
 jit__gen_operand jit__node_operand(jit__emitter *e, uint32_t id) {
   const jit__node *n = &e->g->nodes[id];
-  jit__gen_operand op = {e->names[id], n->dtype, n->rank, n->dims, {0}, e->dv[id]};
+  jit__gen_operand op = {e->names[id], n->dtype, n->rank, n->dims, {0}, e->dv[id], NULL};
   jit__identity_map(&op);
   return op;
 }
@@ -477,8 +548,8 @@ jit__str jit__emit_convert(jit__emitter *e, const char *x, jit__dtype from, jit_
                         const int64_t *dims, const jit__dimval *dv, bool final) {
   jit__str empty = jit__value_name(e, false), res = jit__value_name(e, final);
   jit__emit_empty(e, empty.s, to, rank, dims, dv);
-  jit__gen_operand in = {x, from, rank, dims, {0}, NULL};
-  jit__gen_operand out = {empty.s, to, rank, dims, {0}, NULL};
+  jit__gen_operand in = {x, from, rank, dims, {0}, NULL, NULL};
+  jit__gen_operand out = {empty.s, to, rank, dims, {0}, NULL, NULL};
   jit__identity_map(&in);
   jit__identity_map(&out);
   char iters[JIT_MAX_RANK];

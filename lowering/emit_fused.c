@@ -47,7 +47,7 @@ struct jit__fusion {
 typedef struct frame {
   uint32_t id;
   int k;
-  char arg[2][32];
+  char arg[3][32];
 } frame;
 
 void jit__fusion_free(jit__emitter *e) {
@@ -164,7 +164,7 @@ static void compute(jit__emitter *e, char result[32]) {
     char r[16], v[32];
     snprintf(v, sizeof v, "%s",
              jit__emit_body_step(e, jit__elementwise_kind(x->op), t->arg[0], t->arg[1],
-                                 step, r));
+                                 t->arg[2], step, r));
     if (x->dtype == JIT__F16 && t->id != e->cur) {
       // Rounded to f16 and back, as the value would be between two separate ops.
       jit__text_printf(&e->tb,

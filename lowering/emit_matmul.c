@@ -113,7 +113,7 @@ static jit__str emit_batch_broadcast(jit__emitter *e, const jit__gen_operand *op
   in.map[op->rank - 1] = nb + 1;
   jit__str empty = jit__value_name(e, false), res = jit__value_name(e, false);
   jit__emit_empty(e, empty.s, op->dt, r, dims, NULL);
-  jit__gen_operand out = {empty.s, op->dt, r, dims, {0}, NULL};
+  jit__gen_operand out = {empty.s, op->dt, r, dims, {0}, NULL, NULL};
   jit__identity_map(&out);
   char iters[JIT_MAX_RANK];
   memset(iters, 'p', sizeof iters);
@@ -343,12 +343,12 @@ jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n) {
     bool x_full = a.rank == r && memcmp(a.dims, n->dims, sizeof(int64_t) * nb) == 0;
     if (p < 0 && !x_full) {
       xs = emit_batch_broadcast(e, &a, n, xd);
-      a = (jit__gen_operand){xs.s, a.dt, r, xd, {0}, NULL};
+      a = (jit__gen_operand){xs.s, a.dt, r, xd, {0}, NULL, NULL};
       p = matmul_batch_prefix(&a, &b, n);
     }
     if (p < 0) {
       ws = emit_batch_broadcast(e, &b, n, wd);
-      b = (jit__gen_operand){ws.s, b.dt, r, wd, {0}, NULL};
+      b = (jit__gen_operand){ws.s, b.dt, r, wd, {0}, NULL, NULL};
       p = nb;
     }
     return emit_named_matmul(e, n, &a, &b, p, nb - p);
@@ -358,7 +358,7 @@ jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n) {
   jit__dimval *dv = e->dv[e->cur];
   jit__str acc = jit__emit_filled_acc(e, "0.0", r, n->dims, dv);
   jit__str mm = jit__value_name(e, !f16);
-  jit__gen_operand out = {acc.s, JIT__F32, r, n->dims, {0}, NULL};
+  jit__gen_operand out = {acc.s, JIT__F32, r, n->dims, {0}, NULL, NULL};
   jit__identity_map(&out);
   char iters[JIT_MAX_RANK + 2];
   memset(iters, 'p', sizeof iters);

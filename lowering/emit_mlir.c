@@ -55,9 +55,9 @@ static void matmul_distances(const jit__lgraph *g, uint8_t *up, uint8_t *down) {
 static int operand_count(jit__op op) {
   switch (op) {
     case JIT__OP_INPUT: case JIT__OP_SCALAR: return 0;
-    case JIT__OP_MATMUL: case JIT__OP_ADD: case JIT__OP_SUB: case JIT__OP_MUL:
-    case JIT__OP_DIV: case JIT__OP_MAXIMUM: case JIT__OP_MINIMUM: return 2;
-    default: return 1;
+    case JIT__OP_MATMUL: case JIT__OP_CONV2D: return 2;
+    case JIT__OP_WHERE: return 3;
+    default: return jit__op_is_binary_elementwise(op) ? 2 : 1;
   }
 }
 
@@ -108,6 +108,8 @@ static jit_status emit_node(jit__emitter *e, const jit__node *n) {
       return jit__emit_transpose(e, n);
     case JIT__OP_RESHAPE:
       return jit__emit_reshape(e, n);
+    case JIT__OP_CONV2D: case JIT__OP_MAX_POOL2D: case JIT__OP_AVG_POOL2D:
+      return jit__emit_window(e, n);
     default:
       if (jit__op_is_elementwise(n->op))
         return jit__emit_elementwise(e, n, jit__elementwise_kind(n->op));

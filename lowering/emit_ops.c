@@ -35,14 +35,14 @@ static bool emit_elementwise_flat(jit__emitter *e, const jit__node *n, jit__body
   }
   if (!ref) return false;
   int fr = ref->rank, lead = n->rank - fr + 1;  // node dims [0, lead) are flat dim 0
-  jit__gen_operand ins[2];
+  jit__gen_operand ins[3];
   for (int i = 0; i < n->n_operands; i++) {
     uint32_t id = n->operands[i];
     const jit__node *x = &e->g->nodes[id];
     const struct jit__flat_value *f = &e->flat[id];
     if (f->rank == fr && same_dims(x->rank, x->dims, n->rank, n->dims) &&
         same_dims(f->rank, f->dims, fr, ref->dims)) {
-      ins[i] = (jit__gen_operand){f->name.s, x->dtype, fr, ref->dims, {0}, NULL};
+      ins[i] = (jit__gen_operand){f->name.s, x->dtype, fr, ref->dims, {0}, NULL, NULL};
       jit__identity_map(&ins[i]);
       continue;
     }
@@ -61,7 +61,7 @@ static bool emit_elementwise_flat(jit__emitter *e, const jit__node *n, jit__body
   }
   jit__str empty = jit__value_name(e, false), flat = jit__value_name(e, false);
   jit__emit_empty(e, empty.s, n->dtype, fr, ref->dims, NULL);
-  jit__gen_operand out = {empty.s, n->dtype, fr, ref->dims, {0}, NULL};
+  jit__gen_operand out = {empty.s, n->dtype, fr, ref->dims, {0}, NULL, NULL};
   jit__identity_map(&out);
   char iters[JIT_MAX_RANK + 1];
   memset(iters, 'p', sizeof iters);
@@ -86,6 +86,10 @@ jit__body_kind jit__elementwise_kind(jit__op op) {
       [JIT__OP_GELU] = JIT__B_GELU,
       [JIT__OP_SQRT] = JIT__B_SQRT,       [JIT__OP_RSQRT] = JIT__B_RSQRT,
       [JIT__OP_ERF] = JIT__B_ERF,         [JIT__OP_GELU_ERF] = JIT__B_GELU_ERF,
+      [JIT__OP_LESS] = JIT__B_LT,         [JIT__OP_LESS_EQUAL] = JIT__B_LE,
+      [JIT__OP_GREATER] = JIT__B_GT,      [JIT__OP_GREATER_EQUAL] = JIT__B_GE,
+      [JIT__OP_EQUAL] = JIT__B_EQ,        [JIT__OP_NOT_EQUAL] = JIT__B_NE,
+      [JIT__OP_POW] = JIT__B_POW,         [JIT__OP_WHERE] = JIT__B_SELECT,
   };
   return (int)op >= 0 && op < JIT__OP_COUNT_ ? kinds[op] : JIT__B_COPY;
 }
@@ -114,7 +118,7 @@ jit_status jit__elementwise_operand(jit__emitter *e, uint32_t id, int rank,
   // before the loop: 12.4 ms at 4096x1024, one pass over x would take ~1.4).
   const struct jit__squeezed *q = &e->squeezed[id];
   if (q->set) {
-    jit__gen_operand r = {q->name.s, op->dt, op->rank - 1, sq_dims, {0}, NULL};
+    jit__gen_operand r = {q->name.s, op->dt, op->rank - 1, sq_dims, {0}, NULL, NULL};
     for (int d = 0, j = 0; d < op->rank; d++) {
       if (d == q->axis) continue;
       sq_dims[j] = op->dims[d];
@@ -129,8 +133,8 @@ jit_status jit__emit_elementwise(jit__emitter *e, const jit__node *n, jit__body_
   for (int i = 0; e->inlined && i < n->n_operands; i++)
     if (e->inlined[n->operands[i]]) return jit__emit_fused(e, n);
   if (e->named_batch && emit_elementwise_flat(e, n, kind)) return NULL;
-  jit__gen_operand ins[2];
-  int64_t sq_dims[2][JIT_MAX_RANK];
+  jit__gen_operand ins[3];
+  int64_t sq_dims[3][JIT_MAX_RANK];
   for (int i = 0; i < n->n_operands; i++)
     JIT_PROPAGATE(jit__elementwise_operand(e, n->operands[i], n->rank, n->dims, &ins[i],
                                            sq_dims[i]));
@@ -151,7 +155,7 @@ jit_status jit__elementwise_result(jit__emitter *e, const jit__node *n,
   *empty = jit__value_name(e, false);
   *res = jit__value_name(e, true);
   jit__emit_empty(e, empty->s, n->dtype, n->rank, n->dims, e->dv[e->cur]);
-  *out = (jit__gen_operand){empty->s, n->dtype, n->rank, n->dims, {0}, NULL};
+  *out = (jit__gen_operand){empty->s, n->dtype, n->rank, n->dims, {0}, NULL, NULL};
   jit__identity_map(out);
   return NULL;
 }
@@ -167,7 +171,7 @@ static jit__str emit_reduce_f32(jit__emitter *e, const jit__gen_operand *x, int 
     red_dims[j++] = x->dims[d];
   }
   jit__str acc = jit__emit_filled_acc(e, init, x->rank - 1, red_dims, red_dv);
-  jit__gen_operand out = {acc.s, JIT__F32, x->rank - 1, red_dims, {0}, NULL};
+  jit__gen_operand out = {acc.s, JIT__F32, x->rank - 1, red_dims, {0}, NULL, NULL};
   for (int d = 0, j = 0; d < x->rank; d++)
     if (d != axis) out.map[j++] = d;
   char iters[JIT_MAX_RANK];
@@ -214,8 +218,8 @@ jit_status jit__emit_reduce(jit__emitter *e, const jit__node *n) {
     }
     jit__str empty = jit__value_name(e, false), res = jit__value_name(e, !n->keepdims);
     jit__emit_empty(e, empty.s, n->dtype, rr, red_dims, red_dv);
-    jit__gen_operand in = {cur.s, JIT__F32, rr, red_dims, {0}, NULL};
-    jit__gen_operand out = {empty.s, n->dtype, rr, red_dims, {0}, NULL};
+    jit__gen_operand in = {cur.s, JIT__F32, rr, red_dims, {0}, NULL, NULL};
+    jit__gen_operand out = {empty.s, n->dtype, rr, red_dims, {0}, NULL, NULL};
     jit__identity_map(&in);
     jit__identity_map(&out);
     char iters[JIT_MAX_RANK];
@@ -265,25 +269,25 @@ jit_status jit__emit_softmax(jit__emitter *e, const jit__node *n) {
   // exp(x - max) keeps every exponent <= 0, so large inputs cannot overflow.
   jit__str mx =
       emit_reduce_f32(e, &x, axis, JIT__B_ACC_MAXNUM, "0xFF800000", red_dims, red_dv, false);
-  jit__gen_operand red = {mx.s, JIT__F32, r - 1, red_dims, {0}, NULL};
+  jit__gen_operand red = {mx.s, JIT__F32, r - 1, red_dims, {0}, NULL, NULL};
   for (int d = 0, j = 0; d < r; d++)
     if (d != axis) red.map[j++] = d;
 
   jit__str ex_empty = jit__value_name(e, false), ex = jit__value_name(e, false);
   jit__emit_empty(e, ex_empty.s, JIT__F32, r, x.dims, dv);
-  jit__gen_operand ex_out = {ex_empty.s, JIT__F32, r, x.dims, {0}, NULL};
+  jit__gen_operand ex_out = {ex_empty.s, JIT__F32, r, x.dims, {0}, NULL, NULL};
   jit__identity_map(&ex_out);
   jit__gen_operand ins[2] = {x, red};
   jit__emit_generic(e, ex.s, r, iters, ins, 2, &ex_out, JIT__B_EXP_SUB, NULL);
 
-  jit__gen_operand ex_in = {ex.s, JIT__F32, r, x.dims, {0}, dv};
+  jit__gen_operand ex_in = {ex.s, JIT__F32, r, x.dims, {0}, dv, NULL};
   jit__identity_map(&ex_in);
   jit__str sum = emit_reduce_f32(e, &ex_in, axis, JIT__B_ACC_SUM, "0.0", red_dims, red_dv, false);
   red.name = sum.s;
 
   jit__str empty = jit__value_name(e, false), res = jit__value_name(e, true);
   jit__emit_empty(e, empty.s, n->dtype, r, n->dims, dv);
-  jit__gen_operand out = {empty.s, n->dtype, r, n->dims, {0}, NULL};
+  jit__gen_operand out = {empty.s, n->dtype, r, n->dims, {0}, NULL, NULL};
   jit__identity_map(&out);
   jit__gen_operand ins2[2] = {ex_in, red};
   jit__emit_generic(e, res.s, r, iters, ins2, 2, &out, JIT__B_DIV, NULL);
@@ -319,7 +323,7 @@ jit_status jit__emit_transpose(jit__emitter *e, const jit__node *n) {
   // A generic rather than linalg.transpose, so the elementwise fusion pass sees it.
   jit__str empty = jit__value_name(e, false), res = jit__value_name(e, true);
   jit__emit_empty(e, empty.s, n->dtype, r, n->dims, e->dv[e->cur]);
-  jit__gen_operand out = {empty.s, n->dtype, r, n->dims, {0}, NULL};
+  jit__gen_operand out = {empty.s, n->dtype, r, n->dims, {0}, NULL, NULL};
   jit__identity_map(&out);
   char iters[JIT_MAX_RANK];
   memset(iters, 'p', sizeof iters);

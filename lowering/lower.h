@@ -48,16 +48,38 @@ typedef enum jit__op {
   // before them (jit/graph_mlir.c replays op numbers) keep their meaning.
   JIT__OP_ERF,
   JIT__OP_GELU_ERF,
+  // Binary elementwise (broadcasting): comparisons give 1 or 0 in the operands' dtype.
+  JIT__OP_LESS,
+  JIT__OP_LESS_EQUAL,
+  JIT__OP_GREATER,
+  JIT__OP_GREATER_EQUAL,
+  JIT__OP_EQUAL,
+  JIT__OP_NOT_EQUAL,
+  JIT__OP_POW,
+  // Ternary elementwise (broadcasting): operand 1 where operand 0 is nonzero, else 2.
+  JIT__OP_WHERE,
+  // Sliding windows over two spatial dims (params in jit__node.win).
+  JIT__OP_CONV2D,
+  JIT__OP_MAX_POOL2D,
+  JIT__OP_AVG_POOL2D,
   JIT__OP_COUNT_,
 } jit__op;
 
-// Unary elementwise ops (same shape in and out), and all elementwise ones.
+// Unary elementwise ops (same shape in and out), binary broadcasting ones, and all
+// elementwise ones.
 static inline bool jit__op_is_unary(jit__op op) {
   return (op >= JIT__OP_NEG && op <= JIT__OP_RSQRT) || op == JIT__OP_ERF ||
          op == JIT__OP_GELU_ERF;
 }
+static inline bool jit__op_is_binary_elementwise(jit__op op) {
+  return (op >= JIT__OP_ADD && op <= JIT__OP_MINIMUM) ||
+         (op >= JIT__OP_LESS && op <= JIT__OP_POW);
+}
 static inline bool jit__op_is_elementwise(jit__op op) {
-  return (op >= JIT__OP_ADD && op <= JIT__OP_MINIMUM) || jit__op_is_unary(op);
+  return jit__op_is_binary_elementwise(op) || jit__op_is_unary(op) || op == JIT__OP_WHERE;
+}
+static inline bool jit__op_is_window(jit__op op) {
+  return op >= JIT__OP_CONV2D && op <= JIT__OP_AVG_POOL2D;
 }
 
 // The op's name as the API spells it ("matmul", "add", ...).
@@ -71,17 +93,29 @@ typedef enum jit__dtype {
 // One node of a graph. In a jit__lgraph every dim is concrete (>= 0), except for
 // jit__emit_mlir_with's symbolic mode; in the user graph (jit/) dims may be negative
 // symbol codes.
+// A sliding window over the two spatial dims of a 4-D tensor (conv2d, pools).
+typedef struct jit__window {
+  bool nhwc;          // layout: NCHW (false) or NHWC; conv weights OIHW or HWIO
+  int kernel[2];      // pools: the window (conv: the weight's KH, KW)
+  int stride[2];
+  int pad[4];         // top, bottom, left, right
+  int dilation[2];
+  int groups;         // conv
+  bool count_pad;     // avg pool: padded positions count in the divisor
+} jit__window;
+
 typedef struct jit__node {
   jit__op op;
   jit__dtype dtype;
   int n_operands;
-  uint32_t operands[2];  // node indices, always smaller than this node's index
+  uint32_t operands[3];  // node indices, always smaller than this node's index
   int rank;
   int64_t dims[JIT_MAX_RANK];
   int axis;                   // reductions, softmax
   bool keepdims;              // reductions
   int perm[JIT_MAX_RANK];     // transpose
   double scalar;              // scalar
+  jit__window win;            // conv2d, pools
 } jit__node;
 
 // A specialized graph: nodes in topological order with concrete dims.

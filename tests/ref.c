@@ -158,6 +158,13 @@ double ref_binary_scalar(ref_binop op, double a, double b) {
     case REF_DIV: return a / b;
     case REF_MAX: return a > b ? a : b;
     case REF_MIN: return a < b ? a : b;
+    case REF_LT: return a < b;
+    case REF_LE: return a <= b;
+    case REF_GT: return a > b;
+    case REF_GE: return a >= b;
+    case REF_EQ: return a == b;
+    case REF_NE: return a != b;
+    case REF_POW: return pow(a, b);
   }
   return NAN;
 }
@@ -181,8 +188,10 @@ double ref_unary_scalar(ref_unop op, double x) {
 }
 
 const char *ref_binop_name(ref_binop op) {
-  static const char *names[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
-  return (unsigned)op < 6 ? names[op] : "?";
+  static const char *names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "less",
+                                "less_equal", "greater", "greater_equal", "equal",
+                                "not_equal", "pow"};
+  return (unsigned)op < 13 ? names[op] : "?";
 }
 
 const char *ref_unop_name(ref_unop op) {
@@ -358,4 +367,84 @@ void ref_norm_rows(const float *x, int64_t rows, int64_t cols, const float *w,
       y[r * cols + c] = (float)v;
     }
   }
+}
+
+//===--- Sliding windows ------------------------------------------------------===//
+
+void ref_window_dims(const ref_window *w, const int64_t *dx, const int64_t *dw, int64_t *dout) {
+  int hd = w->nhwc ? 1 : 2, cd = w->nhwc ? 3 : 1;
+  int k[2] = {w->kh, w->kw};
+  int64_t f = dx[cd];
+  if (dw) {
+    k[0] = (int)(w->nhwc ? dw[0] : dw[2]);
+    k[1] = (int)(w->nhwc ? dw[1] : dw[3]);
+    f = w->nhwc ? dw[3] : dw[0];
+  }
+  dout[0] = dx[0];
+  dout[cd] = f;
+  for (int s = 0; s < 2; s++)
+    dout[hd + s] = (dx[hd + s] + w->pad[2 * s] + w->pad[2 * s + 1] -
+                    (int64_t)w->dilation[s] * (k[s] - 1) - 1) / w->stride[s] + 1;
+}
+
+// Index of x[n][c][h][w] in either layout.
+static int64_t ref_x_at(const ref_window *w, const int64_t *dx, int64_t n, int64_t c,
+                        int64_t h, int64_t x) {
+  if (w->nhwc) return ((n * dx[1] + h) * dx[2] + x) * dx[3] + c;
+  return ((n * dx[1] + c) * dx[2] + h) * dx[3] + x;
+}
+
+void ref_conv2d(const ref_window *w, const float *x, const int64_t *dx, const float *wt,
+                const int64_t *dw, float *y) {
+  int64_t dy[4];
+  ref_window_dims(w, dx, dw, dy);
+  int hd = w->nhwc ? 1 : 2, cd = w->nhwc ? 3 : 1;
+  int64_t C = dx[cd], H = dx[hd], W = dx[hd + 1], F = dy[cd];
+  int64_t KH = w->nhwc ? dw[0] : dw[2], KW = w->nhwc ? dw[1] : dw[3];
+  int64_t Cg = C / w->groups, Fg = F / w->groups;
+  for (int64_t n = 0; n < dy[0]; n++)
+    for (int64_t f = 0; f < F; f++)
+      for (int64_t oh = 0; oh < dy[hd]; oh++)
+        for (int64_t ow = 0; ow < dy[hd + 1]; ow++) {
+          double acc = 0.0;
+          int64_t g = f / Fg;
+          for (int64_t c = 0; c < Cg; c++)
+            for (int64_t kh = 0; kh < KH; kh++)
+              for (int64_t kw = 0; kw < KW; kw++) {
+                int64_t h = oh * w->stride[0] - w->pad[0] + kh * w->dilation[0];
+                int64_t v = ow * w->stride[1] - w->pad[2] + kw * w->dilation[1];
+                if (h < 0 || h >= H || v < 0 || v >= W) continue;
+                double xv = x[ref_x_at(w, dx, n, g * Cg + c, h, v)];
+                int64_t wi = w->nhwc ? ((kh * KW + kw) * Cg + c) * F + f
+                                     : ((f * Cg + c) * KH + kh) * KW + kw;
+                acc += xv * wt[wi];
+              }
+          y[ref_x_at(w, dy, n, f, oh, ow)] = (float)acc;
+        }
+}
+
+void ref_pool2d(const ref_window *w, int max, const float *x, const int64_t *dx, float *y) {
+  int64_t dy[4];
+  ref_window_dims(w, dx, NULL, dy);
+  int hd = w->nhwc ? 1 : 2, cd = w->nhwc ? 3 : 1;
+  int64_t H = dx[hd], W = dx[hd + 1];
+  for (int64_t n = 0; n < dy[0]; n++)
+    for (int64_t c = 0; c < dy[cd]; c++)
+      for (int64_t oh = 0; oh < dy[hd]; oh++)
+        for (int64_t ow = 0; ow < dy[hd + 1]; ow++) {
+          double acc = max ? -INFINITY : 0.0;
+          int64_t count = 0;
+          for (int64_t kh = 0; kh < w->kh; kh++)
+            for (int64_t kw = 0; kw < w->kw; kw++) {
+              int64_t h = oh * w->stride[0] - w->pad[0] + kh * w->dilation[0];
+              int64_t v = ow * w->stride[1] - w->pad[2] + kw * w->dilation[1];
+              if (h < 0 || h >= H || v < 0 || v >= W) continue;
+              double xv = x[ref_x_at(w, dx, n, c, h, v)];
+              count++;
+              if (max) acc = (xv > acc || isnan(xv)) ? xv : acc;
+              else acc += xv;
+            }
+          if (!max) acc /= w->count_pad ? (double)w->kh * w->kw : (double)count;
+          y[ref_x_at(w, dy, n, c, oh, ow)] = (float)acc;
+        }
 }

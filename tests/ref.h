@@ -59,6 +59,13 @@ typedef enum ref_binop {
   REF_DIV,
   REF_MAX,
   REF_MIN,
+  REF_LT,  // comparisons: 1.0 or 0.0
+  REF_LE,
+  REF_GT,
+  REF_GE,
+  REF_EQ,
+  REF_NE,
+  REF_POW,  // C's pow
 } ref_binop;
 
 typedef enum ref_unop {
@@ -120,5 +127,23 @@ void ref_transpose(const float *x, int rank, const int64_t *dims, const int *per
                    float *y, int64_t *dout);
 // Same elements in a new shape: a copy.
 void ref_reshape(const float *x, int64_t n, float *y);
+
+//===--- Sliding windows ------------------------------------------------------===//
+
+typedef struct ref_window {
+  int nhwc;           // x [N, H, W, C], weight [KH, KW, C/groups, F]; else NCHW, OIHW
+  int kh, kw;         // pools (conv: from the weight)
+  int stride[2], pad[4], dilation[2];  // pad: top, bottom, left, right
+  int groups;
+  int count_pad;      // avg pool
+} ref_window;
+
+// Output dims of a window over x (weight dims for conv, NULL for pools).
+void ref_window_dims(const ref_window *w, const int64_t *dx, const int64_t *dw, int64_t *dout);
+// Convolution (cross-correlation, zero padding), in double.
+void ref_conv2d(const ref_window *w, const float *x, const int64_t *dx, const float *wt,
+                const int64_t *dw, float *y);
+// Max (padding never wins) or average pooling, in double.
+void ref_pool2d(const ref_window *w, int max, const float *x, const int64_t *dx, float *y);
 
 #endif  // JITML_TESTS_REF_H_

@@ -246,7 +246,20 @@ static void emit_elementwise(walk *w, MlirOperation g, const jit__cpu_ew_shape *
   }
 }
 
+static MlirWalkResult find_extract(MlirOperation op, void *user) {
+  if (jit__cpu_op_is(op, "tensor.extract")) {
+    *(bool *)user = true;
+    return MlirWalkResultInterrupt;
+  }
+  return MlirWalkResultAdvance;
+}
+
 void jit__cpu_plan_generic(walk *w, MlirOperation g) {
+  // A body that reads a tensor at computed indices (a window's padding, emit_window.c)
+  // does not vectorize as an elementwise op: its loops are left to LLVM.
+  bool extract = false;
+  mlirOperationWalk(g, find_extract, &extract, MlirWalkPreOrder);
+  if (extract) return;
   for (int f = 0; f < w->n_fused; f++)
     if (mlirOperationEqual(w->fused[f], g)) return;
   for (int f = 0; f < w->n_taken_t; f++)

@@ -1,0 +1,381 @@
+//===--- emit_window.c - conv2d and 2-D pooling as linalg.generic ----------===//
+//
+// A sliding window is written as one linalg.generic whose input map reads the input
+// at strided positions (oh * stride + kh * dilation), the form the named convolution
+// and pooling ops generalize to, so every strategy and backend that lowers generics
+// lowers it; nothing here depends on a target.
+//
+//   padding  a generic over the padded shape that reads x with tensor.extract at
+//            clamped indices and selects the pad value outside x (zero; -inf for max
+//            pools). A tensor.pad would bufferize to a strided memref.copy, which
+//            the CPU's LLVM lowering turns into a call to a runtime library the
+//            kernels do not link.
+//   conv     loops (n, f, oh, ow | c, kh, kw) (NHWC: n, oh, ow, f | kh, kw, c) into an
+//            f32 accumulator: out + x * w. With groups the result is written as
+//            [N, G, F/G, OH, OW] (NHWC [N, OH, OW, G, F/G]) and collapsed after, as
+//            linalg needs every loop to appear alone in some map: the filter dim of
+//            the weight (g * F/G + f) and of x (g * C/G + c) are sums.
+//   pools    loops (n, c, oh, ow | kh, kw) with a [KH, KW] window tensor that only
+//            gives kh and kw their bounds (the named pooling ops' "fake" operand):
+//            max into -inf, sum into 0 and then a division by KH * KW, or (without
+//            count_include_pad) by the window's positions inside x, from linalg.index.
+//
+// Symbolic mode (generic kernels, the export): N, H and W may be `?`; the padded and
+// output sizes are then computed from H and W with index arithmetic.
+//
+//===----------------------------------------------------------------------===//
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "base/text.h"
+#include "lowering/emit.h"
+#include "lowering/lower.h"
+
+// The geometry of window node `n`: where its spatial and channel dims are, its
+// kernel, and the padded input's dims (`?` ones with their values in pdv).
+typedef struct geom {
+  const jit__node *n;
+  int hd, cd;  // first spatial dim, channel dim
+  int k[2];    // kernel height, width
+  int64_t pdims[4];
+  jit__dimval pdv[4];
+} geom;
+
+static const char *elem(jit__dtype dt) { return dt == JIT__F16 ? "f16" : "f32"; }
+
+// An index constant at function level; returns its name.
+static jit__str index_const(jit__emitter *e, int64_t v) {
+  jit__str c = jit__value_name(e, false);
+  jit__text_printf(&e->tb, "  %s = arith.constant %lld : index\n", c.s, (long long)v);
+  return c;
+}
+
+// `*dv` = (in + add) / div + plus, on index values (in >= 0 at run time). Unit steps
+// are left out.
+static void index_affine(jit__emitter *e, const char *in, int64_t add, int64_t div,
+                         int64_t plus, jit__dimval *dv) {
+  snprintf(dv->s, sizeof dv->s, "%s", in);
+  const int64_t steps[3] = {add, div, plus};
+  static const char *const ops[3] = {"addi", "divui", "addi"};
+  for (int i = 0; i < 3; i++) {
+    if ((i == 1 && steps[i] == 1) || (i != 1 && steps[i] == 0)) continue;
+    jit__str c = index_const(e, steps[i]), r = jit__value_name(e, false);
+    jit__text_printf(&e->tb, "  %s = arith.%s %s, %s : index\n", r.s, ops[i], dv->s, c.s);
+    memcpy(dv->s, r.s, sizeof dv->s - 1);
+    dv->s[sizeof dv->s - 1] = 0;
+  }
+}
+
+// The padded input's dims into g->pdims / g->pdv.
+static void padded_dims(jit__emitter *e, const jit__gen_operand *x, geom *g) {
+  const jit__window *w = &g->n->win;
+  for (int d = 0; d < 4; d++) {
+    int s = d - g->hd;
+    int64_t pad = s == 0 || s == 1 ? w->pad[2 * s] + w->pad[2 * s + 1] : 0;
+    g->pdims[d] = x->dims[d] >= 0 ? x->dims[d] + pad : -1;
+    memset(&g->pdv[d], 0, sizeof g->pdv[d]);
+    if (x->dims[d] < 0 && x->dv) index_affine(e, x->dv[d].s, pad, 1, 0, &g->pdv[d]);
+  }
+}
+
+// x padded with `padval` (a literal of x's type) as g says; returns its operand, or
+// x itself when there is no padding.
+static jit__gen_operand emit_pad(jit__emitter *e, const jit__gen_operand *x, geom *g,
+                                 const char *padval, jit__str *name) {
+  const jit__window *w = &g->n->win;
+  padded_dims(e, x, g);
+  if (!w->pad[0] && !w->pad[1] && !w->pad[2] && !w->pad[3]) return *x;
+  jit__str empty = jit__value_name(e, false);
+  *name = jit__value_name(e, false);
+  jit__emit_empty(e, empty.s, x->dt, 4, g->pdims, g->pdv);
+  jit__str ty = jit__tensor_type(x->dt, 4, g->pdims), xty = jit__tensor_type(x->dt, 4, x->dims);
+  jit__text *tb = &e->tb;
+  jit__text_printf(tb,
+                   "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> "
+                   "(d0, d1, d2, d3)>], iterator_types = [\"parallel\", \"parallel\", "
+                   "\"parallel\", \"parallel\"]} outs(%s : %s) {\n  ^bb0(%%out: %s):\n"
+                   "    %%wz = arith.constant 0 : index\n",
+                   name->s, empty.s, ty.s, elem(x->dt));
+  for (int d = 0; d < 4; d++) jit__text_printf(tb, "    %%wi%d = linalg.index %d : index\n", d, d);
+  for (int s = 0; s < 2; s++) {
+    int d = g->hd + s;
+    jit__text_printf(tb, "    %%wlo%d = arith.constant %d : index\n", s, w->pad[2 * s]);
+    if (x->dims[d] >= 0)
+      jit__text_printf(tb, "    %%wn%d = arith.constant %lld : index\n", s,
+                       (long long)x->dims[d]);
+    jit__text_printf(tb,
+                     "    %%wp%d = arith.subi %%wi%d, %%wlo%d : index\n"
+                     "    %%wok%d = arith.cmpi ult, %%wp%d, %s%s : index\n"
+                     "    %%wq%d = arith.select %%wok%d, %%wp%d, %%wz : index\n",
+                     s, d, s, s, s, x->dims[d] >= 0 ? "%wn" : x->dv[d].s,
+                     x->dims[d] >= 0 ? (s ? "1" : "0") : "", s, s, s);
+  }
+  char idx[4][16];
+  for (int d = 0; d < 4; d++) {
+    if (d == g->hd || d == g->hd + 1)
+      snprintf(idx[d], sizeof idx[d], "%%wq%d", d - g->hd);
+    else
+      snprintf(idx[d], sizeof idx[d], "%%wi%d", d);
+  }
+  jit__text_printf(tb,
+                   "    %%wok = arith.andi %%wok0, %%wok1 : i1\n"
+                   "    %%wv = tensor.extract %s[%s, %s, %s, %s] : %s\n"
+                   "    %%wpv = arith.constant %s : %s\n"
+                   "    %%wr = arith.select %%wok, %%wv, %%wpv : %s\n"
+                   "    linalg.yield %%wr : %s\n  } -> %s\n",
+                   x->name, idx[0], idx[1], idx[2], idx[3], xty.s, padval, elem(x->dt),
+                   elem(x->dt), elem(x->dt), ty.s);
+  jit__gen_operand p = {name->s, x->dt, 4, g->pdims, {0}, g->pdv, NULL};
+  jit__identity_map(&p);
+  return p;
+}
+
+// The values of the result's `?` dims (symbolic mode): N from x, OH and OW from the
+// padded sizes, F and C static.
+static void result_dims(jit__emitter *e, const jit__gen_operand *x, const geom *g) {
+  const jit__node *n = g->n;
+  const jit__window *w = &n->win;
+  jit__dimval *dv = e->dv[e->cur];
+  if (n->dims[0] < 0 && x->dv) dv[0] = x->dv[0];
+  for (int s = 0; s < 2; s++) {
+    int d = g->hd + s;
+    if (n->dims[d] >= 0 || !g->pdv[d].s[0]) continue;
+    int64_t span = (int64_t)w->dilation[s] * (g->k[s] - 1) + 1;
+    index_affine(e, g->pdv[d].s, -span, w->stride[s], 1, &dv[d]);
+  }
+}
+
+// "d<a> * stride + d<b> * dilation" into out, for one spatial dim.
+static int window_expr(char *out, size_t size, int a, int stride, int b, int dilation) {
+  return snprintf(out, size, "d%d * %d + d%d * %d", a, stride, b, dilation);
+}
+
+// The accumulator's f32 result `acc` (dims, dv) as node n's value of n's dtype: f16
+// rounded once; `kind`/`by` divide on the way (avg pool) or JIT__B_COPY.
+static jit__str finish(jit__emitter *e, const char *acc, int rank, const int64_t *dims,
+                       const jit__dimval *dv, jit__body_kind kind, const char *by) {
+  if (kind == JIT__B_COPY && e->g->nodes[e->cur].dtype == JIT__F32) {
+    jit__str r;
+    snprintf(r.s, sizeof r.s, "%s", acc);
+    return r;
+  }
+  jit__dtype dt = e->g->nodes[e->cur].dtype;
+  jit__str empty = jit__value_name(e, false), res = jit__value_name(e, false);
+  jit__emit_empty(e, empty.s, dt, rank, dims, dv);
+  jit__gen_operand in = {acc, JIT__F32, rank, dims, {0}, NULL, NULL};
+  jit__gen_operand out = {empty.s, dt, rank, dims, {0}, NULL, NULL};
+  jit__identity_map(&in);
+  jit__identity_map(&out);
+  char iters[JIT_MAX_RANK];
+  memset(iters, 'p', sizeof iters);
+  jit__emit_generic(e, res.s, rank, iters, &in, 1, &out, kind, by);
+  return res;
+}
+
+static void set_value(jit__emitter *e, const char *name) {
+  size_t n = strlen(name), cap = sizeof e->names[e->cur] - 1;
+  memcpy(e->names[e->cur], name, n < cap ? n : cap);
+  e->names[e->cur][n < cap ? n : cap] = 0;
+}
+
+static jit_status emit_conv(jit__emitter *e, const jit__node *n, geom *g) {
+  const jit__window *w = &n->win;
+  jit__gen_operand x = jit__node_operand(e, n->operands[0]);
+  jit__gen_operand wt = jit__node_operand(e, n->operands[1]);
+  const int64_t *wd = wt.dims;
+  int64_t f = w->nhwc ? wd[3] : wd[0], cg = w->nhwc ? wd[2] : wd[1];
+  int G = w->groups;
+  g->k[0] = (int)(w->nhwc ? wd[0] : wd[2]);
+  g->k[1] = (int)(w->nhwc ? wd[1] : wd[3]);
+  jit__str pname;
+  jit__gen_operand xp = emit_pad(e, &x, g, "0.0", &pname);
+  result_dims(e, &x, g);
+  const jit__dimval *dv = e->dv[e->cur];
+  // The accumulator: the result's dims, with F split into [G, F/G] when grouped.
+  int rank = G > 1 ? 5 : 4;
+  int64_t adims[5];
+  jit__dimval adv[5];
+  memset(adv, 0, sizeof adv);
+  for (int d = 0, a = 0; d < 4; d++, a++) {
+    if (G > 1 && d == g->cd) {
+      adims[a] = G;
+      adims[++a] = f / G;
+      continue;
+    }
+    adims[a] = n->dims[d];
+    adv[a] = dv[d];
+  }
+  jit__str acc = jit__emit_filled_acc(e, "0.0", rank, adims, adv);
+  // Loops: the accumulator's dims in order, then the reductions.
+  char xm[160], wm[160], h[64], wv[64];
+  int nl;
+  if (!w->nhwc) {
+    int oh = rank - 2, red = rank;  // (n, [g,] f, oh, ow | c, kh, kw)
+    window_expr(h, sizeof h, oh, w->stride[0], red + 1, w->dilation[0]);
+    window_expr(wv, sizeof wv, oh + 1, w->stride[1], red + 2, w->dilation[1]);
+    if (G > 1) {
+      snprintf(xm, sizeof xm, "d0, d1 * %lld + d%d, %s, %s", (long long)cg, red, h, wv);
+      snprintf(wm, sizeof wm, "d1 * %lld + d2, d%d, d%d, d%d", (long long)(f / G), red,
+               red + 1, red + 2);
+    } else {
+      snprintf(xm, sizeof xm, "d0, d%d, %s, %s", red, h, wv);
+      snprintf(wm, sizeof wm, "d1, d%d, d%d, d%d", red, red + 1, red + 2);
+    }
+  } else {
+    int red = rank;  // (n, oh, ow, [g,] f | kh, kw, c)
+    window_expr(h, sizeof h, 1, w->stride[0], red, w->dilation[0]);
+    window_expr(wv, sizeof wv, 2, w->stride[1], red + 1, w->dilation[1]);
+    if (G > 1) {
+      snprintf(xm, sizeof xm, "d0, %s, %s, d3 * %lld + d%d", h, wv, (long long)cg, red + 2);
+      snprintf(wm, sizeof wm, "d%d, d%d, d%d, d3 * %lld + d4", red, red + 1, red + 2,
+               (long long)(f / G));
+    } else {
+      snprintf(xm, sizeof xm, "d0, %s, %s, d%d", h, wv, red + 2);
+      snprintf(wm, sizeof wm, "d%d, d%d, d%d, d3", red, red + 1, red + 2);
+    }
+  }
+  nl = rank + 3;
+  xp.affine = xm;
+  wt.affine = wm;
+  jit__gen_operand ins[2] = {xp, wt};
+  jit__gen_operand out = {acc.s, JIT__F32, rank, adims, {0}, adv, NULL};
+  jit__identity_map(&out);
+  char iters[16];
+  memset(iters, 'p', sizeof iters);
+  memset(iters + rank, 'r', 3);
+  jit__str sum = jit__value_name(e, false);
+  jit__emit_generic(e, sum.s, nl, iters, ins, 2, &out, JIT__B_ACC_MAC, NULL);
+  jit__str r = finish(e, sum.s, rank, adims, adv, JIT__B_COPY, NULL);
+  if (G > 1) {
+    jit__str c = jit__value_name(e, false);
+    jit__text_printf(&e->tb, "  %s = tensor.collapse_shape %s [%s] : %s into %s\n", c.s, r.s,
+                     w->nhwc ? "[0], [1], [2], [3, 4]" : "[0], [1, 2], [3], [4]",
+                     jit__tensor_type(n->dtype, 5, adims).s,
+                     jit__tensor_type(n->dtype, 4, n->dims).s);
+    r = c;
+  }
+  set_value(e, r.s);
+  return NULL;
+}
+
+// The avg pool's divisor without count_include_pad: per output position, the window's
+// rows inside x times its columns, from linalg.index; the division writes n's dtype.
+static jit__str divide_by_count(jit__emitter *e, const geom *g, const jit__gen_operand *x,
+                                const char *acc) {
+  const jit__node *n = g->n;
+  const jit__window *w = &n->win;
+  const jit__dimval *dv = e->dv[e->cur];
+  jit__str empty = jit__value_name(e, false), res = jit__value_name(e, false);
+  jit__emit_empty(e, empty.s, n->dtype, 4, n->dims, dv);
+  jit__str ty = jit__tensor_type(n->dtype, 4, n->dims);
+  jit__text *tb = &e->tb;
+  jit__text_printf(tb,
+                   "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> "
+                   "(d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], "
+                   "iterator_types = [\"parallel\", \"parallel\", \"parallel\", "
+                   "\"parallel\"]} ins(%s : %s) outs(%s : %s) {\n"
+                   "  ^bb0(%%in0: f32, %%out: %s):\n"
+                   "    %%wz = arith.constant 0 : index\n",
+                   res.s, acc, jit__tensor_type(JIT__F32, 4, n->dims).s, empty.s, ty.s,
+                   elem(n->dtype));
+  for (int s = 0; s < 2; s++) {
+    int d = g->hd + s;
+    // rows = min(start + k, size) - max(start, 0), start = o * stride - pad_lo, in
+    // signed index arithmetic.
+    jit__text_printf(tb,
+                     "    %%wo%d = linalg.index %d : index\n"
+                     "    %%wst%d = arith.constant %d : index\n"
+                     "    %%wlo%d = arith.constant %d : index\n"
+                     "    %%wk%d = arith.constant %d : index\n",
+                     s, d, s, w->stride[s], s, w->pad[2 * s], s, g->k[s]);
+    if (x->dims[d] >= 0)
+      jit__text_printf(tb, "    %%wn%d = arith.constant %lld : index\n", s,
+                       (long long)x->dims[d]);
+    jit__text_printf(tb,
+                     "    %%wa%d = arith.muli %%wo%d, %%wst%d : index\n"
+                     "    %%wb%d = arith.subi %%wa%d, %%wlo%d : index\n"
+                     "    %%we%d = arith.addi %%wb%d, %%wk%d : index\n"
+                     "    %%wm%d = arith.minsi %%we%d, %s%s : index\n"
+                     "    %%ws%d = arith.maxsi %%wb%d, %%wz : index\n"
+                     "    %%wc%d = arith.subi %%wm%d, %%ws%d : index\n",
+                     s, s, s, s, s, s, s, s, s, s, s, x->dims[d] >= 0 ? "%wn" : x->dv[d].s,
+                     x->dims[d] >= 0 ? (s ? "1" : "0") : "", s, s, s, s, s);
+  }
+  jit__text_printf(tb,
+                   "    %%wcnt = arith.muli %%wc0, %%wc1 : index\n"
+                   "    %%wci = arith.index_cast %%wcnt : index to i32\n"
+                   "    %%wcf = arith.sitofp %%wci : i32 to f32\n"
+                   "    %%wq = arith.divf %%in0, %%wcf : f32\n");
+  const char *r = "%wq";
+  if (n->dtype == JIT__F16) {
+    jit__text_printf(tb, "    %%wy = arith.truncf %%wq : f32 to f16\n");
+    r = "%wy";
+  }
+  jit__text_printf(tb, "    linalg.yield %s : %s\n  } -> %s\n", r, elem(n->dtype), ty.s);
+  return res;
+}
+
+static jit_status emit_pool(jit__emitter *e, const jit__node *n, geom *g) {
+  const jit__window *w = &n->win;
+  bool max = n->op == JIT__OP_MAX_POOL2D;
+  jit__gen_operand x = jit__node_operand(e, n->operands[0]);
+  g->k[0] = w->kernel[0];
+  g->k[1] = w->kernel[1];
+  const char *ninf = x.dt == JIT__F16 ? "0xFC00" : "0xFF800000";
+  jit__str pname;
+  jit__gen_operand xp = emit_pad(e, &x, g, max ? ninf : "0.0", &pname);
+  result_dims(e, &x, g);
+  const jit__dimval *dv = e->dv[e->cur];
+  jit__str acc = jit__emit_filled_acc(e, max ? "0xFF800000" : "0.0", 4, n->dims, dv);
+  // The window operand: only its shape is used.
+  jit__str win = jit__value_name(e, false);
+  int64_t kd[2] = {g->k[0], g->k[1]};
+  jit__emit_empty(e, win.s, JIT__F32, 2, kd, NULL);
+  char xm[160], h[64], wv[64], km[32];
+  window_expr(h, sizeof h, 2 - (w->nhwc ? 1 : 0), w->stride[0], 4, w->dilation[0]);
+  window_expr(wv, sizeof wv, 3 - (w->nhwc ? 1 : 0), w->stride[1], 5, w->dilation[1]);
+  // Loops (n, c, oh, ow | kh, kw); NHWC (n, oh, ow, c | kh, kw).
+  if (w->nhwc)
+    snprintf(xm, sizeof xm, "d0, %s, %s, d3", h, wv);
+  else
+    snprintf(xm, sizeof xm, "d0, d1, %s, %s", h, wv);
+  snprintf(km, sizeof km, "d4, d5");
+  xp.affine = xm;
+  jit__gen_operand kw = {win.s, JIT__F32, 2, kd, {0}, NULL, km};
+  jit__gen_operand ins[2] = {xp, kw};
+  jit__gen_operand out = {acc.s, JIT__F32, 4, n->dims, {0}, dv, NULL};
+  jit__identity_map(&out);
+  jit__str red = jit__value_name(e, false);
+  // The body reads x only (input 0): ACC_MAX / ACC_SUM take x and the accumulator.
+  jit__emit_generic(e, red.s, 6, "pppprr", ins, 2, &out,
+                    max ? JIT__B_ACC_MAX : JIT__B_ACC_SUM, NULL);
+  jit__str r;
+  if (max) {
+    r = finish(e, red.s, 4, n->dims, dv, JIT__B_COPY, NULL);
+  } else if (w->count_pad) {
+    jit__str by = jit__float_literal((double)g->k[0] * g->k[1], JIT__F32);
+    r = finish(e, red.s, 4, n->dims, dv, JIT__B_DIV_BY, by.s);
+  } else {
+    r = divide_by_count(e, g, &x, red.s);
+  }
+  set_value(e, r.s);
+  return NULL;
+}
+
+jit_status jit__emit_window(jit__emitter *e, const jit__node *n) {
+  const jit__node *x = &e->g->nodes[n->operands[0]];
+  if (x->rank != 4 || n->rank != 4) return jit__node_error(e, "window op on a rank other than 4");
+  geom g = {.n = n, .hd = n->win.nhwc ? 1 : 2, .cd = n->win.nhwc ? 3 : 1};
+  if (x->dims[g.cd] < 0) return jit__node_error(e, "window op with a `?` channel dim");
+  if (n->op == JIT__OP_CONV2D) {
+    const jit__node *w = &e->g->nodes[n->operands[1]];
+    for (int d = 0; d < w->rank; d++)
+      if (w->dims[d] < 0) return jit__node_error(e, "conv2d with a `?` weight dim");
+    if (w->rank != 4 || n->win.groups < 1) return jit__node_error(e, "conv2d weight");
+    return emit_conv(e, n, &g);
+  }
+  return emit_pool(e, n, &g);
+}
