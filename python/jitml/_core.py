@@ -2,6 +2,7 @@
 
 import ctypes
 import enum
+import operator
 import warnings
 import weakref
 
@@ -226,6 +227,9 @@ def _reduce(cname):
     return op
 
 
+_LAYOUTS = {"NCHW": _lib.JIT_LAYOUT_NCHW, "NHWC": _lib.JIT_LAYOUT_NHWC}
+
+
 class Graph:
     """A libjitml graph. Build with input/ops/output, finalize(), then call it:
 
@@ -328,6 +332,14 @@ class Graph:
     div = _binary("jit_div")
     maximum = _binary("jit_maximum")
     minimum = _binary("jit_minimum")
+    pow = _binary("jit_pow")
+    # Comparisons: 1 where they hold, else 0, in the operands' dtype.
+    less = _binary("jit_less")
+    less_equal = _binary("jit_less_equal")
+    greater = _binary("jit_greater")
+    greater_equal = _binary("jit_greater_equal")
+    equal = _binary("jit_equal")
+    not_equal = _binary("jit_not_equal")
     neg = _unary("jit_neg")
     exp = _unary("jit_exp")
     log = _unary("jit_log")
@@ -362,6 +374,81 @@ class Graph:
     def clamp(self, x, lo=float("-inf"), hi=float("inf")):
         """min(max(x, lo), hi)."""
         return self._value(_L.jit_clamp(self._handle(), self._v(x), float(lo), float(hi)),
+                           x.dtype)
+
+    def where(self, cond, a, b):
+        """a where cond is nonzero (NaN counts as nonzero), else b, broadcasting all
+        three. a or b may be a Python number (a scalar of cond's dtype), e.g.
+        where(mask, x, float("-inf"))."""
+        a, b = (v if isinstance(v, Value) else self.scalar(v, cond.dtype) for v in (a, b))
+        return self._value(_L.jit_where(self._handle(), self._v(cond), self._v(a),
+                                        self._v(b)), a.dtype)
+
+    # -- sliding windows (jit_window_params) --
+    def _window(self, op, layout, kernel=None, stride=1, padding=0, dilation=1, groups=1,
+                count_include_pad=True):
+        p = _lib.jit_window_params()
+        _L.jit_window_params_init(ctypes.byref(p))
+        key = layout.upper() if isinstance(layout, str) else layout
+        if key not in _LAYOUTS:
+            raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s`: %s: layout %r is not "
+                           "'NCHW' or 'NHWC'" % (self.name, op, layout))
+        p.layout = _LAYOUTS[key]
+        if kernel is not None:
+            p.kernel[:] = self._ints(op, "kernel", kernel, (2,))
+        p.stride[:] = self._ints(op, "stride", stride, (2,))
+        pad = self._ints(op, "padding", padding, (2, 4))
+        p.padding[:] = pad if len(pad) == 4 else (pad[0], pad[0], pad[1], pad[1])
+        p.dilation[:] = self._ints(op, "dilation", dilation, (2,))
+        p.groups = self._ints(op, "groups", groups, ())[0]
+        p.count_include_pad = 1 if count_include_pad else 0
+        return p
+
+    def _ints(self, op, what, v, lengths):
+        # An int (repeated to lengths[0] entries) or a sequence of one of `lengths`.
+        # Range checks are the library's; here only what would not survive the trip
+        # into a C int (a float, 2**32 + 1).
+        try:
+            vals = [operator.index(v)] * (lengths[0] if lengths else 1)
+        except TypeError:
+            try:
+                vals = [operator.index(i) for i in v]
+            except TypeError:
+                vals = None
+            if vals is None or len(vals) not in lengths:
+                raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s`: %s: %s must be "
+                               "an int%s, got %r" % (self.name, op, what, "".join(
+                                   " or %d ints" % n for n in lengths), v)) from None
+        if any(not -2**31 <= i < 2**31 for i in vals):
+            raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s`: %s: %s %r does not "
+                           "fit a C int" % (self.name, op, what, v))
+        return vals
+
+    def conv2d(self, x, w, stride=1, padding=0, dilation=1, groups=1, layout="NCHW"):
+        """2-D convolution (cross-correlation, as PyTorch), no bias. NCHW: x [N, C, H, W],
+        w [F, C/groups, KH, KW]; NHWC: x [N, H, W, C], w [KH, KW, C/groups, F].
+        stride, dilation: int or (h, w); padding (zeros): int, (h, w), or (top,
+        bottom, left, right). Channels and w must be static; N, H, W may be symbols."""
+        p = self._window("conv2d", layout, None, stride, padding, dilation, groups)
+        return self._value(_L.jit_conv2d(self._handle(), self._v(x), self._v(w),
+                                         ctypes.byref(p)), x.dtype)
+
+    def max_pool2d(self, x, kernel, stride=None, padding=0, dilation=1, layout="NCHW"):
+        """Max over kernel windows (int or (h, w)); stride defaults to kernel, as in
+        PyTorch; padding as in conv2d, each side smaller than the kernel, never wins."""
+        p = self._window("max_pool2d", layout, kernel, kernel if stride is None else stride,
+                         padding, dilation)
+        return self._value(_L.jit_max_pool2d(self._handle(), self._v(x), ctypes.byref(p)),
+                           x.dtype)
+
+    def avg_pool2d(self, x, kernel, stride=None, padding=0, count_include_pad=True,
+                   layout="NCHW"):
+        """Mean over kernel windows, like max_pool2d (no dilation). count_include_pad:
+        padded positions count in the divisor (PyTorch's default); False: only the
+        input positions do."""
+        p = self._window("avg_pool2d", layout, kernel, kernel if stride is None else stride,
+                         padding, count_include_pad=count_include_pad)
+        return self._value(_L.jit_avg_pool2d(self._handle(), self._v(x), ctypes.byref(p)),
                            x.dtype)
 
     def transpose(self, x, perm):

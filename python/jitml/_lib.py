@@ -88,6 +88,25 @@ class jit_stats(ctypes.Structure):
     ]
 
 
+# jit_layout
+JIT_LAYOUT_NCHW = 0
+JIT_LAYOUT_NHWC = 1
+
+
+class jit_window_params(ctypes.Structure):
+    # jitml.h's jit_window_params field for field: 13 ints, 52 bytes (no struct_size:
+    # it is passed by pointer and read whole). Fill with jit_window_params_init.
+    _fields_ = [
+        ("layout", ctypes.c_int),  # jit_layout, an int-sized enum
+        ("kernel", ctypes.c_int * 2),
+        ("stride", ctypes.c_int * 2),
+        ("padding", ctypes.c_int * 4),
+        ("dilation", ctypes.c_int * 2),
+        ("groups", ctypes.c_int),
+        ("count_include_pad", ctypes.c_int),
+    ]
+
+
 jit_status = ctypes.c_void_p
 c_graph_p = ctypes.c_void_p
 c_ctx_p = ctypes.c_void_p
@@ -161,8 +180,10 @@ def _prototypes(lib):
         [c_graph_p, ctypes.c_char_p, DLDataType, ctypes.c_int, i64p])
     _fn(lib, "jit_output", None, [c_graph_p, jit_value])
     _fn(lib, "jit_scalar", jit_value, [c_graph_p, ctypes.c_double, DLDataType])
-    for name in ("matmul", "add", "sub", "mul", "div", "maximum", "minimum"):
+    for name in ("matmul", "add", "sub", "mul", "div", "maximum", "minimum", "pow",
+                 "less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
         _fn(lib, "jit_" + name, jit_value, [c_graph_p, jit_value, jit_value])
+    _fn(lib, "jit_where", jit_value, [c_graph_p, jit_value, jit_value, jit_value])
     for name in ("neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "sqrt", "rsqrt",
                  "erf", "gelu_erf"):
         _fn(lib, "jit_" + name, jit_value, [c_graph_p, jit_value])
@@ -173,6 +194,10 @@ def _prototypes(lib):
         [c_graph_p, jit_value, jit_value, jit_value, ctypes.c_double])
     _fn(lib, "jit_rms_norm", jit_value, [c_graph_p, jit_value, jit_value, ctypes.c_double])
     _fn(lib, "jit_clamp", jit_value, [c_graph_p, jit_value, ctypes.c_double, ctypes.c_double])
+    _fn(lib, "jit_window_params_init", None, [P(jit_window_params)])
+    _fn(lib, "jit_conv2d", jit_value, [c_graph_p, jit_value, jit_value, P(jit_window_params)])
+    for name in ("max_pool2d", "avg_pool2d"):
+        _fn(lib, "jit_" + name, jit_value, [c_graph_p, jit_value, P(jit_window_params)])
     _fn(lib, "jit_transpose", jit_value, [c_graph_p, jit_value, P(ctypes.c_int)])
     _fn(lib, "jit_reshape", jit_value, [c_graph_p, jit_value, ctypes.c_int, i64p])
     _fn(lib, "jit_graph_finalize", jit_status, [c_graph_p])
