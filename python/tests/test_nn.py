@@ -1,0 +1,504 @@
+"""The comparisons, where, pow, conv2d and the pools of the Graph API against PyTorch
+(Debian's python3-torch; references in float64 unless an op is exact), and a ResNet
+basic block built from them."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import jitml
+from jitml import _lib
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+inf, nan = float("inf"), float("nan")
+NP = {"float32": np.float32, "float16": np.float16}
+
+
+def rand(rng, *shape, dtype="float32", lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, size=shape).astype(NP[dtype])
+
+
+def t64(a):
+    return torch.from_numpy(np.asarray(a, dtype=np.float64))
+
+
+def build(ctx, name, dtype, shapes, fn):
+    """A graph of inputs `shapes` (a dict, in order) whose outputs are fn(g, *inputs)."""
+    g = jitml.Graph(ctx, name)
+    ins = [g.input(n, dtype, s) for n, s in shapes.items()]
+    out = fn(g, *ins)
+    g.output(*(out if isinstance(out, tuple) else (out,)))
+    return g.finalize()
+
+
+# --- the struct ------------------------------------------------------------------------
+
+
+def test_window_params_mirrors_the_header():
+    P = _lib.jit_window_params
+    assert ctypes.sizeof(P) == 52
+    offsets = {name: getattr(P, name).offset for name, _ in P._fields_}
+    assert offsets == {"layout": 0, "kernel": 4, "stride": 12, "padding": 20,
+                       "dilation": 36, "groups": 44, "count_include_pad": 48}
+    # jit_window_params_init writes exactly 52 bytes, with the defaults the header names.
+    buf = ctypes.create_string_buffer(b"\xab" * 64, 64)
+    jitml._core._init().jit_window_params_init(ctypes.cast(buf, ctypes.POINTER(P)))
+    assert buf.raw[52:] == b"\xab" * 12
+    p = P.from_buffer(buf)
+    assert (p.layout, list(p.kernel), list(p.stride), list(p.padding), list(p.dilation),
+            p.groups, p.count_include_pad) == (_lib.JIT_LAYOUT_NCHW, [0, 0], [1, 1],
+                                               [0, 0, 0, 0], [1, 1], 1, 1)
+
+
+# --- comparisons and where -------------------------------------------------------------
+
+CMP = {"less": torch.lt, "less_equal": torch.le, "greater": torch.gt,
+       "greater_equal": torch.ge, "equal": torch.eq, "not_equal": torch.ne}
+SPECIAL = np.array([-2.0, -1.0, -0.0, 0.0, 1.0, 2.0, inf, -inf, nan])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("op", sorted(CMP))
+def test_comparisons_nan_inf_and_broadcasting(ctx, op, dtype):
+    g = build(ctx, "cmp_" + op, dtype, {"a": ("N", 1, 5), "b": (4, 1)},
+              lambda g, a, b: getattr(g, op)(a, b))
+    rng = np.random.default_rng(1)
+    for n in (1, 3):
+        # Few distinct values, so that ties, NaNs and infinities meet each other.
+        a = rng.choice(SPECIAL, size=(n, 1, 5)).astype(NP[dtype])
+        b = rng.choice(SPECIAL, size=(4, 1)).astype(NP[dtype])
+        y = g(a, b)
+        assert y.dtype == NP[dtype] and y.shape == (n, 4, 5)
+        want = CMP[op](torch.from_numpy(a), torch.from_numpy(b)).numpy()
+        np.testing.assert_array_equal(y, want.astype(NP[dtype]))
+
+
+def test_where_masks_with_minus_inf_before_softmax(ctx):
+    # A causal mask from a comparison of index ramps; where() picks -inf without reading
+    # the scores it drops (a NaN there must not leak, as it would through m*x+(1-m)*-inf).
+    def fn(g, s, rows, cols):
+        masked = g.where(g.greater_equal(rows, cols), s, -inf)
+        return masked, g.softmax(masked, axis=-1)
+
+    g = build(ctx, "causal", "float32", {"s": ("B", "S", "S"), "rows": ("S", 1),
+                                         "cols": ("S",)}, fn)
+    rng = np.random.default_rng(2)
+    for b, s in ((1, 1), (2, 6)):
+        x = rand(rng, b, s, s, lo=-3, hi=3)
+        x[..., np.triu_indices(s, 1)[0], np.triu_indices(s, 1)[1]] = nan
+        ramp = np.arange(s, dtype=np.float32)
+        masked, p = g(x, ramp[:, None], ramp)
+        keep = torch.from_numpy(ramp[:, None] >= ramp)
+        want = torch.where(keep, t64(x), torch.tensor(-inf, dtype=torch.float64))
+        np.testing.assert_array_equal(masked, want.numpy().astype(np.float32))
+        assert not np.isnan(p).any()
+        np.testing.assert_allclose(p, torch.softmax(want, -1).numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_where_three_way_broadcast_and_nan_condition(ctx, dtype):
+    g = build(ctx, "where3_" + dtype, dtype, {"c": (3, 1, 1), "a": (1, "N", 1),
+                                              "b": (1, 1, 5)},
+              lambda g, c, a, b: (g.where(c, a, b), g.where(c, 7.5, b)))
+    rng = np.random.default_rng(3)
+    c = np.array([0.0, nan, -0.0], NP[dtype]).reshape(3, 1, 1)  # NaN is nonzero; -0 is 0
+    for n in (1, 4):
+        a, b = rand(rng, 1, n, 1, dtype=dtype), rand(rng, 1, 1, 5, dtype=dtype)
+        y, y_num = g(c, a, b)
+        cond = torch.from_numpy(c) != 0
+        want = torch.where(cond, torch.from_numpy(a), torch.from_numpy(b))
+        assert y.shape == (3, n, 5) and y.dtype == NP[dtype]
+        np.testing.assert_array_equal(y, want.numpy())
+        want_num = torch.where(cond, torch.tensor(7.5, dtype=want.dtype),
+                               torch.from_numpy(b)).expand(3, 1, 5)
+        np.testing.assert_array_equal(y_num, want_num.numpy())
+
+
+def test_scalar_takes_infinities_but_not_nan(ctx):
+    g = build(ctx, "infs", "float32", {"x": (3,)},
+              lambda g, x: (g.maximum(x, g.scalar(-inf)), g.minimum(x, g.scalar(inf))))
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    lo, hi = g(x)
+    np.testing.assert_array_equal(lo, x)
+    np.testing.assert_array_equal(hi, x)
+    with pytest.raises(jitml.JitError) as e:
+        jitml.Graph(ctx, "nan").scalar(nan)
+    assert e.value.code == jitml.StatusCode.UNSUPPORTED
+
+
+# --- pow -------------------------------------------------------------------------------
+
+# (a, b) pairs where libjitml and torch.pow agree exactly in their special values.
+POW_EDGES = [
+    (-2, 3), (-2, 2), (-2, -3), (-1.5, -1), (-3, 1), (-7, -1), (-1, -33), (-1, 1024),
+    (-2, 0.5), (-8, 1 / 3), (-3, -0.5),                 # negative ** fraction: NaN
+    (0, 0), (0, -1), (0, -2), (0, 2), (-0.0, -2), (nan, 0), (5, 0), (-inf, 0),
+    (1, nan), (1, inf), (1, -inf), (1, -5), (-1, nan), (nan, 2), (2, nan),
+    (inf, -1), (inf, 0.5), (-inf, 3), (-inf, 2), (-inf, -1), (0.5, inf), (2, -inf),
+    (-2, inf), (-0.5, inf), (-2, -inf), (-0.5, -inf), (0, inf), (-1.001, 4096),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_pow_edges(ctx, dtype):
+    g = build(ctx, "pow_edges_" + dtype, dtype, {"a": ("N",), "b": ("N",)},
+              lambda g, a, b: g.pow(a, b))
+    a = np.array([p[0] for p in POW_EDGES], NP[dtype])
+    b = np.array([p[1] for p in POW_EDGES], NP[dtype])
+    want = torch.pow(t64(a), t64(b)).numpy().astype(NP[dtype])
+    np.testing.assert_allclose(g(a, b), want, rtol=1e-5 if dtype == "float32" else 2e-3,
+                               atol=0)
+
+
+@pytest.mark.xfail(reason="libjitml's pow differs from IEEE pow / torch.pow here: "
+                   "pow(-1, +-inf) is NaN (0 * inf in exp(b log|a|)), pow(-0, -1) is +inf "
+                   "(the header says pow(0, b < 0) = inf), pow(-inf, 0.5) is NaN (a "
+                   "negative base to a non-integer, as the header says)")
+def test_pow_ieee_corners(ctx):
+    g = build(ctx, "pow_ieee", "float32", {"a": (4,), "b": (4,)},
+              lambda g, a, b: g.pow(a, b))
+    a = np.array([-1, -1, -0.0, -inf], np.float32)
+    b = np.array([inf, -inf, -1, 0.5], np.float32)
+    np.testing.assert_array_equal(g(a, b), torch.pow(torch.from_numpy(a),
+                                                     torch.from_numpy(b)).numpy())
+
+
+def test_pow_broadcast_random(ctx):
+    # The header promises 2e-6 (relative) where |b log|a|| < 16; these stay below 12.
+    g = build(ctx, "pow_rand", "float32", {"a": ("N", 6), "b": (6,), "k": (1, 6)},
+              lambda g, a, b, k: (g.pow(a, b), g.pow(a, k)))
+    rng = np.random.default_rng(4)
+    for n in (1, 5):
+        a = rand(rng, n, 6, lo=0.05, hi=6)
+        a[:, ::2] *= -1
+        b = rand(rng, 6, lo=-4, hi=4)
+        k = np.array([[-3, -2, -1, 1, 2, 5]], np.float32)  # integers: sign of odd powers
+        y, yk = g(a, b, k)
+        want = torch.pow(t64(a), t64(b)).numpy()
+        assert np.array_equal(np.isnan(y), np.isnan(want))
+        np.testing.assert_allclose(y, want, rtol=3e-6, atol=0)
+        np.testing.assert_allclose(yk, torch.pow(t64(a), t64(k)).numpy(), rtol=3e-6,
+                                   atol=0)
+
+
+# --- conv2d ----------------------------------------------------------------------------
+
+
+def pad4(padding):
+    if isinstance(padding, int):
+        return (padding,) * 4
+    return padding if len(padding) == 4 else (padding[0], padding[0], padding[1],
+                                              padding[1])
+
+
+def conv_ref(x, w, stride, padding, dilation, groups):
+    """NCHW/OIHW in float64, asymmetric padding by F.pad."""
+    t, b, l, r = pad4(padding)
+    return F.conv2d(F.pad(t64(x), (l, r, t, b)), t64(w), stride=stride, dilation=dilation,
+                    groups=groups).numpy()
+
+
+# (x shape NCHW, filters, kernel, stride, padding, dilation, groups)
+CONVS = {
+    "plain": ((2, 3, 8, 9), 4, (3, 3), 1, 0, 1, 1),
+    "stride_asym_pad": ((1, 4, 9, 7), 6, (3, 2), (2, 3), (1, 0, 2, 1), 1, 1),
+    "dilation": ((2, 4, 11, 10), 4, (3, 3), 1, (2, 3), (2, 3), 1),
+    "groups": ((1, 6, 7, 7), 4, (3, 3), 1, 1, 1, 2),
+    "depthwise": ((2, 5, 6, 8), 5, (3, 3), 2, 1, 1, 5),
+    "depthwise_x2": ((1, 5, 6, 6), 10, (3, 3), 1, (0, 2, 1, 0), 1, 5),
+    "pointwise_stride": ((2, 7, 5, 6), 3, (1, 1), 2, 0, 1, 1),
+    "whole_input": ((1, 2, 4, 5), 3, (4, 5), 1, 0, 1, 1),
+}
+
+
+def conv_graph(ctx, name, layout, dtype, c, f, k, stride, padding, dilation, groups):
+    kh, kw = k
+    if layout == "NCHW":
+        xs, ws = ("N", c, "H", "W"), (f, c // groups, kh, kw)
+    else:
+        xs, ws = ("N", "H", "W", c), (kh, kw, c // groups, f)
+    return build(ctx, name, dtype, {"x": xs, "w": ws},
+                 lambda g, x, w: g.conv2d(x, w, stride=stride, padding=padding,
+                                          dilation=dilation, groups=groups, layout=layout))
+
+
+def run_conv(g, layout, x, w):
+    """Runs g on NCHW x / OIHW w, converting to NHWC / HWIO and back as needed."""
+    if layout == "NCHW":
+        return g(x, w)
+    y = g(np.ascontiguousarray(x.transpose(0, 2, 3, 1)),
+          np.ascontiguousarray(w.transpose(2, 3, 1, 0)))
+    return y.transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", sorted(CONVS))
+def test_conv2d(ctx, case, layout):
+    shape, f, k, stride, padding, dilation, groups = CONVS[case]
+    g = conv_graph(ctx, "conv_%s_%s" % (case, layout), layout, "float32", shape[1], f, k,
+                   stride, padding, dilation, groups)
+    rng = np.random.default_rng(5)
+    x = rand(rng, *shape)
+    w = rand(rng, f, shape[1] // groups, *k)
+    want = conv_ref(x, w, stride, padding, dilation, groups)
+    y = run_conv(g, layout, x, w)
+    assert y.shape == want.shape
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_conv2d_symbolic_batch_height_width(ctx, layout):
+    # One graph, N, H and W symbols: every shape binds anew, including windows that
+    # fit exactly once and strides that drop the last row/column.
+    args = dict(stride=(2, 1), padding=(1, 0, 0, 2), dilation=(1, 2), groups=2)
+    g = conv_graph(ctx, "conv_sym_" + layout, layout, "float32", 4, 6, (3, 3),
+                   args["stride"], args["padding"], args["dilation"], args["groups"])
+    rng = np.random.default_rng(6)
+    w = rand(rng, 6, 2, 3, 3)
+    for n, h, wd in ((1, 2, 3), (3, 9, 7), (2, 16, 4)):
+        x = rand(rng, n, 4, h, wd)
+        want = conv_ref(x, w, **args)
+        y = run_conv(g, layout, x, w)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+def test_conv2d_torch_tensors_in_and_out(ctx):
+    g = conv_graph(ctx, "conv_torch", "NCHW", "float32", 3, 2, (3, 3), 1, 1, 1, 1)
+    x, w = torch.rand(2, 3, 5, 5), torch.rand(2, 3, 3, 3)
+    y = g(x, w)
+    assert isinstance(y, torch.Tensor)
+    torch.testing.assert_close(y, F.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_conv2d_f16(ctx, layout):
+    args = dict(stride=1, padding=(1, 2), dilation=1, groups=4)
+    g = conv_graph(ctx, "conv_f16_" + layout, layout, "float16", 8, 8, (3, 3), **args)
+    rng = np.random.default_rng(7)
+    w = rand(rng, 8, 2, 3, 3, dtype="float16")
+    for n, h, wd in ((1, 5, 5), (2, 7, 6)):
+        x = rand(rng, n, 8, h, wd, dtype="float16")
+        y = run_conv(g, layout, x, w)
+        assert y.dtype == np.float16
+        # f16 in and out (accumulating in f32): the output rounding dominates.
+        np.testing.assert_allclose(y.astype(np.float64), conv_ref(x, w, **args),
+                                   rtol=1e-2, atol=1e-2)
+
+
+# --- pools -----------------------------------------------------------------------------
+
+
+def pool_ref(kind, x, kernel, stride, padding, dilation=1, count_include_pad=True):
+    """NCHW in float64. Symmetric padding goes to torch as is; asymmetric padding by
+    F.pad (-inf for max; for avg, a padded sum divided by a padded count)."""
+    t, b, l, r = pad4(padding)
+    x = t64(x)
+    if kind == "max":
+        if t == b and l == r:
+            return F.max_pool2d(x, kernel, stride, (t, l), dilation).numpy()
+        return F.max_pool2d(F.pad(x, (l, r, t, b), value=-inf), kernel, stride, 0,
+                            dilation).numpy()
+    if t == b and l == r:
+        return F.avg_pool2d(x, kernel, stride, (t, l),
+                            count_include_pad=count_include_pad).numpy()
+    total = F.avg_pool2d(F.pad(x, (l, r, t, b)), kernel, stride)
+    if count_include_pad:
+        return total.numpy()
+    count = F.avg_pool2d(F.pad(torch.ones_like(x), (l, r, t, b)), kernel, stride)
+    return (total / count).numpy()
+
+
+# (kind, kernel, stride, padding, dilation, count_include_pad)
+POOLS = {
+    "max_2": ("max", 2, None, 0, 1, True),
+    "max_3s2p1": ("max", 3, 2, 1, 1, True),
+    "max_rect": ("max", (3, 2), (1, 2), (1, 0), 1, True),
+    "max_dilated": ("max", 3, 1, 1, (2, 1), True),
+    "max_asym_pad": ("max", (3, 3), 2, (0, 2, 1, 0), 1, True),
+    "avg_2": ("avg", 2, None, 0, 1, True),
+    "avg_3s2p1_incl": ("avg", 3, 2, 1, 1, True),
+    "avg_3s2p1_excl": ("avg", 3, 2, 1, 1, False),
+    "avg_rect_excl": ("avg", (2, 3), (2, 1), (1, 1), 1, False),
+    "avg_asym_incl": ("avg", 3, 1, (2, 0, 1, 2), 1, True),
+    "avg_asym_excl": ("avg", 3, 1, (2, 0, 1, 2), 1, False),
+}
+
+
+def pool_graph(ctx, name, layout, dtype, c, kind, kernel, stride, padding, dilation,
+               count_include_pad):
+    xs = ("N", c, "H", "W") if layout == "NCHW" else ("N", "H", "W", c)
+
+    def fn(g, x):
+        if kind == "max":
+            return g.max_pool2d(x, kernel, stride, padding, dilation, layout=layout)
+        return g.avg_pool2d(x, kernel, stride, padding, count_include_pad, layout=layout)
+    return build(ctx, name, dtype, {"x": xs}, fn)
+
+
+def run_pool(g, layout, x):
+    if layout == "NCHW":
+        return g(x)
+    return g(np.ascontiguousarray(x.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", sorted(POOLS))
+def test_pool2d(ctx, case, layout):
+    kind, kernel, stride, padding, dilation, cip = POOLS[case]
+    g = pool_graph(ctx, "pool_%s_%s" % (case, layout), layout, "float32", 3, kind, kernel,
+                   stride, padding, dilation, cip)
+    rng = np.random.default_rng(8)
+    for n, h, w in ((1, 6, 6), (2, 9, 7)):
+        # All negative: a padded zero would win a max, or show in a sum, if it leaked.
+        x = rand(rng, n, 3, h, w, lo=-5, hi=-1)
+        want = pool_ref(kind, x, kernel, kernel if stride is None else stride, padding,
+                        dilation, cip)
+        y = run_pool(g, layout, x)
+        assert y.shape == want.shape
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_max_pool2d_nan_and_inf(ctx):
+    g = pool_graph(ctx, "pool_nan", "NCHW", "float32", 1, "max", 2, 1, 1, 1, True)
+    x = np.full((1, 1, 4, 4), -inf, np.float32)
+    x[0, 0, 1, 1], x[0, 0, 3, 3] = nan, -5
+    want = F.max_pool2d(torch.from_numpy(x), 2, 1, 1).numpy()
+    np.testing.assert_array_equal(g(x), want)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_pools_f16(ctx, layout):
+    rng = np.random.default_rng(9)
+    x = rand(rng, 2, 4, 7, 6, dtype="float16", lo=-3, hi=3)
+    for kind, cip in (("max", True), ("avg", True), ("avg", False)):
+        g = pool_graph(ctx, "pool16_%s_%d_%s" % (kind, cip, layout), layout, "float16", 4,
+                       kind, 3, 2, 1, 1, cip)
+        y = run_pool(g, layout, x)
+        assert y.dtype == np.float16
+        np.testing.assert_allclose(y.astype(np.float64), pool_ref(kind, x, 3, 2, 1, 1, cip),
+                                   rtol=2e-3, atol=2e-3)
+
+
+# --- errors ----------------------------------------------------------------------------
+
+
+def conv_inputs(ctx, xs=(1, 4, 6, 6), ws=(4, 4, 3, 3)):
+    g = jitml.Graph(ctx, "bad")
+    return g, g.input("x", "float32", xs), g.input("w", "float32", ws)
+
+
+@pytest.mark.parametrize("kwargs, code", [
+    (dict(layout="NWHC"), "INVALID_ARGUMENT"),        # checked here
+    (dict(padding=(1, 2, 3)), "INVALID_ARGUMENT"),
+    (dict(stride=1.5), "INVALID_ARGUMENT"),
+    (dict(stride=2**32 + 1), "INVALID_ARGUMENT"),     # would wrap to 1 in a C int
+    (dict(stride=0), "INVALID_ARGUMENT"),             # checked by libjitml
+    (dict(dilation=(1, -1)), "INVALID_ARGUMENT"),
+    (dict(padding=-1), "INVALID_ARGUMENT"),
+    (dict(groups=0), "INVALID_ARGUMENT"),
+    (dict(groups=3), "SHAPE_MISMATCH"),               # 4 channels, 4 filters
+    (dict(dilation=4), "SHAPE_MISMATCH"),             # a 9x9 window in a 6x6 input
+])
+def test_conv2d_bad_arguments(ctx, kwargs, code):
+    g, x, w = conv_inputs(ctx)
+    with pytest.raises(jitml.JitError) as e:
+        g.conv2d(x, w, **kwargs)
+    assert e.value.code_name == code
+
+
+def test_window_shape_errors(ctx):
+    g, x, w = conv_inputs(ctx, ws=(4, 4, 3))
+    with pytest.raises(jitml.JitError) as e:
+        g.conv2d(x, w)
+    assert e.value.code == jitml.StatusCode.SHAPE_MISMATCH
+    g, x, w = conv_inputs(ctx, xs=(1, "C", 6, 6))
+    with pytest.raises(jitml.JitError) as e:
+        g.conv2d(x, w)
+    assert e.value.code == jitml.StatusCode.UNSUPPORTED and "static" in e.value.message
+    g, x, _ = conv_inputs(ctx)
+    with pytest.raises(jitml.JitError) as e:
+        g.max_pool2d(x, 2, padding=2)  # a window of padding only
+    assert e.value.code == jitml.StatusCode.INVALID_ARGUMENT
+    g, x, _ = conv_inputs(ctx)
+    with pytest.raises(jitml.JitError) as e:
+        g.avg_pool2d(x, (2, 2, 2))
+    assert e.value.code == jitml.StatusCode.INVALID_ARGUMENT
+    g = build(ctx, "pool_late", "float32", {"x": (1, 4, "H", "W")},
+              lambda g, x: g.max_pool2d(x, 3))
+    with pytest.raises(jitml.JitError) as e:
+        g(np.zeros((1, 4, 2, 8), np.float32))  # H = 2 < kernel 3, found at run time
+    assert e.value.code == jitml.StatusCode.SHAPE_MISMATCH
+
+
+# --- a ResNet basic block --------------------------------------------------------------
+
+C = 16
+EPS = 1e-5
+
+
+def resnet_weights():
+    rng = np.random.default_rng(12)
+    w = {}
+    for i in (1, 2):
+        w["conv%d" % i] = rng.normal(0, np.sqrt(2 / (9 * C)), size=(C, C, 3, 3))
+        w["gamma%d" % i] = rng.uniform(0.5, 1.5, size=C)
+        w["beta%d" % i] = rng.uniform(-0.2, 0.2, size=C)
+        w["mean%d" % i] = rng.uniform(-0.2, 0.2, size=C)
+        w["var%d" % i] = rng.uniform(0.5, 2.0, size=C)
+    return w
+
+
+def folded(w, i, layout):
+    """Batch norm i folded into conv i: (weight OIHW or HWIO, per-channel bias), f32."""
+    scale = w["gamma%d" % i] / np.sqrt(w["var%d" % i] + EPS)
+    wf = w["conv%d" % i] * scale[:, None, None, None]
+    bias = w["beta%d" % i] - w["mean%d" % i] * scale
+    if layout == "NCHW":
+        return wf.astype(np.float32), bias.reshape(C, 1, 1).astype(np.float32)
+    return np.ascontiguousarray(wf.transpose(2, 3, 1, 0)).astype(np.float32), \
+        bias.astype(np.float32)
+
+
+def jitml_basic_block(ctx, layout):
+    g = jitml.Graph(ctx, "resnet_basic_block_" + layout)
+    xs = ("N", C, "H", "W") if layout == "NCHW" else ("N", "H", "W", C)
+    ws = (C, C, 3, 3) if layout == "NCHW" else (3, 3, C, C)
+    bs = (C, 1, 1) if layout == "NCHW" else (C,)
+    x = g.input("x", "float32", xs)
+    w1, b1 = g.input("w1", "float32", ws), g.input("b1", "float32", bs)
+    w2, b2 = g.input("w2", "float32", ws), g.input("b2", "float32", bs)
+    h = g.relu(g.conv2d(x, w1, padding=1, layout=layout) + b1)
+    g.output(g.relu(g.conv2d(h, w2, padding=1, layout=layout) + b2 + x))
+    return g.finalize()
+
+
+def torch_basic_block(x, w):
+    t = {k: t64(v) for k, v in w.items()}
+    h = t64(x)
+    for i in (1, 2):
+        h = F.conv2d(h, t["conv%d" % i], padding=1)
+        h = F.batch_norm(h, t["mean%d" % i], t["var%d" % i], t["gamma%d" % i],
+                         t["beta%d" % i], training=False, eps=EPS)
+        if i == 1:
+            h = F.relu(h)
+    return F.relu(h + t64(x)).numpy()
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_resnet_basic_block_matches_pytorch(ctx, layout):
+    w = resnet_weights()
+    g = jitml_basic_block(ctx, layout)
+    params = folded(w, 1, layout) + folded(w, 2, layout)
+    rng = np.random.default_rng(13)
+    for n, h, wd in ((1, 8, 8), (2, 7, 9), (3, 5, 5)):
+        x = rng.normal(size=(n, C, h, wd)).astype(np.float32)
+        want = torch_basic_block(x, w)
+        if layout == "NCHW":
+            y = g(x, *params)
+        else:
+            y = g(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), *params).transpose(0, 3, 1, 2)
+        assert y.shape == (n, C, h, wd)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
