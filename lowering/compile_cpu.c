@@ -642,6 +642,7 @@ jit_status jit__compile_cpu_generic(const jit__lgraph *graph,
   char *text = NULL;
   // Two paths: many rows (B packed) and a few (not): lowering/cpu/generic.c.
   jit__emit_options eo = {.symbolic = true, .destination = true, .reshape_req = reshape_req,
+                          .conv_as_matmul = true,
                           .split_rows = options->opt_level > 0 ? JIT__GENERIC_SPLIT_ROWS : 0,
                           .fuse_elementwise = true, .distinct_empties = true};
   jit_status s = jit__emit_mlir_with(graph, func_name, &eo, &text);

@@ -401,7 +401,8 @@ jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
 
 jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
                           bool named_batch, char **out_text) {
-  jit__emit_options o = {.named_batch = named_batch, .fuse_elementwise = true,
+  jit__emit_options o = {.named_batch = named_batch, .conv_as_matmul = named_batch,
+                         .fuse_elementwise = true,
                          .distinct_empties = true};
   return jit__emit_mlir_with(graph, func_name, &o, out_text);
 }

@@ -181,6 +181,147 @@ static void set_value(jit__emitter *e, const char *name) {
   e->names[e->cur][n < cap ? n : cap] = 0;
 }
 
+// `x` [dims] copied into a new value of `dims` (`?` ones valued by dv) through `map`
+// (the results for output loops d0..), converted to `dt` on the way.
+static jit__str emit_copy(jit__emitter *e, const jit__gen_operand *x, const char *map,
+                          jit__dtype dt, int rank, const int64_t *dims, const jit__dimval *dv) {
+  jit__str empty = jit__value_name(e, false), res = jit__value_name(e, false);
+  jit__emit_empty(e, empty.s, dt, rank, dims, dv);
+  jit__gen_operand in = *x;
+  in.affine = map;
+  jit__gen_operand out = {empty.s, dt, rank, dims, {0}, NULL, NULL};
+  jit__identity_map(&out);
+  char iters[JIT_MAX_RANK];
+  memset(iters, 'p', sizeof iters);
+  jit__emit_generic(e, res.s, rank, iters, &in, 1, &out, JIT__B_COPY, NULL);
+  return res;
+}
+
+// `x` as shape `to` (the same elements in order): a tensor.reshape, whose shape operand
+// holds the `?` sizes from to_dv where there are any (a view either way).
+static jit__str reshape(jit__emitter *e, const char *x, jit__dtype dt, int rank,
+                        const int64_t *dims, int to_rank, const int64_t *to,
+                        const jit__dimval *to_dv) {
+  bool dynamic = false;
+  for (int d = 0; d < to_rank; d++) dynamic |= to[d] < 0;
+  if (!dynamic) return jit__emit_reshape_to(e, x, dt, rank, dims, to_rank, to, false);
+  char elems[6][40];
+  for (int d = 0; d < to_rank; d++) {
+    jit__str v = jit__value_name(e, false);
+    if (to[d] >= 0)
+      jit__text_printf(&e->tb, "  %s = arith.constant %lld : i64\n", v.s, (long long)to[d]);
+    else
+      jit__text_printf(&e->tb, "  %s = arith.index_cast %s : index to i64\n", v.s,
+                       to_dv[d].s);
+    snprintf(elems[d], sizeof elems[d], "%.39s", v.s);
+  }
+  jit__str shape = jit__value_name(e, false), res = jit__value_name(e, false);
+  jit__text_printf(&e->tb, "  %s = tensor.from_elements ", shape.s);
+  for (int d = 0; d < to_rank; d++) jit__text_printf(&e->tb, "%s%s", d ? ", " : "", elems[d]);
+  jit__text_printf(&e->tb, " : tensor<%dxi64>\n", to_rank);
+  jit__text_printf(&e->tb, "  %s = tensor.reshape %s(%s) : (%s, tensor<%dxi64>) -> %s\n",
+                   res.s, x, shape.s, jit__tensor_type(dt, rank, dims).s, to_rank,
+                   jit__tensor_type(dt, to_rank, to).s);
+  return res;
+}
+
+// CPU kernels, groups 1: the convolution as one matmul, which the CPU strategy tiles,
+// packs and threads like any other (the loops of the direct form ran at ~0.7
+// GFLOP/s). A row per output position:
+//   NHWC  cols [N OH OW, KH KW C] (x's windows, c innermost) x W [KH KW C, F]
+//         = the result [N, OH, OW, F] as it is;
+//   NCHW  cols [N OH OW, C KH KW] x W^T (W [F, C KH KW] transposed once, small), then
+//         the [N, OH, OW, F] product transposed into [N, F, OH, OW].
+// The copy into cols is KH KW times x (a 1x1 NHWC conv without stride or padding
+// reads x itself). In symbolic mode N, OH and OW may be `?`, and so the rows.
+static jit_status emit_conv_matmul(jit__emitter *e, const jit__node *n, const geom *g,
+                                   const jit__gen_operand *xp, const jit__gen_operand *wt) {
+  const jit__window *w = &n->win;
+  const int64_t *od = n->dims;
+  const jit__dimval *odv = e->dv[e->cur];
+  int64_t N = od[0], OH = od[g->hd], OW = od[g->hd + 1], F = od[g->cd];
+  int64_t C = xp->dims[g->cd], KH = g->k[0], KW = g->k[1], K = C * KH * KW;
+  // The rows: N OH OW, or `?` valued by their product.
+  int64_t M = N >= 0 && OH >= 0 && OW >= 0 ? N * OH * OW : -1;
+  jit__dimval mdv[2];
+  memset(mdv, 0, sizeof mdv);
+  if (M < 0) {
+    const int64_t f[3] = {N, OH, OW};
+    const jit__dimval *fv[3] = {&odv[0], &odv[g->hd], &odv[g->hd + 1]};
+    jit__str prod = index_const(e, 1);
+    for (int i = 0; i < 3; i++) {
+      jit__str t = jit__value_name(e, false);
+      if (f[i] >= 0) {
+        jit__str c = index_const(e, f[i]);
+        jit__text_printf(&e->tb, "  %s = arith.muli %s, %s : index\n", t.s, prod.s, c.s);
+      } else {
+        jit__text_printf(&e->tb, "  %s = arith.muli %s, %s : index\n", t.s, prod.s, fv[i]->s);
+      }
+      prod = t;
+    }
+    snprintf(mdv[0].s, sizeof mdv[0].s, "%.39s", prod.s);
+  }
+  int64_t ad[2] = {M, K}, bd[2] = {K, F}, cd[2] = {M, F};
+  int64_t nhwc[4] = {N, OH, OW, F};
+  jit__dimval nhwc_dv[6];
+  memset(nhwc_dv, 0, sizeof nhwc_dv);
+  nhwc_dv[0] = odv[0];
+  nhwc_dv[1] = odv[g->hd];
+  nhwc_dv[2] = odv[g->hd + 1];
+  jit__dtype dt = xp->dt;
+  char map[192], h[64], v[64];
+  jit__str a;
+  bool plain = w->nhwc && KH == 1 && KW == 1 && w->stride[0] == 1 && w->stride[1] == 1 &&
+               xp->dims[1] == OH && xp->dims[2] == OW && OH >= 0 && OW >= 0;
+  if (plain) {
+    a = reshape(e, xp->name, dt, 4, xp->dims, 2, ad, mdv);
+  } else {
+    // cols [N, OH, OW, KH, KW, C] (NHWC) or [N, OH, OW, C, KH, KW] (NCHW).
+    int64_t cold[6] = {N, OH, OW, w->nhwc ? KH : C, w->nhwc ? KW : KH, w->nhwc ? C : KW};
+    int kh = w->nhwc ? 3 : 4;
+    window_expr(h, sizeof h, 1, w->stride[0], kh, w->dilation[0]);
+    window_expr(v, sizeof v, 2, w->stride[1], kh + 1, w->dilation[1]);
+    if (w->nhwc)
+      snprintf(map, sizeof map, "d0, %s, %s, d5", h, v);
+    else
+      snprintf(map, sizeof map, "d0, d3, %s, %s", h, v);
+    jit__str cols = emit_copy(e, xp, map, dt, 6, cold, nhwc_dv);
+    a = reshape(e, cols.s, dt, 6, cold, 2, ad, mdv);
+  }
+  jit__str b;
+  if (w->nhwc) {
+    b = jit__emit_reshape_to(e, wt->name, wt->dt, 4, wt->dims, 2, bd, false);
+  } else {
+    int64_t fk[2] = {F, K};
+    jit__str wf = jit__emit_reshape_to(e, wt->name, wt->dt, 4, wt->dims, 2, fk, false);
+    jit__gen_operand wo = {wf.s, wt->dt, 2, fk, {0}, NULL, NULL};
+    b = emit_copy(e, &wo, "d1, d0", wt->dt, 2, bd, NULL);
+  }
+  // f16: A extended to f32 first, as emit_matmul.c does for the strategy's row tiles.
+  jit__dtype a_dt = dt;
+  if (dt == JIT__F16) {
+    a = jit__emit_convert(e, a.s, JIT__F16, JIT__F32, 2, ad, mdv, false);
+    a_dt = JIT__F32;
+  }
+  jit__str acc = jit__emit_filled_acc(e, "0.0", 2, cd, mdv);
+  jit__str mm = jit__value_name(e, false);
+  jit__str acc_ty = jit__tensor_type(JIT__F32, 2, cd);
+  jit__text_printf(&e->tb, "  %s = linalg.matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                   mm.s, a.s, b.s, jit__tensor_type(a_dt, 2, ad).s,
+                   jit__tensor_type(wt->dt, 2, bd).s, acc.s, acc_ty.s, acc_ty.s);
+  jit__str r;
+  if (w->nhwc) {
+    jit__str c = n->dtype == JIT__F16 ? jit__emit_f16_result(e, mm.s, 2, cd, mdv, false) : mm;
+    r = reshape(e, c.s, n->dtype, 2, cd, 4, od, odv);
+  } else {
+    jit__str c = reshape(e, mm.s, JIT__F32, 2, cd, 4, nhwc, nhwc_dv);
+    jit__gen_operand co = {c.s, JIT__F32, 4, nhwc, {0}, NULL, NULL};
+    r = emit_copy(e, &co, "d0, d2, d3, d1", n->dtype, 4, od, odv);
+  }
+  set_value(e, r.s);
+  return NULL;
+}
+
 static jit_status emit_conv(jit__emitter *e, const jit__node *n, geom *g) {
   const jit__window *w = &n->win;
   jit__gen_operand x = jit__node_operand(e, n->operands[0]);
@@ -193,6 +334,7 @@ static jit_status emit_conv(jit__emitter *e, const jit__node *n, geom *g) {
   jit__str pname;
   jit__gen_operand xp = emit_pad(e, &x, g, "0.0", &pname);
   result_dims(e, &x, g);
+  if (e->opt->conv_as_matmul && G == 1) return emit_conv_matmul(e, n, g, &xp, &wt);
   const jit__dimval *dv = e->dv[e->cur];
   // The accumulator: the result's dims, with F split into [G, F/G] when grouped.
   int rank = G > 1 ? 5 : 4;

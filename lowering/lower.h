@@ -220,6 +220,10 @@ typedef struct jit__emit_options {
   // make, in linear time (its pairwise fusion cloned the growing body at each step:
   // 2,000 chained adds took 1.5 s). Compiles set it; the graph's MLIR export does not.
   bool fuse_elementwise;
+  // Convolutions with one group as an im2col copy and a 2-D linalg.matmul, which the
+  // CPU strategies plan (emit_window.c); else one generic of their loops. CPU compiles
+  // set it (jit__emit_mlir's named_batch too); the GPU back ends and the export do not.
+  bool conv_as_matmul;
   // Each tensor.empty gets an attribute of its own (`jit_e = N`), so that CSE does not
   // merge the inits of many results into one tensor, whose thousands of writers made
   // one-shot bufferization's conflict analysis quadratic (3,000 outputs: 23 s).

@@ -257,9 +257,18 @@ static MlirWalkResult find_extract(MlirOperation op, void *user) {
 void jit__cpu_plan_generic(walk *w, MlirOperation g) {
   // A body that reads a tensor at computed indices (a window's padding, emit_window.c)
   // does not vectorize as an elementwise op: its loops are left to LLVM.
+  // So does one that reads an operand at strided positions (a window's im2col copy):
+  // vectorize takes projected permutations only.
   bool extract = false;
   mlirOperationWalk(g, find_extract, &extract, MlirWalkPreOrder);
   if (extract) return;
+  MlirAttribute maps =
+      mlirOperationGetAttributeByName(g, mlirStringRefCreateFromCString("indexing_maps"));
+  for (intptr_t i = 0; !mlirAttributeIsNull(maps) && i < mlirArrayAttrGetNumElements(maps);
+       i++)
+    if (!mlirAffineMapIsProjectedPermutation(
+            mlirAffineMapAttrGetValue(mlirArrayAttrGetElement(maps, i))))
+      return;
   for (int f = 0; f < w->n_fused; f++)
     if (mlirOperationEqual(w->fused[f], g)) return;
   for (int f = 0; f < w->n_taken_t; f++)
