@@ -368,10 +368,11 @@ JIT_API jit_value jit_mul(jit_graph *graph, jit_value a, jit_value b);
 JIT_API jit_value jit_div(jit_graph *graph, jit_value a, jit_value b);
 JIT_API jit_value jit_maximum(jit_graph *graph, jit_value a, jit_value b);
 JIT_API jit_value jit_minimum(jit_graph *graph, jit_value a, jit_value b);
-// a^b. With b an integer, a negative a gives the signed result (pow(-2, 3) = -8);
-// with b not an integer, NaN. pow(x, 0) = 1 and pow(1, y) = 1 (even for NaN),
-// pow(0, b < 0) = inf. Computed as exp(b log|a|) in f32: within 2e-6 (relative) of
-// the exact result where |b log|a|| < 16.
+// a^b with C's pow special cases: a negative a to an integer b gives the signed
+// result (pow(-2, 3) = -8, pow(-0, -1) = -inf), a finite negative a to a non-integer
+// b NaN, pow(x, 0) = pow(1, y) = 1 (even for NaN), pow(-1, +-inf) = 1. Computed as
+// exp(b log|a|) in f32: within 2e-6 (relative) of the exact result where
+// |b log|a|| < 16.
 JIT_API jit_value jit_pow(jit_graph *graph, jit_value a, jit_value b);
 // Comparisons, broadcasting like the ops above: 1 where the comparison holds, else 0,
 // in the operands' dtype (a mask to multiply by or to give jit_where). A NaN compares

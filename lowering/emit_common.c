@@ -231,8 +231,10 @@ static const char *emit_erf(jit__text *tb, const char *x) {
 
 // Body statements; returns the name of the f32 result. Names inside a region only need
 // to be unique within it, so every body reuses %c*, %t*.
-// pow(x, y) as exp(y log|x|), with the sign of an odd integer power of a negative x,
-// NaN for a negative x to a non-integer power, and pow(x, 0) = pow(1, y) = 1.
+// pow(x, y) as IEEE pow: |x|^y = exp(y log|x|) (1 where |x| = 1, so (-1)^inf is 1),
+// negated for an odd integer y where x's sign is negative (-0 and -inf included: (-0)^-1
+// is -inf), NaN for a finite negative x to a non-integer y, and pow(x, 0) = pow(1, y)
+// = 1 even for NaN. An infinite y counts as an even integer.
 static const char *emit_pow(jit__text *tb, const char *x, const char *y) {
   jit__text_printf(tb,
                    "    %%c0 = arith.constant 0.0 : f32\n"
@@ -240,30 +242,43 @@ static const char *emit_pow(jit__text *tb, const char *x, const char *y) {
                    "    %%c2 = arith.constant 0.5 : f32\n"
                    "    %%c3 = arith.constant 2.0 : f32\n"
                    "    %%c4 = arith.constant 0x7FC00000 : f32\n"
+                   "    %%c5 = arith.constant 0xFF800000 : f32\n"
                    "    %%t0 = math.absf %s : f32\n"
                    "    %%t1 = math.log %%t0 : f32\n"
                    "    %%t2 = arith.mulf %s, %%t1 : f32\n"
-                   "    %%t3 = math.exp %%t2 : f32\n",
+                   "    %%t3 = math.exp %%t2 : f32\n"
+                   "    %%t4 = arith.cmpf oeq, %%t0, %%c1 : f32\n"
+                   "    %%t5 = arith.select %%t4, %%c1, %%t3 : f32\n",
                    x, y);
+  // y an integer (t7), odd (t11); x's sign negative (t15: x < 0, or 1/x < 0 for -0).
   jit__text_printf(tb,
-                   "    %%t4 = math.floor %s : f32\n"
-                   "    %%t5 = arith.cmpf oeq, %%t4, %s : f32\n"
-                   "    %%t6 = arith.mulf %s, %%c2 : f32\n"
-                   "    %%t7 = math.floor %%t6 : f32\n"
-                   "    %%t8 = arith.mulf %%t7, %%c3 : f32\n"
-                   "    %%t9 = arith.cmpf one, %%t8, %s : f32\n"
-                   "    %%t10 = arith.andi %%t5, %%t9 : i1\n"
-                   "    %%t11 = arith.negf %%t3 : f32\n"
-                   "    %%t12 = arith.select %%t10, %%t11, %%t3 : f32\n"
-                   "    %%t13 = arith.select %%t5, %%t12, %%c4 : f32\n"
-                   "    %%t14 = arith.cmpf olt, %s, %%c0 : f32\n"
-                   "    %%t15 = arith.select %%t14, %%t13, %%t3 : f32\n"
-                   "    %%t16 = arith.cmpf oeq, %s, %%c0 : f32\n"
-                   "    %%t17 = arith.cmpf oeq, %s, %%c1 : f32\n"
-                   "    %%t18 = arith.ori %%t16, %%t17 : i1\n"
-                   "    %%t19 = arith.select %%t18, %%c1, %%t15 : f32\n",
-                   y, y, y, y, x, y, x);
-  return "%t19";
+                   "    %%t6 = math.floor %s : f32\n"
+                   "    %%t7 = arith.cmpf oeq, %%t6, %s : f32\n"
+                   "    %%t8 = arith.mulf %s, %%c2 : f32\n"
+                   "    %%t9 = math.floor %%t8 : f32\n"
+                   "    %%t10 = arith.mulf %%t9, %%c3 : f32\n"
+                   "    %%t11 = arith.cmpf one, %%t10, %s : f32\n"
+                   "    %%t12 = arith.andi %%t7, %%t11 : i1\n"
+                   "    %%t13 = arith.cmpf olt, %s, %%c0 : f32\n"
+                   "    %%t14 = arith.divf %%c1, %s : f32\n"
+                   "    %%t15 = arith.cmpf olt, %%t14, %%c0 : f32\n"
+                   "    %%t16 = arith.ori %%t13, %%t15 : i1\n"
+                   "    %%t17 = arith.andi %%t16, %%t12 : i1\n"
+                   "    %%t18 = arith.negf %%t5 : f32\n"
+                   "    %%t19 = arith.select %%t17, %%t18, %%t5 : f32\n",
+                   y, y, y, y, x, x);
+  jit__text_printf(tb,
+                   "    %%t20 = arith.cmpf ogt, %s, %%c5 : f32\n"
+                   "    %%t21 = arith.andi %%t13, %%t20 : i1\n"
+                   "    %%t22 = arith.cmpf une, %%t6, %s : f32\n"
+                   "    %%t23 = arith.andi %%t21, %%t22 : i1\n"
+                   "    %%t24 = arith.select %%t23, %%c4, %%t19 : f32\n"
+                   "    %%t25 = arith.cmpf oeq, %s, %%c0 : f32\n"
+                   "    %%t26 = arith.cmpf oeq, %s, %%c1 : f32\n"
+                   "    %%t27 = arith.ori %%t25, %%t26 : i1\n"
+                   "    %%t28 = arith.select %%t27, %%c1, %%t24 : f32\n",
+                   x, y, y, x);
+  return "%t28";
 }
 
 static const char *emit_body(jit__emitter *e, jit__body_kind kind, const char *x, const char *y,

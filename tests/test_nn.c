@@ -131,9 +131,13 @@ Test(pow, random_f16) { check_pow(TU_F16); }
 
 Test(pow, edges) {
   static const float a[] = {0.0f, NAN, 1.0f, 0.0f, 0.0f, -2.0f, -2.0f, INFINITY, -INFINITY,
-                            -INFINITY, 4.0f, 2.0f, -3.0f, 10.0f, 0.5f};  // 10^6: 13.8
+                            -INFINITY, 4.0f, 2.0f, -3.0f, 10.0f, 0.5f,  // 10^6: 13.8
+                            -1.0f, -1.0f, -0.0f, -0.0f, -0.0f, -INFINITY, -INFINITY,
+                            -1.0f, -1.0f, -2.0f};
   static const float b[] = {0.0f, 0.0f, NAN, -1.0f, 2.0f, 3.0f, 0.5f, -1.0f, 3.0f,
-                            2.0f, 0.5f, 10.0f, -2.0f, 6.0f, -3.0f};
+                            2.0f, 0.5f, 10.0f, -2.0f, 6.0f, -3.0f,
+                            INFINITY, -INFINITY, -1.0f, 3.0f, 0.5f, 0.5f, -0.5f,
+                            NAN, 5.0f, INFINITY};
   enum { n = sizeof a / sizeof a[0] };
   float want[n];
   for (int i = 0; i < n; i++) want[i] = (float)pow(a[i], b[i]);
@@ -144,7 +148,11 @@ Test(pow, edges) {
   jit_output(g, jit_pow(g, x, y));
   TU_OK(jit_graph_finalize(g));
   DLTensor ins[2] = {tu_tensor((void *)a, TU_F32, 1, d), tu_tensor((void *)b, TU_F32, 1, d)};
-  tu_run_check(g, ins, 2, TU_F32, 1, d, want, 2e-6, 0, NULL, "pow edges");
+  float got[n];
+  tu_run_check(g, ins, 2, TU_F32, 1, d, want, 2e-6, 0, got, "pow edges");
+  for (int i = 0; i < n; i++)  // the sign of zeros and infinities too
+    cr_expect(signbit(got[i]) == signbit(want[i]) || isnan(want[i]),
+              "pow(%g, %g): got %g, want %g", a[i], b[i], got[i], want[i]);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
