@@ -254,6 +254,23 @@ static MlirWalkResult find_extract(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
+// Whether some indexing map of `g` has a result other than a loop index or the
+// constant 0 (a broadcast dim): d1 * 2 + d4, a window's strided read.
+static bool has_strided_map(MlirOperation g) {
+  MlirAttribute maps =
+      mlirOperationGetAttributeByName(g, mlirStringRefCreateFromCString("indexing_maps"));
+  for (intptr_t i = 0; !mlirAttributeIsNull(maps) && i < mlirArrayAttrGetNumElements(maps);
+       i++) {
+    MlirAffineMap m = mlirAffineMapAttrGetValue(mlirArrayAttrGetElement(maps, i));
+    for (intptr_t r = 0; r < mlirAffineMapGetNumResults(m); r++) {
+      MlirAffineExpr x = mlirAffineMapGetResult(m, r);
+      bool zero = mlirAffineExprIsAConstant(x) && mlirAffineConstantExprGetValue(x) == 0;
+      if (!mlirAffineExprIsADim(x) && !zero) return true;
+    }
+  }
+  return false;
+}
+
 void jit__cpu_plan_generic(walk *w, MlirOperation g) {
   // A body that reads a tensor at computed indices (a window's padding, emit_window.c)
   // does not vectorize as an elementwise op: its loops are left to LLVM.
@@ -262,13 +279,7 @@ void jit__cpu_plan_generic(walk *w, MlirOperation g) {
   bool extract = false;
   mlirOperationWalk(g, find_extract, &extract, MlirWalkPreOrder);
   if (extract) return;
-  MlirAttribute maps =
-      mlirOperationGetAttributeByName(g, mlirStringRefCreateFromCString("indexing_maps"));
-  for (intptr_t i = 0; !mlirAttributeIsNull(maps) && i < mlirArrayAttrGetNumElements(maps);
-       i++)
-    if (!mlirAffineMapIsProjectedPermutation(
-            mlirAffineMapAttrGetValue(mlirArrayAttrGetElement(maps, i))))
-      return;
+  if (has_strided_map(g)) return;
   for (int f = 0; f < w->n_fused; f++)
     if (mlirOperationEqual(w->fused[f], g)) return;
   for (int f = 0; f < w->n_taken_t; f++)
