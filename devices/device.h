@@ -58,6 +58,7 @@ typedef struct jit__dev_info {
   char name[256];       // e.g. "NVIDIA H200", "llvmpipe (LLVM 15.0.6, 256 bits)"
   int ordinal;          // DLDevice.device_id
   bool f16;             // f16 kernels can run
+  bool int64;           // kernels can read int64 (jit_gather's indices)
   // Tensors on this device may hold device addresses the backend did not allocate
   // (CUDA: a framework's memory; the backend checks them at every use). Else a
   // tensor's data must be a live allocation of the context, which jit/ checks.

@@ -344,7 +344,8 @@ JIT_API int64_t jit_symbol(jit_graph *graph, const char *name);
 // that receive an invalid value return invalid values too, and jit_graph_finalize
 // returns that first error.
 
-// A graph input. `dtype` is f32 {kDLFloat, 32, 1} or f16 {kDLFloat, 16, 1}. `dims` has
+// A graph input. `dtype` is f32 {kDLFloat, 32, 1} or f16 {kDLFloat, 16, 1}, or int32 /
+// int64 for jit_gather's indices. `dims` has
 // `rank` entries, each a size >= 0 or a symbol from jit_symbol. Inputs are numbered in
 // the order of these calls.
 JIT_API jit_value jit_input(jit_graph *graph, const char *name, DLDataType dtype,
@@ -387,6 +388,15 @@ JIT_API jit_value jit_not_equal(jit_graph *graph, jit_value a, jit_value b);
 // together and share one dtype. Only the chosen value is read: where(m, x, -inf)
 // masks without the NaNs that m * x + (1 - m) * -inf would make.
 JIT_API jit_value jit_where(jit_graph *graph, jit_value cond, jit_value a, jit_value b);
+// Rows of `table` picked by `indices` (an embedding lookup; axis 0):
+// result[i..., j...] = table[indices[i...], j...], of shape indices' dims followed by
+// table's dims after the first. `indices` is a graph input of int32 or int64
+// ({kDLInt, 32 or 64, 1}); integer inputs feed nothing else and are never outputs
+// (JIT_DTYPE_MISMATCH). jit_run checks every index against the table's rows for the
+// binding first: one outside [0, rows) is JIT_INVALID_ARGUMENT naming it, and nothing
+// runs. Indices in GPU memory are not read on the host: their kernel clamps each into
+// range instead, so it never reads outside the table.
+JIT_API jit_value jit_gather(jit_graph *graph, jit_value table, jit_value indices);
 
 // Elementwise unary ops. f16 is computed in f32 and rounded once.
 JIT_API jit_value jit_neg(jit_graph *graph, jit_value x);

@@ -384,7 +384,7 @@ jit__dev_buffer *jit__device_handle(jit_device *d, const void *data) {
   return h;
 }
 
-static size_t jit__dtype_bytes(DLDataType t) { return (size_t)t.bits / 8; }
+static size_t jit__dl_bytes(DLDataType t) { return (size_t)t.bits / 8; }
 
 static bool jit__live_add(jit_device *d, jit__live l) {
   pthread_mutex_lock(&d->mu);
@@ -493,7 +493,7 @@ jit_status jit_tensor_alloc(jit_context *ctx, jit_device *device, DLDataType dty
       return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_tensor_alloc: dim %d is %lld", i,
                      (long long)shape[i]);
   int64_t nbytes;
-  if (!jit__checked_numel(rank, shape, (int64_t)jit__dtype_bytes(dtype), &nbytes) ||
+  if (!jit__checked_numel(rank, shape, (int64_t)jit__dl_bytes(dtype), &nbytes) ||
       (uint64_t)nbytes > JIT_MAX_TENSOR_BYTES) {
     char sd[200];
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_tensor_alloc: shape %s of %d-bit elements "

@@ -192,7 +192,7 @@ static jit_status jit__gpu_compile_store(jit_graph *g, jit_device *d, const jit_
     return JIT_ERR(JIT_UNSUPPORTED,
                    "graph `%s`: graphs imported from MLIR run on the CPU only (yet)", g->name);
   jit__gpu_device gd = {d->info.code, d->name, d->info.chip, d->info.isa_max, d->f16,
-                        g->ctx->options.cuda_toolkit};
+                        g->ctx->options.cuda_toolkit, d->info.int64};
   jit__gpu_target t;
   JIT_PROPAGATE(jit__gpu_target_for(&gd, lg, &t));
   bool generic = req != NULL;

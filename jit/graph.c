@@ -37,15 +37,7 @@ static bool jit__grow(void **arr, uint32_t *cap, uint32_t n, size_t size) {
   return true;
 }
 
-static const char *jit__dtype_name(jit__dtype t) { return t == JIT__F16 ? "f16" : "f32"; }
-
-static bool jit__dtype_from_dl(DLDataType t, jit__dtype *out) {
-  if (t.code != kDLFloat || t.lanes != 1) return false;
-  if (t.bits == 32) *out = JIT__F32;
-  else if (t.bits == 16) *out = JIT__F16;
-  else return false;
-  return true;
-}
+static const char *jit__dtype_name(jit__dtype t) { return jit__dtype_str(t); }
 
 // Formats a dims array as "[N, 784]" using the graph's symbol names.
 static const char *jit__fmt_dims(const jit_graph *g, int rank, const int64_t *dims,
@@ -347,6 +339,19 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
       return jit__rule_reshape(g, a, n->rank, gn->req, symvals, out);
     case JIT__OP_CONV2D: case JIT__OP_MAX_POOL2D: case JIT__OP_AVG_POOL2D:
       return jit__rule_window(g, n, a, b, out);
+    case JIT__OP_GATHER: {
+      char sa[160], sb[160];
+      if (a->rank < 1 || b->rank + a->rank - 1 > JIT_MAX_RANK)
+        return JIT_ERR(JIT_SHAPE_MISMATCH,
+                       "table %s needs rank >= 1, and indices %s rank <= %d with it",
+                       jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa),
+                       jit__fmt_dims(g, b->rank, b->dims, sb, sizeof sb),
+                       JIT_MAX_RANK + 1 - a->rank);
+      out->rank = b->rank + a->rank - 1;
+      memcpy(out->dims, b->dims, sizeof(int64_t) * (size_t)b->rank);
+      memcpy(out->dims + b->rank, a->dims + 1, sizeof(int64_t) * (size_t)(a->rank - 1));
+      return NULL;
+    }
     default:
       if (jit__op_is_binary_elementwise(n->op))
         return jit__rule_broadcast(g, a, b, decl[0], decl[1], out);
@@ -421,7 +426,7 @@ jit_status jit_output_dtype(const jit_graph *g, int index, DLDataType *out_dtype
                    g->name, index, g->n_outputs);
   jit__dtype dt = g->mlir ? jit__mlir_graph_result_dtype(g, (uint32_t)index)
                           : g->nodes[g->outputs[index]].n.dtype;
-  *out_dtype = (DLDataType){kDLFloat, dt == JIT__F16 ? 16 : 32, 1};
+  *out_dtype = jit__dtype_dl(dt);
   return NULL;
 }
 
@@ -473,10 +478,10 @@ jit_value jit_input(jit_graph *g, const char *name, DLDataType dtype, int rank,
               "(JIT_MAX_GRAPH_IO)", g->name, nm, JIT_MAX_GRAPH_IO);
   jit__gnode node = {0};
   node.n.op = JIT__OP_INPUT;
-  if (!jit__dtype_from_dl(dtype, &node.n.dtype))
+  if (!jit__dtype_from_dl(dtype, true, &node.n.dtype))
     JIT__FAIL(g, JIT_UNSUPPORTED,
               "graph `%s`: input %u `%s`: dtype (code %d, %d bits, %d lanes) is not "
-              "supported; use f32 or f16",
+              "supported; use f32 or f16 (int32 or int64 for jit_gather's indices)",
               g->name, g->n_inputs, nm, dtype.code, dtype.bits, dtype.lanes);
   if (rank < 0 || rank > JIT_MAX_RANK)
     JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: input %u `%s`: rank %d not in [0, %d]",
@@ -519,6 +524,12 @@ jit_value jit_input(jit_graph *g, const char *name, DLDataType dtype, int rank,
 
 void jit_output(jit_graph *g, jit_value v) {
   if (!jit__check_operand(g, "jit_output", v, 0)) return;
+  if (jit__dtype_is_int(jit__value(g, v)->dtype)) {
+    jit__record(g, JIT_ERR(JIT_DTYPE_MISMATCH, "graph `%s`: jit_output: value %u is %s; "
+                           "outputs are f32 or f16 (integer inputs only feed jit_gather)",
+                           g->name, v.id, jit__dtype_str(jit__value(g, v)->dtype)));
+    return;
+  }
   if (g->n_outputs >= JIT_MAX_GRAPH_IO) {
     jit__record(g, JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: more than %d outputs "
                            "(JIT_MAX_GRAPH_IO)", g->name, JIT_MAX_GRAPH_IO));
@@ -538,7 +549,7 @@ jit_value jit_scalar(jit_graph *g, double value, DLDataType dtype) {
               g->name);
   jit__gnode node = {0};
   node.n.op = JIT__OP_SCALAR;
-  if (!jit__dtype_from_dl(dtype, &node.n.dtype))
+  if (!jit__dtype_from_dl(dtype, false, &node.n.dtype))
     JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: scalar: dtype not supported; use f32 or f16",
               g->name);
   if (isnan(value))
@@ -561,7 +572,17 @@ static jit_value jit__make_node(jit_graph *g, jit__op op, const jit_value *v, in
   node->n.op = op;
   node->n.n_operands = n_ops;
   node->n.dtype = ops[0]->dtype;
-  for (int k = 1; k < n_ops; k++)
+  // Integers (inputs) are read by jit_gather's indices only; its table is a float.
+  for (int k = 0; k < n_ops; k++) {
+    bool want_int = op == JIT__OP_GATHER && k == 1;
+    if (jit__dtype_is_int(ops[k]->dtype) != want_int)
+      JIT__FAIL(g, JIT_DTYPE_MISMATCH,
+                "graph `%s`: node %u (%s): operand %d is %s; %s", g->name, g->n_nodes,
+                opname, k, jit__dtype_str(ops[k]->dtype),
+                want_int ? "indices are int32 or int64"
+                         : "integer values only feed jit_gather's indices");
+  }
+  for (int k = 1; k < n_ops && op != JIT__OP_GATHER; k++)
     if (ops[k]->dtype != ops[0]->dtype)
       JIT__FAIL(g, JIT_DTYPE_MISMATCH,
                 "graph `%s`: node %u (%s): operand dtypes differ: %s (operand 0) vs %s "
@@ -653,6 +674,9 @@ jit_value jit_not_equal(jit_graph *g, jit_value a, jit_value b) {
 }
 jit_value jit_pow(jit_graph *g, jit_value a, jit_value b) {
   return jit__binary(g, JIT__OP_POW, a, b);
+}
+jit_value jit_gather(jit_graph *g, jit_value table, jit_value indices) {
+  return jit__binary(g, JIT__OP_GATHER, table, indices);
 }
 jit_value jit_where(jit_graph *g, jit_value cond, jit_value a, jit_value b) {
   jit__gnode node = {0};
@@ -925,6 +949,7 @@ jit_status jit_graph_finalize(jit_graph *g) {
                    g->name);
   JIT_PROPAGATE(jit__check_symbols_bound(g));
   jit__fingerprint(g);
+  for (uint32_t i = 0; i < g->n_nodes; i++) g->has_gather |= g->nodes[i].n.op == JIT__OP_GATHER;
   g->finalized = true;
   return NULL;
 }
@@ -936,7 +961,7 @@ jit_status jit_graph_finalize(jit_graph *g) {
 // own arguments first, so that an error names it rather than one of its parts.
 
 static DLDataType jit__dl_of(const jit__node *n) {
-  return (DLDataType){kDLFloat, n->dtype == JIT__F16 ? 16 : 32, 1};
+  return jit__dtype_dl(n->dtype);
 }
 
 // Checks the optional per-feature operand `p` (id 0: none) of a norm over x's last
@@ -1025,7 +1050,7 @@ jit_status jit_graph_input_info(const jit_graph *g, int index, jit_input_info *o
                    g->name, index, g->n_inputs);
   const jit__gnode *n = &g->nodes[g->inputs[index]];
   out->name = n->name;
-  out->dtype = (DLDataType){kDLFloat, n->n.dtype == JIT__F16 ? 16 : 32, 1};
+  out->dtype = jit__dtype_dl(n->n.dtype);
   out->rank = n->n.rank;
   memcpy(out->dims, n->n.dims, sizeof(out->dims));
   return NULL;

@@ -74,7 +74,7 @@ static jit_status jit__graph_from_module(jit_context *ctx, jit__mlir_module *m,
         jit__default_dim_name(a->name, d, name, sizeof name);
       dims[d] = jit_symbol(g, name);
     }
-    DLDataType dt = {kDLFloat, a->dtype == JIT__F16 ? 16 : 32, 1};
+    DLDataType dt = jit__dtype_dl(a->dtype);
     jit_input(g, a->name, dt, a->rank, dims);
   }
   jit_status s = NULL;
@@ -166,7 +166,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   uint64_t bits = jit__rd_hex(r);
   if (r->bad || rank < 0 || rank > JIT_MAX_RANK || nops < 0 || nops > 3 || o0 < 0 ||
       o1 < 0 || (nops > 0 && o0 >= (long long)g->n_nodes) ||
-      (nops > 1 && o1 >= (long long)g->n_nodes) || (dt != JIT__F32 && dt != JIT__F16)) {
+      (nops > 1 && o1 >= (long long)g->n_nodes) || (dt < JIT__F32 || dt > JIT__I64)) {
     r->bad = true;
     return (jit_value){0};
   }
@@ -194,7 +194,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   }
   if (r->bad || o2 < 0 || (op == JIT__OP_WHERE && (nops != 3 || o2 >= (long long)g->n_nodes)))
     return (jit_value){0};
-  DLDataType dl = {kDLFloat, dt == JIT__F16 ? 16 : 32, 1};
+  DLDataType dl = jit__dtype_dl(dt);
   jit_value a = {(uint32_t)o0 + 1}, b = {(uint32_t)o1 + 1};
   double scalar;
   memcpy(&scalar, &bits, sizeof scalar);
@@ -241,6 +241,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
     case JIT__OP_CONV2D: return jit_conv2d(g, a, b, &wp);
     case JIT__OP_MAX_POOL2D: return jit_max_pool2d(g, a, &wp);
     case JIT__OP_AVG_POOL2D: return jit_avg_pool2d(g, a, &wp);
+    case JIT__OP_GATHER: return jit_gather(g, a, b);
     default: r->bad = true; return (jit_value){0};
   }
 }

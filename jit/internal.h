@@ -137,6 +137,7 @@ struct jit_graph {
   uint32_t n_symbols, cap_symbols;
   jit_status error;     // first builder error (sticky)
   bool finalized;
+  bool has_gather;      // some node is a gather (jit__check_indices has work)
   uint8_t fingerprint[16];
   // Shape policy (shapes.c): jit_graph_set_shape_policy's, or -1 for the context's.
   atomic_int shape_policy;
@@ -168,6 +169,10 @@ typedef struct jit__oshape {
 // Binds the symbols of `inputs` (which passed jit__inputs_key) and infers every
 // node's concrete shape into `shapes` (n_nodes entries) and the outputs' into
 // `oshapes`, refusing sizes past JIT_MAX_TENSOR_BYTES (jit/run.c).
+// Every index of every gather whose indices are in host memory lies in its table's
+// rows for this binding (indices.c); else JIT_INVALID_ARGUMENT naming the first.
+jit_status jit__check_indices(const jit_graph *g, const DLTensor *inputs);
+
 jit_status jit__bind(const jit_graph *g, const DLTensor *inputs, int64_t *symvals,
                      jit__node *shapes, jit__oshape *oshapes);
 

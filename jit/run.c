@@ -24,14 +24,8 @@
 
 //===--- Tensors at the boundary -----------------------------------------===//
 
-static const char *jit__dtype_str(jit__dtype t) { return t == JIT__F16 ? "f16" : "f32"; }
-
 static bool jit__dl_dtype(DLDataType t, jit__dtype *out) {
-  if (t.code != kDLFloat || t.lanes != 1) return false;
-  if (t.bits == 32) *out = JIT__F32;
-  else if (t.bits == 16) *out = JIT__F16;
-  else return false;
-  return true;
+  return jit__dtype_from_dl(t, true, out);
 }
 
 // The byte size of a tensor of shape `dims` with `elem_bytes`-byte elements, refused
@@ -54,7 +48,7 @@ static jit_status jit__tensor_bytes(const jit_graph *g, const char *where, int r
                  (long long)elem_bytes);
 }
 
-static int64_t jit__elem_bytes(jit__dtype t) { return t == JIT__F16 ? 2 : 4; }
+static int64_t jit__elem_bytes(jit__dtype t) { return jit__dtype_bytes(t); }
 
 // Checks what every tensor needs, whatever the graph: the device `d` (a GPU tensor must
 // be a live allocation of this context), dense row-major strides, data. `what` is
@@ -165,7 +159,7 @@ jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_inputs,
   for (int i = 0; i < n_inputs && !status; i++) {
     const DLTensor *t = &inputs[i];
     const jit__node *decl = &g->nodes[g->inputs[i]].n;
-    jit__dtype dt;
+    jit__dtype dt = JIT__F32;
     status = jit__check_tensor(g, "input", i, jit__input_name(g, i), t, need_data, td);
     if (status) break;
     if (!jit__dl_dtype(t->dtype, &dt) || dt != decl->dtype)
@@ -649,7 +643,7 @@ static void jit__binding_inputs(const jit_graph *g, const int64_t *dims, DLTenso
   for (uint32_t i = 0; i < g->n_inputs; i++) {
     const jit__node *decl = &g->nodes[g->inputs[i]].n;
     in[i] = (DLTensor){.device = {kDLCPU, 0}, .ndim = decl->rank, .shape = (int64_t *)dims,
-                       .dtype = {kDLFloat, decl->dtype == JIT__F16 ? 16 : 32, 1}};
+                       .dtype = jit__dtype_dl(decl->dtype)};
     dims += decl->rank;
   }
 }
@@ -780,7 +774,7 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__oshape *osha
     const DLTensor *t = &outputs[j];
     const jit__oshape *o = &oshapes[j];
     JIT_PROPAGATE(jit__check_tensor(g, "output", j, "", t, true, d));
-    jit__dtype dt;
+    jit__dtype dt = JIT__F32;
     if (!jit__dl_dtype(t->dtype, &dt) || dt != o->dtype)
       return JIT_ERR(JIT_DTYPE_MISMATCH,
                      "graph `%s`: output %d: dtype (code %d, %d bits) but the graph "
@@ -806,7 +800,7 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__oshape *osha
       continue;
     }
     // Kernels read inputs after writing outputs; overlapping buffers would be wrong.
-    size_t esz = dt == JIT__F16 ? 2 : 4;
+    size_t esz = (size_t)jit__dtype_bytes(dt);
     const char *ob = (const char *)t->data + t->byte_offset;
     const char *oe = ob + jit__numel(o->rank, o->dims) * esz;
     for (uint32_t i = 0; i < g->n_inputs; i++) {
@@ -824,7 +818,7 @@ static jit_status jit__check_outputs(const jit_graph *g, const jit__oshape *osha
     for (int i = 0; i < j; i++) {
       const DLTensor *p = &outputs[i];
       const char *pb = (const char *)p->data + p->byte_offset;
-      size_t psz = oshapes[i].dtype == JIT__F16 ? 2 : 4;
+      size_t psz = (size_t)jit__dtype_bytes(oshapes[i].dtype);
       const char *pe = pb + jit__numel(oshapes[i].rank, oshapes[i].dims) * psz;
       if (ob < pe && pb < oe)
         return JIT_ERR(JIT_INVALID_ARGUMENT,
@@ -1018,6 +1012,7 @@ jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
                    g->n_outputs, n_outputs, outputs ? "" : " (outputs is NULL)");
   if (jit__any_empty_input(g, inputs))
     return jit__run_empty(g, inputs, outputs, n_outputs, d);
+  JIT_PROPAGATE(jit__check_indices(g, inputs));
   jit__kernel *k = NULL;
   JIT_PROPAGATE(jit__dispatch(g, d, inputs, key, &k));
   jit_status s = jit__call(g, k, inputs, outputs, n_outputs);
@@ -1156,7 +1151,7 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
     t->device = (DLDevice){kDLCPU, 0};
     t->ndim = rank;
     t->shape = o->shape;
-    t->dtype = (DLDataType){kDLFloat, oshapes[j].dtype == JIT__F16 ? 16 : 32, 1};
+    t->dtype = jit__dtype_dl(oshapes[j].dtype);
     // Graphs from MLIR learn their output shapes from the compile, not jit__bind:
     // size every output here, before the allocation a wrapped count would undersize.
     uint64_t bytes = 0;

@@ -121,7 +121,7 @@ static void jit__declared_inputs(const jit_graph *g, DLTensor *in) {
   for (uint32_t i = 0; i < g->n_inputs; i++) {
     jit__node *n = &g->nodes[g->inputs[i]].n;
     in[i] = (DLTensor){.device = {kDLCPU, 0}, .ndim = n->rank, .shape = n->dims,
-                       .dtype = {kDLFloat, n->dtype == JIT__F16 ? 16 : 32, 1}};
+                       .dtype = jit__dtype_dl(n->dtype)};
   }
 }
 

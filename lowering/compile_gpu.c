@@ -896,12 +896,13 @@ static jit_status jit__back_spirv(MlirContext ctx, MlirModule module,
   char pipe[1024];
   snprintf(pipe, sizeof pipe,
            "builtin.module(gpu.module(fold-memref-alias-ops,lower-affine),"
-           "spirv-attach-target{ver=v1.%d caps=Shader%s "
+           "spirv-attach-target{ver=v1.%d caps=Shader%s%s "
            "exts=SPV_KHR_storage_buffer_storage_class%s client_api=Vulkan},"
            "gpu.module(gpu.func(convert-math-to-spirv)),convert-gpu-to-spirv,"
            "spirv.module(spirv-lower-abi-attrs,spirv-update-vce))",
            t->spirv_minor ? t->spirv_minor : 3,
            t->spirv_f16 ? ",Float16,StorageBuffer16BitAccess" : "",
+           t->spirv_int64 ? ",Int64" : "",
            t->spirv_f16 ? ",SPV_KHR_16bit_storage" : "");
   JIT_PROPAGATE(jit__mlir_run_pipeline(ctx, module, pipe, diag, "lowering to SPIR-V"));
   // convert-gpu-to-spirv leaves the spirv.module beside the gpu.module;
@@ -978,7 +979,7 @@ static jit_status jit__io_buffers(const jit__lgraph *g, MlirOperation func,
     } else {
       uint64_t e = 1;
       for (int d = 0; d < nd->rank; d++) e *= (uint64_t)nd->dims[d];
-      b.bytes = e * (nd->dtype == JIT__F16 ? 2 : 4);
+      b.bytes = e * (uint64_t)jit__dtype_bytes(nd->dtype);
     }
     JIT_PROPAGATE(jit__buf_push(bufs, b));
   }

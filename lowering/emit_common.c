@@ -59,6 +59,7 @@ static const char *const jit__op_names[JIT__OP_COUNT_] = {
     [JIT__OP_CONV2D] = "conv2d",
     [JIT__OP_MAX_POOL2D] = "max_pool2d",
     [JIT__OP_AVG_POOL2D] = "avg_pool2d",
+    [JIT__OP_GATHER] = "gather",
 };
 
 const char *jit__op_name(jit__op op) {
@@ -75,7 +76,7 @@ void jit__artifact_release(jit__artifact *artifact) {
 
 //===--- Types and literals -------------------------------------------------===//
 
-static const char *elem_name(jit__dtype dt) { return dt == JIT__F16 ? "f16" : "f32"; }
+static const char *elem_name(jit__dtype dt) { return jit__dtype_str(dt); }
 
 jit__str jit__shape_type(const char *kind, jit__dtype dt, int rank, const int64_t *dims) {
   jit__str t;

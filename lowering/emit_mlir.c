@@ -55,7 +55,7 @@ static void matmul_distances(const jit__lgraph *g, uint8_t *up, uint8_t *down) {
 static int operand_count(jit__op op) {
   switch (op) {
     case JIT__OP_INPUT: case JIT__OP_SCALAR: return 0;
-    case JIT__OP_MATMUL: case JIT__OP_CONV2D: return 2;
+    case JIT__OP_MATMUL: case JIT__OP_CONV2D: case JIT__OP_GATHER: return 2;
     case JIT__OP_WHERE: return 3;
     default: return jit__op_is_binary_elementwise(op) ? 2 : 1;
   }
@@ -64,14 +64,17 @@ static int operand_count(jit__op op) {
 // The invariants every jit__emitter relies on; a violation is a bug upstream.
 static jit_status check_node(jit__emitter *e, const jit__node *n) {
   if ((int)n->op < 0 || n->op >= JIT__OP_COUNT_) return jit__node_error(e, "unknown op");
-  if (n->dtype != JIT__F32 && n->dtype != JIT__F16) return jit__node_error(e, "unknown dtype");
+  if (n->dtype != JIT__F32 && n->dtype != JIT__F16 &&
+      !(n->op == JIT__OP_INPUT && jit__dtype_is_int(n->dtype)))
+    return jit__node_error(e, "unknown dtype");
   if (n->rank < 0 || n->rank > JIT_MAX_RANK) return jit__node_error(e, "rank out of range");
   for (int d = 0; d < n->rank; d++)
     if (n->dims[d] < 0 && !e->symbolic) return jit__node_error(e, "dim not concrete");
   if (n->n_operands != operand_count(n->op)) return jit__node_error(e, "operand count");
   for (int i = 0; i < n->n_operands; i++) {
     if (n->operands[i] >= e->cur) return jit__node_error(e, "operand is not an earlier node");
-    if (e->g->nodes[n->operands[i]].dtype != n->dtype) return jit__node_error(e, "dtype");
+    if (e->g->nodes[n->operands[i]].dtype != n->dtype && !(n->op == JIT__OP_GATHER && i == 1))
+      return jit__node_error(e, "dtype");
   }
   if (n->op == JIT__OP_SCALAR && n->rank != 0) return jit__node_error(e, "scalar rank");
   if (jit__op_is_unary(n->op)) {
@@ -110,6 +113,8 @@ static jit_status emit_node(jit__emitter *e, const jit__node *n) {
       return jit__emit_reshape(e, n);
     case JIT__OP_CONV2D: case JIT__OP_MAX_POOL2D: case JIT__OP_AVG_POOL2D:
       return jit__emit_window(e, n);
+    case JIT__OP_GATHER:
+      return jit__emit_gather(e, n);
     default:
       if (jit__op_is_elementwise(n->op))
         return jit__emit_elementwise(e, n, jit__elementwise_kind(n->op));

@@ -50,6 +50,8 @@ typedef struct jit__gpu_target {
   // SPIR-V: allow f16 storage and arithmetic (adds Float16 and StorageBuffer16BitAccess
   // capabilities and SPV_KHR_16bit_storage). Without it an f16 graph is JIT_UNSUPPORTED.
   bool spirv_f16;
+  // SPIR-V: allow int64 (the Int64 capability; the device's shaderInt64).
+  bool spirv_int64;
   // Both: use only the plain kernels (one thread per output element, serial loops
   // that read and write the accumulator in memory each step), never the tiled
   // workgroup-memory kernels for matmuls and row reductions nor register
@@ -99,6 +101,7 @@ typedef struct jit__gpu_device {
   int isa_max;               // PTX: the newest PTX ISA its driver takes, times ten
   bool f16;                  // f16 kernels can run
   const char *cuda_toolkit;  // PTX: jit_options.cuda_toolkit, or NULL
+  bool int64;                // int64 buffers can be read (jit_gather's indices)
 } jit__gpu_device;
 
 // What to compile `graph` to for `device`, cubins included: JIT_UNSUPPORTED where the

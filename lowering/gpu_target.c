@@ -43,6 +43,12 @@ jit_status jit__gpu_target_for(const jit__gpu_device *dev, const jit__lgraph *lg
     return JIT_ERR(JIT_UNSUPPORTED,
                    "graph `%s`: f16 on %s needs shaderFloat16 and 16-bit storage buffers, "
                    "which this device lacks", name, dev->name);
+  bool any_i64 = false;
+  for (uint32_t i = 0; i < lg->n_nodes; i++) any_i64 |= lg->nodes[i].dtype == JIT__I64;
+  if (any_i64 && !dev->int64)
+    return JIT_ERR(JIT_UNSUPPORTED,
+                   "graph `%s`: int64 indices on %s need shaderInt64, which this device "
+                   "lacks; use int32", name, dev->name);
   if (ptx) {
     t->format = JIT__GPU_PTX;
     t->chip = dev->chip;
@@ -53,6 +59,7 @@ jit_status jit__gpu_target_for(const jit__gpu_device *dev, const jit__lgraph *lg
   } else {
     t->format = JIT__GPU_SPIRV;
     t->spirv_f16 = any_f16;
+    t->spirv_int64 = any_i64;
   }
   return NULL;
 }

@@ -62,6 +62,8 @@ typedef enum jit__op {
   JIT__OP_CONV2D,
   JIT__OP_MAX_POOL2D,
   JIT__OP_AVG_POOL2D,
+  // Rows of operand 0 (a table) picked by operand 1 (integer indices), axis 0.
+  JIT__OP_GATHER,
   JIT__OP_COUNT_,
 } jit__op;
 
@@ -88,7 +90,34 @@ const char *jit__op_name(jit__op op);
 typedef enum jit__dtype {
   JIT__F32 = 0,
   JIT__F16 = 1,
+  // Integers: graph inputs that only jit_gather's indices read.
+  JIT__I32 = 2,
+  JIT__I64 = 3,
 } jit__dtype;
+
+static inline bool jit__dtype_is_int(jit__dtype t) { return t == JIT__I32 || t == JIT__I64; }
+static inline int jit__dtype_bytes(jit__dtype t) {
+  return t == JIT__F16 ? 2 : t == JIT__I64 ? 8 : 4;
+}
+// The name users see and MLIR's element type: "f32", "f16", "i32", "i64".
+static inline const char *jit__dtype_str(jit__dtype t) {
+  return t == JIT__F16 ? "f16" : t == JIT__I32 ? "i32" : t == JIT__I64 ? "i64" : "f32";
+}
+static inline DLDataType jit__dtype_dl(jit__dtype t) {
+  DLDataType d = {jit__dtype_is_int(t) ? kDLInt : kDLFloat, (uint8_t)(8 * jit__dtype_bytes(t)),
+                  1};
+  return d;
+}
+// f32/f16 (and, with `ints`, int32/int64) from DLPack; false for anything else.
+static inline bool jit__dtype_from_dl(DLDataType t, bool ints, jit__dtype *out) {
+  if (t.lanes != 1) return false;
+  if (t.code == kDLFloat && t.bits == 32) *out = JIT__F32;
+  else if (t.code == kDLFloat && t.bits == 16) *out = JIT__F16;
+  else if (ints && t.code == kDLInt && t.bits == 32) *out = JIT__I32;
+  else if (ints && t.code == kDLInt && t.bits == 64) *out = JIT__I64;
+  else return false;
+  return true;
+}
 
 // One node of a graph. In a jit__lgraph every dim is concrete (>= 0), except for
 // jit__emit_mlir_with's symbolic mode; in the user graph (jit/) dims may be negative

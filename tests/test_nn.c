@@ -549,3 +549,121 @@ Test(nn, mlir_round_trip) {
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
+
+//===--- gather ------------------------------------------------------------===//
+
+// An embedding lookup: table [V, D] (V symbolic or static), ids [B, S] int32/int64
+// (B, S symbolic) -> [B, S, D]; then a 3-D table read by rank-1 ids.
+static void check_gather(DLDataType dt, DLDataType it, int sym_rows) {
+  const int f16 = tu_is_f16(dt), wide = it.bits == 64;
+  ref_rng rng;
+  ref_rng_seed(&rng, 60 + (uint64_t)(f16 * 4 + wide * 2 + sym_rows));
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "embed");
+  int64_t dt_[2] = {sym_rows ? jit_symbol(g, "V") : 37, 13};
+  int64_t di[2] = {jit_symbol(g, "B"), jit_symbol(g, "S")};
+  jit_value table = jit_input(g, "table", dt, 2, dt_), ids = jit_input(g, "ids", it, 2, di);
+  jit_output(g, jit_mul(g, jit_gather(g, table, ids), jit_scalar(g, 2.0, dt)));
+  TU_OK(jit_graph_finalize(g));
+  static const int64_t bs[][2] = {{1, 1}, {2, 7}, {3, 5}};
+  for (int k = 0; k < 3; k++) {
+    int64_t V = sym_rows ? 37 + 2 * k : 37, B = bs[k][0], S = bs[k][1], n = B * S;
+    int64_t tdims[2] = {V, 13}, idims[2] = {B, S}, odims[3] = {B, S, 13};
+    float *tv = tu_malloc((size_t)V * 13 * 4), *want = tu_malloc((size_t)n * 13 * 4);
+    ref_rng_fill_signed(&rng, tv, V * 13);
+    void *pt = tu_input_data(dt, tv, V * 13);
+    int64_t *i64 = tu_malloc((size_t)n * 8);
+    int32_t *i32 = tu_malloc((size_t)n * 4);
+    for (int64_t j = 0; j < n; j++) {
+      i64[j] = j == 0 ? V - 1 : j == 1 ? 0 : (int64_t)(ref_rng_unit(&rng) * (double)V);
+      i32[j] = (int32_t)i64[j];
+      for (int c = 0; c < 13; c++) want[j * 13 + c] = 2.0f * tv[i64[j] * 13 + c];
+    }
+    DLTensor ins[2] = {tu_tensor(pt, dt, 2, tdims),
+                       tu_tensor(wide ? (void *)i64 : (void *)i32, it, 2, idims)};
+    char what[96];
+    snprintf(what, sizeof what, "gather %s ids i%d V=%lld B=%lld S=%lld", dtype_name(dt),
+             it.bits, (long long)V, (long long)B, (long long)S);
+    tu_run_check(g, ins, 2, dt, 3, odims, want, 0, 0, NULL, what);
+    // Out of range, either way: a status naming the index, the output untouched.
+    for (int side = 0; side < 2; side++) {
+      int64_t bad = side ? V : -1;
+      if (wide) i64[n - 1] = bad; else i32[n - 1] = (int32_t)bad;
+      float *out = tu_malloc((size_t)n * 13 * (f16 ? 2 : 4));
+      DLTensor ot = tu_tensor(out, dt, 3, odims);
+      jit_status s = jit_run(g, ins, 2, &ot, 1);
+      TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+      char says[96];
+      snprintf(says, sizeof says, "index %lld (element %lld of input 1 `ids`)", (long long)bad,
+               (long long)(n - 1));
+      TU_EXPECT_MSG(s, says);
+      jit_status_free(s);
+      free(out);
+    }
+    free(tv), free(want), free(pt), free(i64), free(i32);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(gather, embedding_f32_i32) { check_gather(TU_F32, (DLDataType){kDLInt, 32, 1}, 0); }
+Test(gather, embedding_f32_i64_symbolic_rows) {
+  check_gather(TU_F32, (DLDataType){kDLInt, 64, 1}, 1);
+}
+Test(gather, embedding_f16_i32_symbolic_rows) {
+  check_gather(TU_F16, (DLDataType){kDLInt, 32, 1}, 1);
+}
+
+// A rank-3 table by rank-1 ids, and a scalar index (rank 0): whole slices.
+Test(gather, slices_and_scalar_index) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "slices");
+  int64_t dt_[3] = {5, 3, 2}, di[1] = {4};
+  DLDataType i32 = {kDLInt, 32, 1};
+  jit_value table = jit_input(g, "t", TU_F32, 3, dt_);
+  jit_value ids = jit_input(g, "ids", i32, 1, di), one = jit_input(g, "one", i32, 0, NULL);
+  jit_output(g, jit_gather(g, table, ids));
+  jit_output(g, jit_gather(g, table, one));
+  TU_OK(jit_graph_finalize(g));
+  float tv[30], y[24], z[6];
+  for (int i = 0; i < 30; i++) tv[i] = (float)i;
+  int32_t iv[4] = {4, 0, 4, 2}, ov = 3;
+  DLTensor ins[3] = {tu_tensor(tv, TU_F32, 3, dt_), tu_tensor(iv, i32, 1, di),
+                     tu_tensor(&ov, i32, 0, NULL)};
+  int64_t yd[3] = {4, 3, 2}, zd[2] = {3, 2};
+  DLTensor outs[2] = {tu_tensor(y, TU_F32, 3, yd), tu_tensor(z, TU_F32, 2, zd)};
+  TU_OK(jit_run(g, ins, 3, outs, 2));
+  for (int i = 0; i < 24; i++) cr_expect_eq(y[i], (float)(iv[i / 6] * 6 + i % 6), "y[%d]", i);
+  for (int i = 0; i < 6; i++) cr_expect_eq(z[i], (float)(18 + i), "z[%d]", i);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+// Integer values feed only gather's indices; indices must be integers.
+Test(gather, dtype_rules) {
+  jit_context *ctx = tu_context();
+  DLDataType i64 = {kDLInt, 64, 1}, u8 = {kDLUInt, 8, 1};
+  static const char *const says[] = {"integer values only feed jit_gather's indices",
+                                     "indices are int32 or int64",
+                                     "outputs are f32 or f16", "use f32 or f16 (int32"};
+  static const jit_status_code codes[] = {JIT_DTYPE_MISMATCH, JIT_DTYPE_MISMATCH,
+                                          JIT_DTYPE_MISMATCH, JIT_UNSUPPORTED};
+  for (int i = 0; i < 4; i++) {
+    jit_graph *g = tu_graph(ctx, "bad");
+    int64_t d[2] = {3, 4};
+    jit_value f = jit_input(g, "f", TU_F32, 2, d), n = jit_input(g, "n", i64, 2, d);
+    switch (i) {
+      case 0: jit_output(g, jit_add(g, f, n)); break;
+      case 1: jit_output(g, jit_gather(g, f, f)); break;
+      case 2: jit_output(g, n); break;
+      case 3: jit_input(g, "u", u8, 1, d); break;
+    }
+    jit_output(g, f);
+    jit_status s = jit_graph_finalize(g);
+    TU_EXPECT_CODE(s, codes[i]);
+    TU_EXPECT_MSG(s, says[i]);
+    jit_status_free(s);
+    jit_graph_destroy(g);
+  }
+  jit_context_destroy(ctx);
+}

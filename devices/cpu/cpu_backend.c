@@ -30,6 +30,7 @@ static void jit__cpub_device_info(const jit__backend *b, uint32_t index, jit__de
   const jit__cpu_target *t = jit__cpu_host_target();
   snprintf(out->name, sizeof out->name, "%s (%s)", t->cpu, t->triple);
   out->f16 = true;
+  out->int64 = true;
   out->foreign_memory = true;  // host tensors may hold any host memory
   out->code = JIT__CODE_HOST;
   // The CPU's key components are the context's (jit/context.c): target, options.

@@ -70,6 +70,7 @@ static void jit__cub_device_info(const jit__backend *b, uint32_t index, jit__dev
   snprintf(out->name, sizeof out->name, "%s", ci->name);
   out->ordinal = (int)ci->index;
   out->f16 = ci->cc_major * 10 + ci->cc_minor >= 53;
+  out->int64 = true;
   out->foreign_memory = true;
   out->code = JIT__CODE_PTX;
   snprintf(out->chip, sizeof out->chip, "%s", ci->sm);

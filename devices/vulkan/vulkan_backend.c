@@ -42,6 +42,7 @@ static void jit__vkb_device_info(const jit__backend *b, uint32_t index, jit__dev
   snprintf(out->name, sizeof out->name, "%s", vi->name);
   out->ordinal = (int)index;
   out->f16 = f16;
+  out->int64 = vi->shader_int64;
   out->code = JIT__CODE_SPIRV;
   snprintf(out->state_kind, sizeof out->state_kind, "vk-pipeline-cache");
   // These lines are part of every kernel key: changing them changes every key.
