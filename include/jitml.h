@@ -466,6 +466,21 @@ JIT_API jit_value jit_max_pool2d(jit_graph *graph, jit_value x,
                                  const jit_window_params *params);
 JIT_API jit_value jit_avg_pool2d(jit_graph *graph, jit_value x,
                                  const jit_window_params *params);
+// Joins `n` values (same dtype and rank) along `axis` (negative counts from the end);
+// every other dim must be equal (symbols: equal at run time).
+JIT_API jit_value jit_concat(jit_graph *graph, const jit_value *values, int n, int axis);
+// Elements start, start + step, ... before stop along `axis`, NumPy's x[start:stop:step]:
+// a negative bound counts from the end, bounds are clamped to the dim, step >= 1
+// (JIT_SLICE_END: to the end). The dim may be symbolic; the bounds are fixed numbers.
+// A slice that is empty for a binding is JIT_SHAPE_MISMATCH (empty values are not
+// supported).
+#define JIT_SLICE_END INT64_MAX
+JIT_API jit_value jit_slice(jit_graph *graph, jit_value x, int axis, int64_t start,
+                            int64_t stop, int64_t step);
+// Constant padding: low[d] elements of `value` before dim d and high[d] after (each in
+// [0, 2^30]; rank(x) entries).
+JIT_API jit_value jit_pad(jit_graph *graph, jit_value x, const int64_t *low,
+                          const int64_t *high, double value);
 // Permutes dims: result dim i is input dim perm[i]. `perm` has rank(x) entries.
 JIT_API jit_value jit_transpose(jit_graph *graph, jit_value x, const int *perm);
 // Same elements, new shape. `dims` may hold symbols and at most one -1 (inferred).

@@ -308,6 +308,50 @@ static jit_status jit__rule_window(const jit_graph *g, const jit__node *n, const
   return NULL;
 }
 
+// concat (a, b along n->axis), slice (a's n->axis), pad (every dim of a).
+static jit_status jit__rule_copy(const jit_graph *g, const jit__node *n, const jit__node *a,
+                                 const jit__node *b, jit__node *out) {
+  char sa[160], sb[160];
+  out->rank = a->rank;
+  memcpy(out->dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
+  if (n->op == JIT__OP_CONCAT) {
+    bool ok = a->rank == b->rank;
+    for (int d = 0; ok && d < a->rank; d++)
+      ok = d == n->axis || a->dims[d] == b->dims[d] || !jit__dim_known(a->dims[d]) ||
+           !jit__dim_known(b->dims[d]);
+    if (!ok)
+      return JIT_ERR(JIT_SHAPE_MISMATCH, "%s and %s differ in a dim other than axis %d",
+                     jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa),
+                     jit__fmt_dims(g, b->rank, b->dims, sb, sizeof sb), n->axis);
+    for (int d = 0; d < a->rank; d++)
+      if (d != n->axis && !jit__dim_known(a->dims[d])) out->dims[d] = b->dims[d];
+    int64_t x = a->dims[n->axis], y = b->dims[n->axis];
+    out->dims[n->axis] = jit__dim_known(x) && jit__dim_known(y) ? x + y : JIT__DIM_UNKNOWN;
+    return NULL;
+  }
+  if (n->op == JIT__OP_SLICE) {
+    int64_t len = 0, start = 0, in = a->dims[n->axis];
+    if (!jit__dim_known(in)) {
+      out->dims[n->axis] = JIT__DIM_UNKNOWN;
+      return NULL;
+    }
+    jit__slice_bounds(in, &n->span, &start, &len);
+    if (len == 0)
+      return JIT_ERR(JIT_SHAPE_MISMATCH,
+                     "the slice [%lld:%lld:%lld] of axis %d of %s is empty (empty values "
+                     "are not supported)",
+                     (long long)n->span.lo[0], (long long)n->span.hi[0],
+                     (long long)n->span.step, n->axis,
+                     jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa));
+    out->dims[n->axis] = len;
+    return NULL;
+  }
+  for (int d = 0; d < a->rank; d++)
+    if (jit__dim_known(a->dims[d])) out->dims[d] = a->dims[d] + n->span.lo[d] + n->span.hi[d];
+    else if (n->span.lo[d] || n->span.hi[d]) out->dims[d] = JIT__DIM_UNKNOWN;
+  return NULL;
+}
+
 // Applies node n's rule given its operand shapes `ops` (NULL past its operands) and
 // their build-time shapes `decl`. Writes rank/dims of `out`. `symvals` is NULL at
 // build time.
@@ -339,6 +383,8 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
       return jit__rule_reshape(g, a, n->rank, gn->req, symvals, out);
     case JIT__OP_CONV2D: case JIT__OP_MAX_POOL2D: case JIT__OP_AVG_POOL2D:
       return jit__rule_window(g, n, a, b, out);
+    case JIT__OP_CONCAT: case JIT__OP_SLICE: case JIT__OP_PAD:
+      return jit__rule_copy(g, n, a, b, out);
     case JIT__OP_GATHER: {
       char sa[160], sb[160];
       if (a->rank < 1 || b->rank + a->rank - 1 > JIT_MAX_RANK)
@@ -675,6 +721,60 @@ jit_value jit_not_equal(jit_graph *g, jit_value a, jit_value b) {
 jit_value jit_pow(jit_graph *g, jit_value a, jit_value b) {
   return jit__binary(g, JIT__OP_POW, a, b);
 }
+enum { kMaxSpan = 1 << 30 };
+
+static bool jit__axis(jit_graph *g, const char *op, jit_value x, int *axis);
+
+jit_value jit_concat(jit_graph *g, const jit_value *values, int n, int axis) {
+  if (!g) return (jit_value){0};
+  if (!values || n < 1)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (concat): %s", g->name,
+              g->n_nodes, !values ? "values is NULL" : "no values to join");
+  if (!jit__axis(g, "concat", values[0], &axis)) return (jit_value){0};
+  jit_value acc = values[0];
+  for (int i = 1; i < n && acc.id; i++) {
+    jit__gnode node = {0};
+    node.n.axis = axis;
+    jit_value v[2] = {acc, values[i]};
+    acc = jit__make_node(g, JIT__OP_CONCAT, v, 2, &node);
+  }
+  return acc;
+}
+
+jit_value jit_slice(jit_graph *g, jit_value x, int axis, int64_t start, int64_t stop,
+                    int64_t step) {
+  if (!jit__axis(g, "slice", x, &axis)) return (jit_value){0};
+  if (step < 1 || step > kMaxSpan)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (slice): step %lld not in "
+              "[1, 2^30]", g->name, g->n_nodes, (long long)step);
+  jit__gnode node = {0};
+  node.n.axis = axis;
+  node.n.span.lo[0] = start;
+  node.n.span.hi[0] = stop;
+  node.n.span.step = step;
+  return jit__make_node(g, JIT__OP_SLICE, &x, 1, &node);
+}
+
+jit_value jit_pad(jit_graph *g, jit_value x, const int64_t *low, const int64_t *high,
+                  double value) {
+  if (!jit__check_operand(g, "pad", x, 0)) return (jit_value){0};
+  int rank = jit__value(g, x)->rank;
+  if ((!low || !high) && rank > 0)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (pad): %s is NULL", g->name,
+              g->n_nodes, !low ? "low" : "high");
+  jit__gnode node = {0};
+  for (int d = 0; d < rank; d++) {
+    if (low[d] < 0 || low[d] > kMaxSpan || high[d] < 0 || high[d] > kMaxSpan)
+      JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (pad): dim %d pads %lld "
+                "before and %lld after; each must be in [0, 2^30]", g->name, g->n_nodes, d,
+                (long long)low[d], (long long)high[d]);
+    node.n.span.lo[d] = low[d];
+    node.n.span.hi[d] = high[d];
+  }
+  node.n.scalar = value;
+  return jit__make_node(g, JIT__OP_PAD, &x, 1, &node);
+}
+
 jit_value jit_gather(jit_graph *g, jit_value table, jit_value indices) {
   return jit__binary(g, JIT__OP_GATHER, table, indices);
 }
@@ -920,6 +1020,8 @@ static void jit__fingerprint(jit_graph *g) {
     XXH3_128bits_update(st, rec, sizeof(rec));
     // Only what ops added later carry, so that older graphs keep their keys.
     if (gn->n.n_operands > 2) XXH3_128bits_update(st, &gn->n.operands[2], sizeof(uint32_t));
+    if (gn->n.op == JIT__OP_SLICE || gn->n.op == JIT__OP_PAD)
+      XXH3_128bits_update(st, &gn->n.span, sizeof gn->n.span);
     if (jit__op_is_window(gn->n.op)) {
       const jit__window *w = &gn->n.win;
       int32_t win[14] = {w->nhwc,      w->kernel[0], w->kernel[1],   w->stride[0],

@@ -194,6 +194,13 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   }
   if (r->bad || o2 < 0 || (op == JIT__OP_WHERE && (nops != 3 || o2 >= (long long)g->n_nodes)))
     return (jit_value){0};
+  int64_t span[3] = {0, 0, 1}, lo[JIT_MAX_RANK] = {0}, hi[JIT_MAX_RANK] = {0};
+  if (op == JIT__OP_SLICE)
+    for (int i = 0; i < 3; i++) span[i] = jit__rd_int(r);
+  int in_rank = op == JIT__OP_PAD ? (int)jit__rd_int(r) : 0;
+  if (in_rank < 0 || in_rank > JIT_MAX_RANK) r->bad = true;
+  for (int d = 0; d < in_rank && !r->bad; d++) lo[d] = jit__rd_int(r), hi[d] = jit__rd_int(r);
+  if (r->bad) return (jit_value){0};
   DLDataType dl = jit__dtype_dl(dt);
   jit_value a = {(uint32_t)o0 + 1}, b = {(uint32_t)o1 + 1};
   double scalar;
@@ -242,6 +249,12 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
     case JIT__OP_MAX_POOL2D: return jit_max_pool2d(g, a, &wp);
     case JIT__OP_AVG_POOL2D: return jit_avg_pool2d(g, a, &wp);
     case JIT__OP_GATHER: return jit_gather(g, a, b);
+    case JIT__OP_CONCAT: {
+      jit_value v[2] = {a, b};
+      return jit_concat(g, v, 2, axis);
+    }
+    case JIT__OP_SLICE: return jit_slice(g, a, axis, span[0], span[1], span[2]);
+    case JIT__OP_PAD: return jit_pad(g, a, lo, hi, scalar);
     default: r->bad = true; return (jit_value){0};
   }
 }
@@ -423,6 +436,15 @@ static void jit__graph_record(const jit_graph *g, jit__text *b) {
     if (n->op == JIT__OP_TRANSPOSE)
       for (int d = 0; d < n->rank; d++) jit__text_printf(b, " %d", n->perm[d]);
     if (n->op == JIT__OP_WHERE) jit__text_printf(b, " %u", n->operands[2]);
+    if (n->op == JIT__OP_SLICE)
+      jit__text_printf(b, " %lld %lld %lld", (long long)n->span.lo[0],
+                       (long long)n->span.hi[0], (long long)n->span.step);
+    if (n->op == JIT__OP_PAD) {
+      int xr = g->nodes[n->operands[0]].n.rank;
+      jit__text_printf(b, " %d", xr);
+      for (int d = 0; d < xr; d++)
+        jit__text_printf(b, " %lld %lld", (long long)n->span.lo[d], (long long)n->span.hi[d]);
+    }
     if (jit__op_is_window(n->op)) {
       const jit__window *w = &n->win;
       jit__text_printf(b, " %d %d %d %d %d %d %d %d %d %d %d %d %d", (int)w->nhwc,

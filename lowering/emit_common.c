@@ -60,6 +60,9 @@ static const char *const jit__op_names[JIT__OP_COUNT_] = {
     [JIT__OP_MAX_POOL2D] = "max_pool2d",
     [JIT__OP_AVG_POOL2D] = "avg_pool2d",
     [JIT__OP_GATHER] = "gather",
+    [JIT__OP_CONCAT] = "concat",
+    [JIT__OP_SLICE] = "slice",
+    [JIT__OP_PAD] = "pad",
 };
 
 const char *jit__op_name(jit__op op) {

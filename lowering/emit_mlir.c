@@ -55,7 +55,8 @@ static void matmul_distances(const jit__lgraph *g, uint8_t *up, uint8_t *down) {
 static int operand_count(jit__op op) {
   switch (op) {
     case JIT__OP_INPUT: case JIT__OP_SCALAR: return 0;
-    case JIT__OP_MATMUL: case JIT__OP_CONV2D: case JIT__OP_GATHER: return 2;
+    case JIT__OP_MATMUL: case JIT__OP_CONV2D: case JIT__OP_GATHER: case JIT__OP_CONCAT:
+      return 2;
     case JIT__OP_WHERE: return 3;
     default: return jit__op_is_binary_elementwise(op) ? 2 : 1;
   }
@@ -115,6 +116,8 @@ static jit_status emit_node(jit__emitter *e, const jit__node *n) {
       return jit__emit_window(e, n);
     case JIT__OP_GATHER:
       return jit__emit_gather(e, n);
+    case JIT__OP_CONCAT: case JIT__OP_SLICE: case JIT__OP_PAD:
+      return jit__emit_index_copy(e, n);
     default:
       if (jit__op_is_elementwise(n->op))
         return jit__emit_elementwise(e, n, jit__elementwise_kind(n->op));

@@ -64,6 +64,11 @@ typedef enum jit__op {
   JIT__OP_AVG_POOL2D,
   // Rows of operand 0 (a table) picked by operand 1 (integer indices), axis 0.
   JIT__OP_GATHER,
+  // Copies at computed positions (emit_copy.c): operands 0 and 1 joined along `axis`;
+  // a strided range of `axis` (span); constant padding (span, `scalar` the value).
+  JIT__OP_CONCAT,
+  JIT__OP_SLICE,
+  JIT__OP_PAD,
   JIT__OP_COUNT_,
 } jit__op;
 
@@ -133,6 +138,24 @@ typedef struct jit__window {
   bool count_pad;     // avg pool: padded positions count in the divisor
 } jit__window;
 
+// Slice: lo[0] = start, hi[0] = stop (as given: negative counts from the end,
+// JIT_SLICE_END), step >= 1. Pad: lo[d], hi[d] elements before and after dim d.
+typedef struct jit__span {
+  int64_t lo[JIT_MAX_RANK], hi[JIT_MAX_RANK];
+  int64_t step;
+} jit__span;
+
+// A slice's first index and length on a dim of n elements, NumPy's way: a negative
+// bound counts from the end, bounds are clamped to [0, n].
+static inline void jit__slice_bounds(int64_t n, const jit__span *s, int64_t *start,
+                                     int64_t *len) {
+  int64_t a = s->lo[0], b = s->hi[0];
+  a = a < 0 ? (a + n < 0 ? 0 : a + n) : (a > n ? n : a);
+  b = b < 0 ? (b + n < 0 ? 0 : b + n) : (b > n ? n : b);
+  *start = a;
+  *len = b > a ? (b - a - 1) / s->step + 1 : 0;
+}
+
 typedef struct jit__node {
   jit__op op;
   jit__dtype dtype;
@@ -145,6 +168,7 @@ typedef struct jit__node {
   int perm[JIT_MAX_RANK];     // transpose
   double scalar;              // scalar
   jit__window win;            // conv2d, pools
+  jit__span span;             // slice, pad
 } jit__node;
 
 // A specialized graph: nodes in topological order with concrete dims.

@@ -667,3 +667,151 @@ Test(gather, dtype_rules) {
   }
   jit_context_destroy(ctx);
 }
+
+//===--- concat, slice, pad ------------------------------------------------===//
+
+// A value of `dims` filled with its flat index (exactly representable in f16 too).
+static float *iota(int rank, const int64_t *dims, float offset) {
+  int64_t n = ref_numel(rank, dims);
+  float *v = tu_malloc((size_t)(n ? n : 1) * 4);
+  for (int64_t i = 0; i < n; i++) v[i] = offset + (float)(i % 1024);
+  return v;
+}
+
+// concat of three values along axis 1 with N symbolic (and the middle one's axis dim a
+// symbol too), slices with negative bounds and steps, pad on every dim; the result
+// checked elementwise.
+static void check_copies(DLDataType dt) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "copies");
+  int64_t N = jit_symbol(g, "N"), K = jit_symbol(g, "K");
+  int64_t da[3] = {N, 2, 5}, db[3] = {N, K, 5}, dc[3] = {N, 3, 5};
+  jit_value a = jit_input(g, "a", dt, 3, da), b = jit_input(g, "b", dt, 3, db),
+            c = jit_input(g, "c", dt, 3, dc);
+  jit_value v[3] = {a, b, c};
+  jit_value cat = jit_concat(g, v, 3, -2);                 // [N, 5 + K, 5]
+  jit_value s1 = jit_slice(g, cat, 1, -4, JIT_SLICE_END, 2);  // last 4 rows, every other
+  jit_value s2 = jit_slice(g, s1, 2, 1, -1, 1);                // [N, 2, 3]
+  int64_t lo[3] = {1, 0, 2}, hi[3] = {0, 3, 1};
+  jit_output(g, jit_pad(g, s2, lo, hi, -7.0));              // [N + 1, 5, 6]
+  jit_output(g, cat);
+  TU_OK(jit_graph_finalize(g));
+  static const int64_t ns[][2] = {{1, 1}, {2, 4}, {3, 2}};
+  for (int k = 0; k < 3; k++) {
+    int64_t n = ns[k][0], kk = ns[k][1], L = 5 + kk;
+    int64_t xa[3] = {n, 2, 5}, xb[3] = {n, kk, 5}, xc[3] = {n, 3, 5};
+    float *va = iota(3, xa, 0), *vb = iota(3, xb, 2000), *vc = iota(3, xc, 4000);
+    void *pa = tu_input_data(dt, va, n * 10), *pb = tu_input_data(dt, vb, n * kk * 5),
+         *pc = tu_input_data(dt, vc, n * 15);
+    float *want_cat = tu_malloc((size_t)(n * L * 5) * 4);
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t r = 0; r < L; r++)
+        for (int64_t j = 0; j < 5; j++)
+          want_cat[(i * L + r) * 5 + j] =
+              r < 2 ? va[(i * 2 + r) * 5 + j]
+                    : r < 2 + kk ? vb[(i * kk + r - 2) * 5 + j] : vc[(i * 3 + r - 2 - kk) * 5 + j];
+    // s1 rows: L-4, L-2; s2 cols 1..3; pad: [n + 1, 5, 6] of -7 around.
+    int64_t pd[3] = {n + 1, 5, 6};
+    float *want = tu_malloc((size_t)ref_numel(3, pd) * 4);
+    for (int64_t i = 0; i < n + 1; i++)
+      for (int64_t r = 0; r < 5; r++)
+        for (int64_t j = 0; j < 6; j++) {
+          int64_t si = i - 1, sr = r, sj = j - 2;
+          float v = -7.0f;
+          if (si >= 0 && sr < 2 && sj >= 0 && sj < 3)
+            v = want_cat[(si * L + (L - 4 + 2 * sr)) * 5 + 1 + sj];
+          want[(i * 5 + r) * 6 + j] = v;
+        }
+    DLTensor ins[3] = {tu_tensor(pa, dt, 3, xa), tu_tensor(pb, dt, 3, xb), tu_tensor(pc, dt, 3, xc)};
+    int64_t cd[3] = {n, L, 5};
+    size_t es = tu_is_f16(dt) ? 2 : 4;
+    void *o0 = tu_malloc((size_t)ref_numel(3, pd) * es), *o1 = tu_malloc((size_t)(n * L * 5) * es);
+    DLTensor outs[2] = {tu_tensor(o0, dt, 3, pd), tu_tensor(o1, dt, 3, cd)};
+    TU_OK(jit_run(g, ins, 3, outs, 2));
+    float *g0 = tu_malloc((size_t)ref_numel(3, pd) * 4), *g1 = tu_malloc((size_t)(n * L * 5) * 4);
+    if (es == 2) {
+      ref_f16_to_f32_array(o0, g0, ref_numel(3, pd));
+      ref_f16_to_f32_array(o1, g1, n * L * 5);
+    } else {
+      memcpy(g0, o0, (size_t)ref_numel(3, pd) * 4);
+      memcpy(g1, o1, (size_t)(n * L * 5) * 4);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "copies %s N=%lld K=%lld", dtype_name(dt), (long long)n,
+             (long long)kk);
+    tu_assert_close(g1, want_cat, n * L * 5, 0, 0, 3, cd, what);
+    tu_assert_close(g0, want, ref_numel(3, pd), 0, 0, 3, pd, what);
+    free(va), free(vb), free(vc), free(pa), free(pb), free(pc);
+    free(want_cat), free(want), free(o0), free(o1), free(g0), free(g1);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(copies, concat_slice_pad_f32) { check_copies(TU_F32); }
+Test(copies, concat_slice_pad_f16) { check_copies(TU_F16); }
+
+// GPT-2's fused QKV split: three slices of the last axis, then used as q, k, v.
+Test(copies, qkv_split_and_rank0_pad) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "qkv");
+  int64_t d[2] = {jit_symbol(g, "S"), 12};
+  jit_value x = jit_input(g, "x", TU_F32, 2, d);
+  jit_value q = jit_slice(g, x, -1, 0, 4, 1), k = jit_slice(g, x, -1, 4, 8, 1),
+            v = jit_slice(g, x, -1, 8, 12, 1);
+  jit_output(g, jit_add(g, jit_mul(g, q, k), v));
+  jit_output(g, jit_pad(g, jit_reduce_sum(g, jit_reduce_sum(g, x, 0, 0), 0, 0), NULL, NULL, 0));
+  TU_OK(jit_graph_finalize(g));
+  for (int64_t s = 1; s <= 7; s += 6) {
+    int64_t xd[2] = {s, 12}, od[2] = {s, 4};
+    float *xv = iota(2, xd, 0), y[28], z, want[28];
+    double sum = 0;
+    for (int64_t i = 0; i < s * 12; i++) sum += xv[i];
+    for (int64_t i = 0; i < s; i++)
+      for (int j = 0; j < 4; j++)
+        want[i * 4 + j] = xv[i * 12 + j] * xv[i * 12 + 4 + j] + xv[i * 12 + 8 + j];
+    DLTensor in = tu_tensor(xv, TU_F32, 2, xd);
+    DLTensor outs[2] = {tu_tensor(y, TU_F32, 2, od), tu_tensor(&z, TU_F32, 0, NULL)};
+    TU_OK(jit_run(g, &in, 1, outs, 2));
+    tu_assert_close(y, want, s * 4, 1e-6, 0, 2, od, "qkv");
+    cr_expect(fabs(z - sum) < 1e-3, "pad of a rank-0 value: %g vs %g", z, sum);
+    free(xv);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(copies, bad_arguments) {
+  jit_context *ctx = tu_context();
+  static const char *const says[] = {"differ in a dim other than axis 1", "axis 3 out of range",
+                                     "step 0 not in", "is empty", "each must be in",
+                                     "no values to join", "is empty"};
+  static const jit_status_code codes[] = {JIT_SHAPE_MISMATCH, JIT_INVALID_ARGUMENT,
+                                          JIT_INVALID_ARGUMENT, JIT_SHAPE_MISMATCH,
+                                          JIT_INVALID_ARGUMENT, JIT_INVALID_ARGUMENT,
+                                          JIT_SHAPE_MISMATCH};
+  for (int i = 0; i < 7; i++) {
+    jit_graph *g = tu_graph(ctx, "bad");
+    int64_t d[2] = {3, 4}, e[2] = {2, 5};
+    jit_value x = jit_input(g, "x", TU_F32, 2, d), y = jit_input(g, "y", TU_F32, 2, e), r = {0};
+    jit_value v[2] = {x, y};
+    int64_t lo[2] = {0, -1}, hi[2] = {0, 0};
+    switch (i) {
+      case 0: r = jit_concat(g, v, 2, 1); break;
+      case 1: r = jit_concat(g, v, 2, 3); break;
+      case 2: r = jit_slice(g, x, 0, 0, 2, 0); break;
+      case 3: r = jit_slice(g, x, 1, 3, 1, 1); break;
+      case 4: r = jit_pad(g, x, lo, hi, 0); break;
+      case 5: r = jit_concat(g, v, 0, 0); break;
+      case 6: r = jit_slice(g, x, 0, -10, -4, 1); break;
+    }
+    cr_expect_eq(r.id, 0, "case %d built a value", i);
+    jit_output(g, x);
+    jit_status s = jit_graph_finalize(g);
+    TU_EXPECT_CODE(s, codes[i]);
+    TU_EXPECT_MSG(s, says[i]);
+    jit_status_free(s);
+    jit_graph_destroy(g);
+  }
+  jit_context_destroy(ctx);
+}
