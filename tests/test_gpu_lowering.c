@@ -371,6 +371,66 @@ static void g_sum_all(tg *t, jit__dtype dt) {
 }
 GRAPH_TESTS(reduce_to_scalar, g_sum_all)
 
+// The ops real models added: comparisons, where and pow in one fused body.
+static void g_select_pow(tg *t, jit__dtype dt) {
+  tg_init(t, "select_pow", dt);
+  int64_t a[2] = {7, 33};
+  uint32_t x = tg_input(t, 2, a), y = tg_input(t, 2, a);
+  uint32_t c = tg_node(t, JIT__OP_LESS, 2, x, y, 2, a);
+  uint32_t p = tg_node(t, JIT__OP_POW, 2, x, y, 2, a);
+  uint32_t w = tg_node(t, JIT__OP_WHERE, 3, c, p, 2, a);
+  t->nodes[w].operands[2] = y;
+  tg_output(t, w);
+}
+
+// conv2d (NCHW, stride 2, padding, groups 1 or 2), then a max and an average pool.
+static void g_conv_pool(tg *t, jit__dtype dt, int groups) {
+  tg_init(t, groups > 1 ? "conv_pool_groups" : "conv_pool", dt);
+  int64_t xd[4] = {2, 4, 9, 11}, wd[4] = {6, 4 / groups, 3, 3}, cd[4] = {2, 6, 5, 6};
+  uint32_t x = tg_input(t, 4, xd), w = tg_input(t, 4, wd);
+  uint32_t c = tg_node(t, JIT__OP_CONV2D, 2, x, w, 4, cd);
+  jit__window cw = {.kernel = {3, 3}, .stride = {2, 2}, .pad = {1, 1, 1, 1},
+                    .dilation = {1, 1}, .groups = groups};
+  t->nodes[c].win = cw;
+  int64_t pd[4] = {2, 6, 4, 5};
+  uint32_t m = tg_node(t, JIT__OP_MAX_POOL2D, 1, c, 0, 4, pd);
+  jit__window pw = {.kernel = {2, 2}, .stride = {1, 1}, .pad = {0, 0, 0, 0},
+                    .dilation = {1, 1}, .groups = 1};
+  t->nodes[m].win = pw;
+  int64_t ad[4] = {2, 6, 4, 5};
+  uint32_t v = tg_node(t, JIT__OP_AVG_POOL2D, 1, m, 0, 4, ad);
+  jit__window aw = {.kernel = {3, 3}, .stride = {1, 1}, .pad = {1, 1, 1, 1},
+                    .dilation = {1, 1}, .groups = 1, .count_pad = false};
+  t->nodes[v].win = aw;
+  tg_output(t, v);
+}
+static void g_conv1(tg *t, jit__dtype dt) { g_conv_pool(t, dt, 1); }
+static void g_conv2(tg *t, jit__dtype dt) { g_conv_pool(t, dt, 2); }
+
+// An embedding lookup (int32 ids), a concat, a slice and a pad.
+static void g_gather_copies(tg *t, jit__dtype dt) {
+  tg_init(t, "gather_copies", dt);
+  int64_t td[2] = {50, 8}, id[2] = {3, 5}, gd[3] = {3, 5, 8}, cd[3] = {3, 10, 8},
+          sd[3] = {3, 4, 8}, pd[3] = {3, 6, 9};
+  uint32_t table = tg_input(t, 2, td), ids = tg_input(t, 2, id);
+  t->nodes[ids].dtype = JIT__I32;
+  uint32_t g = tg_node(t, JIT__OP_GATHER, 2, table, ids, 3, gd);
+  uint32_t c = tg_node(t, JIT__OP_CONCAT, 2, g, g, 3, cd);
+  t->nodes[c].axis = 1;
+  uint32_t s = tg_node(t, JIT__OP_SLICE, 1, c, 0, 3, sd);
+  t->nodes[s].axis = 1;
+  t->nodes[s].span = (jit__span){.lo = {-7}, .hi = {JIT_SLICE_END}, .step = 2};
+  uint32_t p = tg_node(t, JIT__OP_PAD, 1, s, 0, 3, pd);
+  t->nodes[p].span = (jit__span){.lo = {0, 1, 0}, .hi = {0, 1, 1}};
+  t->nodes[p].scalar = -1.0;
+  tg_output(t, p);
+}
+
+GRAPH_TESTS(select_pow, g_select_pow)
+GRAPH_TESTS(conv_pool, g_conv1)
+GRAPH_TESTS(conv_pool_groups, g_conv2)
+GRAPH_TESTS(gather_copies, g_gather_copies)
+
 Test(gpu_lowering, matmul_plan_shape) {
   tg t;
   g_matmul(&t, JIT__F32);
