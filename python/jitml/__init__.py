@@ -22,8 +22,9 @@ Finding the library: $JITML_LIBRARY if set (exactly that file); else
 <checkout>/build/libjitml.so when this package sits in a source checkout
 ($BUILD_DIR honoured); else the system loader (an installed libjitml.so.0).
 
-Tensors: a call takes NumPy arrays or PyTorch tensors (CPU, float32 or float16) and
-returns the kind of its first input, outputs freshly allocated (np.empty /
+Tensors: a call takes NumPy arrays or PyTorch tensors (CPU, float32 or float16; int32
+or int64 for the indices of Graph.gather, an embedding lookup) and returns the kind
+of its first input, outputs freshly allocated (np.empty /
 torch.empty) with the shapes from jit_output_shape. Inputs are passed through their
 DLPack capsules (__dlpack__ / torch.utils.dlpack.to_dlpack) without copies and
 without consuming the capsule: it stays alive, and keeps the array alive, until the
@@ -37,19 +38,22 @@ contiguous array with a jitml.CopyWarning, so results are right and the copy is
 visible; warnings.simplefilter("error", jitml.CopyWarning) turns it into an error.
 
 Errors: every failure raises jitml.JitError with .code (a jitml.StatusCode, e.g.
-SHAPE_MISMATCH) and .message. A dtype other than float32/float16 (float64, int32,
-bfloat16, ...) raises DTYPE_MISMATCH naming the input; a CUDA tensor raises
-UNSUPPORTED.
+SHAPE_MISMATCH) and .message. A dtype other than float32/float16 (float64, uint8,
+bfloat16, ...), or other than the graph declares for that input, raises
+DTYPE_MISMATCH naming the input; integer values feed only gather's indices and are
+never outputs (DTYPE_MISMATCH from the builder); an index outside the table's rows
+raises INVALID_ARGUMENT naming it; a CUDA tensor raises UNSUPPORTED.
 
 PyTorch custom ops: jitml.torch_op.register(name, graph) makes
 torch.ops.jitml.<name>(...) callable (torch.library), e.g. inside an nn.Module.
 """
 
 from ._core import (Context, CopyWarning, Graph, JitError, StatusCode, TensorSpec, Value,
-                    float16, float32)
+                    float16, float32, int32, int64)
 
 __all__ = ["Context", "Graph", "Value", "JitError", "StatusCode", "CopyWarning",
-           "TensorSpec", "float32", "float16", "version", "library_path"]
+           "TensorSpec", "float32", "float16", "int32", "int64", "version",
+           "library_path"]
 
 
 def version():

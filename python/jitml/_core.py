@@ -72,15 +72,21 @@ def _check(status):
 
 float32 = "float32"
 float16 = "float16"
-_DL = {float32: (_lib.kDLFloat, 32), float16: (_lib.kDLFloat, 16)}
+# Integers exist for gather's indices only: graph inputs that feed Graph.gather and
+# nothing else, never outputs (the library says DTYPE_MISMATCH otherwise).
+int32 = "int32"
+int64 = "int64"
+_DL = {float32: (_lib.kDLFloat, 32), float16: (_lib.kDLFloat, 16),
+       int32: (_lib.kDLInt, 32), int64: (_lib.kDLInt, 64)}
 _FROM_DL = {v: k for k, v in _DL.items()}
 
 
 def _dtype_name(dtype):
-    """'float32' / 'float16' for a str, numpy dtype or torch dtype; else its str."""
+    """'float32' / 'float16' / 'int32' / 'int64' for a str, numpy dtype or torch dtype;
+    else its str."""
     if isinstance(dtype, str):
-        return {"f32": float32, "f16": float16, "half": float16,
-                "float": float32}.get(dtype, dtype)
+        return {"f32": float32, "f16": float16, "half": float16, "float": float32,
+                "i32": int32, "i64": int64}.get(dtype, dtype)
     s = str(dtype)
     if s.startswith("torch."):
         s = s[len("torch."):]
@@ -97,7 +103,8 @@ def _dl_dtype(dtype):
     name = _dtype_name(dtype)
     if name not in _DL:
         raise JitError(StatusCode.UNSUPPORTED,
-                       "dtype %s is not supported; use float32 or float16" % name)
+                       "dtype %s is not supported; use float32 or float16 (int32 or "
+                       "int64 for gather's indices)" % name)
     code, bits = _DL[name]
     return _lib.DLDataType(code, bits, 1)
 
@@ -240,8 +247,8 @@ class Graph:
         g.finalize()
         y = g(x_array, w_array)                    # NumPy in -> NumPy out
 
-    Calls accept NumPy arrays and PyTorch tensors (CPU, float32/float16) and return the
-    same kind as the first input. See the package docstring for copies and errors.
+    Calls accept NumPy arrays and PyTorch tensors (CPU, float32/float16; int32/int64
+    for gather's indices) and return the same kind as the first input. See the package docstring for copies and errors.
     """
 
     def __init__(self, ctx, name=None, _ptr=None):
@@ -303,8 +310,9 @@ class Graph:
         return code
 
     def input(self, name, dtype, shape):
-        """A graph input. dtype 'float32'/'float16' (or a NumPy/torch dtype); shape a
-        sequence of ints and str symbol names, e.g. ("N", 784)."""
+        """A graph input. dtype 'float32'/'float16', or 'int32'/'int64' for the
+        indices of gather (which they alone may feed), or a NumPy/torch dtype; shape
+        a sequence of ints and str symbol names, e.g. ("N", 784)."""
         dt = _dl_dtype(dtype)
         dims = [self.symbol(d) if isinstance(d, str) else int(d) for d in shape]
         arr = (ctypes.c_int64 * max(1, len(dims)))(*dims)
@@ -357,6 +365,17 @@ class Graph:
 
     def softmax(self, x, axis=-1):
         return self._value(_L.jit_softmax(self._handle(), self._v(x), int(axis)), x.dtype)
+
+    def gather(self, table, indices):
+        """Rows of `table` picked by `indices` along axis 0 (an embedding lookup):
+        result[i..., j...] = table[indices[i...], j...], of shape indices.shape +
+        table.shape[1:] and table's dtype. `indices` is an int32/int64 graph input; a
+        call raises INVALID_ARGUMENT, naming the index, for one outside [0, rows)."""
+        if getattr(_L, "jit_gather", None) is None:
+            raise JitError(StatusCode.UNAVAILABLE,
+                           "this libjitml (%s) has no jit_gather" % LIBRARY_PATH)
+        return self._value(_L.jit_gather(self._handle(), self._v(table), self._v(indices)),
+                           table.dtype)
 
     def _opt(self, v):
         return self._v(v) if v is not None else _lib.jit_value(0)
@@ -615,7 +634,7 @@ class _Inputs:
 
     def _view(self, i, a):
         if isinstance(a, TensorSpec):
-            self._check_dtype(i, a.dtype, "float32")
+            self._check_dtype(i, a.dtype, "TensorSpec(shape, %r)")
             return self._raw_view(None, a.shape, a.dtype, None)
         if _is_torch(a):
             return self._torch_view(i, a)
@@ -626,7 +645,7 @@ class _Inputs:
                                "graph `%s`: %s is a %s; pass a NumPy array or a torch "
                                "tensor" % (self.g.name, self._name(i), type(a).__name__))
             a = numpy.asarray(a)  # another __array__ provider
-        self._check_dtype(i, a.dtype.name, "x.astype(numpy.float32)")
+        self._check_dtype(i, a.dtype.name, "x.astype(numpy.%s)")
         if not a.flags.c_contiguous or any(s < 0 for s in a.strides):
             warnings.warn("jitml: graph `%s`: %s is not dense row-major (strides %s); "
                           "copying it" % (self.g.name, self._name(i), a.strides),
@@ -648,7 +667,7 @@ class _Inputs:
             raise JitError(StatusCode.UNSUPPORTED,
                            "graph `%s`: %s is on device %s; libjitml runs CPU tensors "
                            "only (use .cpu())" % (self.g.name, self._name(i), t.device))
-        self._check_dtype(i, _dtype_name(t.dtype), "x.float()")
+        self._check_dtype(i, _dtype_name(t.dtype), "x.to(torch.%s)")
         t = t.detach()  # no copy; DLPack refuses tensors that require grad
         if t.is_conj() or t.is_neg():
             t = t.resolve_conj().resolve_neg()
@@ -657,17 +676,25 @@ class _Inputs:
                           "it" % (self.g.name, self._name(i), tuple(t.stride())),
                           CopyWarning, stacklevel=5)
             t = t.contiguous()
-        return self._capsule_view(torch.utils.dlpack.to_dlpack(t), t)
+        v = self._capsule_view(torch.utils.dlpack.to_dlpack(t), t)
+        # Dense row-major (checked above), so strides NULL says so. An empty tensor is
+        # the reason: torch exports strides that are not the dense ones ((1, 0) for a
+        # (0, 4) tensor) and a NULL data pointer, both of which libjitml refuses though
+        # nothing is read.
+        return _lib.DLTensor(_non_null(v.data, self.keep), v.device, v.ndim, v.dtype,
+                             v.shape, None, v.byte_offset)
 
     def _check_dtype(self, i, name, fix):
+        # `fix`: a conversion with %s for the dtype to convert to.
         want = self.g._input_dtypes[i] if i < len(self.g._input_dtypes) else None
         if name not in _DL:
             raise JitError(StatusCode.DTYPE_MISMATCH,
                            "graph `%s`: %s has dtype %s; libjitml takes float32 or "
-                           "float16%s (convert it, e.g. %s)"
+                           "float16 (int32 or int64 for gather's indices)%s (convert it, "
+                           "e.g. %s)"
                            % (self.g.name, self._name(i), name,
                               "" if want is None else ", and this input is %s" % want,
-                              fix))
+                              fix % (want or float32)))
         if want is not None and name != want:
             raise JitError(StatusCode.DTYPE_MISMATCH, "graph `%s`: %s has dtype %s but "
                            "the graph declares %s" % (self.g.name, self._name(i), name,
@@ -701,11 +728,22 @@ class _Inputs:
         return a
 
 
+def _non_null(ptr, keep):
+    """`ptr`, or for an empty torch tensor (data NULL) a byte that nothing reads or
+    writes, kept alive in `keep`: libjitml wants data even with no elements."""
+    if ptr:
+        return ptr
+    byte = ctypes.c_char()
+    keep.append(byte)
+    return ctypes.addressof(byte)
+
+
 def _view_of_output(o, shape, dtype):
     """A DLTensor over an output we allocated (dense, writable), and what to keep."""
     dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
-    ptr = o.data_ptr() if _is_torch(o) else o.ctypes.data
+    keep = [dims]
+    ptr = _non_null(o.data_ptr() if _is_torch(o) else o.ctypes.data, keep)
     code, bits = _DL[dtype]
     t = _lib.DLTensor(ptr, _lib.DLDevice(_lib.kDLCPU, 0), len(shape),
                       _lib.DLDataType(code, bits, 1), dims, None, 0)
-    return t, dims
+    return t, keep

@@ -10,6 +10,7 @@ import os
 # --- DLPack v0.6 (Debian's dlpack.h, DLPACK_VERSION 60) -----------------------------
 
 kDLCPU = 1
+kDLInt = 0
 kDLFloat = 2
 
 
@@ -216,6 +217,7 @@ def _prototypes(lib):
     _fn(lib, "jit_graph_to_mlir", jit_status, [c_graph_p, P(ctypes.c_void_p)],
         required=False)
     _fn(lib, "jit_string_free", None, [ctypes.c_void_p], required=False)
+    _fn(lib, "jit_gather", jit_value, [c_graph_p, jit_value, jit_value], required=False)
     return lib
 
 
