@@ -16,7 +16,8 @@
 //   OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when it is loaded, so they are unset before
 //   the dlopen, and the core it picked is printed.
 // - oneDNN (libdnnl.so.2, when built with its header): the matmul primitive, with bias
-//   and a gelu_tanh post-op for the fused cases, and an eltwise primitive to measure
+//   and a gelu_tanh post-op for the fused cases, softmax, layer normalization and
+//   convolution (plain NCHW/OIHW) primitives, and an eltwise primitive to measure
 //   per-call overhead.
 // Threading runtimes spin for a while after a parallel region (libomp for libjitml,
 // pthreads for OpenBLAS, libgomp for oneDNN); on two cores they would steal each
@@ -329,6 +330,29 @@ static int dnnl_layer_norm_create(dnnl_case *c, int64_t rows, int64_t cols, floa
   return dnnl_finish(c, &desc, 4,
                      (const int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT},
                      mds, (void *const[]){x, y, scale, shift});
+}
+
+// conv2d NCHW x OIHW, padding `pad` on every side, on the plain layouts a framework
+// hands over (oneDNN picks its implementation for them; no reorders around it).
+static int dnnl_conv_create(dnnl_case *c, int64_t n, int64_t C, int64_t F, int64_t H,
+                            int64_t W, int64_t k, int64_t stride, int64_t pad, float *x,
+                            float *w, float *y) {
+  memset(c, 0, sizeof *c);
+  int64_t oh = (H + 2 * pad - k) / stride + 1, ow = (W + 2 * pad - k) / stride + 1;
+  dnnl_memory_desc_t xd, wd, yd;
+  dnnl_dims_t dx = {n, C, H, W}, dw = {F, C, k, k}, dy = {n, F, oh, ow};
+  dnnl_memory_desc_init_by_tag(&xd, 4, dx, dnnl_f32, dnnl_nchw);
+  dnnl_memory_desc_init_by_tag(&wd, 4, dw, dnnl_f32, dnnl_oihw);
+  dnnl_memory_desc_init_by_tag(&yd, 4, dy, dnnl_f32, dnnl_nchw);
+  dnnl_dims_t st = {stride, stride}, pl = {pad, pad}, pr = {pad, pad};
+  dnnl_convolution_desc_t desc;
+  if (!dnnl_ok(dnnl_convolution_forward_desc_init(&desc, dnnl_forward_inference,
+                                                  dnnl_convolution_auto, &xd, &wd, NULL, &yd,
+                                                  st, pl, pr)))
+    return 0;
+  const dnnl_memory_desc_t *mds[3] = {&xd, &wd, &yd};
+  return dnnl_finish(c, &desc, 3, (const int[]){DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+                     mds, (void *const[]){x, w, y});
 }
 
 static void dnnl_case_destroy(dnnl_case *c) {
@@ -771,6 +795,52 @@ static void case_layer_norm(int rows, int cols, int threads) {
   free(b);
 }
 
+// conv2d NCHW (ResNet's shapes, padding k / 2): libjitml (im2col + its matmul on the
+// CPU) against oneDNN's convolution on the same plain layouts.
+static void case_conv(int n, int C, int F, int H, int k, int stride, int threads) {
+  char name[48];
+  snprintf(name, sizeof name, "conv%dx%d %d->%d %dx%d s%d", k, k, C, F, H, H, stride);
+  if (!wanted(name)) return;
+  int pad = k / 2, o = (H + 2 * pad - k) / stride + 1;
+  row *r = new_row(name, threads, "GFLOP/s", 2.0 * n * F * o * o * C * k * k);
+  float *x = alloc_f32((size_t)n * C * H * H, 21), *w = alloc_f32((size_t)F * C * k * k, 22);
+  float *y = alloc_f32((size_t)n * F * o * o, 23);
+  jit_context *ctx = make_ctx(threads);
+  jit_case jc = {0};
+  check(jit_graph_create(ctx, "conv", &jc.g), "graph");
+  int64_t sx[4] = {n, C, H, H}, sw[4] = {F, C, k, k}, sy[4] = {n, F, o, o};
+  jit_window_params p;
+  jit_window_params_init(&p);
+  p.stride[0] = p.stride[1] = stride;
+  for (int i = 0; i < 4; i++) p.padding[i] = pad;
+  jit_value vx = jit_input(jc.g, "x", F32, 4, sx), vw = jit_input(jc.g, "w", F32, 4, sw);
+  jit_output(jc.g, jit_conv2d(jc.g, vx, vw, &p));
+  check(jit_graph_finalize(jc.g), "finalize");
+  jc.in[0] = tensor(x, 4, sx);
+  jc.in[1] = tensor(w, 4, sw);
+  jc.n_in = 2;
+  jc.out[0] = tensor(y, 4, sy);
+  jit_case_compile(&jc);
+  r->compile_ms = jc.compile_ms;
+  r->jit_us = time_median(jit_case_run, &jc);
+  jit_graph_destroy(jc.g);
+  jit_context_destroy(ctx);
+#if JITML_BENCH_HAVE_DNNL
+  dnnl_case dc;
+  memset(&dc, 0, sizeof dc);
+  set_peer_threads(threads);
+  if (g_have_dnnl && dnnl_conv_create(&dc, n, C, F, H, H, k, stride, pad, x, w, y)) {
+    settle();
+    r->dnnl_us = time_median(dnnl_run, &dc);
+  }
+  dnnl_case_destroy(&dc);
+#endif
+  print_row(r);
+  free(x);
+  free(w);
+  free(y);
+}
+
 // Triad a = b + s c and memcpy, for the machine's bandwidth at this size.
 typedef struct triad_args {
   float *a;
@@ -1150,6 +1220,15 @@ static void run_timed_cases(long ncpu) {
   for (int t = 1; t <= max_t; t++) case_elementwise(n, t);
   for (int t = 1; t <= max_t; t++) case_softmax(g_opt.quick ? 512 : 4096, 1024, bw, t);
   for (int t = 1; t <= max_t; t++) case_layer_norm(g_opt.quick ? 512 : 4096, 768, t);
+  // ResNet-18's convolutions: stage 1's 3x3 at 56x56, stage 3's at 14x14, a strided
+  // 3x3 into stage 2, and a bottleneck's 1x1.
+  static const int cv[][6] = {{1, 64, 64, 56, 3, 1}, {1, 256, 256, 14, 3, 1},
+                              {1, 64, 128, 56, 3, 2}, {1, 256, 64, 56, 1, 1}};
+  for (size_t i = 0; i < sizeof cv / sizeof cv[0]; i++) {
+    if (g_opt.quick && i > 0) continue;
+    for (int t = 1; t <= max_t; t++)
+      case_conv(cv[i][0], cv[i][1], cv[i][2], cv[i][3], cv[i][4], cv[i][5], t);
+  }
   case_overhead();
 }
 

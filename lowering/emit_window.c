@@ -234,9 +234,66 @@ static jit__str reshape(jit__emitter *e, const char *x, jit__dtype dt, int rank,
 //         the [N, OH, OW, F] product transposed into [N, F, OH, OW].
 // The copy into cols is KH KW times x (a 1x1 NHWC conv without stride or padding
 // reads x itself). In symbolic mode N, OH and OW may be `?`, and so the rows.
+// Exact NCHW kernels: W [F, C KH KW] times each image's windows as columns, cols
+// [C KH KW, OH OW] (the copy reads x along its rows: ow innermost, contiguous at
+// stride 1), which is the result in NCHW as it is. One image: a linalg.matmul; a
+// batch: a linalg.batch_matmul with W repeated per image. A 1x1 convolution without
+// stride or padding reads x itself. Against the rows-per-position form (M = N OH OW)
+// this saves the result's transpose and makes the copy contiguous: ResNet's 3x3 at
+// 56x56, 64 channels, 5.9 -> ms at 1 thread; a 1x1 256 -> 64, 3.5 -> ms.
+static jit_status emit_conv_nchw_matmul(jit__emitter *e, const jit__node *n, const geom *g,
+                                        const jit__gen_operand *xp,
+                                        const jit__gen_operand *wt) {
+  const jit__window *w = &n->win;
+  const int64_t *od = n->dims;
+  int64_t N = od[0], F = od[1], OH = od[2], OW = od[3], P = OH * OW;
+  int64_t C = xp->dims[1], KH = g->k[0], KW = g->k[1], K = C * KH * KW;
+  jit__dtype dt = xp->dt;
+  bool batch = N > 1;
+  int r = batch ? 3 : 2, o = r - 2;
+  int64_t bd[3] = {N, K, P}, ad[3] = {N, F, K}, cd[3] = {N, F, P};
+  jit__str b;
+  if (KH == 1 && KW == 1 && w->stride[0] == 1 && w->stride[1] == 1 && xp->dims[2] == OH &&
+      xp->dims[3] == OW) {
+    b = jit__emit_reshape_to(e, xp->name, dt, 4, xp->dims, r, bd + 1 - o, false);
+  } else {
+    int64_t cold[6] = {N, C, KH, KW, OH, OW};
+    char map[192], h[64], v[64];
+    window_expr(h, sizeof h, 4, w->stride[0], 2, w->dilation[0]);
+    window_expr(v, sizeof v, 5, w->stride[1], 3, w->dilation[1]);
+    snprintf(map, sizeof map, "d0, d1, %s, %s", h, v);
+    jit__str cols = emit_copy(e, xp, map, dt, 6, cold, NULL);
+    b = jit__emit_reshape_to(e, cols.s, dt, 6, cold, r, bd + 1 - o, false);
+  }
+  int64_t fk[2] = {F, K};
+  jit__str a = jit__emit_reshape_to(e, wt->name, wt->dt, 4, wt->dims, 2, fk, false);
+  if (batch) {
+    jit__gen_operand wo = {a.s, wt->dt, 2, fk, {0}, NULL, NULL};
+    a = emit_copy(e, &wo, "d1, d2", wt->dt, 3, ad, NULL);
+  }
+  jit__dtype a_dt = wt->dt;
+  if (a_dt == JIT__F16) {  // A in f32 for the strategy's row tiles (emit_matmul.c)
+    a = jit__emit_convert(e, a.s, JIT__F16, JIT__F32, r, ad + 1 - o, NULL, false);
+    a_dt = JIT__F32;
+  }
+  jit__str acc = jit__emit_filled_acc(e, "0.0", r, cd + 1 - o, NULL);
+  jit__str mm = jit__value_name(e, false);
+  jit__str acc_ty = jit__tensor_type(JIT__F32, r, cd + 1 - o);
+  jit__text_printf(&e->tb, "  %s = linalg.%s ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                   mm.s, batch ? "batch_matmul" : "matmul", a.s, b.s,
+                   jit__tensor_type(a_dt, r, ad + 1 - o).s,
+                   jit__tensor_type(dt, r, bd + 1 - o).s, acc.s, acc_ty.s, acc_ty.s);
+  jit__str res = n->dtype == JIT__F16
+                     ? jit__emit_f16_result(e, mm.s, r, cd + 1 - o, NULL, false) : mm;
+  jit__str y = jit__emit_reshape_to(e, res.s, n->dtype, r, cd + 1 - o, 4, od, false);
+  set_value(e, y.s);
+  return NULL;
+}
+
 static jit_status emit_conv_matmul(jit__emitter *e, const jit__node *n, const geom *g,
                                    const jit__gen_operand *xp, const jit__gen_operand *wt) {
   const jit__window *w = &n->win;
+  if (!w->nhwc && !e->symbolic) return emit_conv_nchw_matmul(e, n, g, xp, wt);
   const int64_t *od = n->dims;
   const jit__dimval *odv = e->dv[e->cur];
   int64_t N = od[0], OH = od[g->hd], OW = od[g->hd + 1], F = od[g->cd];
