@@ -388,6 +388,10 @@ JIT_API jit_value jit_not_equal(jit_graph *graph, jit_value a, jit_value b);
 // together and share one dtype. Only the chosen value is read: where(m, x, -inf)
 // masks without the NaNs that m * x + (1 - m) * -inf would make.
 JIT_API jit_value jit_where(jit_graph *graph, jit_value cond, jit_value a, jit_value b);
+// x converted to `dtype`: f32 -> f16 rounds to nearest even (overflow to inf), f16 ->
+// f32 is exact; the same dtype is x itself. Other dtypes (integers, bf16, int8):
+// JIT_UNSUPPORTED for now.
+JIT_API jit_value jit_cast(jit_graph *graph, jit_value x, DLDataType dtype);
 // Rows of `table` picked by `indices` (an embedding lookup; axis 0):
 // result[i..., j...] = table[indices[i...], j...], of shape indices' dims followed by
 // table's dims after the first. `indices` is a graph input of int32 or int64

@@ -387,12 +387,15 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
       return jit__rule_copy(g, n, a, b, out);
     case JIT__OP_GATHER: {
       char sa[160], sb[160];
-      if (a->rank < 1 || b->rank + a->rank - 1 > JIT_MAX_RANK)
+      if (a->rank < 1)
+        return JIT_ERR(JIT_SHAPE_MISMATCH, "table %s has no rows: it needs rank >= 1",
+                       jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa));
+      if (b->rank + a->rank - 1 > JIT_MAX_RANK)
         return JIT_ERR(JIT_SHAPE_MISMATCH,
-                       "table %s needs rank >= 1, and indices %s rank <= %d with it",
-                       jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa),
+                       "indices %s and table %s make a result of rank %d, over %d",
                        jit__fmt_dims(g, b->rank, b->dims, sb, sizeof sb),
-                       JIT_MAX_RANK + 1 - a->rank);
+                       jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa),
+                       b->rank + a->rank - 1, JIT_MAX_RANK);
       out->rank = b->rank + a->rank - 1;
       memcpy(out->dims, b->dims, sizeof(int64_t) * (size_t)b->rank);
       memcpy(out->dims + b->rank, a->dims + 1, sizeof(int64_t) * (size_t)(a->rank - 1));
@@ -773,6 +776,19 @@ jit_value jit_pad(jit_graph *g, jit_value x, const int64_t *low, const int64_t *
   }
   node.n.scalar = value;
   return jit__make_node(g, JIT__OP_PAD, &x, 1, &node);
+}
+
+jit_value jit_cast(jit_graph *g, jit_value x, DLDataType dtype) {
+  if (!jit__check_operand(g, "cast", x, 0)) return (jit_value){0};
+  jit__dtype to;
+  if (!jit__dtype_from_dl(dtype, false, &to))
+    JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: node %u (cast): to dtype (code %d, %d bits, "
+              "%d lanes): only f32 and f16 are supported yet", g->name, g->n_nodes,
+              dtype.code, dtype.bits, dtype.lanes);
+  jit__gnode node = {0};
+  jit_value v = jit__make_node(g, JIT__OP_CAST, &x, 1, &node);
+  if (v.id) g->nodes[v.id - 1].n.dtype = to;
+  return v;
 }
 
 jit_value jit_gather(jit_graph *g, jit_value table, jit_value indices) {

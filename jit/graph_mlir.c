@@ -255,6 +255,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
     }
     case JIT__OP_SLICE: return jit_slice(g, a, axis, span[0], span[1], span[2]);
     case JIT__OP_PAD: return jit_pad(g, a, lo, hi, scalar);
+    case JIT__OP_CAST: return jit_cast(g, a, dl);
     default: r->bad = true; return (jit_value){0};
   }
 }

@@ -1010,9 +1010,10 @@ jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
   if (n_outputs != (int)g->n_outputs || !outputs)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has %u outputs, got %d%s", g->name,
                    g->n_outputs, n_outputs, outputs ? "" : " (outputs is NULL)");
+  // Before the empty path: indices into a table with no rows are out of range.
+  JIT_PROPAGATE(jit__check_indices(g, inputs));
   if (jit__any_empty_input(g, inputs))
     return jit__run_empty(g, inputs, outputs, n_outputs, d);
-  JIT_PROPAGATE(jit__check_indices(g, inputs));
   jit__kernel *k = NULL;
   JIT_PROPAGATE(jit__dispatch(g, d, inputs, key, &k));
   jit_status s = jit__call(g, k, inputs, outputs, n_outputs);

@@ -74,7 +74,8 @@ static jit_status check_node(jit__emitter *e, const jit__node *n) {
   if (n->n_operands != operand_count(n->op)) return jit__node_error(e, "operand count");
   for (int i = 0; i < n->n_operands; i++) {
     if (n->operands[i] >= e->cur) return jit__node_error(e, "operand is not an earlier node");
-    if (e->g->nodes[n->operands[i]].dtype != n->dtype && !(n->op == JIT__OP_GATHER && i == 1))
+    if (e->g->nodes[n->operands[i]].dtype != n->dtype && n->op != JIT__OP_CAST &&
+        !(n->op == JIT__OP_GATHER && i == 1))
       return jit__node_error(e, "dtype");
   }
   if (n->op == JIT__OP_SCALAR && n->rank != 0) return jit__node_error(e, "scalar rank");
@@ -118,6 +119,18 @@ static jit_status emit_node(jit__emitter *e, const jit__node *n) {
       return jit__emit_gather(e, n);
     case JIT__OP_CONCAT: case JIT__OP_SLICE: case JIT__OP_PAD:
       return jit__emit_index_copy(e, n);
+    case JIT__OP_CAST: {
+      const jit__node *x = &e->g->nodes[n->operands[0]];
+      if (x->rank != n->rank) return jit__node_error(e, "cast changes the rank");
+      memcpy(e->dv[e->cur], e->dv[n->operands[0]], sizeof e->dv[e->cur]);
+      if (x->dtype == n->dtype) {
+        memcpy(e->names[e->cur], e->names[n->operands[0]], sizeof e->names[e->cur]);
+        return NULL;
+      }
+      jit__emit_convert(e, e->names[n->operands[0]], x->dtype, n->dtype, n->rank, n->dims,
+                        e->dv[e->cur], true);
+      return NULL;
+    }
     default:
       if (jit__op_is_elementwise(n->op))
         return jit__emit_elementwise(e, n, jit__elementwise_kind(n->op));

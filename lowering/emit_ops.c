@@ -546,6 +546,29 @@ jit_status jit__emit_gather(jit__emitter *e, const jit__node *n) {
     jit__text_printf(&e->tb, "  %s = arith.constant 1 : index\n"
                      "  %s = arith.subi %s, %s : index\n", one.s, last.s, t.dv[0].s, one.s);
   }
+  const char *it = jit__dtype_str(ix.dt), *et = jit__dtype_str(n->dtype);
+  if (r == 0) {
+    // One element (a rank-1 table, a scalar index): plain reads, no generic. The
+    // generic kernels' vectorize_children turned a 0-loop generic's read into a
+    // vector.gather that crashed MLIR 22's lowering.
+    jit__str i0 = jit__value_name(e, false), ic = jit__value_name(e, false),
+             z = jit__value_name(e, false), m = jit__value_name(e, false),
+             c = jit__value_name(e, false), v = jit__value_name(e, false),
+             res = jit__value_name(e, true);
+    jit__text_printf(&e->tb,
+                     "  %s = tensor.extract %s[] : %s\n"
+                     "  %s = arith.index_cast %s : %s to index\n"
+                     "  %s = arith.constant 0 : index\n"
+                     "  %s = arith.maxsi %s, %s : index\n"
+                     "  %s = arith.minsi %s, %s : index\n"
+                     "  %s = tensor.extract %s[%s] : %s\n"
+                     "  %s = tensor.from_elements %s : %s\n",
+                     i0.s, ix.name, jit__tensor_type(ix.dt, 0, NULL).s, ic.s, i0.s, it, z.s,
+                     m.s, ic.s, z.s, c.s, m.s, last.s, v.s, t.name, c.s,
+                     jit__tensor_type(t.dt, t.rank, t.dims).s, res.s, v.s,
+                     jit__tensor_type(n->dtype, 0, NULL).s);
+    return NULL;
+  }
   jit__str empty = jit__value_name(e, false), res = jit__value_name(e, true);
   jit__emit_empty(e, empty.s, n->dtype, r, n->dims, dv);
   jit__gen_operand out = {empty.s, n->dtype, r, n->dims, {0}, NULL, NULL};
@@ -553,7 +576,6 @@ jit_status jit__emit_gather(jit__emitter *e, const jit__node *n) {
   char iters[JIT_MAX_RANK + 1];
   memset(iters, 'p', sizeof iters);
   jit__emit_generic_open(e, res.s, r, iters, &ix, 1, &out);
-  const char *it = jit__dtype_str(ix.dt), *et = jit__dtype_str(n->dtype);
   jit__text_printf(&e->tb,
                    "    %%gi = arith.index_cast %%in0 : %s to index\n"
                    "    %%gz = arith.constant 0 : index\n"

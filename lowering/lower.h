@@ -69,6 +69,8 @@ typedef enum jit__op {
   JIT__OP_CONCAT,
   JIT__OP_SLICE,
   JIT__OP_PAD,
+  // The operand converted to the node's dtype (f32 <-> f16), rounded once.
+  JIT__OP_CAST,
   JIT__OP_COUNT_,
 } jit__op;
 

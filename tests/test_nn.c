@@ -815,3 +815,72 @@ Test(copies, bad_arguments) {
   }
   jit_context_destroy(ctx);
 }
+
+//===--- cast ----------------------------------------------------------------===//
+
+// f32 -> f16 (round to nearest even, overflow to inf) -> f32 (exact), N symbolic, and
+// a mixed-precision chain: an f16 input computed on in f32 and returned in f16.
+Test(cast, f32_f16_round_trip_and_mixed_chain) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "cast");
+  int64_t d[2] = {jit_symbol(g, "N"), 6}, dw[2] = {6, 3};
+  jit_value x = jit_input(g, "x", TU_F32, 2, d), h = jit_input(g, "h", TU_F16, 2, d);
+  jit_value w = jit_input(g, "w", TU_F32, 2, dw);
+  jit_output(g, jit_cast(g, jit_cast(g, x, TU_F16), TU_F32));
+  jit_output(g, jit_cast(g, jit_matmul(g, jit_cast(g, h, TU_F32), w), TU_F16));
+  jit_output(g, jit_cast(g, x, TU_F32));  // the same dtype: x itself
+  TU_OK(jit_graph_finalize(g));
+  ref_rng rng;
+  ref_rng_seed(&rng, 8);
+  for (int64_t n = 1; n <= 9; n += 8) {
+    int64_t xd[2] = {n, 6}, od[2] = {n, 3};
+    float *xv = tu_malloc((size_t)n * 24), *hv = tu_malloc((size_t)n * 24), wv[18];
+    ref_rng_fill_signed(&rng, xv, n * 6);
+    ref_rng_fill_signed(&rng, hv, n * 6);
+    ref_rng_fill_signed(&rng, wv, 18);
+    xv[0] = 70000.0f;                 // overflows f16
+    if (n > 1) xv[7] = 1.0f + 1.0f / 2048.0f;  // a tie: rounds to even (1.0)
+    void *ph = tu_input_data(TU_F16, hv, n * 6);
+    float *w0 = tu_malloc((size_t)n * 24), *w1 = tu_malloc((size_t)n * 12);
+    memcpy(w0, xv, (size_t)n * 24);
+    ref_round_f16_array(w0, n * 6);
+    for (int64_t i = 0; i < n; i++)
+      for (int j = 0; j < 3; j++) {
+        double acc = 0;
+        for (int k = 0; k < 6; k++) acc += (double)hv[i * 6 + k] * wv[k * 3 + j];
+        w1[i * 3 + j] = (float)acc;
+      }
+    ref_round_f16_array(w1, n * 3);
+    DLTensor ins[3] = {tu_tensor(xv, TU_F32, 2, xd), tu_tensor(ph, TU_F16, 2, xd),
+                       tu_tensor(wv, TU_F32, 2, dw)};
+    float *o0 = tu_malloc((size_t)n * 24), *o2 = tu_malloc((size_t)n * 24);
+    uint16_t *o1 = tu_malloc((size_t)n * 6);
+    DLTensor outs[3] = {tu_tensor(o0, TU_F32, 2, xd), tu_tensor(o1, TU_F16, 2, od),
+                        tu_tensor(o2, TU_F32, 2, xd)};
+    TU_OK(jit_run(g, ins, 3, outs, 3));
+    float *g1 = tu_malloc((size_t)n * 12);
+    ref_f16_to_f32_array(o1, g1, n * 3);
+    tu_assert_close(o0, w0, n * 6, 0, 0, 2, xd, "f32 -> f16 -> f32");
+    tu_assert_close(g1, w1, n * 3, 2e-3, 1e-3, 2, od, "f16 chain in f32");
+    tu_assert_close(o2, xv, n * 6, 0, 0, 2, xd, "cast to the same dtype");
+    cr_expect(isinf(o0[0]), "70000 in f16 is inf, got %g", o0[0]);
+    free(xv), free(hv), free(ph), free(w0), free(w1), free(o0), free(o1), free(o2), free(g1);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(cast, to_integers_is_unsupported) {
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "cast_int");
+  int64_t d[1] = {4};
+  jit_value x = jit_input(g, "x", TU_F32, 1, d);
+  cr_expect_eq(jit_cast(g, x, (DLDataType){kDLInt, 8, 1}).id, 0);
+  jit_output(g, x);
+  jit_status s = jit_graph_finalize(g);
+  TU_EXPECT_CODE(s, JIT_UNSUPPORTED);
+  TU_EXPECT_MSG(s, "only f32 and f16 are supported yet");
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}

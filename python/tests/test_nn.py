@@ -557,10 +557,6 @@ def test_gather_input_dtype_spellings(ctx, idx_dtype):
 def test_gather_ranks_match_numpy_take(ctx, table_shape, idx_shape):
     g = gather_graph(ctx, "gather_r%d_r%d" % (len(table_shape), len(idx_shape)),
                      "float32", table_shape, "int64", idx_shape)
-    if len(table_shape) + len(idx_shape) == 1:
-        pytest.skip("a rank-0 result: the generic kernel, compiled on a background "
-                    "thread after the first call, crashes the process; see "
-                    "test_gather_rank0_result_generic_kernel")
     rng = np.random.default_rng(31)
     for v, b, s in ((9, 2, 3), (4, 1, 6)):
         sizes = {"V": v, "B": b, "S": s}
@@ -665,11 +661,9 @@ for v in (9, 4):
 """
 
 
-@pytest.mark.xfail(strict=True, reason="libjitml: SIGSEGV in MLIR's vector.gather lowering "
-                   "(VectorGatherOpConversion) compiling the generic CPU kernel of a "
-                   "gather with a rank-0 result")
 def test_gather_rank0_result_generic_kernel():
-    # A rank-1 table and rank-0 indices, in a child process: the failure is a crash.
+    # A rank-1 table and rank-0 indices, in a child process: the failure was a crash
+    # (MLIR's vector.gather lowering, when the generic kernel vectorized the read).
     # JITML_SHAPE_POLICY=generic compiles the generic kernel for the first call; under
     # "auto" a background thread compiles it after the first call.
     import os
@@ -683,9 +677,6 @@ def test_gather_rank0_result_generic_kernel():
     assert r.stdout.split() == ["16.0", "6.0"]
 
 
-@pytest.mark.xfail(strict=True, reason="libjitml: an empty table with an index reports "
-                   "UNSUPPORTED (zero-size binding) before the index check's "
-                   "INVALID_ARGUMENT")
 def test_gather_empty_table_is_an_index_error(ctx):
     g = gather_graph(ctx, "gather_empty", "float32", ("V", 4), "int32", ("S",))
     with pytest.raises(jitml.JitError) as e:
