@@ -521,6 +521,18 @@ JIT_API jit_status jit_graph_from_mlir(jit_context *ctx, const char *text, size_
 JIT_API jit_status jit_graph_from_mlir_file(jit_context *ctx, const char *path,
                                             const char *entry_name,
                                             jit_graph **out_graph);
+// Runs a pass pipeline on MLIR text as `mlir-opt --pass-pipeline=...` does, with
+// libjitml's own passes available by name among MLIR's (jitml-lower-matmul-to-loops:
+// every 2-D linalg.matmul on memrefs as scf.for loops of arith.mulf/addf in the
+// accumulator's type, f32 and f16), and writes the printed result to *out_text (free
+// with jit_string_free): a compiler engineer's tool (`jitml opt`) to run and test one
+// pass at a time. `pipeline` may leave out the outer builtin.module(...). `source_name`
+// (may be NULL) names the text in messages. Returns JIT_PARSE_ERROR (with line:col),
+// JIT_INVALID_ARGUMENT (NULL arguments; a pipeline element that does not parse, named),
+// JIT_COMPILE_ERROR (a pass failed, with its diagnostics), JIT_RESOURCE_EXHAUSTED (text
+// over 256 MiB).
+JIT_API jit_status jit_mlir_opt(const char *text, size_t length, const char *pipeline,
+                                const char *source_name, char **out_text);
 // Writes `graph` (finalized) as MLIR text: a module with one func.func on tensors whose
 // `?` dims carry the symbol names in `jit.dims`. Free with jit_string_free.
 JIT_API jit_status jit_graph_to_mlir(jit_graph *graph, char **out_text);

@@ -527,3 +527,18 @@ jit_status jit_graph_to_mlir(jit_graph *graph, char **out_text) {
   }
   return jit__mlir_export(graph, out_text);
 }
+
+//===--- jit_mlir_opt ----------------------------------------------------===//
+
+jit_status jit_mlir_opt(const char *text, size_t length, const char *pipeline,
+                        const char *source_name, char **out_text) {
+  if (out_text) *out_text = NULL;
+  if (!text || !pipeline || !out_text)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_mlir_opt: %s is NULL",
+                   !text ? "text" : !pipeline ? "pipeline" : "out_text");
+  if ((uint64_t)length > JIT__MAX_MLIR_BYTES)
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED,
+                   "jit_mlir_opt: the text is %zu bytes, over the limit of %llu bytes", length,
+                   (unsigned long long)JIT__MAX_MLIR_BYTES);
+  return jit__mlir_opt(text, length, pipeline, source_name, out_text);
+}

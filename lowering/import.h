@@ -106,6 +106,13 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
 // manager.
 MlirPass jit__create_matmul_to_loops_pass(void);
 
+//===--- An mlir-opt (opt.c) ------------------------------------------------===//
+
+// Parses `text`, runs `pipeline` (MLIR's textual form, with our passes by name) and
+// prints the result into *out_text (malloc'ed). See jit_mlir_opt (jitml.h).
+jit_status jit__mlir_opt(const char *text, size_t length, const char *pipeline,
+                         const char *source_name, char **out_text);
+
 //===--- Import (import_mlir.c) -------------------------------------------===//
 
 // One argument of the entry function.

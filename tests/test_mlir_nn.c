@@ -193,3 +193,29 @@ Test(mlir_nn, tensor_concat_strided_slice) {
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
+
+// jit_mlir_opt (what `jitml opt` calls; tests/tool/run.sh checks the printed IR): our
+// pass among MLIR's, and its errors.
+Test(mlir_nn, opt_api) {
+  static const char mm[] =
+      "func.func @mm(%a: memref<2x3xf32>, %b: memref<3x4xf32>, %c: memref<2x4xf32>) {\n"
+      "  linalg.matmul ins(%a, %b : memref<2x3xf32>, memref<3x4xf32>) outs(%c : "
+      "memref<2x4xf32>)\n  return\n}\n";
+  char *out = NULL;
+  TU_OK(jit_mlir_opt(mm, strlen(mm), "func.func(canonicalize,jitml-lower-matmul-to-loops)",
+                     NULL, &out));
+  cr_expect(strstr(out, "scf.for") && !strstr(out, "linalg.matmul"), "%s", out);
+  jit_string_free(out);
+  jit_status s = jit_mlir_opt(NULL, 0, "canonicalize", NULL, &out);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  jit_status_free(s);
+  s = jit_mlir_opt(mm, strlen(mm), "func.func(cse,bogus)", "mm.mlir", &out);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "`bogus` does not parse (on func.func)");
+  jit_status_free(s);
+  cr_expect_null(out);
+  s = jit_mlir_opt(mm, 20, "canonicalize", "mm.mlir", &out);
+  TU_EXPECT_CODE(s, JIT_PARSE_ERROR);
+  TU_EXPECT_MSG(s, "mm.mlir:1:");
+  jit_status_free(s);
+}

@@ -92,6 +92,10 @@ static const char kUsage[] =
     "      lacks there; --sign signs them for machines that trust its key\n"
     "  cache pull [--trust PUBLIC_KEY[,PUBLIC_KEY...]]\n"
     "      copy every verified kernel of the fleet cache into the disk cache\n"
+    "  opt FILE.mlir PIPELINE\n"
+    "      run a pass pipeline (mlir-opt's textual form) with libjitml's own passes\n"
+    "      among MLIR's (jitml-lower-matmul-to-loops) and print the result; FILE '-'\n"
+    "      reads stdin\n"
     "  keygen SECRET_KEY\n"
     "      make a signing key: the secret into a new file (mode 600), the public\n"
     "      key (for --trust) on stdout\n"
@@ -604,6 +608,55 @@ static int cmd_cache(const char *sub, const args *a) {
   return rc;
 }
 
+// Reads all of `path` ("-": stdin), at most 256 MiB; NULL with a message otherwise.
+static char *read_all(const char *path, size_t *out_len) {
+  FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+  if (!f) {
+    fprintf(stderr, "jitml: cannot open %s: %s\n", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, len = 0, limit = (size_t)256 << 20;
+  char *buf = malloc(cap);
+  while (buf) {
+    if (len == cap) {
+      char *b = cap < limit ? realloc(buf, cap * 2) : NULL;
+      if (!b) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = b;
+      cap *= 2;
+    }
+    size_t n = fread(buf + len, 1, cap - len, f);
+    len += n;
+    if (n == 0) break;
+  }
+  bool err = ferror(f);
+  if (f != stdin) fclose(f);
+  if (!buf || err || len > limit) {
+    fprintf(stderr, "jitml: cannot read %s%s\n", path,
+            !buf || len > limit ? ": more than 256 MiB or out of memory" : "");
+    free(buf);
+    return NULL;
+  }
+  *out_len = len;
+  return buf;
+}
+
+static int cmd_opt(const char *path, const char *pipeline) {
+  size_t len = 0;
+  char *text = read_all(path, &len);
+  if (!text) return kExitFail;
+  char *out = NULL;
+  jit_status s = jit_mlir_opt(text, len, pipeline, strcmp(path, "-") ? path : "<stdin>", &out);
+  free(text);
+  if (s) return fail(s, "opt");
+  fputs(out, stdout);
+  jit_string_free(out);
+  return kExitOk;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return usage_error("missing command");
   const char *cmd = argv[1];
@@ -627,6 +680,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "run")) return cmd_run(&a);
     return cmd_explain(&a);
+  }
+  if (!strcmp(cmd, "opt")) {
+    if (argc != 4) return usage_error("opt takes FILE.mlir and a PIPELINE");
+    return cmd_opt(argv[2], argv[3]);
   }
   if (!strcmp(cmd, "keygen")) {
     if (argc != 3 || argv[2][0] == '-') return usage_error("keygen takes one SECRET_KEY path");

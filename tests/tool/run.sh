@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end test of the `jitml` tool: prewarm, --expect-warm, run, explain, and the
-# cache subcommands, against a fresh cache directory.
+# End-to-end test of the `jitml` tool: prewarm, --expect-warm, run, explain, opt, and
+# the cache subcommands, against a fresh cache directory.
 #   tests/tool/run.sh <path to jitml> <model.mlir> <export.mlir>
 set -euo pipefail
 jitml=$1
@@ -126,6 +126,41 @@ else
   out=$("$jitml" run "$export_model" --device vulkan --shape 'N=5,9' --cache-dir "$gpu")
   echo "$out" | grep -q "N=9.*call 1:.*kernel from memory" || fail "run --device vulkan: $out"
 fi
+
+# opt: one pass at a time, the printed IR checked. jitml-lower-matmul-to-loops turns
+# a linalg.matmul on memrefs (f16 inputs, f32 accumulator) into three scf.for with the
+# inputs extended, a multiply and an add in f32; MLIR's passes run beside it.
+cat > "$dir/mm.mlir" <<'MLIR'
+func.func @mm(%a: memref<4x3xf16>, %b: memref<3x5xf16>, %c: memref<4x5xf32>) {
+  linalg.matmul ins(%a, %b : memref<4x3xf16>, memref<3x5xf16>) outs(%c : memref<4x5xf32>)
+  return
+}
+MLIR
+out=$("$jitml" opt "$dir/mm.mlir" 'func.func(jitml-lower-matmul-to-loops),canonicalize,cse')
+[[ $(grep -c 'scf.for' <<< "$out") == 3 ]] || fail "opt: three scf.for: $out"
+grep -q 'arith.extf %[0-9]* : f16 to f32' <<< "$out" || fail "opt: f16 inputs extended: $out"
+grep -q 'arith.mulf .* : f32' <<< "$out" && grep -q 'arith.addf .* : f32' <<< "$out" \
+  || fail "opt: f32 multiply-add: $out"
+grep -q 'linalg.matmul' <<< "$out" && fail "opt: the matmul is still there: $out"
+grep -q 'arith.constant 4 : index' <<< "$out" || fail "opt: M bound: $out"
+# The pass named bare at the top level, inside builtin.module(...), and from stdin.
+[[ $("$jitml" opt - 'builtin.module(jitml-lower-matmul-to-loops)' < "$dir/mm.mlir" \
+     | grep -c 'scf.for') == 3 ]] || fail "opt: bare pass in builtin.module from stdin"
+# MLIR's passes alone: canonicalize folds a constant add.
+printf '%s\n' 'func.func @f() -> i32 {' '  %a = arith.constant 2 : i32' \
+  '  %b = arith.addi %a, %a : i32' '  return %b : i32' '}' > "$dir/fold.mlir"
+"$jitml" opt "$dir/fold.mlir" canonicalize | grep -q 'arith.constant 4 : i32' \
+  || fail "opt: canonicalize did not fold"
+set +e
+"$jitml" opt "$dir/mm.mlir" 'func.func(no-such-pass)' >/dev/null 2>"$dir/opt.txt"; rc=$?
+[[ $rc == 1 ]] && grep -q 'INVALID_ARGUMENT.*no-such-pass' "$dir/opt.txt" \
+  || fail "opt: an unknown pass: $(cat "$dir/opt.txt")"
+printf 'func.func @f( {\n' > "$dir/bad.mlir"
+"$jitml" opt "$dir/bad.mlir" canonicalize >/dev/null 2>"$dir/opt.txt"; rc=$?
+[[ $rc == 1 ]] && grep -q "PARSE_ERROR.*bad.mlir:1:" "$dir/opt.txt" \
+  || fail "opt: malformed text: $(cat "$dir/opt.txt")"
+"$jitml" opt "$dir/mm.mlir" >/dev/null 2>&1; [[ $? == 2 ]] || fail "opt without a pipeline"
+set -e
 
 # The fleet cache, on a real redis-server listening on a unix socket in $dir:
 # prewarm --remote fills it, a new machine's cache pulls it and is then warm, push
