@@ -44,16 +44,20 @@ DTYPE_MISMATCH naming the input; integer values feed only gather's indices and a
 never outputs (DTYPE_MISMATCH from the builder); an index outside the table's rows
 raises INVALID_ARGUMENT naming it; a CUDA tensor raises UNSUPPORTED.
 
+Data movement and casts: Graph.concat, Graph.slice (NumPy's x[start:stop:step] on one
+axis), Graph.pad (constant) and Graph.cast (float32 <-> float16). MLIR tooling:
+jitml.mlir_opt(text, pipeline) runs a pass pipeline, libjitml's own passes included.
+
 PyTorch custom ops: jitml.torch_op.register(name, graph) makes
 torch.ops.jitml.<name>(...) callable (torch.library), e.g. inside an nn.Module.
 """
 
 from ._core import (Context, CopyWarning, Graph, JitError, StatusCode, TensorSpec, Value,
-                    float16, float32, int32, int64)
+                    float16, float32, int32, int64, mlir_opt)
 
 __all__ = ["Context", "Graph", "Value", "JitError", "StatusCode", "CopyWarning",
-           "TensorSpec", "float32", "float16", "int32", "int64", "version",
-           "library_path"]
+           "TensorSpec", "float32", "float16", "int32", "int64", "mlir_opt",
+           "version", "library_path"]
 
 
 def version():

@@ -109,6 +109,45 @@ def _dl_dtype(dtype):
     return _lib.DLDataType(code, bits, 1)
 
 
+def _any_dl_dtype(name):
+    """The DLDataType of any NumPy-style dtype name (int8, uint8, bfloat16, float64,
+    ...): for jit_cast, whose own checks say which it supports."""
+    if name in _DL:
+        return _dl_dtype(name)
+    import re
+    m = re.fullmatch(r"(bfloat|float|uint|int)(8|16|32|64)", name)
+    if not m:
+        raise JitError(StatusCode.UNSUPPORTED, "dtype %s has no DLPack equivalent" % name)
+    code = {"bfloat": _lib.kDLBfloat, "float": _lib.kDLFloat, "uint": _lib.kDLUInt,
+            "int": _lib.kDLInt}[m.group(1)]
+    return _lib.DLDataType(code, int(m.group(2)), 1)
+
+
+# --- MLIR text in, MLIR text out -------------------------------------------------------
+
+
+def mlir_opt(text, pipeline, source_name=None):
+    """Runs a pass pipeline on MLIR text as `mlir-opt --pass-pipeline=...` does, with
+    libjitml's own passes (jitml-lower-matmul-to-loops) among MLIR's, and returns the
+    printed result (jit_mlir_opt). `pipeline` may leave out the outer
+    builtin.module(...); `source_name` names the text in messages. Raises JitError:
+    PARSE_ERROR (with line:col), INVALID_ARGUMENT (a pipeline element that does not
+    parse, named), COMPILE_ERROR (a pass failed)."""
+    L = _init()
+    if getattr(L, "jit_mlir_opt", None) is None:
+        raise JitError(StatusCode.UNAVAILABLE,
+                       "this libjitml (%s) has no jit_mlir_opt" % LIBRARY_PATH)
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    out = ctypes.c_void_p()
+    _check(L.jit_mlir_opt(data, len(data), pipeline.encode(),
+                          source_name.encode() if source_name else None,
+                          ctypes.byref(out)))
+    try:
+        return ctypes.string_at(out.value).decode()
+    finally:
+        L.jit_string_free(out)
+
+
 # --- Context ---------------------------------------------------------------------------
 
 
@@ -480,6 +519,85 @@ class Graph:
         arr = (ctypes.c_int64 * max(1, len(dims)))(*dims)
         return self._value(_L.jit_reshape(self._handle(), self._v(x), len(dims), arr),
                            x.dtype)
+
+    # -- joining, slicing, padding, casting --
+    def _need(self, cname):
+        # Prototypes added after jit_gather are optional (an older library still
+        # loads); calling one it lacks says so.
+        if getattr(_L, cname, None) is None:
+            raise JitError(StatusCode.UNAVAILABLE,
+                           "this libjitml (%s) has no %s" % (LIBRARY_PATH, cname))
+        return getattr(_L, cname)
+
+    def concat(self, values, axis=0):
+        """Joins `values` (a sequence of Values of one dtype and rank) along `axis`
+        (negative counts from the end); every other dim must be equal (symbols: equal
+        at run time). The concat axis itself may be symbolic."""
+        f = self._need("jit_concat")
+        values = list(values)
+        arr = (_lib.jit_value * max(1, len(values)))(*[self._v(v) for v in values])
+        axis = self._ints("concat", "axis", axis, ())[0]
+        if not values:
+            # The library names the error; there is no first value to take a dtype from.
+            self._value(f(self._handle(), arr, 0, axis), None)
+        return self._value(f(self._handle(), arr, len(values), axis), values[0].dtype)
+
+    def slice(self, x, axis, start=0, stop=None, step=1):
+        """x[start:stop:step] along `axis`, as NumPy: negative bounds count from the
+        end and are clamped to the dim; stop None (JIT_SLICE_END) runs to the end;
+        step >= 1. The dim may be symbolic; a slice that is empty for a binding raises
+        SHAPE_MISMATCH when the graph is called."""
+        f = self._need("jit_slice")
+        axis = self._ints("slice", "axis", axis, ())[0]
+        # Python ints are unbounded; NumPy's clamping makes any bound past int64 the
+        # same as int64's limit, so clamp rather than let ctypes wrap it around.
+        lim = lambda v: min(max(operator.index(v), -2**63), 2**63 - 1)
+        start = 0 if start is None else lim(start)
+        stop = _lib.JIT_SLICE_END if stop is None else lim(stop)
+        return self._value(f(self._handle(), self._v(x), axis, start, stop, lim(step)),
+                           x.dtype)
+
+    def pad(self, x, low, high, value=0.0):
+        """Constant padding: low[d] elements of `value` before dim d and high[d] after
+        (sequences of ints, one per dim of x; each in [0, 2^30]). `value` may be an
+        infinity (a max pool's padding)."""
+        f = self._need("jit_pad")
+        sides = []
+        for what, v in (("low", low), ("high", high)):
+            try:
+                vals = [operator.index(i) for i in v]
+            except TypeError:
+                raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s`: pad: %s must be "
+                               "a sequence of ints, got %r" % (self.name, what, v)) from None
+            sides.append(vals)
+        if len(sides[0]) != len(sides[1]) or len(sides[0]) > _lib.JIT_MAX_RANK:
+            raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s`: pad: low has %d "
+                           "entries and high %d; both need one per dim of x (at most %d)"
+                           % (self.name, len(sides[0]), len(sides[1]), _lib.JIT_MAX_RANK))
+        n = len(sides[0])
+        # The library reads rank(x) entries and the Python side does not know the rank:
+        # fill the arrays to JIT_MAX_RANK with -1, which the library refuses, so a
+        # short list is an error rather than a read past the end or a silent 0.
+        arrs = [(ctypes.c_int64 * _lib.JIT_MAX_RANK)(
+            *[min(max(i, -2**63), 2**63 - 1) for i in vals] +
+            [-1] * (_lib.JIT_MAX_RANK - n)) for vals in sides]
+        try:
+            return self._value(f(self._handle(), self._v(x), arrs[0], arrs[1], float(value)),
+                               x.dtype)
+        except JitError as e:
+            if "dim %d pads -1 before and -1 after" % n not in e.message:
+                raise
+            raise JitError(e.code, "%s (low and high have %d entries; pad takes one per "
+                           "dim of x)" % (e.message, n)) from None
+
+    def cast(self, x, dtype):
+        """x converted to `dtype` (names as input() takes, or NumPy/torch dtypes):
+        float32 -> float16 rounds to nearest even (overflow to inf), float16 -> float32
+        is exact, the same dtype is x itself. Other dtypes are passed to the library,
+        which says UNSUPPORTED for them."""
+        f = self._need("jit_cast")
+        name = _dtype_name(dtype)
+        return self._value(f(self._handle(), self._v(x), _any_dl_dtype(name)), name)
 
     def finalize(self):
         """Checks and freezes the graph; raises the first builder error. Returns self."""

@@ -11,7 +11,9 @@ import os
 
 kDLCPU = 1
 kDLInt = 0
+kDLUInt = 1
 kDLFloat = 2
+kDLBfloat = 4
 
 
 class DLDevice(ctypes.Structure):
@@ -49,6 +51,7 @@ DLManagedTensor._fields_ = [
 # --- jitml.h -------------------------------------------------------------------------
 
 JIT_MAX_RANK = 8
+JIT_SLICE_END = 2**63 - 1  # INT64_MAX: jit_slice's stop "to the end"
 
 
 class jit_value(ctypes.Structure):
@@ -218,6 +221,16 @@ def _prototypes(lib):
         required=False)
     _fn(lib, "jit_string_free", None, [ctypes.c_void_p], required=False)
     _fn(lib, "jit_gather", jit_value, [c_graph_p, jit_value, jit_value], required=False)
+    _fn(lib, "jit_concat", jit_value, [c_graph_p, P(jit_value), ctypes.c_int, ctypes.c_int],
+        required=False)
+    _fn(lib, "jit_slice", jit_value, [c_graph_p, jit_value, ctypes.c_int, ctypes.c_int64,
+                                      ctypes.c_int64, ctypes.c_int64], required=False)
+    _fn(lib, "jit_pad", jit_value, [c_graph_p, jit_value, i64p, i64p, ctypes.c_double],
+        required=False)
+    _fn(lib, "jit_cast", jit_value, [c_graph_p, jit_value, DLDataType], required=False)
+    _fn(lib, "jit_mlir_opt", jit_status,
+        [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
+         P(ctypes.c_void_p)], required=False)
     return lib
 
 

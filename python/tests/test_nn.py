@@ -1,6 +1,7 @@
-"""The comparisons, where, pow, conv2d, the pools and gather of the Graph API against
-PyTorch (Debian's python3-torch; references in float64 unless an op is exact), and a
-ResNet basic block and a GPT-2 input stage built from them."""
+"""The comparisons, where, pow, conv2d, the pools, gather, concat, slice, pad and cast
+of the Graph API against PyTorch (Debian's python3-torch; references in float64 unless
+an op is exact), a ResNet basic block, a GPT-2 input stage and GPT-2's fused QKV
+attention built from them, and jitml.mlir_opt."""
 import ctypes
 
 import numpy as np
@@ -794,3 +795,566 @@ def test_gpt2_input_stage_matches_pytorch(ctx):
     assert e.value.code == jitml.StatusCode.INVALID_ARGUMENT
     assert "index 64 (element 1 of input 3 `pos`)" in e.value.message
     assert "[0, 64)" in e.value.message
+
+
+# --- concat, slice, pad, cast ----------------------------------------------------------
+# Data movement is compared exactly (NumPy/torch as the reference); cast against NumPy's
+# astype, which rounds f32 -> f16 to nearest even as IEEE says.
+
+
+def sized(shape, sizes):
+    return tuple(sizes.get(d, d) for d in shape)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shapes, axis", [
+    (((2, 3), (4, 3)), 0),
+    (((2, 3), (2, 5)), 1),
+    (((2, 3), (2, 5)), -1),
+    (((2, 1, 4), (2, 3, 4), (2, 2, 4)), -2),           # three values
+    (((2, 3, 1), (2, 3, 2), (2, 3, 1)), 2),
+    (((5,), (1,), (3,)), -1),                           # rank 1
+    ((("N", 3), ("M", 3)), 0),                          # the concat axis symbolic
+    ((("B", "S", 4), ("B", "S", 2), ("B", "S", 1)), -1),  # the others symbolic
+    ((("B", "S", 4), ("B", "T", 4)), 1),
+])
+def test_concat_matches_torch_cat(ctx, shapes, axis, dtype):
+    g = build(ctx, "concat", dtype, {"x%d" % i: s for i, s in enumerate(shapes)},
+              lambda g, *xs: g.concat(xs, axis=axis))
+    rng = np.random.default_rng(40)
+    for sizes in ({"N": 3, "M": 2, "B": 2, "S": 3, "T": 5},
+                  {"N": 1, "M": 7, "B": 1, "S": 1, "T": 1}):
+        xs = [rand(rng, *sized(s, sizes), dtype=dtype) for s in shapes]
+        want = torch.cat([torch.from_numpy(x) for x in xs], dim=axis).numpy()
+        assert g.output_shapes(*xs) == [want.shape]
+        y = g(*xs)
+        assert y.dtype == NP[dtype]
+        np.testing.assert_array_equal(y, want)
+
+
+def test_concat_of_computed_values_and_torch_tensors(ctx):
+    # concat inside a graph: its operands are results of other ops, and its result
+    # feeds more; torch in, torch out.
+    g = jitml.Graph(ctx, "concat_computed")
+    x = g.input("x", "float32", ("N", 4))
+    w = g.input("w", "float32", (4, 3))
+    h = g.concat([g.relu(x @ w), x, -x], axis=1)
+    g.output(g.reduce_sum(h * 2.0, axis=0))
+    g.finalize()
+    xt, wt = torch.randn(5, 4), torch.randn(4, 3)
+    want = (torch.cat([torch.relu(xt.double() @ wt.double()), xt.double(), -xt.double()],
+                      1) * 2).sum(0)
+    y = g(xt, wt)
+    assert isinstance(y, torch.Tensor) and y.shape == (11,)
+    torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_concat_errors(ctx):
+    def err(shapes, fn, dtypes=None):
+        g = jitml.Graph(ctx, "concat_err")
+        xs = [g.input("x%d" % i, (dtypes or ["float32"] * len(shapes))[i], s)
+              for i, s in enumerate(shapes)]
+        with pytest.raises(jitml.JitError) as e:
+            fn(g, xs)
+            g.finalize()
+        return e.value
+
+    e = err([(2, 3), (2, 4)], lambda g, xs: g.concat(xs, 0))
+    assert e.code == jitml.StatusCode.SHAPE_MISMATCH, e
+    e = err([(2, 3), (2, 3, 1)], lambda g, xs: g.concat(xs, 0))
+    assert e.code == jitml.StatusCode.SHAPE_MISMATCH, e
+    e = err([(2, 3), (2, 3)], lambda g, xs: g.concat(xs, 2))
+    assert e.code == jitml.StatusCode.INVALID_ARGUMENT and "axis 2" in e.message, e
+    e = err([(2, 3), (2, 3)], lambda g, xs: g.concat(xs, -3))
+    assert e.code == jitml.StatusCode.INVALID_ARGUMENT, e
+    e = err([(2, 3), (2, 3)], lambda g, xs: g.concat([], 0))
+    assert e.code == jitml.StatusCode.INVALID_ARGUMENT and "no values" in e.message, e
+    e = err([(2, 3), (2, 3)], lambda g, xs: g.concat(xs, 0), ["float32", "float16"])
+    assert e.code == jitml.StatusCode.DTYPE_MISMATCH, e
+    # Symbols that must agree at run time.
+    g = build(ctx, "concat_sym", "float32", {"a": ("N", "K"), "b": ("N", "L")},
+              lambda g, a, b: g.concat([a, b], 0))
+    np.testing.assert_array_equal(g(np.ones((2, 3), np.float32), np.zeros((2, 3),
+                                                                          np.float32)),
+                                  np.r_[np.ones((2, 3)), np.zeros((2, 3))])
+    with pytest.raises(jitml.JitError) as e:
+        g(np.ones((2, 3), np.float32), np.ones((2, 4), np.float32))
+    assert e.value.code == jitml.StatusCode.SHAPE_MISMATCH
+
+
+def test_concat_single_value_is_the_value(ctx):
+    g = build(ctx, "concat_one", "float32", {"x": ("N", 2)},
+              lambda g, x: g.concat([x], axis=-1))
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_array_equal(g(x), x)
+
+
+SLICES = [  # (start, stop, step) as Python's x[start:stop:step], stop None: to the end
+    (0, None, 1), (1, None, 1), (0, 3, 1), (2, 5, 1), (-3, None, 1), (-5, -1, 1),
+    (0, None, 2), (1, None, 3), (-7, 6, 2), (3, -2, 4), (0, 1, 1), (-1, None, 1),
+    (-100, 100, 1), (-100, None, 5), (2, 10**6, 3), (0, None, 1000), (4, -3, 1),
+    (0, _lib.JIT_SLICE_END, 2), (-2**63, 2**63 - 1, 1), (-2**70, 2**70, 2),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_slice_static_matches_numpy(ctx, axis, dtype):
+    shape = (7, 9, 6)
+    rng = np.random.default_rng(41)
+    x = rand(rng, *shape, dtype=dtype)
+
+    def ref(s):
+        idx = [slice(None)] * 3
+        idx[axis] = slice(*s)
+        return x[tuple(idx)]
+
+    # Slices empty for this static shape are refused when built (test_slice_errors).
+    cases = [s for s in SLICES if ref(s).size]
+    assert len(cases) >= len(SLICES) - 2
+    g = jitml.Graph(ctx, "slice_static")
+    xi = g.input("x", dtype, shape)
+    g.output(*[g.slice(xi, axis, *s) for s in cases])
+    g.finalize()
+    ys = g(x)
+    for s, y in zip(cases, ys):
+        want = ref(s)
+        assert y.shape == want.shape and y.dtype == x.dtype, s
+        np.testing.assert_array_equal(y, want, err_msg=str(s))
+
+
+@pytest.mark.parametrize("s", SLICES)
+def test_slice_symbolic_dim_matches_numpy(ctx, s):
+    # The sliced dim symbolic: the bounds resolve against each binding.
+    g = build(ctx, "slice_sym", "float32", {"x": ("B", "S", 4)},
+              lambda g, x: g.slice(x, 1, *s))
+    rng = np.random.default_rng(42)
+    for b, n in ((2, 9), (1, 20), (3, 6)):
+        x = rand(rng, b, n, 4)
+        want = x[:, slice(*s)]
+        if want.size == 0:
+            for call in (g, g.output_shapes):
+                with pytest.raises(jitml.JitError) as e:
+                    call(x)
+                assert e.value.code == jitml.StatusCode.SHAPE_MISMATCH, (s, n, e.value)
+                assert "empty" in e.value.message, e.value
+            continue
+        assert g.output_shapes(x) == [want.shape], (s, n)
+        np.testing.assert_array_equal(g(x), want, err_msg="%s n=%d" % (s, n))
+
+
+def test_slice_none_and_end_are_the_same(ctx):
+    g = jitml.Graph(ctx, "slice_end")
+    x = g.input("x", "float32", ("N",))
+    g.output(g.slice(x, 0, 2), g.slice(x, 0, 2, None), g.slice(x, 0, 2, _lib.JIT_SLICE_END),
+             g.slice(x, 0, start=None, stop=None, step=2))
+    g.finalize()
+    a = np.arange(11, dtype=np.float32)
+    y0, y1, y2, y3 = g(a)
+    for y in (y0, y1, y2):
+        np.testing.assert_array_equal(y, a[2:])
+    np.testing.assert_array_equal(y3, a[::2])
+
+
+def test_slice_chains_and_computed_inputs(ctx):
+    # Slices of slices, of a matmul's result, feeding elementwise ops and a reduction.
+    g = jitml.Graph(ctx, "slice_chain")
+    x = g.input("x", "float32", ("N", 8))
+    w = g.input("w", "float32", (8, 10))
+    h = x @ w
+    a = g.slice(g.slice(h, 1, 1, None, 2), 1, 1, -1)     # h[:, 1::2][:, 1:-1]
+    b = g.slice(h, 0, -2)                                # the last two rows
+    g.output(g.tanh(a) + 1.0, g.reduce_max(b, axis=-1))
+    g.finalize()
+    rng = np.random.default_rng(43)
+    X, W = rand(rng, 5, 8), rand(rng, 8, 10)
+    H = t64(X) @ t64(W)
+    y1, y2 = g(X, W)
+    np.testing.assert_allclose(y1, (torch.tanh(H[:, 1::2][:, 1:-1]) + 1).numpy(),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y2, H[-2:].max(-1).values.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_slice_errors(ctx):
+    def err(fn, shape=(4, 5)):
+        g = jitml.Graph(ctx, "slice_err")
+        x = g.input("x", "float32", shape)
+        with pytest.raises(jitml.JitError) as e:
+            g.output(fn(g, x))
+            g.finalize()
+        return e.value
+
+    for step in (0, -1, -2**63):
+        e = err(lambda g, x: g.slice(x, 0, 0, None, step))
+        assert e.code == jitml.StatusCode.INVALID_ARGUMENT and "step" in e.message, e
+    e = err(lambda g, x: g.slice(x, 2, 0))
+    assert e.code == jitml.StatusCode.INVALID_ARGUMENT and "axis 2" in e.message, e
+    e = err(lambda g, x: g.slice(x, -3, 0))
+    assert e.code == jitml.StatusCode.INVALID_ARGUMENT, e
+    e = err(lambda g, x: g.slice(x, 0, 0), shape=())
+    assert e.code == jitml.StatusCode.INVALID_ARGUMENT, e  # no axis of a rank-0 value
+    # Empty for a static dim: known when building or at the latest when called.
+    for s in ((3, 3), (4, None), (-1, -2), (10, 20), (2, 1)):
+        g = jitml.Graph(ctx, "slice_empty")
+        x = g.input("x", "float32", (4, 5))
+        with pytest.raises(jitml.JitError) as e:
+            g.output(g.slice(x, 0, *s))
+            g.finalize()
+            g(np.zeros((4, 5), np.float32))
+        assert e.value.code == jitml.StatusCode.SHAPE_MISMATCH, (s, e.value)
+    with pytest.raises(TypeError):
+        jitml.Graph(ctx, "slice_float").slice(None, 0, 1.5)
+
+
+PADS = [  # (shape, low, high)
+    ((), (), ()),
+    ((5,), (2,), (3,)),
+    ((5,), (0,), (0,)),
+    ((1,), (0,), (4,)),
+    ((2, 3, 4), (1, 0, 2), (0, 3, 1)),
+    ((2, 3, 4), (1, 1, 1), (1, 1, 1)),
+    ((2, 3, 4), (0, 0, 0), (0, 0, 5)),
+    ((2, 3, 4), (4, 0, 0), (0, 0, 0)),
+    ((1, 2, 3, 2), (0, 1, 2, 0), (1, 0, 0, 2)),
+]
+
+
+@pytest.mark.parametrize("value", [0.0, -1.5, inf, -inf])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape, low, high", PADS)
+def test_pad_matches_numpy(ctx, shape, low, high, dtype, value):
+    g = build(ctx, "pad", dtype, {"x": shape}, lambda g, x: g.pad(x, low, high, value))
+    x = rand(np.random.default_rng(44), *shape, dtype=dtype)
+    # NumPy's pad refuses a rank-0 array's empty pad widths; padding nothing is x.
+    want = np.pad(x, list(zip(low, high)), constant_values=value) if shape else x
+    y = g(x)
+    assert y.dtype == NP[dtype] and y.shape == want.shape
+    np.testing.assert_array_equal(y, want)
+
+
+def test_pad_symbolic_dims_match_torch(ctx):
+    g = build(ctx, "pad_sym", "float32", {"x": ("N", "C", "H", "W")},
+              lambda g, x: g.pad(x, [0, 1, 2, 3], [1, 0, 3, 2], value=-inf))
+    rng = np.random.default_rng(45)
+    for shape in ((1, 2, 3, 4), (2, 1, 5, 1), (3, 4, 1, 7)):
+        x = rand(rng, *shape)
+        want = F.pad(torch.from_numpy(x), (3, 2, 2, 3, 1, 0, 0, 1), value=-inf).numpy()
+        assert g.output_shapes(x) == [want.shape]
+        np.testing.assert_array_equal(g(x), want)
+
+
+@pytest.mark.parametrize("value", [0.1, 1e6, 65519.0, 65520.0, 1 + 2.0**-11 + 2.0**-30,
+                                   2.0**-25, -1e300])
+def test_pad_value_rounds_once_to_f16(ctx, value):
+    # A double rounded straight to f16 (as NumPy does), not through f32 first: the
+    # fourth value is just above an f16 midpoint that its f32 rounding lands on.
+    g = build(ctx, "pad_value", "float16", {"x": (2,)}, lambda g, x: g.pad(x, [1], [1], value))
+    with np.errstate(over="ignore"):
+        want = np.pad(np.ones(2, np.float16), 1, constant_values=value)
+    np.testing.assert_array_equal(g(np.ones(2, np.float16)).view(np.uint16),
+                                  want.view(np.uint16))
+
+
+def test_pad_then_pool_is_max_pool_with_padding(ctx):
+    # -inf padding then an unpadded max pool is a padded max pool (what a front end
+    # lowering tensor.pad + linalg.pooling writes); and zero padding feeds a conv.
+    g = jitml.Graph(ctx, "pad_pool")
+    x = g.input("x", "float32", ("N", 3, "H", "W"))
+    w = g.input("w", "float32", (4, 3, 3, 3))
+    g.output(g.max_pool2d(g.pad(x, [0, 0, 1, 1], [0, 0, 1, 1], -inf), 3, 2),
+             g.conv2d(g.pad(x, [0, 0, 2, 1], [0, 0, 0, 1]), w))
+    g.finalize()
+    rng = np.random.default_rng(46)
+    X, W = rand(rng, 2, 3, 7, 6), rand(rng, 4, 3, 3, 3)
+    y1, y2 = g(X, W)
+    np.testing.assert_array_equal(y1, F.max_pool2d(torch.from_numpy(X), 3, 2, 1).numpy())
+    want = F.conv2d(F.pad(t64(X), (1, 1, 2, 0)), t64(W)).numpy()
+    np.testing.assert_allclose(y2, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pad_errors(ctx):
+    def err(low, high, shape=(2, 3), value=0.0):
+        g = jitml.Graph(ctx, "pad_err")
+        x = g.input("x", "float32", shape)
+        with pytest.raises(jitml.JitError) as e:
+            g.output(g.pad(x, low, high, value))
+            g.finalize()
+        return e.value
+
+    IA = jitml.StatusCode.INVALID_ARGUMENT
+    e = err([1], [1])  # too few: an error, not a read past the list
+    assert e.code == IA and "low and high have 1 entries" in e.message, e
+    e = err([], [])
+    assert e.code == IA and "dim 0" in e.message, e
+    e = err([1, 1], [1])
+    assert e.code == IA and "low has 2 entries and high 1" in e.message, e
+    e = err([0] * 9, [0] * 9)
+    assert e.code == IA, e
+    e = err([-1, 0], [0, 0])
+    assert e.code == IA and "dim 0 pads -1 before" in e.message, e
+    e = err([0, 0], [0, 2**30 + 1])
+    assert e.code == IA and "dim 1" in e.message, e
+    e = err([0, 2**64], [0, 0])  # not wrapped around on the way to int64
+    assert e.code == IA, e
+    e = err(1, [0, 0])
+    assert e.code == IA and "sequence of ints" in e.message, e
+    # NaN is a value like any other here (jit_scalar refuses it; jit_pad does not).
+    g = build(ctx, "pad_nan", "float32", {"x": (2,)}, lambda g, x: g.pad(x, [1], [0], nan))
+    y = g(np.ones(2, np.float32))
+    assert np.isnan(y[0]) and (y[1:] == 1).all()
+
+
+F16_TIES = np.array([
+    1.0 + 2.0**-11,            # halfway between 1 and the next f16: to even (1)
+    1.0 + 3 * 2.0**-11,        # halfway, rounds up to even
+    -(1.0 + 2.0**-11),
+    2048.0 + 1.0,              # f16 spacing 2 here: a tie, to even (2048)
+    2048.0 + 3.0,              # to 2052
+    65504.0,                   # the largest f16
+    65519.996,                 # below the midpoint to 65536: 65504
+    65520.0,                   # the midpoint: overflow to inf
+    -65520.0, 1e6, -1e30, 3.4e38,
+    2.0**-24,                  # the smallest subnormal f16
+    2.0**-25,                  # half of it: a tie, to even (0)
+    3 * 2.0**-26,              # 0.75 of it: up to 2^-24
+    2.0**-14 - 2.0**-25,       # just below the smallest normal
+    1e-10, -1e-10, 0.0, -0.0, inf, -inf, 0.1, 1 / 3, np.pi,
+], dtype=np.float32)
+
+
+def test_cast_f32_to_f16_rounds_to_nearest_even(ctx):
+    g = build(ctx, "cast_f16", "float32", {"x": ("N",)}, lambda g, x: g.cast(x, "float16"))
+    rng = np.random.default_rng(47)
+    rnd = np.concatenate([rng.normal(0, 1, 5000), rng.normal(0, 3e4, 1000),
+                          rng.uniform(-1e-4, 1e-4, 1000)]).astype(np.float32)
+    for x in (F16_TIES, rnd):
+        with np.errstate(over="ignore"):  # NumPy warns of the overflow to inf
+            want = x.astype(np.float16)
+        y = g(x)
+        assert y.dtype == np.float16
+        np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))  # -0 too
+        np.testing.assert_array_equal(torch.from_numpy(x).half().numpy(), want)
+    y = g(np.array([nan, -nan], np.float32))
+    assert np.isnan(y).all()
+
+
+def test_cast_f16_to_f32_is_exact_for_every_f16(ctx):
+    g = build(ctx, "cast_f32", "float16", {"x": ("N",)}, lambda g, x: g.cast(x, "float32"))
+    x = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    y = g(x)
+    want = x.astype(np.float32)
+    assert y.dtype == np.float32
+    finite = ~np.isnan(want)
+    np.testing.assert_array_equal(y[finite].view(np.uint32), want[finite].view(np.uint32))
+    assert np.isnan(y[~finite]).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", np.float16, torch.float32, "half"])
+def test_cast_same_dtype_and_round_trips(ctx, dtype):
+    name = jitml._core._dtype_name(dtype)
+    other = "float16" if name == "float32" else "float32"
+    g = jitml.Graph(ctx, "cast_same")
+    x = g.input("x", name, (3, "N"))
+    same = g.cast(x, dtype)
+    assert same.dtype == name
+    back = g.cast(g.cast(x, other), name)
+    g.output(same, back, g.cast(x, other))
+    g.finalize()
+    a = rand(np.random.default_rng(48), 3, 5, dtype=name)
+    y_same, y_back, y_other = g(a)
+    np.testing.assert_array_equal(y_same, a)
+    np.testing.assert_array_equal(y_back, a.astype(other).astype(name))
+    assert y_other.dtype == NP[other]
+    np.testing.assert_array_equal(y_other, a.astype(other))
+
+
+def test_cast_mixed_precision_graph_matches_torch(ctx):
+    # f16 weights and activations, an f32 softmax in the middle (what autocast does).
+    g = jitml.Graph(ctx, "cast_mixed")
+    x = g.input("x", "float16", ("N", 8))
+    w = g.input("w", "float16", (8, 6))
+    s = g.softmax(g.cast(x @ w, "float32"), axis=-1)
+    g.output(g.cast(s, "float16"), s)
+    g.finalize()
+    rng = np.random.default_rng(49)
+    X, W = rand(rng, 4, 8, dtype="float16"), rand(rng, 8, 6, dtype="float16")
+    y16, y32 = g(X, W)
+    want = torch.softmax((t64(X) @ t64(W)), -1)
+    assert y16.dtype == np.float16 and y32.dtype == np.float32
+    np.testing.assert_allclose(y32, want.numpy(), rtol=2e-3, atol=1e-4)
+    np.testing.assert_array_equal(y16, y32.astype(np.float16))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", np.float64,
+                                   "bfloat16", torch.bfloat16, torch.int8])
+def test_cast_to_other_dtypes_is_unsupported(ctx, dtype):
+    g = jitml.Graph(ctx, "cast_unsupported")
+    x = g.input("x", "float32", (4,))
+    with pytest.raises(jitml.JitError) as e:
+        g.output(g.cast(x, dtype))
+        g.finalize()
+    assert e.value.code == jitml.StatusCode.UNSUPPORTED, e.value
+    assert "(cast)" in e.value.message  # the library's word, not the binding's
+
+
+def test_cast_of_an_integer_input_is_refused(ctx):
+    g = jitml.Graph(ctx, "cast_int")
+    ids = g.input("ids", "int32", (4,))
+    with pytest.raises(jitml.JitError) as e:
+        g.output(g.cast(ids, "float32"))
+        g.finalize()
+    assert e.value.code in (jitml.StatusCode.DTYPE_MISMATCH,
+                            jitml.StatusCode.UNSUPPORTED), e.value
+
+
+MOVES_GENERIC = """
+import sys
+import numpy as np
+import jitml
+dt = sys.argv[1]
+g = jitml.Graph(jitml.Context(cache_dir=""), "g")
+x = g.input("x", dt, ("B", "S", 6))
+y = g.input("y", dt, ("B", "T", 6))
+c = g.concat([x, y, x], axis=1)
+other = "float16" if dt == "float32" else "float32"
+g.output(c, g.slice(c, 1, 1, None, 2), g.slice(x, -1, -4, -1), g.pad(x, [1, 0, 2], [0, 3, 1],
+         float("-inf")), g.cast(x, other), g.concat([g.slice(x, 2, 0, 3), g.slice(x, 2, 3)], -1))
+g.finalize()
+rng = np.random.default_rng(0)
+for b, s, t in ((2, 3, 4), (1, 5, 1), (3, 1, 2), (1, 1, 1)):
+    X, Y = rng.standard_normal((b, s, 6)).astype(dt), rng.standard_normal((b, t, 6)).astype(dt)
+    C = np.concatenate([X, Y, X], 1)
+    want = [C, C[:, 1::2], X[..., -4:-1],
+            np.pad(X, [(1, 0), (0, 3), (2, 1)], constant_values=-np.inf), X.astype(other), X]
+    for i, (a, w) in enumerate(zip(g(X, Y), want)):
+        assert a.dtype == w.dtype and a.shape == w.shape and np.array_equal(a, w), (b, s, t, i)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_concat_slice_pad_cast_generic_kernels(dtype):
+    # The symbolic-shape (generic) kernels of the new ops, in a child process with
+    # JITML_SHAPE_POLICY=generic as test_gather_rank0_result_generic_kernel does.
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, JITML_SHAPE_POLICY="generic",
+               PYTHONPATH=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    r = subprocess.run([sys.executable, "-c", MOVES_GENERIC, dtype], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.split() == ["ok"]
+
+
+# --- a GPT-2 attention block's fused QKV ------------------------------------------------
+
+
+def test_gpt2_fused_qkv_split_matches_pytorch(ctx):
+    """x @ W_qkv + b_qkv (GPT-2's c_attn, one [d, 3d] matmul), split into q, k, v by
+    three slices of the last axis, then causal attention per head and the merge of the
+    heads: batch and sequence symbolic."""
+    d, nh = 32, 4
+    hd = d // nh
+    g = jitml.Graph(ctx, "gpt2_qkv")
+    x = g.input("x", "float32", ("B", "S", d))
+    w = g.input("w_qkv", "float32", (d, 3 * d))
+    b = g.input("b_qkv", "float32", (3 * d,))
+    mask = g.input("mask", "float32", ("S", "S"))  # 1 where a query may see a key
+    qkv = x @ w + b
+    q, k, v = (g.slice(qkv, -1, i * d, (i + 1) * d) for i in range(3))
+
+    def heads(t):  # [B, S, d] -> [B, nh, S, hd]
+        return g.transpose(g.reshape(t, ("B", "S", nh, hd)), (0, 2, 1, 3))
+
+    att = heads(q) @ g.transpose(heads(k), (0, 1, 3, 2)) * (1.0 / np.sqrt(hd))
+    att = g.softmax(g.where(mask, att, -inf), axis=-1)
+    y = g.reshape(g.transpose(att @ heads(v), (0, 2, 1, 3)), ("B", "S", d))
+    g.output(q, k, v, y)
+    g.finalize()
+    rng = np.random.default_rng(50)
+    W = rng.normal(0, 0.2, size=(d, 3 * d)).astype(np.float32)
+    Bq = rng.normal(0, 0.1, size=3 * d).astype(np.float32)
+    for bsz, s in ((2, 5), (1, 1), (3, 9)):
+        X = rand(rng, bsz, s, d)
+        M = np.tril(np.ones((s, s), np.float32))
+        qkv_t = t64(X) @ t64(W) + t64(Bq)
+        qt, kt, vt = qkv_t.split(d, dim=-1)
+        sh = lambda t: t.view(bsz, s, nh, hd).transpose(1, 2)
+        # torch 1.13 has no F.scaled_dot_product_attention: GPT-2's own arithmetic.
+        att_t = sh(qt) @ sh(kt).transpose(-1, -2) / np.sqrt(hd)
+        att_t = att_t.masked_fill(torch.from_numpy(M) == 0, -inf).softmax(-1)
+        want = (att_t @ sh(vt)).transpose(1, 2).reshape(bsz, s, d)
+        yq, yk, yv, yy = g(X, W, Bq, M)
+        for got, ref in ((yq, qt), (yk, kt), (yv, vt), (yy, want)):
+            assert got.shape == (bsz, s, d)
+            np.testing.assert_allclose(got, ref.numpy(), rtol=1e-4, atol=1e-5)
+
+
+# --- mlir_opt: libjitml's passes on MLIR text -----------------------------------------
+
+MM = """func.func @mm(%a: memref<2x3x{t}>, %b: memref<3x4x{t}>, %c: memref<2x4x{acc}>) {{
+  linalg.matmul ins(%a, %b : memref<2x3x{t}>, memref<3x4x{t}>) outs(%c : memref<2x4x{acc}>)
+  return
+}}
+"""
+
+
+@pytest.mark.parametrize("pipeline", [
+    "func.func(jitml-lower-matmul-to-loops)",
+    "builtin.module(func.func(canonicalize,jitml-lower-matmul-to-loops))",
+    "jitml-lower-matmul-to-loops",
+])
+def test_mlir_opt_lowers_matmul_to_loops(pipeline):
+    out = jitml.mlir_opt(MM.format(t="f32", acc="f32"), pipeline)
+    assert isinstance(out, str)
+    assert out.count("scf.for") == 3, out
+    assert "linalg.matmul" not in out, out
+    assert "arith.mulf" in out and "arith.addf" in out, out
+
+
+def test_mlir_opt_f16_and_bytes_and_other_passes():
+    out = jitml.mlir_opt(MM.format(t="f16", acc="f32").encode(),
+                         "func.func(jitml-lower-matmul-to-loops)", "mm16.mlir")
+    assert "scf.for" in out and "linalg.matmul" not in out
+    assert "arith.extf" in out, out  # f16 operands extended to the f32 accumulator
+    # MLIR's own passes alone leave the matmul.
+    out = jitml.mlir_opt(MM.format(t="f32", acc="f32"), "canonicalize,cse")
+    assert "linalg.matmul" in out and "scf.for" not in out
+
+
+def test_mlir_opt_errors():
+    mm = MM.format(t="f32", acc="f32")
+    with pytest.raises(jitml.JitError) as e:
+        jitml.mlir_opt(mm, "func.func(cse,bogus-pass)", "mm.mlir")
+    assert e.value.code == jitml.StatusCode.INVALID_ARGUMENT
+    assert "bogus-pass" in e.value.message
+    with pytest.raises(jitml.JitError) as e:
+        jitml.mlir_opt(mm, "no-such-pass")
+    assert e.value.code == jitml.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(jitml.JitError) as e:
+        jitml.mlir_opt(mm[:20], "canonicalize", "mm.mlir")
+    assert e.value.code == jitml.StatusCode.PARSE_ERROR
+    assert "mm.mlir:1:" in e.value.message
+    with pytest.raises(jitml.JitError) as e:
+        jitml.mlir_opt("func.func @f() { %0 = \"foo.bar\"() : () -> i32\n return }",
+                       "canonicalize")
+    assert e.value.code in (jitml.StatusCode.PARSE_ERROR, jitml.StatusCode.INVALID_ARGUMENT)
+
+
+@pytest.mark.parametrize("cname", ["jit_concat", "jit_slice", "jit_pad", "jit_cast",
+                                   "jit_mlir_opt"])
+def test_new_prototypes_are_optional(ctx, monkeypatch, cname):
+    # A library without them still loads (_lib marks them required=False); calling
+    # one says UNAVAILABLE instead of an AttributeError.
+    monkeypatch.setattr(jitml._core._L, cname, None)
+    g = jitml.Graph(ctx, "old_library")
+    x = g.input("x", "float32", (2, 3))
+    call = {"jit_concat": lambda: g.concat([x, x]), "jit_slice": lambda: g.slice(x, 0, 1),
+            "jit_pad": lambda: g.pad(x, [0, 0], [1, 1]),
+            "jit_cast": lambda: g.cast(x, "float16"),
+            "jit_mlir_opt": lambda: jitml.mlir_opt(MM.format(t="f32", acc="f32"),
+                                                   "canonicalize")}[cname]
+    with pytest.raises(jitml.JitError) as e:
+        call()
+    assert e.value.code == jitml.StatusCode.UNAVAILABLE and cname in e.value.message
