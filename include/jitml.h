@@ -388,6 +388,17 @@ JIT_API jit_value jit_not_equal(jit_graph *graph, jit_value a, jit_value b);
 // together and share one dtype. Only the chosen value is read: where(m, x, -inf)
 // masks without the NaNs that m * x + (1 - m) * -inf would make.
 JIT_API jit_value jit_where(jit_graph *graph, jit_value cond, jit_value a, jit_value b);
+// Scaled dot-product attention, softmax(q k^T * scale + mask) v over the keys:
+// q [..., S, D], k [..., T, D], v [..., T, Dv] with equal leading dims -> [..., S, Dv].
+// `mask` (id 0: none) is added to the scores and broadcasts to [..., S, T] (0 / -inf
+// masks, or any bias). With `causal`, query i sees keys j <= i + T - S (the last query
+// sees every key, so a decode step against a cache needs no mask). scale 0 means
+// 1 / sqrt(D) (D static). Computed in f32. On the CPU an exact kernel walks the keys in
+// blocks of 64 with a running max and sum: the S x T scores are never made whole
+// (generic kernels and the GPU back ends make them). A row whose every key is masked
+// is NaN, as in PyTorch.
+JIT_API jit_value jit_attention(jit_graph *graph, jit_value q, jit_value k, jit_value v,
+                                jit_value mask, double scale, int causal);
 // x converted to `dtype`: f32 -> f16 rounds to nearest even (overflow to inf), f16 ->
 // f32 is exact; the same dtype is x itself. Other dtypes (integers, bf16, int8):
 // JIT_UNSUPPORTED for now.

@@ -352,6 +352,46 @@ static jit_status jit__rule_copy(const jit_graph *g, const jit__node *n, const j
   return NULL;
 }
 
+// attention: q [..., S, D], k [..., T, D], v [..., T, Dv] with equal leading dims, and
+// an optional mask that broadcasts to the scores [..., S, T]; -> [..., S, Dv].
+static jit_status jit__rule_attention(const jit_graph *g, const jit__node *const *ops,
+                                      const jit__node *const *decl, jit__node *out) {
+  const jit__node *q = ops[0], *k = ops[1], *v = ops[2];
+  char sq[160], sk[160], sv[160];
+  int r = q->rank;
+  bool ok = r >= 2 && k->rank == r && v->rank == r;
+  for (int d = 0; ok && d < r - 2; d++)
+    ok = (q->dims[d] == k->dims[d] || !jit__dim_known(q->dims[d]) || !jit__dim_known(k->dims[d])) &&
+         (q->dims[d] == v->dims[d] || !jit__dim_known(q->dims[d]) || !jit__dim_known(v->dims[d]));
+  int64_t D = ok ? q->dims[r - 1] : 0, T = ok ? k->dims[r - 2] : 0;
+  ok = ok && (k->dims[r - 1] == D || !jit__dim_known(D) || !jit__dim_known(k->dims[r - 1])) &&
+       (v->dims[r - 2] == T || !jit__dim_known(T) || !jit__dim_known(v->dims[r - 2]));
+  if (!ok)
+    return JIT_ERR(JIT_SHAPE_MISMATCH,
+                   "q %s, k %s and v %s must be [..., S, D], [..., T, D] and [..., T, Dv] "
+                   "with the same leading dims",
+                   jit__fmt_dims(g, q->rank, q->dims, sq, sizeof sq),
+                   jit__fmt_dims(g, k->rank, k->dims, sk, sizeof sk),
+                   jit__fmt_dims(g, v->rank, v->dims, sv, sizeof sv));
+  out->rank = r;
+  memcpy(out->dims, q->dims, sizeof(int64_t) * (size_t)r);
+  out->dims[r - 1] = v->dims[r - 1];
+  if (ops[3]) {
+    jit__node scores = *q, scores_decl = *decl[0], b = {0};
+    scores.dims[r - 1] = T;
+    scores_decl.dims[r - 1] = decl[1]->dims[r - 2];
+    JIT_PROPAGATE(jit__rule_broadcast(g, &scores, ops[3], &scores_decl, decl[3], &b));
+    bool same = b.rank == r;
+    for (int d = 0; same && d < r; d++)
+      same = b.dims[d] == scores.dims[d] || !jit__dim_known(scores.dims[d]);
+    if (!same)
+      return JIT_ERR(JIT_SHAPE_MISMATCH, "the mask %s does not broadcast to the scores %s",
+                     jit__fmt_dims(g, ops[3]->rank, ops[3]->dims, sq, sizeof sq),
+                     jit__fmt_dims(g, r, scores.dims, sk, sizeof sk));
+  }
+  return NULL;
+}
+
 // Applies node n's rule given its operand shapes `ops` (NULL past its operands) and
 // their build-time shapes `decl`. Writes rank/dims of `out`. `symvals` is NULL at
 // build time.
@@ -385,6 +425,8 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
       return jit__rule_window(g, n, a, b, out);
     case JIT__OP_CONCAT: case JIT__OP_SLICE: case JIT__OP_PAD:
       return jit__rule_copy(g, n, a, b, out);
+    case JIT__OP_ATTENTION:
+      return jit__rule_attention(g, ops, decl, out);
     case JIT__OP_GATHER: {
       char sa[160], sb[160];
       if (a->rank < 1)
@@ -414,7 +456,7 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
 jit_status jit__infer_concrete(const jit_graph *g, uint32_t i, const jit__node *shapes,
                                const int64_t *symbol_values, jit__node *out) {
   const jit__gnode *gn = &g->nodes[i];
-  const jit__node *ops[3] = {0}, *decl[3] = {0};
+  const jit__node *ops[4] = {0}, *decl[4] = {0};
   for (int k = 0; k < gn->n.n_operands; k++) {
     ops[k] = &shapes[gn->n.operands[k]];
     decl[k] = &g->nodes[gn->n.operands[k]].n;
@@ -612,7 +654,7 @@ jit_value jit_scalar(jit_graph *g, double value, DLDataType dtype) {
 static jit_value jit__make_node(jit_graph *g, jit__op op, const jit_value *v, int n_ops,
                                 jit__gnode *node) {
   const char *opname = jit__op_name(op);
-  const jit__node *ops[3] = {0};
+  const jit__node *ops[4] = {0};
   for (int k = 0; k < n_ops; k++) {
     if (!jit__check_operand(g, opname, v[k], k)) return (jit_value){0};
     ops[k] = jit__value(g, v[k]);
@@ -789,6 +831,23 @@ jit_value jit_cast(jit_graph *g, jit_value x, DLDataType dtype) {
   jit_value v = jit__make_node(g, JIT__OP_CAST, &x, 1, &node);
   if (v.id) g->nodes[v.id - 1].n.dtype = to;
   return v;
+}
+
+jit_value jit_attention(jit_graph *g, jit_value q, jit_value k, jit_value v, jit_value mask,
+                        double scale, int causal) {
+  if (!jit__check_operand(g, "attention", q, 0)) return (jit_value){0};
+  const jit__node *qn = jit__value(g, q);
+  int64_t D = qn->rank >= 1 ? qn->dims[qn->rank - 1] : -1;
+  if (!isfinite(scale) || scale < 0 || (scale == 0 && !jit__dim_known(D)))
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (attention): scale %g: %s",
+              g->name, g->n_nodes, scale,
+              scale == 0 ? "0 means 1/sqrt(D), and q's last dim D is not static"
+                         : "must be finite and >= 0");
+  jit__gnode node = {0};
+  node.n.scalar = scale > 0 ? scale : 1.0 / sqrt((double)(D > 0 ? D : 1));
+  node.n.causal = causal != 0;
+  jit_value ops[4] = {q, k, v, mask};
+  return jit__make_node(g, JIT__OP_ATTENTION, ops, mask.id ? 4 : 3, &node);
 }
 
 jit_value jit_gather(jit_graph *g, jit_value table, jit_value indices) {
@@ -1036,6 +1095,8 @@ static void jit__fingerprint(jit_graph *g) {
     XXH3_128bits_update(st, rec, sizeof(rec));
     // Only what ops added later carry, so that older graphs keep their keys.
     if (gn->n.n_operands > 2) XXH3_128bits_update(st, &gn->n.operands[2], sizeof(uint32_t));
+    if (gn->n.n_operands > 3) XXH3_128bits_update(st, &gn->n.operands[3], sizeof(uint32_t));
+    if (gn->n.op == JIT__OP_ATTENTION) XXH3_128bits_update(st, &gn->n.causal, sizeof(bool));
     if (gn->n.op == JIT__OP_SLICE || gn->n.op == JIT__OP_PAD)
       XXH3_128bits_update(st, &gn->n.span, sizeof gn->n.span);
     if (jit__op_is_window(gn->n.op)) {

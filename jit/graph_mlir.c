@@ -164,7 +164,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   long long o0 = jit__rd_int(r), o1 = jit__rd_int(r);
   int rank = (int)jit__rd_int(r), axis = (int)jit__rd_int(r), keep = (int)jit__rd_int(r);
   uint64_t bits = jit__rd_hex(r);
-  if (r->bad || rank < 0 || rank > JIT_MAX_RANK || nops < 0 || nops > 3 || o0 < 0 ||
+  if (r->bad || rank < 0 || rank > JIT_MAX_RANK || nops < 0 || nops > 4 || o0 < 0 ||
       o1 < 0 || (nops > 0 && o0 >= (long long)g->n_nodes) ||
       (nops > 1 && o1 >= (long long)g->n_nodes) || (dt < JIT__F32 || dt > JIT__I64)) {
     r->bad = true;
@@ -178,7 +178,17 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   if (op == JIT__OP_TRANSPOSE)
     for (int d = 0; d < rank; d++) perm[d] = (int)jit__rd_int(r);
   // Ops added later: where's third operand, a window's parameters.
-  long long o2 = op == JIT__OP_WHERE ? jit__rd_int(r) : 0;
+  long long o2 = op == JIT__OP_WHERE ? jit__rd_int(r) : 0, o3 = 0;
+  int att_ops = 0, causal = 0;
+  if (op == JIT__OP_ATTENTION) {
+    att_ops = (int)jit__rd_int(r);
+    o2 = jit__rd_int(r);
+    o3 = jit__rd_int(r);
+    causal = (int)jit__rd_int(r);
+    if (att_ops < 3 || att_ops > 4 || o2 >= (long long)g->n_nodes || o3 < 0 ||
+        o3 >= (long long)g->n_nodes)
+      r->bad = true;
+  }
   jit_window_params wp;
   jit_window_params_init(&wp);
   if (op >= JIT__OP_CONV2D && op <= JIT__OP_AVG_POOL2D) {
@@ -256,6 +266,10 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
     case JIT__OP_SLICE: return jit_slice(g, a, axis, span[0], span[1], span[2]);
     case JIT__OP_PAD: return jit_pad(g, a, lo, hi, scalar);
     case JIT__OP_CAST: return jit_cast(g, a, dl);
+    case JIT__OP_ATTENTION:
+      return jit_attention(g, a, b, (jit_value){(uint32_t)o2 + 1},
+                           att_ops > 3 ? (jit_value){(uint32_t)o3 + 1} : (jit_value){0},
+                           scalar, causal);
     default: r->bad = true; return (jit_value){0};
   }
 }
@@ -437,6 +451,9 @@ static void jit__graph_record(const jit_graph *g, jit__text *b) {
     if (n->op == JIT__OP_TRANSPOSE)
       for (int d = 0; d < n->rank; d++) jit__text_printf(b, " %d", n->perm[d]);
     if (n->op == JIT__OP_WHERE) jit__text_printf(b, " %u", n->operands[2]);
+    if (n->op == JIT__OP_ATTENTION)
+      jit__text_printf(b, " %d %u %u %d", n->n_operands, n->operands[2],
+                       n->n_operands > 3 ? n->operands[3] : 0u, (int)n->causal);
     if (n->op == JIT__OP_SLICE)
       jit__text_printf(b, " %lld %lld %lld", (long long)n->span.lo[0],
                        (long long)n->span.hi[0], (long long)n->span.step);

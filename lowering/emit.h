@@ -169,5 +169,6 @@ jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_window(jit__emitter *e, const jit__node *n);  // emit_window.c
 jit_status jit__emit_gather(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_index_copy(jit__emitter *e, const jit__node *n);  // emit_copy.c
+jit_status jit__emit_attention(jit__emitter *e, const jit__node *n);  // emit_attention.c
 
 #endif  // JITML_LOWERING_EMIT_H_

@@ -64,6 +64,7 @@ static const char *const jit__op_names[JIT__OP_COUNT_] = {
     [JIT__OP_SLICE] = "slice",
     [JIT__OP_PAD] = "pad",
     [JIT__OP_CAST] = "cast",
+    [JIT__OP_ATTENTION] = "attention",
 };
 
 const char *jit__op_name(jit__op op) {

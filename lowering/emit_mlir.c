@@ -58,6 +58,7 @@ static int operand_count(jit__op op) {
     case JIT__OP_MATMUL: case JIT__OP_CONV2D: case JIT__OP_GATHER: case JIT__OP_CONCAT:
       return 2;
     case JIT__OP_WHERE: return 3;
+    case JIT__OP_ATTENTION: return -1;  // 3 or 4 (with a mask): check_node
     default: return jit__op_is_binary_elementwise(op) ? 2 : 1;
   }
 }
@@ -71,7 +72,9 @@ static jit_status check_node(jit__emitter *e, const jit__node *n) {
   if (n->rank < 0 || n->rank > JIT_MAX_RANK) return jit__node_error(e, "rank out of range");
   for (int d = 0; d < n->rank; d++)
     if (n->dims[d] < 0 && !e->symbolic) return jit__node_error(e, "dim not concrete");
-  if (n->n_operands != operand_count(n->op)) return jit__node_error(e, "operand count");
+  int want = operand_count(n->op);
+  if (want >= 0 ? n->n_operands != want : n->n_operands < 3 || n->n_operands > 4)
+    return jit__node_error(e, "operand count");
   for (int i = 0; i < n->n_operands; i++) {
     if (n->operands[i] >= e->cur) return jit__node_error(e, "operand is not an earlier node");
     if (e->g->nodes[n->operands[i]].dtype != n->dtype && n->op != JIT__OP_CAST &&
@@ -117,6 +120,8 @@ static jit_status emit_node(jit__emitter *e, const jit__node *n) {
       return jit__emit_window(e, n);
     case JIT__OP_GATHER:
       return jit__emit_gather(e, n);
+    case JIT__OP_ATTENTION:
+      return jit__emit_attention(e, n);
     case JIT__OP_CONCAT: case JIT__OP_SLICE: case JIT__OP_PAD:
       return jit__emit_index_copy(e, n);
     case JIT__OP_CAST: {
@@ -423,6 +428,7 @@ jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
 jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
                           bool named_batch, char **out_text) {
   jit__emit_options o = {.named_batch = named_batch, .conv_as_matmul = named_batch,
+                         .attention_block = named_batch ? 64 : 0,
                          .fuse_elementwise = true,
                          .distinct_empties = true};
   return jit__emit_mlir_with(graph, func_name, &o, out_text);

@@ -71,6 +71,9 @@ typedef enum jit__op {
   JIT__OP_PAD,
   // The operand converted to the node's dtype (f32 <-> f16), rounded once.
   JIT__OP_CAST,
+  // softmax(q k^T * scalar + mask) v: operands q, k, v[, mask]; `causal` masks keys
+  // after each query's position (emit_attention.c).
+  JIT__OP_ATTENTION,
   JIT__OP_COUNT_,
 } jit__op;
 
@@ -162,7 +165,7 @@ typedef struct jit__node {
   jit__op op;
   jit__dtype dtype;
   int n_operands;
-  uint32_t operands[3];  // node indices, always smaller than this node's index
+  uint32_t operands[4];  // node indices, always smaller than this node's index
   int rank;
   int64_t dims[JIT_MAX_RANK];
   int axis;                   // reductions, softmax
@@ -171,6 +174,7 @@ typedef struct jit__node {
   double scalar;              // scalar
   jit__window win;            // conv2d, pools
   jit__span span;             // slice, pad
+  bool causal;                // attention
 } jit__node;
 
 // A specialized graph: nodes in topological order with concrete dims.
@@ -279,6 +283,10 @@ typedef struct jit__emit_options {
   // CPU strategies plan (emit_window.c); else one generic of their loops. CPU compiles
   // set it (jit__emit_mlir's named_batch too); the GPU back ends and the export do not.
   bool conv_as_matmul;
+  // Attention in blocks of this many keys with a running max and sum (the CPU's exact
+  // kernels): the S x T scores are never made whole. 0: the composed form (scores,
+  // softmax, product), which the GPU back ends and generic kernels take.
+  int attention_block;
   // Each tensor.empty gets an attribute of its own (`jit_e = N`), so that CSE does not
   // merge the inits of many results into one tensor, whose thousands of writers made
   // one-shot bufferization's conflict analysis quadratic (3,000 outputs: 23 s).

@@ -426,6 +426,22 @@ static void g_gather_copies(tg *t, jit__dtype dt) {
   tg_output(t, p);
 }
 
+// Attention with a mask and the causal limit (the composed form on GPUs).
+static void g_attention(tg *t, jit__dtype dt) {
+  tg_init(t, "attention", dt);
+  int64_t qd[3] = {2, 5, 8}, kd[3] = {2, 7, 8}, vd[3] = {2, 7, 4}, md[2] = {5, 7}, od[3] = {2, 5, 4};
+  uint32_t q = tg_input(t, 3, qd), k = tg_input(t, 3, kd), v = tg_input(t, 3, vd),
+           m = tg_input(t, 2, md);
+  uint32_t a = tg_node(t, JIT__OP_ATTENTION, 3, q, k, 3, od);
+  t->nodes[a].operands[2] = v;
+  t->nodes[a].operands[3] = m;
+  t->nodes[a].n_operands = 4;
+  t->nodes[a].scalar = 0.35;
+  t->nodes[a].causal = true;
+  tg_output(t, a);
+}
+
+GRAPH_TESTS(attention, g_attention)
 GRAPH_TESTS(select_pow, g_select_pow)
 GRAPH_TESTS(conv_pool, g_conv1)
 GRAPH_TESTS(conv_pool_groups, g_conv2)

@@ -884,3 +884,122 @@ Test(cast, to_integers_is_unsupported) {
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
 }
+
+//===--- attention -----------------------------------------------------------===//
+
+static float *random_f32_n(ref_rng *rng, int64_t n) {
+  float *x = tu_malloc((size_t)(n ? n : 1) * 4);
+  ref_rng_fill_signed(rng, x, n);
+  return x;
+}
+
+// softmax(q k^T scale + mask) v in double, q [B, S, D], k [B, T, D], v [B, T, Dv], mask
+// [S, T] or NULL; causal: key j <= i + T - S.
+static void ref_attention(const float *q, const float *k, const float *v, const float *mask,
+                          int64_t B, int64_t S, int64_t T, int64_t D, int64_t Dv,
+                          double scale, int causal, float *out) {
+  double *row = malloc(sizeof(double) * (size_t)T);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < S; i++) {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < T; j++) {
+        double s = 0;
+        for (int64_t d = 0; d < D; d++) s += (double)q[(b * S + i) * D + d] * k[(b * T + j) * D + d];
+        s *= scale;
+        if (mask) s += mask[i * T + j];
+        if (causal && j > i + T - S) s = -INFINITY;
+        row[j] = s;
+        if (s > mx) mx = s;
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < T; j++) sum += row[j] = exp(row[j] - mx);
+      for (int64_t c = 0; c < Dv; c++) {
+        double acc = 0;
+        for (int64_t j = 0; j < T; j++) acc += row[j] * v[(b * T + j) * Dv + c];
+        out[(b * S + i) * Dv + c] = (float)(acc / sum);
+      }
+    }
+  free(row);
+}
+
+// Heads [B, H, S, D] with S and T symbolic or static; with and without a mask, causal
+// or not; T across one and several key blocks (64), prime sizes.
+static void check_attention(DLDataType dt, int with_mask, int causal, int symbolic,
+                            jit_shape_policy policy) {
+  const int f16 = tu_is_f16(dt);
+  jit_context *ctx = tu_context_policy(policy);
+  jit_graph *g = tu_graph(ctx, "attention");
+  int64_t S = symbolic ? jit_symbol(g, "S") : 5, T = symbolic ? jit_symbol(g, "T") : 131;
+  const int64_t H = 3, D = 8, Dv = 6;
+  int64_t dq[4] = {2, H, S, D}, dk[4] = {2, H, T, D}, dv[4] = {2, H, T, Dv}, dm[2] = {S, T};
+  jit_value q = jit_input(g, "q", dt, 4, dq), k = jit_input(g, "k", dt, 4, dk),
+            v = jit_input(g, "v", dt, 4, dv);
+  jit_value m = with_mask ? jit_input(g, "m", dt, 2, dm) : (jit_value){0};
+  jit_output(g, jit_attention(g, q, k, v, m, 0.0, causal));
+  TU_OK(jit_graph_finalize(g));
+  static const int64_t st[][2] = {{5, 131}, {1, 1}, {7, 64}, {13, 200}};
+  ref_rng rng;
+  ref_rng_seed(&rng, 70 + (uint64_t)(with_mask * 2 + causal));
+  for (int c = 0; c < (symbolic ? 4 : 1); c++) {
+    int64_t s = st[c][0], t = st[c][1], B = 2 * H;
+    int64_t cq[4] = {2, H, s, D}, ck[4] = {2, H, t, D}, cv[4] = {2, H, t, Dv}, cm[2] = {s, t},
+            co[4] = {2, H, s, Dv};
+    float *qv = random_f32_n(&rng, B * s * D), *kv = random_f32_n(&rng, B * t * D),
+          *vv = random_f32_n(&rng, B * t * Dv), *mv = tu_malloc((size_t)(s * t) * 4),
+          *want = tu_malloc((size_t)(B * s * Dv) * 4);
+    for (int64_t i = 0; i < s * t; i++) mv[i] = (i * 7) % 5 == 0 ? -INFINITY : 0.25f * (float)(i % 3);
+    if (causal || !with_mask)  // keep every row alive: the diagonal is never masked
+      for (int64_t i = 0; i < s; i++) mv[i * t + (i + t - s)] = 0.0f;
+    for (int64_t i = 0; i < s && !causal; i++) mv[i * t] = 0.0f;
+    void *pq = tu_input_data(dt, qv, B * s * D), *pk = tu_input_data(dt, kv, B * t * D),
+         *pv = tu_input_data(dt, vv, B * t * Dv), *pm = tu_input_data(dt, mv, s * t);
+    ref_attention(qv, kv, vv, with_mask ? mv : NULL, B, s, t, D, Dv, 1.0 / sqrt((double)D),
+                  causal, want);
+    if (f16) ref_round_f16_array(want, B * s * Dv);
+    DLTensor ins[4] = {tu_tensor(pq, dt, 4, cq), tu_tensor(pk, dt, 4, ck),
+                       tu_tensor(pv, dt, 4, cv), tu_tensor(pm, dt, 2, cm)};
+    char what[96];
+    snprintf(what, sizeof what, "attention %s mask=%d causal=%d S=%lld T=%lld", dtype_name(dt),
+             with_mask, causal, (long long)s, (long long)t);
+    tu_run_check(g, ins, with_mask ? 4 : 3, dt, 4, co, want, f16 ? 1e-2 : 2e-5,
+                 f16 ? 5e-3 : 2e-6, NULL, what);
+    free(qv), free(kv), free(vv), free(mv), free(want), free(pq), free(pk), free(pv), free(pm);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
+Test(attention, plain_static_exact) { check_attention(TU_F32, 0, 0, 0, JIT_SHAPE_POLICY_EXACT); }
+Test(attention, mask_causal_exact) { check_attention(TU_F32, 1, 1, 1, JIT_SHAPE_POLICY_EXACT); }
+Test(attention, mask_exact) { check_attention(TU_F32, 1, 0, 1, JIT_SHAPE_POLICY_EXACT); }
+Test(attention, causal_generic) { check_attention(TU_F32, 0, 1, 1, JIT_SHAPE_POLICY_GENERIC); }
+Test(attention, mask_causal_generic) { check_attention(TU_F32, 1, 1, 1, JIT_SHAPE_POLICY_GENERIC); }
+Test(attention, f16_causal_exact) { check_attention(TU_F16, 0, 1, 1, JIT_SHAPE_POLICY_EXACT); }
+Test(attention, f16_mask_auto) { check_attention(TU_F16, 1, 0, 1, JIT_SHAPE_POLICY_AUTO); }
+
+Test(attention, bad_arguments) {
+  jit_context *ctx = tu_context();
+  static const char *const says[] = {"must be [..., S, D], [..., T, D]", "do not broadcast",
+                                     "must be finite", "D is not static"};
+  for (int i = 0; i < 4; i++) {
+    jit_graph *g = tu_graph(ctx, "bad");
+    int64_t dq[3] = {2, 4, 8}, dk[3] = {2, 5, 7}, dk2[3] = {2, 5, 8}, dm[2] = {3, 5},
+            dqs[3] = {2, 4, jit_symbol(g, "D")};
+    jit_value q = jit_input(g, "q", TU_F32, 3, i == 3 ? dqs : dq), r = {0};
+    jit_value k = jit_input(g, "k", TU_F32, 3, i == 0 ? dk : dk2);
+    switch (i) {
+      case 0: r = jit_attention(g, q, k, k, (jit_value){0}, 0, 0); break;
+      case 1: r = jit_attention(g, q, k, k, jit_input(g, "m", TU_F32, 2, dm), 0, 0); break;
+      case 2: r = jit_attention(g, q, k, k, (jit_value){0}, NAN, 0); break;
+      case 3: r = jit_attention(g, q, k, k, (jit_value){0}, 0, 1); break;
+    }
+    cr_expect_eq(r.id, 0, "case %d built a value", i);
+    jit_output(g, q);
+    jit_status s = jit_graph_finalize(g);
+    TU_EXPECT_CODE(s, i < 2 ? JIT_SHAPE_MISMATCH : JIT_INVALID_ARGUMENT);
+    TU_EXPECT_MSG(s, says[i]);
+    jit_status_free(s);
+    jit_graph_destroy(g);
+  }
+  jit_context_destroy(ctx);
+}

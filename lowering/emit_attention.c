@@ -1,0 +1,497 @@
+//===--- emit_attention.c - scaled dot-product attention ---------------------===//
+//
+// softmax(q k^T * scale + mask) v, with an optional causal mask (query i sees keys
+// j <= i + T - S). Two forms:
+//
+//   blocked (options->attention_block > 0 and static sizes: the CPU's exact kernels)
+//   — an scf.for over blocks of keys carrying, per query row, the running max m, sum
+//   l and output o (FlashAttention's online softmax):
+//     s  = q' k_blk^T (+ mask; -inf past T and after the causal limit)   q' = q scale
+//     m' = max(m, rowmax s);  p = exp(s - m');  a = exp(m - m')
+//     l' = l a + rowsum p;    o' = o a + p v_blk
+//   then o / l. K (transposed) and V are copied once, padded to whole blocks; each
+//   block's products are linalg.batch_matmul, which the CPU strategy plans. Only
+//   [B, S, block] scores exist at a time, never [S, T]. A max that is still -inf
+//   (every key so far masked) counts as 0 in the exponentials, so such rows add 0.
+//   composed (otherwise: GPU back ends, generic kernels with `?` sizes) — the scores
+//   [..., S, T] in f32, masked, their max, exp, sum, the product with v, the division:
+//   linalg.generic ops every back end lowers.
+// Both compute in f32 (f16 inputs extended, the result rounded once). A row whose
+// every key is masked gives NaN (0 / 0), as PyTorch's does.
+//
+//===----------------------------------------------------------------------===//
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "base/text.h"
+#include "lowering/emit.h"
+#include "lowering/lower.h"
+
+static const char kNegInf[] = "0xFF800000";
+
+typedef struct att {
+  const jit__node *n;
+  jit__gen_operand q, k, v, mask;
+  bool has_mask;
+  int r, nb;            // rank, batch dims
+  int64_t S, D, T, Dv;  // sizes; < 0 for `?`
+} att;
+
+// An index value at function level: a constant, or `dv` when the size is `?`.
+static jit__str size_value(jit__emitter *e, int64_t size, const jit__dimval *dv) {
+  jit__str v;
+  if (size >= 0) {
+    v = jit__value_name(e, false);
+    jit__text_printf(&e->tb, "  %s = arith.constant %lld : index\n", v.s, (long long)size);
+  } else {
+    snprintf(v.s, sizeof v.s, "%s", dv->s);
+  }
+  return v;
+}
+
+// A linalg.generic over `nl` loops (iters) whose body is `fmt` (the block arguments
+// are %in0.. and %out; it must define %ay, the f32 result).
+static void custom_generic(jit__emitter *e, const char *res, int nl, const char *iters,
+                           const jit__gen_operand *ins, int n_in, const jit__gen_operand *out,
+                           const char *fmt, ...) {
+  jit__emit_generic_open(e, res, nl, iters, ins, n_in, out);
+  va_list ap;
+  va_start(ap, fmt);
+  char body[2048];
+  vsnprintf(body, sizeof body, fmt, ap);
+  va_end(ap);
+  jit__text_printf(&e->tb, "%s    linalg.yield %%ay : f32\n  } -> %s\n", body,
+                   jit__tensor_type(out->dt, out->rank, out->dims).s);
+}
+
+// The mask value's f32 name in a body reading the mask as input `i`.
+static const char *mask_in(jit__emitter *e, const att *a, int i) {
+  if (a->mask.dt == JIT__F16) {
+    jit__text_printf(&e->tb, "    %%amk = arith.extf %%in%d : f16 to f32\n", i);
+    return "%amk";
+  }
+  return i == 1 ? "%in1" : "%in2";
+}
+
+//===--- Composed ----------------------------------------------------------===//
+
+static jit_status emit_composed(jit__emitter *e, const att *a) {
+  const jit__node *n = a->n;
+  int r = a->r, nb = a->nb;
+  int64_t sd[JIT_MAX_RANK], od[JIT_MAX_RANK];
+  jit__dimval sdv[JIT_MAX_RANK], odv[JIT_MAX_RANK];
+  memset(sdv, 0, sizeof sdv);
+  memset(odv, 0, sizeof odv);
+  for (int d = 0; d < r; d++) {
+    sd[d] = od[d] = a->q.dims[d];
+    if (a->q.dv) sdv[d] = odv[d] = a->q.dv[d];
+  }
+  sd[r - 1] = a->T;
+  if (a->k.dv) sdv[r - 1] = a->k.dv[nb];
+  od[r - 1] = a->Dv;
+  if (a->v.dv) odv[r - 1] = a->v.dv[nb + 1];
+  memcpy(e->dv[e->cur], odv, sizeof odv);
+  char par[JIT_MAX_RANK + 2];
+  memset(par, 'p', sizeof par);
+  char red[JIT_MAX_RANK + 2];
+  memset(red, 'p', sizeof red);
+  red[r] = 'r';
+  // Scores: loops (b..., s, t, d).
+  jit__gen_operand q = a->q, k = a->k;
+  for (int d = 0; d < nb; d++) q.map[d] = k.map[d] = d;
+  q.map[nb] = nb, q.map[nb + 1] = nb + 2;
+  k.map[nb] = nb + 1, k.map[nb + 1] = nb + 2;
+  jit__str acc = jit__emit_filled_acc(e, "0.0", r, sd, sdv), sc = jit__value_name(e, false);
+  jit__gen_operand sco = {acc.s, JIT__F32, r, sd, {0}, sdv, NULL};
+  jit__identity_map(&sco);
+  jit__gen_operand qk[2] = {q, k};
+  jit__emit_generic(e, sc.s, r + 1, red, qk, 2, &sco, JIT__B_ACC_MAC, NULL);
+  // Scaled, masked: loops (b..., s, t).
+  jit__str off = {{0}};
+  if (n->causal) {
+    jit__str tv = size_value(e, a->T, a->k.dv ? &a->k.dv[nb] : NULL);
+    jit__str sv = size_value(e, a->S, a->q.dv ? &a->q.dv[nb] : NULL);
+    off = jit__value_name(e, false);
+    jit__text_printf(&e->tb, "  %s = arith.subi %s, %s : index\n", off.s, tv.s, sv.s);
+  }
+  jit__gen_operand ins[2] = {{sc.s, JIT__F32, r, sd, {0}, sdv, NULL}, {0}};
+  jit__identity_map(&ins[0]);
+  int n_in = 1;
+  int64_t sq[JIT_MAX_RANK];
+  if (a->has_mask) {
+    JIT_PROPAGATE(jit__elementwise_operand(e, n->operands[3], r, sd, &ins[1], sq));
+    n_in = 2;
+  }
+  jit__str me = jit__value_name(e, false), ms = jit__value_name(e, false);
+  jit__emit_empty(e, me.s, JIT__F32, r, sd, sdv);
+  jit__gen_operand mo = {me.s, JIT__F32, r, sd, {0}, sdv, NULL};
+  jit__identity_map(&mo);
+  jit__emit_generic_open(e, ms.s, r, par, ins, n_in, &mo);
+  jit__text_printf(&e->tb, "    %%asc = arith.constant %s : f32\n"
+                   "    %%ay = arith.mulf %%in0, %%asc : f32\n",
+                   jit__float_literal(n->scalar, JIT__F32).s);
+  if (a->has_mask)
+    jit__text_printf(&e->tb, "    %%ay1 = arith.addf %%ay, %s : f32\n", mask_in(e, a, 1));
+  const char *cur = a->has_mask ? "%ay1" : "%ay";
+  if (n->causal) {
+    jit__text_printf(&e->tb,
+                     "    %%ai = linalg.index %d : index\n"
+                     "    %%aj = linalg.index %d : index\n"
+                     "    %%alim = arith.addi %%ai, %s : index\n"
+                     "    %%aok = arith.cmpi sle, %%aj, %%alim : index\n"
+                     "    %%ani = arith.constant %s : f32\n"
+                     "    %%ay2 = arith.select %%aok, %s, %%ani : f32\n",
+                     nb, nb + 1, off.s, kNegInf, cur);
+    cur = "%ay2";
+  }
+  jit__text_printf(&e->tb, "    linalg.yield %s : f32\n  } -> %s\n", cur,
+                   jit__tensor_type(JIT__F32, r, sd).s);
+  // Softmax's max, exp and sum over t.
+  jit__gen_operand sm = {ms.s, JIT__F32, r, sd, {0}, sdv, NULL};
+  jit__identity_map(&sm);
+  jit__str mx0 = jit__emit_filled_acc(e, kNegInf, r - 1, sd, sdv), mx = jit__value_name(e, false);
+  jit__gen_operand mxo = {mx0.s, JIT__F32, r - 1, sd, {0}, sdv, NULL};
+  jit__identity_map(&mxo);
+  char rr[JIT_MAX_RANK + 1];
+  memset(rr, 'p', sizeof rr);
+  rr[r - 1] = 'r';
+  jit__emit_generic(e, mx.s, r, rr, &sm, 1, &mxo, JIT__B_ACC_MAX, NULL);
+  jit__gen_operand mxi = {mx.s, JIT__F32, r - 1, sd, {0}, sdv, NULL};
+  jit__identity_map(&mxi);
+  jit__str pe = jit__value_name(e, false), p = jit__value_name(e, false);
+  jit__emit_empty(e, pe.s, JIT__F32, r, sd, sdv);
+  jit__gen_operand pin[2] = {sm, mxi}, po = {pe.s, JIT__F32, r, sd, {0}, sdv, NULL};
+  jit__identity_map(&po);
+  jit__emit_generic(e, p.s, r, par, pin, 2, &po, JIT__B_EXP_SUB, NULL);
+  jit__gen_operand pp = {p.s, JIT__F32, r, sd, {0}, sdv, NULL};
+  jit__identity_map(&pp);
+  jit__str su0 = jit__emit_filled_acc(e, "0.0", r - 1, sd, sdv), su = jit__value_name(e, false);
+  jit__gen_operand suo = {su0.s, JIT__F32, r - 1, sd, {0}, sdv, NULL};
+  jit__identity_map(&suo);
+  jit__emit_generic(e, su.s, r, rr, &pp, 1, &suo, JIT__B_ACC_SUM, NULL);
+  // p v: loops (b..., s, dv, t).
+  jit__gen_operand pv[2] = {pp, a->v};
+  for (int d = 0; d < nb; d++) pv[1].map[d] = d;
+  pv[0].map[nb] = nb, pv[0].map[nb + 1] = nb + 2;
+  pv[1].map[nb] = nb + 2, pv[1].map[nb + 1] = nb + 1;
+  jit__str oa = jit__emit_filled_acc(e, "0.0", r, od, odv), o = jit__value_name(e, false);
+  jit__gen_operand oo = {oa.s, JIT__F32, r, od, {0}, odv, NULL};
+  jit__identity_map(&oo);
+  jit__emit_generic(e, o.s, r + 1, red, pv, 2, &oo, JIT__B_ACC_MAC, NULL);
+  // o / sum, in n's dtype.
+  jit__gen_operand din[2] = {{o.s, JIT__F32, r, od, {0}, odv, NULL},
+                             {su.s, JIT__F32, r - 1, sd, {0}, sdv, NULL}};
+  jit__identity_map(&din[0]);
+  jit__identity_map(&din[1]);
+  jit__str fe = jit__value_name(e, false), res = jit__value_name(e, true);
+  jit__emit_empty(e, fe.s, n->dtype, r, od, odv);
+  jit__gen_operand fo = {fe.s, n->dtype, r, od, {0}, odv, NULL};
+  jit__identity_map(&fo);
+  jit__emit_generic(e, res.s, r, par, din, 2, &fo, JIT__B_DIV, NULL);
+  return NULL;
+}
+
+//===--- Blocked -------------------------------------------------------------===//
+
+// `x` [dims] (any rank, static) as [B, a, b] f32 (`b3`), converted from f16 once.
+static jit__str as_f32_3d(jit__emitter *e, const jit__gen_operand *x, const int64_t *b3) {
+  jit__str v = jit__emit_reshape_to(e, x->name, x->dt, x->rank, x->dims, 3, b3, false);
+  if (x->dt == JIT__F16) v = jit__emit_convert(e, v.s, JIT__F16, JIT__F32, 3, b3, NULL, false);
+  return v;
+}
+
+// The body lines that read the mask (static, any rank broadcasting to [..., S, T]) at
+// flattened batch %ab, query %as and key %atc (clamped), into %amv (f32).
+static void mask_read(jit__emitter *e, const att *a) {
+  const jit__gen_operand *m = &a->mask;
+  int r = a->r, off = r - m->rank;
+  // Strides of the mask's dims, 0 where a dim broadcasts.
+  int64_t stride[JIT_MAX_RANK], st = 1;
+  for (int d = m->rank - 1; d >= 0; d--) {
+    stride[d] = m->dims[d] == 1 ? 0 : st;
+    st *= m->dims[d];
+  }
+  jit__text *tb = &e->tb;
+  jit__text_printf(tb, "    %%amx0 = arith.constant 0 : index\n");
+  // The batch coordinates from %ab: b_i = (ab / inner_i) % dim_i.
+  int64_t inner = 1;
+  char prev[16] = "%amx0";
+  for (int d = a->nb - 1; d >= 0; d--) {
+    int md = d - off;
+    int64_t dim = a->q.dims[d];
+    if (md >= 0 && stride[md]) {
+      jit__text_printf(tb,
+                       "    %%ami%d = arith.constant %lld : index\n"
+                       "    %%amd%d = arith.divui %%ab, %%ami%d : index\n"
+                       "    %%amn%d = arith.constant %lld : index\n"
+                       "    %%amr%d = arith.remui %%amd%d, %%amn%d : index\n"
+                       "    %%ams%d = arith.constant %lld : index\n"
+                       "    %%amp%d = arith.muli %%amr%d, %%ams%d : index\n"
+                       "    %%amx%d = arith.addi %s, %%amp%d : index\n",
+                       d + 1, (long long)inner, d + 1, d + 1, d + 1, (long long)dim, d + 1,
+                       d + 1, d + 1, d + 1, (long long)stride[md], d + 1, d + 1, d + 1,
+                       d + 1, prev, d + 1);
+      snprintf(prev, sizeof prev, "%%amx%d", d + 1);
+    }
+    inner *= dim;
+  }
+  // Query and key dims.
+  const char *idx[2] = {"%as", "%atc"};
+  for (int i = 0; i < 2; i++) {
+    int md = r - 2 + i - off;
+    if (md < 0 || !stride[md]) continue;
+    jit__text_printf(tb,
+                     "    %%amq%d = arith.constant %lld : index\n"
+                     "    %%amu%d = arith.muli %s, %%amq%d : index\n"
+                     "    %%amy%d = arith.addi %s, %%amu%d : index\n",
+                     i, (long long)stride[md], i, idx[i], i, i, prev, i);
+    snprintf(prev, sizeof prev, "%%amy%d", i);
+  }
+  jit__text_printf(tb, "    %%amv0 = tensor.extract %%v%u_mflat[%s] : tensor<%lldx%s>\n",
+                   e->cur, prev, (long long)st, jit__dtype_str(m->dt));
+  if (m->dt == JIT__F16)
+    jit__text_printf(tb, "    %%amv = arith.extf %%amv0 : f16 to f32\n");
+  else
+    jit__text_printf(tb, "    %%amv = arith.addf %%amv0, %%amz : f32\n");
+}
+
+static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
+  const jit__node *n = a->n;
+  int64_t B = 1;
+  for (int d = 0; d < a->nb; d++) B *= a->q.dims[d];
+  int64_t S = a->S, D = a->D, T = a->T, Dv = a->Dv;
+  int64_t nblk = (T + BK - 1) / BK, Tp = nblk * BK;
+  jit__text *tb = &e->tb;
+  int64_t qd[3] = {B, S, D}, kd[3] = {B, T, D}, vd[3] = {B, T, Dv};
+  jit__str q3 = as_f32_3d(e, &a->q, qd), k3 = as_f32_3d(e, &a->k, kd), v3 = as_f32_3d(e, &a->v, vd);
+  // q' = q * scale.
+  jit__str qe = jit__value_name(e, false), qs = jit__value_name(e, false);
+  jit__emit_empty(e, qe.s, JIT__F32, 3, qd, NULL);
+  jit__gen_operand qi = {q3.s, JIT__F32, 3, qd, {0}, NULL, NULL}, qo = {qe.s, JIT__F32, 3, qd, {0}, NULL, NULL};
+  jit__identity_map(&qi);
+  jit__identity_map(&qo);
+  custom_generic(e, qs.s, 3, "ppp", &qi, 1, &qo,
+                 "    %%asc = arith.constant %s : f32\n    %%ay = arith.mulf %%in0, %%asc : f32\n",
+                 jit__float_literal(n->scalar, JIT__F32).s);
+  // K^T [B, D, Tp] and V [B, Tp, Dv], keys past T read key T - 1 (their scores are -inf).
+  int64_t ktd[3] = {B, D, Tp}, vpd[3] = {B, Tp, Dv};
+  jit__str kte = jit__value_name(e, false), kt = jit__value_name(e, false);
+  jit__str vpe = jit__value_name(e, false), vp = jit__value_name(e, false);
+  jit__emit_empty(e, kte.s, JIT__F32, 3, ktd, NULL);
+  jit__emit_empty(e, vpe.s, JIT__F32, 3, vpd, NULL);
+  jit__text_printf(tb,
+                   "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, "
+                   "d2)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\"]} "
+                   "outs(%s : %s) {\n  ^bb0(%%out: f32):\n"
+                   "    %%ab = linalg.index 0 : index\n    %%ad = linalg.index 1 : index\n"
+                   "    %%at = linalg.index 2 : index\n    %%atl = arith.constant %lld : index\n"
+                   "    %%atc = arith.minui %%at, %%atl : index\n"
+                   "    %%ay = tensor.extract %s[%%ab, %%atc, %%ad] : %s\n"
+                   "    linalg.yield %%ay : f32\n  } -> %s\n",
+                   kt.s, kte.s, jit__tensor_type(JIT__F32, 3, ktd).s, (long long)(T - 1), k3.s,
+                   jit__tensor_type(JIT__F32, 3, kd).s, jit__tensor_type(JIT__F32, 3, ktd).s);
+  jit__text_printf(tb,
+                   "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, "
+                   "d2)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\"]} "
+                   "outs(%s : %s) {\n  ^bb0(%%out: f32):\n"
+                   "    %%ab = linalg.index 0 : index\n    %%at = linalg.index 1 : index\n"
+                   "    %%ad = linalg.index 2 : index\n    %%atl = arith.constant %lld : index\n"
+                   "    %%atc = arith.minui %%at, %%atl : index\n"
+                   "    %%ay = tensor.extract %s[%%ab, %%atc, %%ad] : %s\n"
+                   "    linalg.yield %%ay : f32\n  } -> %s\n",
+                   vp.s, vpe.s, jit__tensor_type(JIT__F32, 3, vpd).s, (long long)(T - 1), v3.s,
+                   jit__tensor_type(JIT__F32, 3, vd).s, jit__tensor_type(JIT__F32, 3, vpd).s);
+  if (a->has_mask) {
+    int64_t mn = jit__num_elements(a->mask.rank, a->mask.dims);
+    jit__text_printf(tb, "  %%v%u_mshape = arith.constant dense<[%lld]> : tensor<1xi64>\n"
+                     "  %%v%u_mflat = tensor.reshape %s(%%v%u_mshape) : (%s, tensor<1xi64>) "
+                     "-> tensor<%lldx%s>\n",
+                     e->cur, (long long)mn, e->cur, a->mask.name, e->cur,
+                     jit__tensor_type(a->mask.dt, a->mask.rank, a->mask.dims).s, (long long)mn,
+                     jit__dtype_str(a->mask.dt));
+  }
+  // The carried values.
+  int64_t rd[2] = {B, S}, od[3] = {B, S, Dv}, sd[3] = {B, S, BK};
+  jit__str m0 = jit__emit_filled_acc(e, kNegInf, 2, rd, NULL);
+  jit__str l0 = jit__emit_filled_acc(e, "0.0", 2, rd, NULL);
+  jit__str o0 = jit__emit_filled_acc(e, "0.0", 3, od, NULL);
+  jit__str lo = jit__value_name(e, false), hi = jit__value_name(e, false),
+           step = jit__value_name(e, false), loop = jit__value_name(e, false);
+  char pre[32];
+  snprintf(pre, sizeof pre, "%%v%u_", e->cur);
+  jit__str rty = jit__tensor_type(JIT__F32, 2, rd), oty = jit__tensor_type(JIT__F32, 3, od);
+  jit__text_printf(tb,
+                   "  %s = arith.constant 0 : index\n  %s = arith.constant %lld : index\n"
+                   "  %s = arith.constant %lld : index\n"
+                   "  %s:3 = scf.for %sj = %s to %s step %s iter_args(%sm = %s, %sl = %s, "
+                   "%so = %s) -> (%s, %s, %s) {\n",
+                   lo.s, hi.s, (long long)Tp, step.s, (long long)BK, loop.s, pre, lo.s, hi.s,
+                   step.s, pre, m0.s, pre, l0.s, pre, o0.s, rty.s, rty.s, oty.s);
+  // Block views, scores.
+  int64_t kbd[3] = {B, D, BK}, vbd[3] = {B, BK, Dv};
+  jit__str kb = jit__value_name(e, false), vb = jit__value_name(e, false);
+  jit__text_printf(tb,
+                   "  %s = tensor.extract_slice %s[0, 0, %sj] [%lld, %lld, %lld] [1, 1, 1] : %s to %s\n"
+                   "  %s = tensor.extract_slice %s[0, %sj, 0] [%lld, %lld, %lld] [1, 1, 1] : %s to %s\n",
+                   kb.s, kt.s, pre, (long long)B, (long long)D, (long long)BK,
+                   jit__tensor_type(JIT__F32, 3, ktd).s, jit__tensor_type(JIT__F32, 3, kbd).s,
+                   vb.s, vp.s, pre, (long long)B, (long long)BK, (long long)Dv,
+                   jit__tensor_type(JIT__F32, 3, vpd).s, jit__tensor_type(JIT__F32, 3, vbd).s);
+  jit__str sz = jit__emit_filled_acc(e, "0.0", 3, sd, NULL), s = jit__value_name(e, false);
+  jit__text_printf(tb, "  %s = linalg.batch_matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                   s.s, qs.s, kb.s, jit__tensor_type(JIT__F32, 3, qd).s,
+                   jit__tensor_type(JIT__F32, 3, kbd).s, sz.s,
+                   jit__tensor_type(JIT__F32, 3, sd).s, jit__tensor_type(JIT__F32, 3, sd).s);
+  // Masked: -inf past T, after the causal limit; + the mask.
+  jit__str se = jit__value_name(e, false), sm = jit__value_name(e, false);
+  jit__emit_empty(e, se.s, JIT__F32, 3, sd, NULL);
+  jit__gen_operand si = {s.s, JIT__F32, 3, sd, {0}, NULL, NULL}, so = {se.s, JIT__F32, 3, sd, {0}, NULL, NULL};
+  jit__identity_map(&si);
+  jit__identity_map(&so);
+  jit__emit_generic_open(e, sm.s, 3, "ppp", &si, 1, &so);
+  jit__text_printf(tb,
+                   "    %%ab = linalg.index 0 : index\n    %%as = linalg.index 1 : index\n"
+                   "    %%at = linalg.index 2 : index\n    %%atg = arith.addi %sj, %%at : index\n"
+                   "    %%aT = arith.constant %lld : index\n"
+                   "    %%aok0 = arith.cmpi ult, %%atg, %%aT : index\n"
+                   "    %%atl = arith.constant %lld : index\n"
+                   "    %%atc = arith.minui %%atg, %%atl : index\n"
+                   "    %%amz = arith.constant 0.0 : f32\n",
+                   pre, (long long)T, (long long)(T - 1));
+  if (n->causal)
+    jit__text_printf(tb,
+                     "    %%aoff = arith.constant %lld : index\n"
+                     "    %%alim = arith.addi %%as, %%aoff : index\n"
+                     "    %%acz = arith.cmpi sle, %%atg, %%alim : index\n"
+                     "    %%aok = arith.andi %%aok0, %%acz : i1\n",
+                     (long long)(T - S));
+  else
+    jit__text_printf(tb, "    %%aok = arith.andi %%aok0, %%aok0 : i1\n");
+  const char *val = "%in0";
+  if (a->has_mask) {
+    mask_read(e, a);
+    jit__text_printf(tb, "    %%aw = arith.addf %%in0, %%amv : f32\n");
+    val = "%aw";
+  }
+  jit__text_printf(tb,
+                   "    %%ani = arith.constant %s : f32\n"
+                   "    %%ay = arith.select %%aok, %s, %%ani : f32\n"
+                   "    linalg.yield %%ay : f32\n  } -> %s\n",
+                   kNegInf, val, jit__tensor_type(JIT__F32, 3, sd).s);
+  // m' = max(m, rowmax s).
+  jit__gen_operand smi = {sm.s, JIT__F32, 3, sd, {0}, NULL, NULL};
+  jit__identity_map(&smi);
+  jit__str mb0 = jit__emit_filled_acc(e, kNegInf, 2, rd, NULL), mb = jit__value_name(e, false);
+  jit__gen_operand mbo = {mb0.s, JIT__F32, 2, rd, {0}, NULL, NULL};
+  jit__identity_map(&mbo);
+  jit__emit_generic(e, mb.s, 3, "ppr", &smi, 1, &mbo, JIT__B_ACC_MAX, NULL);
+  char mname[40], lname[40], oname[40];
+  snprintf(mname, sizeof mname, "%sm", pre);
+  snprintf(lname, sizeof lname, "%sl", pre);
+  snprintf(oname, sizeof oname, "%so", pre);
+  jit__gen_operand row_m = {mname, JIT__F32, 2, rd, {0}, NULL, NULL},
+                   row_mb = {mb.s, JIT__F32, 2, rd, {0}, NULL, NULL};
+  jit__identity_map(&row_m);
+  jit__identity_map(&row_mb);
+  // p = exp(s - m') and alpha = exp(m - m'), m' = max(m, mb) computed in their bodies
+  // (m is updated in place last), a max of -inf counting as 0.
+  static const char kSafe[] =
+      "    %%ani = arith.constant %s : f32\n    %%azr = arith.constant 0.0 : f32\n"
+      "    %%amx = arith.maximumf %%in1, %%in2 : f32\n"
+      "    %%ainf = arith.cmpf oeq, %%amx, %%ani : f32\n"
+      "    %%amk0 = arith.select %%ainf, %%azr, %%amx : f32\n"
+      "    %%adf = arith.subf %%in0, %%amk0 : f32\n    %%ay = math.exp %%adf : f32\n";
+  jit__gen_operand bm = row_m, bmb = row_mb;  // read over loops (b, s, t)
+  jit__str pe = jit__value_name(e, false), p = jit__value_name(e, false);
+  jit__emit_empty(e, pe.s, JIT__F32, 3, sd, NULL);
+  jit__gen_operand pin[3] = {smi, bm, bmb}, po = {pe.s, JIT__F32, 3, sd, {0}, NULL, NULL};
+  jit__identity_map(&po);
+  custom_generic(e, p.s, 3, "ppp", pin, 3, &po, kSafe, kNegInf);
+  jit__str ae = jit__value_name(e, false), alpha = jit__value_name(e, false);
+  jit__emit_empty(e, ae.s, JIT__F32, 2, rd, NULL);
+  jit__gen_operand ain[3] = {row_m, row_m, row_mb}, ao = {ae.s, JIT__F32, 2, rd, {0}, NULL, NULL};
+  jit__identity_map(&ao);
+  custom_generic(e, alpha.s, 2, "pp", ain, 3, &ao, kSafe, kNegInf);
+  // l' = l alpha + rowsum p.
+  jit__gen_operand pi = {p.s, JIT__F32, 3, sd, {0}, NULL, NULL};
+  jit__identity_map(&pi);
+  jit__str ls0 = jit__emit_filled_acc(e, "0.0", 2, rd, NULL), ls = jit__value_name(e, false);
+  jit__gen_operand lso = {ls0.s, JIT__F32, 2, rd, {0}, NULL, NULL};
+  jit__identity_map(&lso);
+  jit__emit_generic(e, ls.s, 3, "ppr", &pi, 1, &lso, JIT__B_ACC_SUM, NULL);
+  jit__gen_operand row_l = {lname, JIT__F32, 2, rd, {0}, NULL, NULL},
+                   row_a = {alpha.s, JIT__F32, 2, rd, {0}, NULL, NULL},
+                   row_ls = {ls.s, JIT__F32, 2, rd, {0}, NULL, NULL};
+  jit__identity_map(&row_l);
+  jit__identity_map(&row_a);
+  jit__identity_map(&row_ls);
+  // l and o are updated in place (their iter_args' buffers): l' = l a + rowsum p.
+  jit__str lnew = jit__value_name(e, false);
+  jit__gen_operand lin[2] = {row_a, row_ls};
+  custom_generic(e, lnew.s, 2, "pp", lin, 2, &row_l,
+                 "    %%am = arith.mulf %%out, %%in0 : f32\n    %%ay = arith.addf %%am, %%in1 : f32\n");
+  // o' = o a + p v_blk.
+  jit__str pvz = jit__emit_filled_acc(e, "0.0", 3, od, NULL), pv = jit__value_name(e, false);
+  jit__text_printf(tb, "  %s = linalg.batch_matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                   pv.s, p.s, vb.s, jit__tensor_type(JIT__F32, 3, sd).s,
+                   jit__tensor_type(JIT__F32, 3, vbd).s, pvz.s, oty.s, oty.s);
+  jit__gen_operand oi = {oname, JIT__F32, 3, od, {0}, NULL, NULL},
+                   ob = {alpha.s, JIT__F32, 2, rd, {0}, NULL, NULL},
+                   opv = {pv.s, JIT__F32, 3, od, {0}, NULL, NULL};
+  jit__identity_map(&oi);
+  ob.map[0] = 0, ob.map[1] = 1;
+  jit__identity_map(&opv);
+  jit__str onew = jit__value_name(e, false);
+  jit__gen_operand oin[2] = {ob, opv};
+  custom_generic(e, onew.s, 3, "ppp", oin, 2, &oi,
+                 "    %%am = arith.mulf %%out, %%in0 : f32\n    %%ay = arith.addf %%am, %%in1 : f32\n");
+  // m' = max(m, mb), in place last: what an scf.for yields must be its iter_args'
+  // buffers (one-shot bufferization), so every carried value is updated in place.
+  jit__str mnew = jit__value_name(e, false);
+  custom_generic(e, mnew.s, 2, "pp", &row_mb, 1, &row_m,
+                 "    %%ay = arith.maximumf %%out, %%in0 : f32\n");
+  jit__text_printf(tb, "  scf.yield %s, %s, %s : %s, %s, %s\n  }\n", mnew.s, lnew.s, onew.s,
+                   rty.s, rty.s, oty.s);
+  // o / l in n's dtype, back to n's shape.
+  char fo[300], fl[300];
+  snprintf(fo, sizeof fo, "%s#2", loop.s);
+  snprintf(fl, sizeof fl, "%s#1", loop.s);
+  jit__gen_operand din[2] = {{fo, JIT__F32, 3, od, {0}, NULL, NULL},
+                             {fl, JIT__F32, 2, rd, {0}, NULL, NULL}};
+  jit__identity_map(&din[0]);
+  din[1].map[0] = 0, din[1].map[1] = 1;
+  jit__str de = jit__value_name(e, false), dres = jit__value_name(e, false);
+  jit__emit_empty(e, de.s, n->dtype, 3, od, NULL);
+  jit__gen_operand dout = {de.s, n->dtype, 3, od, {0}, NULL, NULL};
+  jit__identity_map(&dout);
+  jit__emit_generic(e, dres.s, 3, "ppp", din, 2, &dout, JIT__B_DIV, NULL);
+  jit__emit_reshape_to(e, dres.s, n->dtype, 3, od, n->rank, n->dims, true);
+  return NULL;
+}
+
+jit_status jit__emit_attention(jit__emitter *e, const jit__node *n) {
+  att a = {.n = n, .r = n->rank, .nb = n->rank - 2};
+  a.q = jit__node_operand(e, n->operands[0]);
+  a.k = jit__node_operand(e, n->operands[1]);
+  a.v = jit__node_operand(e, n->operands[2]);
+  a.has_mask = n->n_operands > 3;
+  if (a.has_mask) a.mask = jit__node_operand(e, n->operands[3]);
+  if (a.r < 2 || a.k.rank != a.r || a.v.rank != a.r) return jit__node_error(e, "attention ranks");
+  a.S = a.q.dims[a.nb];
+  a.D = a.q.dims[a.nb + 1];
+  a.T = a.k.dims[a.nb];
+  a.Dv = a.v.dims[a.nb + 1];
+  bool all_static = true;
+  for (int d = 0; d < a.r; d++)
+    all_static &= a.q.dims[d] >= 0 && a.k.dims[d] >= 0 && a.v.dims[d] >= 0;
+  for (int d = 0; a.has_mask && d < a.mask.rank; d++) all_static &= a.mask.dims[d] >= 0;
+  int BK = e->opt ? e->opt->attention_block : 0;
+  if (!e->symbolic && all_static && BK > 0 && a.T > 0) {
+    if (a.T < BK) BK = (int)a.T;
+    return emit_blocked(e, &a, BK);
+  }
+  return emit_composed(e, &a);
+}
