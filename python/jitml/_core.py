@@ -590,6 +590,16 @@ class Graph:
             raise JitError(e.code, "%s (low and high have %d entries; pad takes one per "
                            "dim of x)" % (e.message, n)) from None
 
+    def attention(self, q, k, v, mask=None, scale=0.0, causal=False):
+        """softmax(q k^T * scale + mask) v over the keys: q [..., S, D], k [..., T, D],
+        v [..., T, Dv] -> [..., S, Dv]. `mask` (optional) is added to the scores and
+        broadcasts to [..., S, T]; `causal` lets query i see keys j <= i + T - S; scale
+        0 means 1/sqrt(D). On the CPU's exact kernels the keys are walked in blocks
+        with a running max and sum: the S x T scores are never made whole."""
+        f = self._need("jit_attention")
+        return self._value(f(self._handle(), self._v(q), self._v(k), self._v(v),
+                             self._opt(mask), float(scale), 1 if causal else 0), q.dtype)
+
     def cast(self, x, dtype):
         """x converted to `dtype` (names as input() takes, or NumPy/torch dtypes):
         float32 -> float16 rounds to nearest even (overflow to inf), float16 -> float32

@@ -221,6 +221,9 @@ def _prototypes(lib):
         required=False)
     _fn(lib, "jit_string_free", None, [ctypes.c_void_p], required=False)
     _fn(lib, "jit_gather", jit_value, [c_graph_p, jit_value, jit_value], required=False)
+    _fn(lib, "jit_attention", jit_value,
+        [c_graph_p, jit_value, jit_value, jit_value, jit_value, ctypes.c_double, ctypes.c_int],
+        required=False)
     _fn(lib, "jit_concat", jit_value, [c_graph_p, P(jit_value), ctypes.c_int, ctypes.c_int],
         required=False)
     _fn(lib, "jit_slice", jit_value, [c_graph_p, jit_value, ctypes.c_int, ctypes.c_int64,

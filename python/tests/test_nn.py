@@ -1358,3 +1358,76 @@ def test_new_prototypes_are_optional(ctx, monkeypatch, cname):
     with pytest.raises(jitml.JitError) as e:
         call()
     assert e.value.code == jitml.StatusCode.UNAVAILABLE and cname in e.value.message
+
+
+# --- attention ---------------------------------------------------------------------------
+
+
+def attention_ref(q, k, v, mask, scale, causal):
+    s = torch.matmul(t64(q), t64(k).transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s + t64(mask)
+    if causal:
+        S, T = s.shape[-2], s.shape[-1]
+        i = torch.arange(S).unsqueeze(1)
+        j = torch.arange(T).unsqueeze(0)
+        s = s.masked_fill(j > i + (T - S), float("-inf"))
+    return torch.matmul(torch.softmax(s, dim=-1), t64(v)).numpy()
+
+
+@pytest.mark.parametrize("policy", ["exact", "generic"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_attention_matches_torch(monkeypatch, policy, causal, with_mask):
+    # The CPU's exact kernels walk keys in blocks of 64 (T = 1, 64, 150 cover one
+    # block, a whole one and a partial third); generic kernels use the composed form.
+    monkeypatch.setenv("JITML_SHAPE_POLICY", policy)
+    ctx = jitml.Context(cache_dir="")
+    g = jitml.Graph(ctx, "attn")
+    q = g.input("q", "float32", (2, 3, "S", 16))
+    k = g.input("k", "float32", (2, 3, "T", 16))
+    v = g.input("v", "float32", (2, 3, "T", 8))
+    m = g.input("m", "float32", ("S", "T")) if with_mask else None
+    g.output(g.attention(q, k, v, m, causal=causal))
+    g.finalize()
+    rng = np.random.default_rng(11)
+    for S, T in ((1, 1), (7, 64), (150, 150), (5, 150)):
+        qa, ka, va = rand(rng, 2, 3, S, 16), rand(rng, 2, 3, T, 16), rand(rng, 2, 3, T, 8)
+        ma = np.where(rng.uniform(size=(S, T)) < 0.2, -np.inf, 0.3).astype(np.float32)
+        ma[np.arange(S), np.arange(S) + T - S] = 0.0  # every row keeps a key
+        args = (qa, ka, va, ma) if with_mask else (qa, ka, va)
+        want = attention_ref(qa, ka, va, ma if with_mask else None, 0.25, causal)
+        np.testing.assert_allclose(g(*args), want, rtol=2e-5, atol=2e-6)
+
+
+def test_attention_long_sequence_and_a_decode_step(monkeypatch):
+    # 2 heads x 1024 x 32, causal, on an exact kernel (blocks: the 1024 x 1024 scores
+    # never exist whole); then one query against the same 1024 keys (T - S = 1023:
+    # it sees all of them), the decode step of a cache.
+    monkeypatch.setenv("JITML_SHAPE_POLICY", "exact")
+    ctx = jitml.Context(cache_dir="")
+    rng = np.random.default_rng(12)
+    k, v = rand(rng, 2, 1024, 32), rand(rng, 2, 1024, 32)
+    for S in (1024, 1):
+        g = build(ctx, "attn_long", "float32", {"q": (2, S, 32), "k": (2, 1024, 32),
+                                                 "v": (2, 1024, 32)},
+                  lambda g, q, k, v: g.attention(q, k, v, causal=True))
+        q = rand(rng, 2, S, 32)
+        want = attention_ref(q, k, v, None, 32 ** -0.5, True)
+        np.testing.assert_allclose(g(q, k, v), want, rtol=2e-5, atol=2e-6)
+
+
+def test_attention_f16_and_errors(ctx):
+    g = build(ctx, "attn_h", "float16", {"q": (4, 8), "k": (6, 8), "v": (6, 3)},
+              lambda g, q, k, v: g.attention(q, k, v, scale=0.5))
+    rng = np.random.default_rng(13)
+    q, k, v = (rand(rng, *s, dtype="float16") for s in ((4, 8), (6, 8), (6, 3)))
+    want = attention_ref(q, k, v, None, 0.5, False)
+    np.testing.assert_allclose(g(q, k, v).astype(np.float64), want, rtol=1e-2, atol=2e-3)
+    h = jitml.Graph(ctx, "attn_bad")
+    q = h.input("q", "float32", (4, 8))
+    k = h.input("k", "float32", (6, 7))
+    with pytest.raises(jitml.JitError) as e:
+        h.output(h.attention(q, k, k))
+        h.finalize()
+    assert e.value.code == jitml.StatusCode.SHAPE_MISMATCH
