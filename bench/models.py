@@ -83,6 +83,7 @@ PAUSE_S = 0.3     # > libomp's 200 ms KMP_BLOCKTIME: workers asleep before the n
 # --- GPT-2 small decoder block ---------------------------------------------------------
 
 D, HEADS, FF = 768, 12, 3072
+ATTENTION = "fused"  # --attention
 GPT_NAMES = ("ln1_g", "ln1_b", "wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo",
              "ln2_g", "ln2_b", "w1", "c1", "w2", "c2")
 
@@ -121,11 +122,15 @@ def gpt2_jitml(ctx, w):
         return g.transpose(t, (0, 2, 3, 1) if keys else (0, 2, 1, 3))
 
     h = g.layer_norm(x, v["ln1_g"], v["ln1_b"], eps=1e-5)
+    fused = ATTENTION == "fused" and hasattr(g, "attention")
     q = heads(h @ v["wq"] + v["bq"], False)
-    k = heads(h @ v["wk"] + v["bk"], True)
+    k = heads(h @ v["wk"] + v["bk"], not fused)
     vv = heads(h @ v["wv"] + v["bv"], False)
-    p = g.softmax((q @ k) * (1.0 / np.sqrt(D // HEADS)) + mask, axis=-1)
-    a = g.reshape(g.transpose(p @ vv, (0, 2, 1, 3)), ("B", "S", D))
+    if fused:  # jit_attention: blocks of keys with a running max and sum on the CPU
+        o = g.attention(q, k, vv, mask)
+    else:
+        o = g.softmax((q @ k) * (1.0 / np.sqrt(D // HEADS)) + mask, axis=-1) @ vv
+    a = g.reshape(g.transpose(o, (0, 2, 1, 3)), ("B", "S", D))
     x1 = x + (a @ v["wo"] + v["bo"])
     h2 = g.layer_norm(x1, v["ln2_g"], v["ln2_b"], eps=1e-5)
     g.output(x1 + (g.gelu_erf(h2 @ v["w1"] + v["c1"]) @ v["w2"] + v["c2"]))
@@ -380,7 +385,12 @@ def main():
     ap.add_argument("--reps", type=int, default=20, help="timed calls per cell, at most")
     ap.add_argument("--budget", type=float, default=5.0,
                     help="seconds of timed calls per cell, about (n >= 3)")
+    ap.add_argument("--attention", choices=("fused", "composed"), default="fused",
+                    help="libjitml's GPT-2 attention: jit_attention (fused: key blocks "
+                    "with a running max and sum) or matmul + softmax + matmul")
     args = ap.parse_args()
+    global ATTENTION
+    ATTENTION = args.attention
     args.threads = [int(t) for t in args.threads.split(",")]
     torch._inductor.config.freezing = True
     for log in ("torch.onnx", "torch.utils.cpp_extension"):  # "torchvision not installed"
