@@ -83,7 +83,7 @@ static bool jit__entry_fits(const jit_graph *g, const jit_device *d, jit__entry 
   en->n_images = ok ? a->n_parts : 0;
   for (uint32_t j = 0; ok && j < g->n_outputs; j++) {
     const jit__art_shape *o = &a->outputs[j];
-    ok = o->dtype == JIT__F32 || o->dtype == JIT__F16;  // outputs are never integers
+    ok = o->dtype == JIT__F32 || o->dtype == JIT__F16 || o->dtype == JIT__BF16;  // never ints
     shapes[j].rank = o->rank;
     shapes[j].dtype = (jit__dtype)o->dtype;
     memcpy(shapes[j].dims, o->dims, sizeof shapes[j].dims);

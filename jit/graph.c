@@ -572,7 +572,7 @@ jit_value jit_input(jit_graph *g, const char *name, DLDataType dtype, int rank,
   if (!jit__dtype_from_dl(dtype, true, &node.n.dtype))
     JIT__FAIL(g, JIT_UNSUPPORTED,
               "graph `%s`: input %u `%s`: dtype (code %d, %d bits, %d lanes) is not "
-              "supported; use f32 or f16 (int32 or int64 for jit_gather's indices)",
+              "supported; use f32, f16 or bf16 (int32 or int64 for jit_gather's indices)",
               g->name, g->n_inputs, nm, dtype.code, dtype.bits, dtype.lanes);
   if (rank < 0 || rank > JIT_MAX_RANK)
     JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: input %u `%s`: rank %d not in [0, %d]",
@@ -617,7 +617,7 @@ void jit_output(jit_graph *g, jit_value v) {
   if (!jit__check_operand(g, "jit_output", v, 0)) return;
   if (jit__dtype_is_int(jit__value(g, v)->dtype)) {
     jit__record(g, JIT_ERR(JIT_DTYPE_MISMATCH, "graph `%s`: jit_output: value %u is %s; "
-                           "outputs are f32 or f16 (integer inputs only feed jit_gather)",
+                           "outputs are f32, f16 or bf16 (integer inputs only feed jit_gather)",
                            g->name, v.id, jit__dtype_str(jit__value(g, v)->dtype)));
     return;
   }
@@ -641,7 +641,7 @@ jit_value jit_scalar(jit_graph *g, double value, DLDataType dtype) {
   jit__gnode node = {0};
   node.n.op = JIT__OP_SCALAR;
   if (!jit__dtype_from_dl(dtype, false, &node.n.dtype))
-    JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: scalar: dtype not supported; use f32 or f16",
+    JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: scalar: dtype not supported; use f32, f16 or bf16",
               g->name);
   if (isnan(value))
     JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: scalar: value is NaN", g->name);
@@ -825,7 +825,7 @@ jit_value jit_cast(jit_graph *g, jit_value x, DLDataType dtype) {
   jit__dtype to;
   if (!jit__dtype_from_dl(dtype, false, &to))
     JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: node %u (cast): to dtype (code %d, %d bits, "
-              "%d lanes): only f32 and f16 are supported yet", g->name, g->n_nodes,
+              "%d lanes): only f32, f16 and bf16 are supported yet", g->name, g->n_nodes,
               dtype.code, dtype.bits, dtype.lanes);
   jit__gnode node = {0};
   jit_value v = jit__make_node(g, JIT__OP_CAST, &x, 1, &node);

@@ -332,6 +332,26 @@ static const char kUnrollK[] =
     ",loop-unroll<O2;no-partial;no-runtime;no-upperbound;no-profile-peeling;"
     "full-unroll-max=0>";
 
+// Whether `op` converts to or from bf16 (sets *user, a bool, and stops).
+static MlirWalkResult jit__find_bf16(MlirOperation op, void *user) {
+  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
+  bool conv = (name.length == 11 && !memcmp(name.data, "arith.extf", 10)) ||
+              (name.length == 12 && !memcmp(name.data, "arith.truncf", 12)) ||
+              (name.length == 10 && !memcmp(name.data, "arith.extf", 10));
+  if (!conv) return MlirWalkResultAdvance;
+  for (intptr_t i = 0; i < mlirOperationGetNumResults(op) + mlirOperationGetNumOperands(op); i++) {
+    intptr_t nr = mlirOperationGetNumResults(op);
+    MlirType t = mlirValueGetType(i < nr ? mlirOperationGetResult(op, i)
+                                         : mlirOperationGetOperand(op, i - nr));
+    if (mlirTypeIsAShaped(t)) t = mlirShapedTypeGetElementType(t);
+    if (mlirTypeIsABF16(t)) {
+      *(bool *)user = true;
+      return MlirWalkResultInterrupt;
+    }
+  }
+  return MlirWalkResultAdvance;
+}
+
 // After bufferization: whether `op` holds a linalg op that MLIR did not vectorize and
 // that is more than a fill, e.g. a reduction left to LLVM's loop vectorizer. (A fill
 // becomes a store loop, which kLLVMPipeline vectorizes, and a memref.copy of
@@ -540,6 +560,19 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     mlirOperationWalk(mop, jit__find_unvectorized, &left, MlirWalkPreOrder);
     rows = left;
     unroll = plan.unroll_k && jit__cpu_unroll_k_loops(ctx, mop) > 0;
+  }
+  // bf16 conversions as integer arithmetic: LLVM's x86 backend calls __truncsfbf2 for
+  // them where the host lacks AVX-512 BF16, a libgcc/compiler-rt routine the kernels do
+  // not link (and its instruction flushes subnormals): the same rounding on every host.
+  {
+    bool bf16 = false;
+    mlirOperationWalk(mop, jit__find_bf16, &bf16, MlirWalkPreOrder);
+    if (bf16) {
+      status = jit__run_own_pipeline(
+          ctx, module, "builtin.module(func.func(arith-expand{include-bf16=1}))", diag,
+          "bf16 conversions");
+      if (status) goto done;
+    }
   }
   char omp_pipeline[sizeof(kToLLVMPipelineOmp) + 16];
   snprintf(omp_pipeline, sizeof omp_pipeline,

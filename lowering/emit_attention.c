@@ -69,8 +69,9 @@ static void custom_generic(jit__emitter *e, const char *res, int nl, const char 
 
 // The mask value's f32 name in a body reading the mask as input `i`.
 static const char *mask_in(jit__emitter *e, const att *a, int i) {
-  if (a->mask.dt == JIT__F16) {
-    jit__text_printf(&e->tb, "    %%amk = arith.extf %%in%d : f16 to f32\n", i);
+  if (jit__dtype_is_half(a->mask.dt)) {
+    jit__text_printf(&e->tb, "    %%amk = arith.extf %%in%d : %s to f32\n", i,
+                     jit__dtype_str(a->mask.dt));
     return "%amk";
   }
   return i == 1 ? "%in1" : "%in2";
@@ -199,7 +200,7 @@ static jit_status emit_composed(jit__emitter *e, const att *a) {
 // `x` [dims] (any rank, static) as [B, a, b] f32 (`b3`), converted from f16 once.
 static jit__str as_f32_3d(jit__emitter *e, const jit__gen_operand *x, const int64_t *b3) {
   jit__str v = jit__emit_reshape_to(e, x->name, x->dt, x->rank, x->dims, 3, b3, false);
-  if (x->dt == JIT__F16) v = jit__emit_convert(e, v.s, JIT__F16, JIT__F32, 3, b3, NULL, false);
+  if (jit__dtype_is_half(x->dt)) v = jit__emit_convert(e, v.s, x->dt, JIT__F32, 3, b3, NULL, false);
   return v;
 }
 
@@ -252,8 +253,8 @@ static void mask_read(jit__emitter *e, const att *a) {
   }
   jit__text_printf(tb, "    %%amv0 = tensor.extract %%v%u_mflat[%s] : tensor<%lldx%s>\n",
                    e->cur, prev, (long long)st, jit__dtype_str(m->dt));
-  if (m->dt == JIT__F16)
-    jit__text_printf(tb, "    %%amv = arith.extf %%amv0 : f16 to f32\n");
+  if (jit__dtype_is_half(m->dt))
+    jit__text_printf(tb, "    %%amv = arith.extf %%amv0 : %s to f32\n", jit__dtype_str(m->dt));
   else
     jit__text_printf(tb, "    %%amv = arith.addf %%amv0, %%amz : f32\n");
 }

@@ -103,6 +103,16 @@ jit__str jit__tensor_type(jit__dtype dt, int rank, const int64_t *dims) {
 // written as hex.
 jit__str jit__float_literal(double v, jit__dtype dt) {
   jit__str t;
+  if (dt == JIT__BF16) {
+    // The f32 value rounded to bfloat16 (to nearest even; NaN stays NaN), written as
+    // its bit pattern.
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint16_t h = isnan(f) ? 0x7FC0 : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    snprintf(t.s, sizeof t.s, "0x%04X", (unsigned)h);
+    return t;
+  }
   bool f16 = dt == JIT__F16;
   if (f16 && fabs(v) >= 65520.0) v = v > 0 ? INFINITY : -INFINITY;  // rounds to inf
   if (!f16) v = (double)(float)v;  // print exactly the f32 the kernel will hold
@@ -482,8 +492,9 @@ void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char
     result = "%in0";
   } else {
     for (int i = 0; i < n_in && i < 3; i++) {
-      if (ins[i].dt == JIT__F16) {
-        jit__text_printf(tb, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
+      if (jit__dtype_is_half(ins[i].dt)) {
+        jit__text_printf(tb, "    %%x%d = arith.extf %%in%d : %s to f32\n", i, i,
+                         elem_name(ins[i].dt));
         snprintf(xs[i], sizeof xs[i], "%%x%d", i);
       } else {
         snprintf(xs[i], sizeof xs[i], "%%in%d", i);
@@ -491,8 +502,9 @@ void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char
     }
     // Accumulating outs are always f32, so %out never needs extending.
     result = emit_body(e, kind, xs[0], xs[1], xs[2], "%out", by);
-    if (out->dt == JIT__F16) {
-      jit__text_printf(tb, "    %%y = arith.truncf %s : f32 to f16\n", result);
+    if (jit__dtype_is_half(out->dt)) {
+      jit__text_printf(tb, "    %%y = arith.truncf %s : f32 to %s\n", result,
+                       elem_name(out->dt));
       result = "%y";
     }
   }
@@ -579,10 +591,11 @@ jit__str jit__emit_convert(jit__emitter *e, const char *x, jit__dtype from, jit_
   return res;
 }
 
-// The f16 result of an f32 accumulator `acc`: one rounding, after the sum.
+// The 16-bit result (the current node's dtype, f16 or bf16) of an f32 accumulator
+// `acc`: one rounding, after the sum.
 jit__str jit__emit_f16_result(jit__emitter *e, const char *acc, int rank, const int64_t *dims,
                            const jit__dimval *dv, bool final) {
-  return jit__emit_convert(e, acc, JIT__F32, JIT__F16, rank, dims, dv, final);
+  return jit__emit_convert(e, acc, JIT__F32, e->g->nodes[e->cur].dtype, rank, dims, dv, final);
 }
 
 // `x` (`rank`/`dims`, type `dt`) as a new value of shape `to_rank`/`to_dims` (the same

@@ -4,10 +4,11 @@
 // indices (linalg.index), computes where the element comes from, and reads it with
 // tensor.extract at an index clamped into the source, selecting between sources (a
 // concat's two operands, a pad's value) where the position decides. Piecewise reads
-// have no affine map; tensor.insert_slice / extract_slice / tensor.pad would bufferize
-// to strided memref.copy, which the CPU's LLVM lowering turns into calls to a runtime
-// library the kernels do not link. The CPU strategy leaves these loops to LLVM
-// (lowering/cpu/plan_rows.c); the GPU back ends map them as any parallel loop.
+// have no affine map. tensor.insert_slice / extract_slice / tensor.pad would bufferize
+// to strided memref.copy: on the CPU a call per copy to devices/cpu's element-by-element
+// memrefCopy, on the GPUs the copy wrapping of compile_gpu.c; one parallel generic is
+// the form every back end already lowers well. The CPU strategy leaves these loops to
+// LLVM (lowering/cpu/plan_rows.c); the GPU back ends map them as any parallel loop.
 //
 // Symbolic mode: a `?` size of the result (a concat of `?` dims, a slice or a pad of
 // one) is computed from the operands' sizes with index arithmetic before the generic.

@@ -157,7 +157,7 @@ static void compute(jit__emitter *e, char result[32]) {
         f->st[depth++] = (frame){.id = o};
       } else {
         uint32_t i = f->leaf_of[o] - 1;
-        snprintf(t->arg[t->k++], 32, "%%%s%u", f->ins[i].dt == JIT__F16 ? "x" : "in", i);
+        snprintf(t->arg[t->k++], 32, "%%%s%u", jit__dtype_is_half(f->ins[i].dt) ? "x" : "in", i);
       }
       continue;
     }
@@ -165,12 +165,13 @@ static void compute(jit__emitter *e, char result[32]) {
     snprintf(v, sizeof v, "%s",
              jit__emit_body_step(e, jit__elementwise_kind(x->op), t->arg[0], t->arg[1],
                                  t->arg[2], step, r));
-    if (x->dtype == JIT__F16 && t->id != e->cur) {
-      // Rounded to f16 and back, as the value would be between two separate ops.
+    if (jit__dtype_is_half(x->dtype) && t->id != e->cur) {
+      // Rounded to 16 bits and back, as the value would be between two separate ops.
+      const char *h = jit__dtype_str(x->dtype);
       jit__text_printf(&e->tb,
-                       "    %%s%dh = arith.truncf %s : f32 to f16\n"
-                       "    %%s%dr = arith.extf %%s%dh : f16 to f32\n",
-                       step, v, step, step);
+                       "    %%s%dh = arith.truncf %s : f32 to %s\n"
+                       "    %%s%dr = arith.extf %%s%dh : %s to f32\n",
+                       step, v, h, step, step, h);
       snprintf(v, sizeof v, "%%s%dr", step);
     }
     step++;
@@ -196,13 +197,14 @@ jit_status jit__emit_fused(jit__emitter *e, const jit__node *n) {
     memset(iters, 'p', sizeof iters);
     jit__emit_generic_open(e, res.s, n->rank, iters, f->ins, n_in, &out);
     for (int i = 0; i < n_in; i++)
-      if (f->ins[i].dt == JIT__F16)
-        jit__text_printf(&e->tb, "    %%x%d = arith.extf %%in%d : f16 to f32\n", i, i);
+      if (jit__dtype_is_half(f->ins[i].dt))
+        jit__text_printf(&e->tb, "    %%x%d = arith.extf %%in%d : %s to f32\n", i, i,
+                         jit__dtype_str(f->ins[i].dt));
     char result[32] = "";
     compute(e, result);
-    const char *elem = n->dtype == JIT__F16 ? "f16" : "f32";
-    if (n->dtype == JIT__F16) {
-      jit__text_printf(&e->tb, "    %%y = arith.truncf %s : f32 to f16\n", result);
+    const char *elem = jit__dtype_str(n->dtype);
+    if (jit__dtype_is_half(n->dtype)) {
+      jit__text_printf(&e->tb, "    %%y = arith.truncf %s : f32 to %s\n", result, elem);
       snprintf(result, sizeof result, "%%y");
     }
     jit__text_printf(&e->tb, "    linalg.yield %s : %s\n  } -> %s\n", result, elem,

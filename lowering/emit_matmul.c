@@ -28,7 +28,7 @@
 static jit_status emit_named_matmul(jit__emitter *e, const jit__node *n, const jit__gen_operand *a,
                                     const jit__gen_operand *b, int p, int fold) {
   int r = n->rank;
-  bool f16 = n->dtype == JIT__F16;
+  bool f16 = jit__dtype_is_half(n->dtype);
   int64_t ad[3], bd[3], cd[3];
   const char *an = a->name, *bn = b->name;
   jit__str as, bs;
@@ -55,7 +55,7 @@ static jit_status emit_named_matmul(jit__emitter *e, const jit__node *n, const j
   // ~130 GFLOP/s (f32: ~150), 1024^3 from 68 to ~115, 8x768x3072 from 59 to 70.
   jit__dtype a_dt = a->dt;
   if (f16 && e->named_batch && cd[cr - 2] > 1) {
-    as = jit__emit_convert(e, an, JIT__F16, JIT__F32, cr, ad, NULL, false);
+    as = jit__emit_convert(e, an, a->dt, JIT__F32, cr, ad, NULL, false);
     an = as.s;
     a_dt = JIT__F32;
   }
@@ -130,7 +130,7 @@ static void emit_bt_op(jit__emitter *e, const jit__node *n, int cr, const char *
                        const int64_t *xd, const char *wn, jit__dtype wdt, const int64_t *wd,
                        const int64_t *cd, bool flat) {
   int r = n->rank;
-  bool f16 = n->dtype == JIT__F16;
+  bool f16 = jit__dtype_is_half(n->dtype);
   bool reshape = r != cr || memcmp(cd, n->dims, sizeof(int64_t) * (size_t)cr) != 0;
   jit__str acc = jit__emit_filled_acc(e, "0.0", cr, cd, NULL);
   jit__str mm = jit__value_name(e, !f16 && !reshape);
@@ -302,7 +302,7 @@ jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n) {
       return jit__node_error(e, "a `?` dim of the result has no operand dim to take its size from");
   }
 
-  bool f16 = n->dtype == JIT__F16;
+  bool f16 = jit__dtype_is_half(n->dtype);
   // x W^T (a PyTorch Linear's weight, N x K) with up to 17 rows: linalg.matmul reading
   // the transpose's input through a transposed map (lowering/cpu/, plan_matmul_bt),
   // instead of a transposed copy of W per call: 1x768x3072 0.40 ms against 2.5,

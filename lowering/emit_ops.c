@@ -196,7 +196,7 @@ jit_status jit__emit_reduce(jit__emitter *e, const jit__node *n) {
     if (n->dims[j++] != x.dims[d]) return jit__node_error(e, "reduction result shape");
   }
   bool is_max = n->op == JIT__OP_REDUCE_MAX, is_mean = n->op == JIT__OP_REDUCE_MEAN;
-  bool post = is_mean || n->dtype == JIT__F16;  // a generic after the accumulation
+  bool post = is_mean || jit__dtype_is_half(n->dtype);  // a generic after the accumulation
 
   int64_t red_dims[JIT_MAX_RANK];
   jit__dimval red_dv[JIT_MAX_RANK];

@@ -7,9 +7,8 @@
 //
 //   padding  a generic over the padded shape that reads x with tensor.extract at
 //            clamped indices and selects the pad value outside x (zero; -inf for max
-//            pools). A tensor.pad would bufferize to a strided memref.copy, which
-//            the CPU's LLVM lowering turns into a call to a runtime library the
-//            kernels do not link.
+//            pools); one parallel loop nest on every back end, where a tensor.pad
+//            would bufferize to a strided memref.copy (emit_copy.c says more).
 //   conv     loops (n, f, oh, ow | c, kh, kw) (NHWC: n, oh, ow, f | kh, kw, c) into an
 //            f32 accumulator: out + x * w. With groups the result is written as
 //            [N, G, F/G, OH, OW] (NHWC [N, OH, OW, G, F/G]) and collapsed after, as
@@ -44,7 +43,7 @@ typedef struct geom {
   jit__dimval pdv[4];
 } geom;
 
-static const char *elem(jit__dtype dt) { return dt == JIT__F16 ? "f16" : "f32"; }
+static const char *elem(jit__dtype dt) { return jit__dtype_str(dt); }
 
 // An index constant at function level; returns its name.
 static jit__str index_const(jit__emitter *e, int64_t v) {
@@ -281,8 +280,8 @@ static jit_status emit_conv_nchw_matmul(jit__emitter *e, const jit__node *n, con
     a = emit_copy(e, &wo, "d1, d2", wt->dt, 3, ad, NULL);
   }
   jit__dtype a_dt = wt->dt;
-  if (a_dt == JIT__F16) {  // A in f32 for the strategy's row tiles (emit_matmul.c)
-    a = jit__emit_convert(e, a.s, JIT__F16, JIT__F32, r, ad + 1 - o, NULL, false);
+  if (jit__dtype_is_half(a_dt)) {  // A in f32 for the strategy's row tiles (emit_matmul.c)
+    a = jit__emit_convert(e, a.s, a_dt, JIT__F32, r, ad + 1 - o, NULL, false);
     a_dt = JIT__F32;
   }
   jit__str acc = jit__emit_filled_acc(e, "0.0", r, cd + 1 - o, NULL);
@@ -292,7 +291,7 @@ static jit_status emit_conv_nchw_matmul(jit__emitter *e, const jit__node *n, con
                    mm.s, batch ? "batch_matmul" : "matmul", a.s, b.s,
                    jit__tensor_type(a_dt, r, ad + 1 - o).s,
                    jit__tensor_type(dt, r, bd + 1 - o).s, acc.s, acc_ty.s, acc_ty.s);
-  jit__str res = n->dtype == JIT__F16
+  jit__str res = jit__dtype_is_half(n->dtype)
                      ? jit__emit_f16_result(e, mm.s, r, cd + 1 - o, NULL, false) : mm;
   jit__str y = jit__emit_reshape_to(e, res.s, n->dtype, r, cd + 1 - o, 4, od, false);
   set_value(e, y.s);
@@ -379,8 +378,8 @@ static jit_status emit_conv_matmul(jit__emitter *e, const jit__node *n, const ge
   }
   // f16: A extended to f32 first, as emit_matmul.c does for the strategy's row tiles.
   jit__dtype a_dt = dt;
-  if (dt == JIT__F16) {
-    a = jit__emit_convert(e, a.s, JIT__F16, JIT__F32, 2, ad, mdv, false);
+  if (jit__dtype_is_half(dt)) {
+    a = jit__emit_convert(e, a.s, dt, JIT__F32, 2, ad, mdv, false);
     a_dt = JIT__F32;
   }
   jit__str acc = jit__emit_filled_acc(e, "0.0", 2, cd, mdv);
@@ -391,7 +390,8 @@ static jit_status emit_conv_matmul(jit__emitter *e, const jit__node *n, const ge
                    jit__tensor_type(wt->dt, 2, bd).s, acc.s, acc_ty.s, acc_ty.s);
   jit__str r;
   if (w->nhwc) {
-    jit__str c = n->dtype == JIT__F16 ? jit__emit_f16_result(e, mm.s, 2, cd, mdv, false) : mm;
+    jit__str c = jit__dtype_is_half(n->dtype) ? jit__emit_f16_result(e, mm.s, 2, cd, mdv, false)
+                                              : mm;
     r = reshape(e, c.s, n->dtype, 2, cd, 4, od, odv);
   } else {
     jit__str c = reshape(e, mm.s, JIT__F32, 2, cd, 4, nhwc, nhwc_dv);
@@ -532,7 +532,7 @@ static jit__str divide_by_count(jit__emitter *e, const geom *g, const jit__gen_o
                    "    %%wcf = arith.sitofp %%wci : i32 to f32\n"
                    "    %%wq = arith.divf %%in0, %%wcf : f32\n");
   const char *r = "%wq";
-  if (n->dtype == JIT__F16) {
+  if (jit__dtype_is_half(n->dtype)) {
     jit__text_printf(tb, "    %%wy = arith.truncf %%wq : f32 to f16\n");
     r = "%wy";
   }
@@ -546,9 +546,9 @@ static jit_status emit_pool(jit__emitter *e, const jit__node *n, geom *g) {
   jit__gen_operand x = jit__node_operand(e, n->operands[0]);
   g->k[0] = w->kernel[0];
   g->k[1] = w->kernel[1];
-  const char *ninf = x.dt == JIT__F16 ? "0xFC00" : "0xFF800000";
+  jit__str ninf = jit__float_literal(-INFINITY, x.dt);
   jit__str pname;
-  jit__gen_operand xp = emit_pad(e, &x, g, max ? ninf : "0.0", &pname);
+  jit__gen_operand xp = emit_pad(e, &x, g, max ? ninf.s : "0.0", &pname);
   result_dims(e, &x, g);
   const jit__dimval *dv = e->dv[e->cur];
   jit__str acc = jit__emit_filled_acc(e, max ? "0xFF800000" : "0.0", 4, n->dims, dv);

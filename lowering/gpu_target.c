@@ -43,6 +43,14 @@ jit_status jit__gpu_target_for(const jit__gpu_device *dev, const jit__lgraph *lg
     return JIT_ERR(JIT_UNSUPPORTED,
                    "graph `%s`: f16 on %s needs shaderFloat16 and 16-bit storage buffers, "
                    "which this device lacks", name, dev->name);
+  bool any_bf16 = false;
+  for (uint32_t i = 0; i < lg->n_nodes; i++) any_bf16 |= lg->nodes[i].dtype == JIT__BF16;
+  if (any_bf16 && !ptx)
+    return JIT_ERR(JIT_UNSUPPORTED, "graph `%s`: bf16 on %s: SPIR-V for Vulkan has no "
+                   "bfloat16 here (use f32 or f16)", name, dev->name);
+  if (any_bf16 && ptx && strncmp(dev->chip, "sm_", 3) == 0 && atoi(dev->chip + 3) < 80)
+    return JIT_ERR(JIT_UNSUPPORTED, "graph `%s`: bf16 on %s (%s) needs sm_80 or newer", name,
+                   dev->name, dev->chip);
   bool any_i64 = false;
   for (uint32_t i = 0; i < lg->n_nodes; i++) any_i64 |= lg->nodes[i].dtype == JIT__I64;
   if (any_i64 && !dev->int64)

@@ -124,6 +124,7 @@ static void jit__type_str(MlirType t, char *out, size_t size) {
 static bool jit__elem_dtype(MlirType elt, jit__dtype *out) {
   if (mlirTypeIsAF32(elt)) *out = JIT__F32;
   else if (mlirTypeIsAF16(elt)) *out = JIT__F16;
+  else if (mlirTypeIsABF16(elt)) *out = JIT__BF16;
   else return false;
   return true;
 }
@@ -326,7 +327,7 @@ static jit_status jit__read_args(MlirOperation fn, const jit__diag *diag,
                      m->entry, i, a->name, ts);
     if (!jit__elem_dtype(mlirShapedTypeGetElementType(t), &a->dtype))
       return JIT_ERR(JIT_UNSUPPORTED,
-                     "function `%s`: argument %u `%%%s` has type %s; only f32 and f16 "
+                     "function `%s`: argument %u `%%%s` has type %s; only f32, f16 and bf16 "
                      "elements are supported",
                      m->entry, i, a->name, ts);
     a->rank = (int)mlirShapedTypeGetRank(t);
@@ -403,7 +404,7 @@ static jit_status jit__read_results(MlirOperation fn, jit__mlir_module *m) {
                      m->entry, j, ts);
     if (!jit__elem_dtype(mlirShapedTypeGetElementType(t), &m->result_dtypes[j]))
       return JIT_ERR(JIT_UNSUPPORTED,
-                     "function `%s`: result %u has type %s; only f32 and f16 elements are "
+                     "function `%s`: result %u has type %s; only f32, f16 and bf16 elements are "
                      "supported",
                      m->entry, j, ts);
     if (mlirShapedTypeGetRank(t) > JIT_MAX_RANK)

@@ -103,19 +103,24 @@ typedef enum jit__dtype {
   // Integers: graph inputs that only jit_gather's indices read.
   JIT__I32 = 2,
   JIT__I64 = 3,
+  // bfloat16: stored in 16 bits, computed in f32 like f16.
+  JIT__BF16 = 4,
 } jit__dtype;
 
 static inline bool jit__dtype_is_int(jit__dtype t) { return t == JIT__I32 || t == JIT__I64; }
+// The 16-bit floats, extended to f32 to compute and rounded once at the end.
+static inline bool jit__dtype_is_half(jit__dtype t) { return t == JIT__F16 || t == JIT__BF16; }
 static inline int jit__dtype_bytes(jit__dtype t) {
-  return t == JIT__F16 ? 2 : t == JIT__I64 ? 8 : 4;
+  return jit__dtype_is_half(t) ? 2 : t == JIT__I64 ? 8 : 4;
 }
-// The name users see and MLIR's element type: "f32", "f16", "i32", "i64".
+// The name users see and MLIR's element type: "f32", "f16", "bf16", "i32", "i64".
 static inline const char *jit__dtype_str(jit__dtype t) {
-  return t == JIT__F16 ? "f16" : t == JIT__I32 ? "i32" : t == JIT__I64 ? "i64" : "f32";
+  return t == JIT__F16 ? "f16" : t == JIT__BF16 ? "bf16" : t == JIT__I32 ? "i32"
+         : t == JIT__I64 ? "i64" : "f32";
 }
 static inline DLDataType jit__dtype_dl(jit__dtype t) {
-  DLDataType d = {jit__dtype_is_int(t) ? kDLInt : kDLFloat, (uint8_t)(8 * jit__dtype_bytes(t)),
-                  1};
+  DLDataType d = {jit__dtype_is_int(t) ? kDLInt : t == JIT__BF16 ? kDLBfloat : kDLFloat,
+                  (uint8_t)(8 * jit__dtype_bytes(t)), 1};
   return d;
 }
 // f32/f16 (and, with `ints`, int32/int64) from DLPack; false for anything else.
@@ -123,6 +128,7 @@ static inline bool jit__dtype_from_dl(DLDataType t, bool ints, jit__dtype *out) 
   if (t.lanes != 1) return false;
   if (t.code == kDLFloat && t.bits == 32) *out = JIT__F32;
   else if (t.code == kDLFloat && t.bits == 16) *out = JIT__F16;
+  else if (t.code == kDLBfloat && t.bits == 16) *out = JIT__BF16;
   else if (ints && t.code == kDLInt && t.bits == 32) *out = JIT__I32;
   else if (ints && t.code == kDLInt && t.bits == 64) *out = JIT__I64;
   else return false;

@@ -645,7 +645,7 @@ Test(gather, dtype_rules) {
   DLDataType i64 = {kDLInt, 64, 1}, u8 = {kDLUInt, 8, 1};
   static const char *const says[] = {"integer values only feed jit_gather's indices",
                                      "indices are int32 or int64",
-                                     "outputs are f32 or f16", "use f32 or f16 (int32"};
+                                     "outputs are f32, f16 or bf16", "use f32, f16 or bf16 (int32"};
   static const jit_status_code codes[] = {JIT_DTYPE_MISMATCH, JIT_DTYPE_MISMATCH,
                                           JIT_DTYPE_MISMATCH, JIT_UNSUPPORTED};
   for (int i = 0; i < 4; i++) {
@@ -879,7 +879,7 @@ Test(cast, to_integers_is_unsupported) {
   jit_output(g, x);
   jit_status s = jit_graph_finalize(g);
   TU_EXPECT_CODE(s, JIT_UNSUPPORTED);
-  TU_EXPECT_MSG(s, "only f32 and f16 are supported yet");
+  TU_EXPECT_MSG(s, "only f32, f16 and bf16 are supported yet");
   jit_status_free(s);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);

@@ -339,6 +339,29 @@ static void *jit__kernel_calloc(size_t count, size_t size) {
   return p;
 }
 
+// bf16 conversions LLVM's x86 backend calls where the host has no AVX-512 BF16 (for
+// bf16 vector loads and stores it legalizes through f32), from libgcc / compiler-rt,
+// which kernels do not link. bf16 travels in the low 16 bits of an SSE register, as
+// _Float16 does. Round to nearest even; NaN stays a (quiet) NaN.
+static _Float16 jit__truncsfbf2(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  uint16_t h = (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16) | 0x40u)
+                                                : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  _Float16 r;
+  memcpy(&r, &h, sizeof r);
+  return r;
+}
+
+static float jit__extendbfsf2(_Float16 x) {
+  uint16_t h;
+  memcpy(&h, &x, sizeof h);
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 static LLVMOrcCSymbolMapPair jit__absolute(LLVMOrcLLJITRef jit, const char *name,
                                            LLVMOrcExecutorAddress addr) {
   LLVMOrcCSymbolMapPair sym;
@@ -358,16 +381,22 @@ static LLVMErrorRef jit__define_helpers(LLVMOrcLLJITRef jit) {
   union { void *(*f)(size_t); LLVMOrcExecutorAddress a; } alloc;
   union { void *(*f)(size_t, size_t); LLVMOrcExecutorAddress a; } zalloc;
   union { void (*f)(void *); LLVMOrcExecutorAddress a; } release;
-  copy.a = alloc.a = zalloc.a = release.a = 0;
+  union { _Float16 (*f)(float); LLVMOrcExecutorAddress a; } trunc_bf;
+  union { float (*f)(_Float16); LLVMOrcExecutorAddress a; } ext_bf;
+  copy.a = alloc.a = zalloc.a = release.a = trunc_bf.a = ext_bf.a = 0;
   copy.f = jit__memref_copy;
   alloc.f = jit__kernel_malloc;
   zalloc.f = jit__kernel_calloc;
   release.f = jit__kernel_free;
-  LLVMOrcCSymbolMapPair syms[4] = {jit__absolute(jit, "memrefCopy", copy.a),
+  trunc_bf.f = jit__truncsfbf2;
+  ext_bf.f = jit__extendbfsf2;
+  LLVMOrcCSymbolMapPair syms[6] = {jit__absolute(jit, "memrefCopy", copy.a),
                                    jit__absolute(jit, "malloc", alloc.a),
                                    jit__absolute(jit, "calloc", zalloc.a),
-                                   jit__absolute(jit, "free", release.a)};
-  LLVMOrcMaterializationUnitRef mu = LLVMOrcAbsoluteSymbols(syms, 4);
+                                   jit__absolute(jit, "free", release.a),
+                                   jit__absolute(jit, "__truncsfbf2", trunc_bf.a),
+                                   jit__absolute(jit, "__extendbfsf2", ext_bf.a)};
+  LLVMOrcMaterializationUnitRef mu = LLVMOrcAbsoluteSymbols(syms, 6);
   return LLVMOrcJITDylibDefine(LLVMOrcLLJITGetMainJITDylib(jit), mu);  // takes mu
 }
 
