@@ -344,8 +344,10 @@ JIT_API int64_t jit_symbol(jit_graph *graph, const char *name);
 // that receive an invalid value return invalid values too, and jit_graph_finalize
 // returns that first error.
 
-// A graph input. `dtype` is f32 {kDLFloat, 32, 1} or f16 {kDLFloat, 16, 1}, or int32 /
-// int64 for jit_gather's indices. `dims` has
+// A graph input. `dtype` is f32 {kDLFloat, 32, 1}, f16 {kDLFloat, 16, 1} or bf16
+// {kDLBfloat, 16, 1} (both computed in f32 and rounded once per op), or int32 / int64
+// for jit_gather's indices. bf16 runs on the CPU and CUDA (sm_80+), not on Vulkan
+// (JIT_UNSUPPORTED). `dims` has
 // `rank` entries, each a size >= 0 or a symbol from jit_symbol. Inputs are numbered in
 // the order of these calls.
 JIT_API jit_value jit_input(jit_graph *graph, const char *name, DLDataType dtype,
@@ -399,9 +401,9 @@ JIT_API jit_value jit_where(jit_graph *graph, jit_value cond, jit_value a, jit_v
 // is NaN, as in PyTorch.
 JIT_API jit_value jit_attention(jit_graph *graph, jit_value q, jit_value k, jit_value v,
                                 jit_value mask, double scale, int causal);
-// x converted to `dtype`: f32 -> f16 rounds to nearest even (overflow to inf), f16 ->
-// f32 is exact; the same dtype is x itself. Other dtypes (integers, bf16, int8):
-// JIT_UNSUPPORTED for now.
+// x converted to `dtype` among f32, f16 and bf16: narrowing rounds to nearest even
+// (overflow to inf), widening is exact; the same dtype is x itself. Other dtypes
+// (integers, int8): JIT_UNSUPPORTED for now.
 JIT_API jit_value jit_cast(jit_graph *graph, jit_value x, DLDataType dtype);
 // Rows of `table` picked by `indices` (an embedding lookup; axis 0):
 // result[i..., j...] = table[indices[i...], j...], of shape indices' dims followed by
