@@ -363,6 +363,17 @@ JIT_API jit_value jit_scalar(jit_graph *graph, double value, DLDataType dtype);
 // batch. f16 inputs accumulate in f32.
 JIT_API jit_value jit_matmul(jit_graph *graph, jit_value a, jit_value b);
 
+// Quantized matmul (symmetric, no zero points): a [..., M, K] and b [K, N] are int8
+// graph inputs ({kDLInt, 8, 1}; int8 values feed nothing else), multiplied with int32
+// accumulation, then dequantized into f32: result[..., m, n] =
+// (sum_k a[..., m, k] b[k, n]) * a_scale * b_scale[n]. a_scale is one f32 value (rank
+// 0, or all dims 1); b_scale one value or one per column ([N], [1, N]): per-tensor or
+// per-channel weights. M and the leading dims may be symbols. The CPU runs it as a
+// matmul on int8 with an int32 accumulator, planned like f32 ones (AVX2 / AVX-512,
+// no VNNI or AMX instructions yet).
+JIT_API jit_value jit_matmul_int8(jit_graph *graph, jit_value a, jit_value b,
+                                  jit_value a_scale, jit_value b_scale);
+
 // Elementwise binary ops with NumPy broadcasting (dims aligned from the right; a dim
 // of static size 1 broadcasts). Two symbolic dims that meet must bind to equal sizes.
 JIT_API jit_value jit_add(jit_graph *graph, jit_value a, jit_value b);

@@ -427,6 +427,29 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
       return jit__rule_copy(g, n, a, b, out);
     case JIT__OP_ATTENTION:
       return jit__rule_attention(g, ops, decl, out);
+    case JIT__OP_MATMUL_INT8: {
+      char sa[160], sb[160];
+      const jit__node *sa_n = ops[2], *sb_n = ops[3];
+      if (b->rank != 2)
+        return JIT_ERR(JIT_SHAPE_MISMATCH, "b %s must be [K, N]",
+                       jit__fmt_dims(g, b->rank, b->dims, sb, sizeof sb));
+      JIT_PROPAGATE(jit__rule_matmul(g, a, b, decl[0], decl[1], out));
+      int64_t N = b->dims[1], ns = 1;
+      bool one = true;
+      for (int d = 0; d < sa_n->rank; d++) one &= sa_n->dims[d] == 1;
+      for (int d = 0; d < sb_n->rank; d++) ns = d == sb_n->rank - 1 ? sb_n->dims[d] : ns;
+      bool per_col = sb_n->rank >= 1 && (ns == N || !jit__dim_known(ns) || !jit__dim_known(N));
+      for (int d = 0; d + 1 < sb_n->rank; d++) per_col &= sb_n->dims[d] == 1;
+      bool sb_one = true;
+      for (int d = 0; d < sb_n->rank; d++) sb_one &= sb_n->dims[d] == 1;
+      if (!one || !(sb_one || per_col))
+        return JIT_ERR(JIT_SHAPE_MISMATCH,
+                       "a's scale %s must be one value, and b's %s one value or one per "
+                       "column of b (N = %lld)",
+                       jit__fmt_dims(g, sa_n->rank, sa_n->dims, sa, sizeof sa),
+                       jit__fmt_dims(g, sb_n->rank, sb_n->dims, sb, sizeof sb), (long long)N);
+      return NULL;
+    }
     case JIT__OP_GATHER: {
       char sa[160], sb[160];
       if (a->rank < 1)
@@ -665,15 +688,23 @@ static jit_value jit__make_node(jit_graph *g, jit__op op, const jit_value *v, in
   node->n.dtype = ops[0]->dtype;
   // Integers (inputs) are read by jit_gather's indices only; its table is a float.
   for (int k = 0; k < n_ops; k++) {
-    bool want_int = op == JIT__OP_GATHER && k == 1;
-    if (jit__dtype_is_int(ops[k]->dtype) != want_int)
-      JIT__FAIL(g, JIT_DTYPE_MISMATCH,
-                "graph `%s`: node %u (%s): operand %d is %s; %s", g->name, g->n_nodes,
-                opname, k, jit__dtype_str(ops[k]->dtype),
-                want_int ? "indices are int32 or int64"
-                         : "integer values only feed jit_gather's indices");
+    bool want_int = (op == JIT__OP_GATHER && k == 1) || (op == JIT__OP_MATMUL_INT8 && k < 2);
+    jit__dtype t = ops[k]->dtype;
+    const char *bad = NULL;
+    if (op == JIT__OP_MATMUL_INT8)
+      bad = k < 2 ? (t != JIT__I8 ? "a and b are int8" : NULL)
+                  : (t != JIT__F32 ? "the scales are f32" : NULL);
+    else if (jit__dtype_is_int(t) != want_int)
+      bad = want_int ? "indices are int32 or int64"
+                     : "integer values only feed jit_gather's indices and jit_matmul_int8";
+    else if (op == JIT__OP_GATHER && t == JIT__I8)
+      bad = "indices are int32 or int64";
+    if (bad)
+      JIT__FAIL(g, JIT_DTYPE_MISMATCH, "graph `%s`: node %u (%s): operand %d is %s; %s",
+                g->name, g->n_nodes, opname, k, jit__dtype_str(t), bad);
   }
-  for (int k = 1; k < n_ops && op != JIT__OP_GATHER; k++)
+  if (op == JIT__OP_MATMUL_INT8) node->n.dtype = JIT__F32;
+  for (int k = 1; k < n_ops && op != JIT__OP_GATHER && op != JIT__OP_MATMUL_INT8; k++)
     if (ops[k]->dtype != ops[0]->dtype)
       JIT__FAIL(g, JIT_DTYPE_MISMATCH,
                 "graph `%s`: node %u (%s): operand dtypes differ: %s (operand 0) vs %s "
@@ -848,6 +879,13 @@ jit_value jit_attention(jit_graph *g, jit_value q, jit_value k, jit_value v, jit
   node.n.causal = causal != 0;
   jit_value ops[4] = {q, k, v, mask};
   return jit__make_node(g, JIT__OP_ATTENTION, ops, mask.id ? 4 : 3, &node);
+}
+
+jit_value jit_matmul_int8(jit_graph *g, jit_value a, jit_value b, jit_value a_scale,
+                          jit_value b_scale) {
+  jit__gnode node = {0};
+  jit_value v[4] = {a, b, a_scale, b_scale};
+  return jit__make_node(g, JIT__OP_MATMUL_INT8, v, 4, &node);
 }
 
 jit_value jit_gather(jit_graph *g, jit_value table, jit_value indices) {

@@ -180,6 +180,11 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   // Ops added later: where's third operand, a window's parameters.
   long long o2 = op == JIT__OP_WHERE ? jit__rd_int(r) : 0, o3 = 0;
   int att_ops = 0, causal = 0;
+  if (op == JIT__OP_MATMUL_INT8) {
+    o2 = jit__rd_int(r);
+    o3 = jit__rd_int(r);
+    if (o2 >= (long long)g->n_nodes || o3 < 0 || o3 >= (long long)g->n_nodes) r->bad = true;
+  }
   if (op == JIT__OP_ATTENTION) {
     att_ops = (int)jit__rd_int(r);
     o2 = jit__rd_int(r);
@@ -266,6 +271,8 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
     case JIT__OP_SLICE: return jit_slice(g, a, axis, span[0], span[1], span[2]);
     case JIT__OP_PAD: return jit_pad(g, a, lo, hi, scalar);
     case JIT__OP_CAST: return jit_cast(g, a, dl);
+    case JIT__OP_MATMUL_INT8:
+      return jit_matmul_int8(g, a, b, (jit_value){(uint32_t)o2 + 1}, (jit_value){(uint32_t)o3 + 1});
     case JIT__OP_ATTENTION:
       return jit_attention(g, a, b, (jit_value){(uint32_t)o2 + 1},
                            att_ops > 3 ? (jit_value){(uint32_t)o3 + 1} : (jit_value){0},
@@ -451,6 +458,8 @@ static void jit__graph_record(const jit_graph *g, jit__text *b) {
     if (n->op == JIT__OP_TRANSPOSE)
       for (int d = 0; d < n->rank; d++) jit__text_printf(b, " %d", n->perm[d]);
     if (n->op == JIT__OP_WHERE) jit__text_printf(b, " %u", n->operands[2]);
+    if (n->op == JIT__OP_MATMUL_INT8)
+      jit__text_printf(b, " %u %u", n->operands[2], n->operands[3]);
     if (n->op == JIT__OP_ATTENTION)
       jit__text_printf(b, " %d %u %u %d", n->n_operands, n->operands[2],
                        n->n_operands > 3 ? n->operands[3] : 0u, (int)n->causal);

@@ -166,6 +166,7 @@ jit_status jit__emit_softmax(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_transpose(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_reshape(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n);
+jit_status jit__emit_matmul_int8(jit__emitter *e, const jit__node *n);  // emit_matmul.c
 jit_status jit__emit_window(jit__emitter *e, const jit__node *n);  // emit_window.c
 jit_status jit__emit_gather(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_index_copy(jit__emitter *e, const jit__node *n);  // emit_copy.c

@@ -65,6 +65,7 @@ static const char *const jit__op_names[JIT__OP_COUNT_] = {
     [JIT__OP_PAD] = "pad",
     [JIT__OP_CAST] = "cast",
     [JIT__OP_ATTENTION] = "attention",
+    [JIT__OP_MATMUL_INT8] = "matmul_int8",
 };
 
 const char *jit__op_name(jit__op op) {

@@ -367,3 +367,125 @@ jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n) {
   if (f16) jit__emit_f16_result(e, mm.s, r, n->dims, dv, true);
   return NULL;
 }
+
+// int8 x int8 -> int32, dequantized (symmetric: no zero points): a [..., M, K] as rows
+// [R, K] (R = the product of a's leading dims, `?` in symbolic mode), b [K, N]. On the
+// CPU a linalg.matmul on i8 with an i32 accumulator, which the strategy plans like any
+// other; elsewhere a generic of extsi, muli, addi. Then one generic: i32 -> f32 times
+// a's scale and b's (one, or per column), reshaped to the result's dims.
+jit_status jit__emit_matmul_int8(jit__emitter *e, const jit__node *n) {
+  jit__gen_operand a = jit__node_operand(e, n->operands[0]);
+  jit__gen_operand b = jit__node_operand(e, n->operands[1]);
+  jit__gen_operand sa = jit__node_operand(e, n->operands[2]);
+  jit__gen_operand sb = jit__node_operand(e, n->operands[3]);
+  int r = n->rank;
+  if (a.rank != r || b.rank != 2 || r < 2) return jit__node_error(e, "matmul_int8 ranks");
+  int64_t K = a.dims[r - 1], N = b.dims[1], R = 1;
+  jit__dimval rdv[2], *dv = e->dv[e->cur];
+  memset(rdv, 0, sizeof rdv);
+  for (int d = 0; d < r - 1; d++) R = R >= 0 && a.dims[d] >= 0 ? R * a.dims[d] : -1;
+  for (int d = 0; d < r; d++)
+    if (n->dims[d] < 0) dv[d] = d < r - 1 ? a.dv[d] : b.dv[1];
+  jit__text *tb = &e->tb;
+  if (R < 0) {  // the rows' count: the product of a's leading dims
+    jit__str p = jit__value_name(e, false);
+    jit__text_printf(tb, "  %s = arith.constant 1 : index\n", p.s);
+    for (int d = 0; d < r - 1; d++) {
+      jit__str q = jit__value_name(e, false), c = jit__value_name(e, false);
+      if (a.dims[d] >= 0)
+        jit__text_printf(tb, "  %s = arith.constant %lld : index\n  %s = arith.muli %s, %s : index\n",
+                         c.s, (long long)a.dims[d], q.s, p.s, c.s);
+      else
+        jit__text_printf(tb, "  %s = arith.muli %s, %s : index\n", q.s, p.s, a.dv[d].s);
+      p = q;
+    }
+    snprintf(rdv[0].s, sizeof rdv[0].s, "%.39s", p.s);
+  }
+  if (N < 0 && b.dv) rdv[1] = b.dv[1];
+  int64_t ad[2] = {R, K}, cd[2] = {R, N};
+  const char *an = a.name;
+  jit__str as;
+  if (r != 2) {
+    // Merge the leading dims into rows: a view (static sizes; `?` ones through a shape
+    // operand).
+    if (R >= 0) {
+      as = jit__emit_reshape_to(e, an, JIT__I8, r, a.dims, 2, ad, false);
+    } else {
+      jit__str k = jit__value_name(e, false), ri = jit__value_name(e, false),
+               sh = jit__value_name(e, false);
+      as = jit__value_name(e, false);
+      jit__text_printf(tb,
+                       "  %s = arith.constant %lld : i64\n  %s = arith.index_cast %s : index to i64\n"
+                       "  %s = tensor.from_elements %s, %s : tensor<2xi64>\n"
+                       "  %s = tensor.reshape %s(%s) : (%s, tensor<2xi64>) -> %s\n",
+                       k.s, (long long)K, ri.s, rdv[0].s, sh.s, ri.s, k.s, as.s, an, sh.s,
+                       jit__tensor_type(JIT__I8, r, a.dims).s, jit__tensor_type(JIT__I8, 2, ad).s);
+    }
+    an = as.s;
+  }
+  jit__str acc = jit__value_name(e, false), zero = jit__value_name(e, false),
+           fill = jit__value_name(e, false), mm = jit__value_name(e, false);
+  jit__emit_empty(e, acc.s, JIT__I32, 2, cd, rdv);
+  jit__str ity = jit__tensor_type(JIT__I32, 2, cd);
+  jit__text_printf(tb, "  %s = arith.constant 0 : i32\n"
+                   "  %s = linalg.fill ins(%s : i32) outs(%s : %s) -> %s\n",
+                   zero.s, fill.s, zero.s, acc.s, ity.s, ity.s);
+  if (e->opt && e->opt->conv_as_matmul) {  // the CPU: a named matmul the strategy plans
+    jit__text_printf(tb, "  %s = linalg.matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                     mm.s, an, b.name, jit__tensor_type(JIT__I8, 2, ad).s,
+                     jit__tensor_type(JIT__I8, 2, b.dims).s, fill.s, ity.s, ity.s);
+  } else {
+    jit__text_printf(tb,
+                     "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, "
+                     "d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> "
+                     "(d0, d1)>], iterator_types = [\"parallel\", \"parallel\", "
+                     "\"reduction\"]} ins(%s, %s : %s, %s) outs(%s : %s) {\n"
+                     "  ^bb0(%%in0: i8, %%in1: i8, %%out: i32):\n"
+                     "    %%qa = arith.extsi %%in0 : i8 to i32\n"
+                     "    %%qb = arith.extsi %%in1 : i8 to i32\n"
+                     "    %%qm = arith.muli %%qa, %%qb : i32\n"
+                     "    %%qs = arith.addi %%out, %%qm : i32\n"
+                     "    linalg.yield %%qs : i32\n  } -> %s\n",
+                     mm.s, an, b.name, jit__tensor_type(JIT__I8, 2, ad).s,
+                     jit__tensor_type(JIT__I8, 2, b.dims).s, fill.s, ity.s, ity.s);
+  }
+  // Dequantize: loops (row, col); a's scale at 0..., b's at its last dim = col.
+  jit__gen_operand ins[3] = {{mm.s, JIT__I32, 2, cd, {0}, rdv, NULL}, sa, sb};
+  jit__identity_map(&ins[0]);
+  for (int d = 0; d < sa.rank; d++) ins[1].map[d] = -1;
+  for (int d = 0; d < sb.rank; d++) ins[2].map[d] = d == sb.rank - 1 && sb.dims[d] != 1 ? 1 : -1;
+  jit__str fe = jit__value_name(e, false), deq = jit__value_name(e, r == 2);
+  jit__emit_empty(e, fe.s, JIT__F32, 2, cd, rdv);
+  jit__gen_operand out = {fe.s, JIT__F32, 2, cd, {0}, rdv, NULL};
+  jit__identity_map(&out);
+  char iters[2] = {'p', 'p'};
+  jit__emit_generic_open(e, deq.s, 2, iters, ins, 3, &out);
+  jit__text_printf(tb,
+                   "    %%qf = arith.sitofp %%in0 : i32 to f32\n"
+                   "    %%qx = arith.mulf %%qf, %%in1 : f32\n"
+                   "    %%qy = arith.mulf %%qx, %%in2 : f32\n"
+                   "    linalg.yield %%qy : f32\n  } -> %s\n",
+                   jit__tensor_type(JIT__F32, 2, cd).s);
+  if (r != 2) {
+    if (R >= 0) {
+      jit__emit_reshape_to(e, deq.s, JIT__F32, 2, cd, r, n->dims, true);
+    } else {
+      char elems[JIT_MAX_RANK][40];
+      for (int d = 0; d < r; d++) {
+        jit__str v = jit__value_name(e, false);
+        if (n->dims[d] >= 0)
+          jit__text_printf(tb, "  %s = arith.constant %lld : i64\n", v.s, (long long)n->dims[d]);
+        else
+          jit__text_printf(tb, "  %s = arith.index_cast %s : index to i64\n", v.s, dv[d].s);
+        snprintf(elems[d], sizeof elems[d], "%.39s", v.s);
+      }
+      jit__str sh = jit__value_name(e, false), res = jit__value_name(e, true);
+      jit__text_printf(tb, "  %s = tensor.from_elements ", sh.s);
+      for (int d = 0; d < r; d++) jit__text_printf(tb, "%s%s", d ? ", " : "", elems[d]);
+      jit__text_printf(tb, " : tensor<%dxi64>\n  %s = tensor.reshape %s(%s) : (%s, tensor<%dxi64>) -> %s\n",
+                       r, res.s, deq.s, sh.s, jit__tensor_type(JIT__F32, 2, cd).s, r,
+                       jit__tensor_type(JIT__F32, r, n->dims).s);
+    }
+  }
+  return NULL;
+}

@@ -58,6 +58,7 @@ static int operand_count(jit__op op) {
     case JIT__OP_MATMUL: case JIT__OP_CONV2D: case JIT__OP_GATHER: case JIT__OP_CONCAT:
       return 2;
     case JIT__OP_WHERE: return 3;
+    case JIT__OP_MATMUL_INT8: return 4;
     case JIT__OP_ATTENTION: return -1;  // 3 or 4 (with a mask): check_node
     default: return jit__op_is_binary_elementwise(op) ? 2 : 1;
   }
@@ -78,7 +79,7 @@ static jit_status check_node(jit__emitter *e, const jit__node *n) {
   for (int i = 0; i < n->n_operands; i++) {
     if (n->operands[i] >= e->cur) return jit__node_error(e, "operand is not an earlier node");
     if (e->g->nodes[n->operands[i]].dtype != n->dtype && n->op != JIT__OP_CAST &&
-        !(n->op == JIT__OP_GATHER && i == 1))
+        !(n->op == JIT__OP_GATHER && i == 1) && !(n->op == JIT__OP_MATMUL_INT8 && i < 2))
       return jit__node_error(e, "dtype");
   }
   if (n->op == JIT__OP_SCALAR && n->rank != 0) return jit__node_error(e, "scalar rank");
@@ -122,6 +123,8 @@ static jit_status emit_node(jit__emitter *e, const jit__node *n) {
       return jit__emit_gather(e, n);
     case JIT__OP_ATTENTION:
       return jit__emit_attention(e, n);
+    case JIT__OP_MATMUL_INT8:
+      return jit__emit_matmul_int8(e, n);
     case JIT__OP_CONCAT: case JIT__OP_SLICE: case JIT__OP_PAD:
       return jit__emit_index_copy(e, n);
     case JIT__OP_CAST: {

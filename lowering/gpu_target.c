@@ -43,6 +43,11 @@ jit_status jit__gpu_target_for(const jit__gpu_device *dev, const jit__lgraph *lg
     return JIT_ERR(JIT_UNSUPPORTED,
                    "graph `%s`: f16 on %s needs shaderFloat16 and 16-bit storage buffers, "
                    "which this device lacks", name, dev->name);
+  bool any_i8 = false;
+  for (uint32_t i = 0; i < lg->n_nodes; i++) any_i8 |= lg->nodes[i].dtype == JIT__I8;
+  if (any_i8 && !ptx)
+    return JIT_ERR(JIT_UNSUPPORTED, "graph `%s`: int8 on %s: the Vulkan lowering has no "
+                   "8-bit storage yet (run jit_matmul_int8 on the CPU)", name, dev->name);
   bool any_bf16 = false;
   for (uint32_t i = 0; i < lg->n_nodes; i++) any_bf16 |= lg->nodes[i].dtype == JIT__BF16;
   if (any_bf16 && !ptx)

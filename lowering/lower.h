@@ -74,6 +74,9 @@ typedef enum jit__op {
   // softmax(q k^T * scalar + mask) v: operands q, k, v[, mask]; `causal` masks keys
   // after each query's position (emit_attention.c).
   JIT__OP_ATTENTION,
+  // int8 x int8 -> int32 products of the last two dims (operands a, b), dequantized:
+  // (sum a b) * operand 2 (a's scale, one value) * operand 3 (b's: one, or per column).
+  JIT__OP_MATMUL_INT8,
   JIT__OP_COUNT_,
 } jit__op;
 
@@ -105,18 +108,22 @@ typedef enum jit__dtype {
   JIT__I64 = 3,
   // bfloat16: stored in 16 bits, computed in f32 like f16.
   JIT__BF16 = 4,
+  // int8: graph inputs that only jit_matmul_int8 reads.
+  JIT__I8 = 5,
 } jit__dtype;
 
-static inline bool jit__dtype_is_int(jit__dtype t) { return t == JIT__I32 || t == JIT__I64; }
+static inline bool jit__dtype_is_int(jit__dtype t) {
+  return t == JIT__I32 || t == JIT__I64 || t == JIT__I8;
+}
 // The 16-bit floats, extended to f32 to compute and rounded once at the end.
 static inline bool jit__dtype_is_half(jit__dtype t) { return t == JIT__F16 || t == JIT__BF16; }
 static inline int jit__dtype_bytes(jit__dtype t) {
-  return jit__dtype_is_half(t) ? 2 : t == JIT__I64 ? 8 : 4;
+  return jit__dtype_is_half(t) ? 2 : t == JIT__I64 ? 8 : t == JIT__I8 ? 1 : 4;
 }
 // The name users see and MLIR's element type: "f32", "f16", "bf16", "i32", "i64".
 static inline const char *jit__dtype_str(jit__dtype t) {
   return t == JIT__F16 ? "f16" : t == JIT__BF16 ? "bf16" : t == JIT__I32 ? "i32"
-         : t == JIT__I64 ? "i64" : "f32";
+         : t == JIT__I64 ? "i64" : t == JIT__I8 ? "i8" : "f32";
 }
 static inline DLDataType jit__dtype_dl(jit__dtype t) {
   DLDataType d = {jit__dtype_is_int(t) ? kDLInt : t == JIT__BF16 ? kDLBfloat : kDLFloat,
@@ -131,6 +138,7 @@ static inline bool jit__dtype_from_dl(DLDataType t, bool ints, jit__dtype *out) 
   else if (t.code == kDLBfloat && t.bits == 16) *out = JIT__BF16;
   else if (ints && t.code == kDLInt && t.bits == 32) *out = JIT__I32;
   else if (ints && t.code == kDLInt && t.bits == 64) *out = JIT__I64;
+  else if (ints && t.code == kDLInt && t.bits == 8) *out = JIT__I8;
   else return false;
   return true;
 }

@@ -86,14 +86,14 @@ static void check_plan(const jit__lgraph *g, const jit__gpu_plan *p) {
     const jit__node *n = &g->nodes[g->inputs[i]];
     cr_assert_eq(p->buffers[i].kind, JIT__GPU_BUF_INPUT);
     cr_assert_eq(p->buffers[i].index, i);
-    cr_assert_eq(p->buffers[i].bytes, (uint64_t)node_numel(n) * (n->dtype == JIT__F16 ? 2 : 4));
+    cr_assert_eq(p->buffers[i].bytes, (uint64_t)node_numel(n) * (uint64_t)jit__dtype_bytes(n->dtype));
   }
   for (uint32_t j = 0; j < g->n_outputs; j++) {
     const jit__node *n = &g->nodes[g->outputs[j]];
     const jit__gpu_buffer *b = &p->buffers[g->n_inputs + j];
     cr_assert_eq(b->kind, JIT__GPU_BUF_OUTPUT);
     cr_assert_eq(b->index, j);
-    cr_assert_eq(b->bytes, (uint64_t)node_numel(n) * (n->dtype == JIT__F16 ? 2 : 4));
+    cr_assert_eq(b->bytes, (uint64_t)node_numel(n) * (uint64_t)jit__dtype_bytes(n->dtype));
     // Some kernel writing the output has at least one thread per output element.
     uint64_t best = 0;
     for (uint32_t k = 0; k < p->n_kernels; k++) {
@@ -442,6 +442,22 @@ static void g_attention(tg *t, jit__dtype dt) {
 }
 
 GRAPH_TESTS(attention, g_attention)
+
+// int8 x int8 -> int32, dequantized: PTX only (the Vulkan target refuses int8).
+Test(gpu_lowering, matmul_int8_ptx) {
+  tg t;
+  tg_init(&t, "matmul_int8", JIT__F32);
+  int64_t ad[2] = {5, 33}, bd[2] = {33, 7}, sd[1] = {7}, od[2] = {5, 7};
+  uint32_t a = tg_input(&t, 2, ad), b = tg_input(&t, 2, bd), sa = tg_input(&t, 0, NULL),
+           sb = tg_input(&t, 1, sd);
+  t.nodes[a].dtype = t.nodes[b].dtype = JIT__I8;
+  uint32_t m = tg_node(&t, JIT__OP_MATMUL_INT8, 2, a, b, 2, od);
+  t.nodes[m].n_operands = 4;
+  t.nodes[m].operands[2] = sa;
+  t.nodes[m].operands[3] = sb;
+  tg_output(&t, m);
+  check_ptx(&t.g);
+}
 GRAPH_TESTS(select_pow, g_select_pow)
 GRAPH_TESTS(conv_pool, g_conv1)
 GRAPH_TESTS(conv_pool_groups, g_conv2)
