@@ -259,6 +259,89 @@ static void mask_read(jit__emitter *e, const att *a) {
     jit__text_printf(tb, "    %%amv = arith.addf %%amv0, %%amz : f32\n");
 }
 
+// x [B, T, C] copied into [B, Tp, C] (or, `transposed`, [B, C, Tp]), keys past T
+// reading key T - 1 (the blocked loop's last block: their scores are set to -inf).
+static jit__str padded_keys(jit__emitter *e, const char *x, const int64_t *xd,
+                            const int64_t *pd, bool transposed) {
+  jit__str pe = jit__value_name(e, false), p = jit__value_name(e, false);
+  jit__emit_empty(e, pe.s, JIT__F32, 3, pd, NULL);
+  jit__text_printf(&e->tb,
+                   "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, "
+                   "d2)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\"]} "
+                   "outs(%s : %s) {\n  ^bb0(%%out: f32):\n"
+                   "    %%ab = linalg.index 0 : index\n    %%a1 = linalg.index 1 : index\n"
+                   "    %%a2 = linalg.index 2 : index\n    %%atl = arith.constant %lld : index\n"
+                   "    %%atc = arith.minui %s, %%atl : index\n"
+                   "    %%ay = tensor.extract %s[%%ab, %%atc, %s] : %s\n"
+                   "    linalg.yield %%ay : f32\n  } -> %s\n",
+                   p.s, pe.s, jit__tensor_type(JIT__F32, 3, pd).s, (long long)(xd[1] - 1),
+                   transposed ? "%a2" : "%a1", x, transposed ? "%a1" : "%a2",
+                   jit__tensor_type(JIT__F32, 3, xd).s, jit__tensor_type(JIT__F32, 3, pd).s);
+  return p;
+}
+
+// The block's scores masked: -inf for keys past T and after the causal limit, plus
+// the mask where there is one. `s` [B, S, block], `j` the block's first key.
+static jit__str mask_block(jit__emitter *e, const att *a, const char *s, const int64_t *sd,
+                           const char *j) {
+  jit__text *tb = &e->tb;
+  jit__str se = jit__value_name(e, false), sm = jit__value_name(e, false);
+  jit__emit_empty(e, se.s, JIT__F32, 3, sd, NULL);
+  jit__gen_operand si = {s, JIT__F32, 3, sd, {0}, NULL, NULL},
+                   so = {se.s, JIT__F32, 3, sd, {0}, NULL, NULL};
+  jit__identity_map(&si);
+  jit__identity_map(&so);
+  jit__emit_generic_open(e, sm.s, 3, "ppp", &si, 1, &so);
+  jit__text_printf(tb,
+                   "    %%ab = linalg.index 0 : index\n    %%as = linalg.index 1 : index\n"
+                   "    %%at = linalg.index 2 : index\n    %%atg = arith.addi %s, %%at : index\n"
+                   "    %%aT = arith.constant %lld : index\n"
+                   "    %%aok0 = arith.cmpi ult, %%atg, %%aT : index\n"
+                   "    %%atl = arith.constant %lld : index\n"
+                   "    %%atc = arith.minui %%atg, %%atl : index\n"
+                   "    %%amz = arith.constant 0.0 : f32\n",
+                   j, (long long)a->T, (long long)(a->T - 1));
+  if (a->n->causal)
+    jit__text_printf(tb,
+                     "    %%aoff = arith.constant %lld : index\n"
+                     "    %%alim = arith.addi %%as, %%aoff : index\n"
+                     "    %%acz = arith.cmpi sle, %%atg, %%alim : index\n"
+                     "    %%aok = arith.andi %%aok0, %%acz : i1\n",
+                     (long long)(a->T - a->S));
+  else
+    jit__text_printf(tb, "    %%aok = arith.andi %%aok0, %%aok0 : i1\n");
+  const char *val = "%in0";
+  if (a->has_mask) {
+    mask_read(e, a);
+    jit__text_printf(tb, "    %%aw = arith.addf %%in0, %%amv : f32\n");
+    val = "%aw";
+  }
+  jit__text_printf(tb,
+                   "    %%ani = arith.constant %s : f32\n"
+                   "    %%ay = arith.select %%aok, %s, %%ani : f32\n"
+                   "    linalg.yield %%ay : f32\n  } -> %s\n",
+                   kNegInf, val, jit__tensor_type(JIT__F32, 3, sd).s);
+  return sm;
+}
+
+// o / l (the loop's results #2 and #1) in n's dtype, back to n's shape.
+static void finish_blocked(jit__emitter *e, const jit__node *n, const char *loop,
+                           const int64_t *od, const int64_t *rd) {
+  char fo[300], fl[300];
+  snprintf(fo, sizeof fo, "%s#2", loop);
+  snprintf(fl, sizeof fl, "%s#1", loop);
+  jit__gen_operand din[2] = {{fo, JIT__F32, 3, od, {0}, NULL, NULL},
+                             {fl, JIT__F32, 2, rd, {0}, NULL, NULL}};
+  jit__identity_map(&din[0]);
+  din[1].map[0] = 0, din[1].map[1] = 1;
+  jit__str de = jit__value_name(e, false), dres = jit__value_name(e, false);
+  jit__emit_empty(e, de.s, n->dtype, 3, od, NULL);
+  jit__gen_operand dout = {de.s, n->dtype, 3, od, {0}, NULL, NULL};
+  jit__identity_map(&dout);
+  jit__emit_generic(e, dres.s, 3, "ppp", din, 2, &dout, JIT__B_DIV, NULL);
+  jit__emit_reshape_to(e, dres.s, n->dtype, 3, od, n->rank, n->dims, true);
+}
+
 static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
   const jit__node *n = a->n;
   int64_t B = 1;
@@ -279,32 +362,7 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
                  jit__float_literal(n->scalar, JIT__F32).s);
   // K^T [B, D, Tp] and V [B, Tp, Dv], keys past T read key T - 1 (their scores are -inf).
   int64_t ktd[3] = {B, D, Tp}, vpd[3] = {B, Tp, Dv};
-  jit__str kte = jit__value_name(e, false), kt = jit__value_name(e, false);
-  jit__str vpe = jit__value_name(e, false), vp = jit__value_name(e, false);
-  jit__emit_empty(e, kte.s, JIT__F32, 3, ktd, NULL);
-  jit__emit_empty(e, vpe.s, JIT__F32, 3, vpd, NULL);
-  jit__text_printf(tb,
-                   "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, "
-                   "d2)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\"]} "
-                   "outs(%s : %s) {\n  ^bb0(%%out: f32):\n"
-                   "    %%ab = linalg.index 0 : index\n    %%ad = linalg.index 1 : index\n"
-                   "    %%at = linalg.index 2 : index\n    %%atl = arith.constant %lld : index\n"
-                   "    %%atc = arith.minui %%at, %%atl : index\n"
-                   "    %%ay = tensor.extract %s[%%ab, %%atc, %%ad] : %s\n"
-                   "    linalg.yield %%ay : f32\n  } -> %s\n",
-                   kt.s, kte.s, jit__tensor_type(JIT__F32, 3, ktd).s, (long long)(T - 1), k3.s,
-                   jit__tensor_type(JIT__F32, 3, kd).s, jit__tensor_type(JIT__F32, 3, ktd).s);
-  jit__text_printf(tb,
-                   "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, "
-                   "d2)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\"]} "
-                   "outs(%s : %s) {\n  ^bb0(%%out: f32):\n"
-                   "    %%ab = linalg.index 0 : index\n    %%at = linalg.index 1 : index\n"
-                   "    %%ad = linalg.index 2 : index\n    %%atl = arith.constant %lld : index\n"
-                   "    %%atc = arith.minui %%at, %%atl : index\n"
-                   "    %%ay = tensor.extract %s[%%ab, %%atc, %%ad] : %s\n"
-                   "    linalg.yield %%ay : f32\n  } -> %s\n",
-                   vp.s, vpe.s, jit__tensor_type(JIT__F32, 3, vpd).s, (long long)(T - 1), v3.s,
-                   jit__tensor_type(JIT__F32, 3, vd).s, jit__tensor_type(JIT__F32, 3, vpd).s);
+  jit__str kt = padded_keys(e, k3.s, kd, ktd, true), vp = padded_keys(e, v3.s, vd, vpd, false);
   if (a->has_mask) {
     int64_t mn = jit__num_elements(a->mask.rank, a->mask.dims);
     jit__text_printf(tb, "  %%v%u_mshape = arith.constant dense<[%lld]> : tensor<1xi64>\n"
@@ -346,42 +404,9 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
                    s.s, qs.s, kb.s, jit__tensor_type(JIT__F32, 3, qd).s,
                    jit__tensor_type(JIT__F32, 3, kbd).s, sz.s,
                    jit__tensor_type(JIT__F32, 3, sd).s, jit__tensor_type(JIT__F32, 3, sd).s);
-  // Masked: -inf past T, after the causal limit; + the mask.
-  jit__str se = jit__value_name(e, false), sm = jit__value_name(e, false);
-  jit__emit_empty(e, se.s, JIT__F32, 3, sd, NULL);
-  jit__gen_operand si = {s.s, JIT__F32, 3, sd, {0}, NULL, NULL}, so = {se.s, JIT__F32, 3, sd, {0}, NULL, NULL};
-  jit__identity_map(&si);
-  jit__identity_map(&so);
-  jit__emit_generic_open(e, sm.s, 3, "ppp", &si, 1, &so);
-  jit__text_printf(tb,
-                   "    %%ab = linalg.index 0 : index\n    %%as = linalg.index 1 : index\n"
-                   "    %%at = linalg.index 2 : index\n    %%atg = arith.addi %sj, %%at : index\n"
-                   "    %%aT = arith.constant %lld : index\n"
-                   "    %%aok0 = arith.cmpi ult, %%atg, %%aT : index\n"
-                   "    %%atl = arith.constant %lld : index\n"
-                   "    %%atc = arith.minui %%atg, %%atl : index\n"
-                   "    %%amz = arith.constant 0.0 : f32\n",
-                   pre, (long long)T, (long long)(T - 1));
-  if (n->causal)
-    jit__text_printf(tb,
-                     "    %%aoff = arith.constant %lld : index\n"
-                     "    %%alim = arith.addi %%as, %%aoff : index\n"
-                     "    %%acz = arith.cmpi sle, %%atg, %%alim : index\n"
-                     "    %%aok = arith.andi %%aok0, %%acz : i1\n",
-                     (long long)(T - S));
-  else
-    jit__text_printf(tb, "    %%aok = arith.andi %%aok0, %%aok0 : i1\n");
-  const char *val = "%in0";
-  if (a->has_mask) {
-    mask_read(e, a);
-    jit__text_printf(tb, "    %%aw = arith.addf %%in0, %%amv : f32\n");
-    val = "%aw";
-  }
-  jit__text_printf(tb,
-                   "    %%ani = arith.constant %s : f32\n"
-                   "    %%ay = arith.select %%aok, %s, %%ani : f32\n"
-                   "    linalg.yield %%ay : f32\n  } -> %s\n",
-                   kNegInf, val, jit__tensor_type(JIT__F32, 3, sd).s);
+  char jn[40];
+  snprintf(jn, sizeof jn, "%sj", pre);
+  jit__str sm = mask_block(e, a, s.s, sd, jn);
   // m' = max(m, rowmax s).
   jit__gen_operand smi = {sm.s, JIT__F32, 3, sd, {0}, NULL, NULL};
   jit__identity_map(&smi);
@@ -456,20 +481,7 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
                  "    %%ay = arith.maximumf %%out, %%in0 : f32\n");
   jit__text_printf(tb, "  scf.yield %s, %s, %s : %s, %s, %s\n  }\n", mnew.s, lnew.s, onew.s,
                    rty.s, rty.s, oty.s);
-  // o / l in n's dtype, back to n's shape.
-  char fo[300], fl[300];
-  snprintf(fo, sizeof fo, "%s#2", loop.s);
-  snprintf(fl, sizeof fl, "%s#1", loop.s);
-  jit__gen_operand din[2] = {{fo, JIT__F32, 3, od, {0}, NULL, NULL},
-                             {fl, JIT__F32, 2, rd, {0}, NULL, NULL}};
-  jit__identity_map(&din[0]);
-  din[1].map[0] = 0, din[1].map[1] = 1;
-  jit__str de = jit__value_name(e, false), dres = jit__value_name(e, false);
-  jit__emit_empty(e, de.s, n->dtype, 3, od, NULL);
-  jit__gen_operand dout = {de.s, n->dtype, 3, od, {0}, NULL, NULL};
-  jit__identity_map(&dout);
-  jit__emit_generic(e, dres.s, 3, "ppp", din, 2, &dout, JIT__B_DIV, NULL);
-  jit__emit_reshape_to(e, dres.s, n->dtype, 3, od, n->rank, n->dims, true);
+  finish_blocked(e, n, loop.s, od, rd);
   return NULL;
 }
 
