@@ -269,13 +269,13 @@ static jit__str padded_keys(jit__emitter *e, const char *x, const int64_t *xd,
                    "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, "
                    "d2)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\"]} "
                    "outs(%s : %s) {\n  ^bb0(%%out: f32):\n"
-                   "    %%ab = linalg.index 0 : index\n    %%a1 = linalg.index 1 : index\n"
-                   "    %%a2 = linalg.index 2 : index\n    %%atl = arith.constant %lld : index\n"
+                   "    %%ab = linalg.index 0 : index\n    %%ak1 = linalg.index 1 : index\n"
+                   "    %%ak2 = linalg.index 2 : index\n    %%atl = arith.constant %lld : index\n"
                    "    %%atc = arith.minui %s, %%atl : index\n"
                    "    %%ay = tensor.extract %s[%%ab, %%atc, %s] : %s\n"
                    "    linalg.yield %%ay : f32\n  } -> %s\n",
                    p.s, pe.s, jit__tensor_type(JIT__F32, 3, pd).s, (long long)(xd[1] - 1),
-                   transposed ? "%a2" : "%a1", x, transposed ? "%a1" : "%a2",
+                   transposed ? "%ak2" : "%ak1", x, transposed ? "%ak1" : "%ak2",
                    jit__tensor_type(JIT__F32, 3, xd).s, jit__tensor_type(JIT__F32, 3, pd).s);
   return p;
 }
