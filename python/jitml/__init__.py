@@ -22,9 +22,9 @@ Finding the library: $JITML_LIBRARY if set (exactly that file); else
 <checkout>/build/libjitml.so when this package sits in a source checkout
 ($BUILD_DIR honoured); else the system loader (an installed libjitml.so.0).
 
-Tensors: a call takes NumPy arrays or PyTorch tensors (CPU, float32 or float16; int32
-or int64 for the indices of Graph.gather, an embedding lookup) and returns the kind
-of its first input, outputs freshly allocated (np.empty /
+Tensors: a call takes NumPy arrays or PyTorch tensors (CPU, float32, float16 or
+bfloat16; int32 or int64 for the indices of Graph.gather, an embedding lookup) and
+returns the kind of its first input, outputs freshly allocated (np.empty /
 torch.empty) with the shapes from jit_output_shape. Inputs are passed through their
 DLPack capsules (__dlpack__ / torch.utils.dlpack.to_dlpack) without copies and
 without consuming the capsule: it stays alive, and keeps the array alive, until the
@@ -32,32 +32,48 @@ call returns, and its own destructor frees it. Read-only NumPy arrays, which Num
 1.24 will not export through DLPack 0.6, are described through the array interface
 instead, still without a copy (libjitml never writes inputs).
 
+bfloat16 (jitml.bfloat16, "bf16", torch.bfloat16): stored in 16 bits, computed in f32
+and rounded once per op; CPU only (Vulkan refuses it). torch.bfloat16 tensors go in
+and come out as they are. NumPy has no bfloat16 dtype, so NumPy holds bf16 as its bit
+pattern in uint16, one rule both ways: an input the graph declares bfloat16 takes a
+uint16 array of bit patterns (no copy; a uint16 array anywhere else is
+DTYPE_MISMATCH), and a bfloat16 output of a call whose first input is a NumPy array
+is a uint16 array of bit patterns, never an upcast float32 copy that would hide the
+rounding. jitml.to_bfloat16_bits(x) rounds float32 to those bits (nearest even, as
+torch and Graph.cast do) and jitml.from_bfloat16_bits(b) widens them to float32
+exactly; torch converts with torch.from_numpy(b.view(np.int16)).view(torch.bfloat16)
+and t.view(torch.int16).numpy().view(np.uint16). Within a graph,
+Graph.cast(x, "bfloat16") and back is the other way to get there from float32 data.
+
 Strides: libjitml runs dense row-major tensors only. A non-contiguous input
 (a transpose, a slice with a step, negative strides, a broadcast view) is COPIED to a
 contiguous array with a jitml.CopyWarning, so results are right and the copy is
 visible; warnings.simplefilter("error", jitml.CopyWarning) turns it into an error.
 
 Errors: every failure raises jitml.JitError with .code (a jitml.StatusCode, e.g.
-SHAPE_MISMATCH) and .message. A dtype other than float32/float16 (float64, uint8,
-bfloat16, ...), or other than the graph declares for that input, raises
+SHAPE_MISMATCH) and .message. A dtype other than float32/float16/bfloat16 (float64,
+uint8, ...), or other than the graph declares for that input, raises
 DTYPE_MISMATCH naming the input; integer values feed only gather's indices and are
 never outputs (DTYPE_MISMATCH from the builder); an index outside the table's rows
 raises INVALID_ARGUMENT naming it; a CUDA tensor raises UNSUPPORTED.
 
 Data movement and casts: Graph.concat, Graph.slice (NumPy's x[start:stop:step] on one
-axis), Graph.pad (constant) and Graph.cast (float32 <-> float16). MLIR tooling:
-jitml.mlir_opt(text, pipeline) runs a pass pipeline, libjitml's own passes included.
+axis), Graph.pad (constant) and Graph.cast (among float32, float16 and bfloat16).
+MLIR tooling: jitml.mlir_opt(text, pipeline) runs a pass pipeline, libjitml's own
+passes included.
 
 PyTorch custom ops: jitml.torch_op.register(name, graph) makes
 torch.ops.jitml.<name>(...) callable (torch.library), e.g. inside an nn.Module.
 """
 
 from ._core import (Context, CopyWarning, Graph, JitError, StatusCode, TensorSpec, Value,
-                    float16, float32, int32, int64, mlir_opt)
+                    bfloat16, float16, float32, from_bfloat16_bits, int32, int64,
+                    mlir_opt, to_bfloat16_bits)
 
 __all__ = ["Context", "Graph", "Value", "JitError", "StatusCode", "CopyWarning",
-           "TensorSpec", "float32", "float16", "int32", "int64", "mlir_opt",
-           "version", "library_path"]
+           "TensorSpec", "float32", "float16", "bfloat16", "int32", "int64",
+           "to_bfloat16_bits", "from_bfloat16_bits", "mlir_opt", "version",
+           "library_path"]
 
 
 def version():

@@ -72,21 +72,28 @@ def _check(status):
 
 float32 = "float32"
 float16 = "float16"
+# bf16: 8 exponent bits like float32 and 8 significant bits, stored in 16 bits and
+# computed in f32 (rounded once per op). NumPy has no bfloat16 dtype, so NumPy
+# callers hold bf16 as its bit pattern in uint16 (see to_bfloat16_bits); torch has
+# torch.bfloat16, passed as is.
+bfloat16 = "bfloat16"
 # Integers exist for gather's indices only: graph inputs that feed Graph.gather and
 # nothing else, never outputs (the library says DTYPE_MISMATCH otherwise).
 int32 = "int32"
 int64 = "int64"
 _DL = {float32: (_lib.kDLFloat, 32), float16: (_lib.kDLFloat, 16),
-       int32: (_lib.kDLInt, 32), int64: (_lib.kDLInt, 64)}
+       bfloat16: (_lib.kDLBfloat, 16), int32: (_lib.kDLInt, 32), int64: (_lib.kDLInt, 64)}
 _FROM_DL = {v: k for k, v in _DL.items()}
+# The NumPy dtype that holds a graph dtype where NumPy has none of its own.
+_NUMPY_STORAGE = {bfloat16: "uint16"}
 
 
 def _dtype_name(dtype):
-    """'float32' / 'float16' / 'int32' / 'int64' for a str, numpy dtype or torch dtype;
-    else its str."""
+    """'float32' / 'float16' / 'bfloat16' / 'int32' / 'int64' for a str, numpy dtype or
+    torch dtype; else its str."""
     if isinstance(dtype, str):
         return {"f32": float32, "f16": float16, "half": float16, "float": float32,
-                "i32": int32, "i64": int64}.get(dtype, dtype)
+                "bf16": bfloat16, "i32": int32, "i64": int64}.get(dtype, dtype)
     s = str(dtype)
     if s.startswith("torch."):
         s = s[len("torch."):]
@@ -103,10 +110,36 @@ def _dl_dtype(dtype):
     name = _dtype_name(dtype)
     if name not in _DL:
         raise JitError(StatusCode.UNSUPPORTED,
-                       "dtype %s is not supported; use float32 or float16 (int32 or "
-                       "int64 for gather's indices)" % name)
+                       "dtype %s is not supported; use float32, float16 or bfloat16 "
+                       "(int32 or int64 for gather's indices)%s" % (
+                           name, "; a bf16 input is declared 'bfloat16', and NumPy "
+                           "callers pass its bits as uint16" if name == "uint16" else ""))
     code, bits = _DL[name]
     return _lib.DLDataType(code, bits, 1)
+
+
+def to_bfloat16_bits(x):
+    """The bf16 bit patterns (a NumPy uint16 array) of x, rounded to nearest even as
+    torch's x.to(torch.bfloat16) and Graph.cast do: x is converted to float32 first,
+    a value from halfway past the largest bf16 on becomes inf, and a NaN the quiet NaN
+    0x7fc0. This is how NumPy callers make a bf16 input (NumPy has no bfloat16)."""
+    import numpy
+    u = numpy.asarray(x, dtype=numpy.float32).view(numpy.uint32)
+    # Add just under half an ulp of bf16, plus one when the kept part is odd, then
+    # drop the low half: no finite float32 overflows uint32 here (+-inf neither).
+    r = ((u + numpy.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(numpy.uint16)
+    return numpy.where(numpy.isnan(u.view(numpy.float32)), numpy.uint16(0x7FC0), r)
+
+
+def from_bfloat16_bits(bits):
+    """The float32 values (exact: every bf16 is a float32) of bf16 bit patterns in a
+    NumPy uint16 array, as returned to NumPy callers by a graph with bf16 outputs."""
+    import numpy
+    b = numpy.asarray(bits)
+    if b.dtype != numpy.uint16:
+        raise JitError(StatusCode.DTYPE_MISMATCH, "from_bfloat16_bits takes the bf16 "
+                       "bit patterns as a uint16 array, not %s" % b.dtype.name)
+    return (b.astype(numpy.uint32) << 16).view(numpy.float32)
 
 
 def _any_dl_dtype(name):
@@ -286,8 +319,10 @@ class Graph:
         g.finalize()
         y = g(x_array, w_array)                    # NumPy in -> NumPy out
 
-    Calls accept NumPy arrays and PyTorch tensors (CPU, float32/float16; int32/int64
-    for gather's indices) and return the same kind as the first input. See the package docstring for copies and errors.
+    Calls accept NumPy arrays and PyTorch tensors (CPU, float32/float16/bfloat16;
+    int32/int64 for gather's indices) and return the same kind as the first input.
+    NumPy has no bfloat16: NumPy callers pass and get bf16 as uint16 bit patterns. See
+    the package docstring for bf16, copies and errors.
     """
 
     def __init__(self, ctx, name=None, _ptr=None):
@@ -349,9 +384,11 @@ class Graph:
         return code
 
     def input(self, name, dtype, shape):
-        """A graph input. dtype 'float32'/'float16', or 'int32'/'int64' for the
-        indices of gather (which they alone may feed), or a NumPy/torch dtype; shape
-        a sequence of ints and str symbol names, e.g. ("N", 784)."""
+        """A graph input. dtype 'float32'/'float16'/'bfloat16' ('bf16',
+        torch.bfloat16; NumPy callers pass a bfloat16 input as uint16 bit patterns),
+        or 'int32'/'int64' for the indices of gather (which they alone may feed), or a
+        NumPy/torch dtype; shape a sequence of ints and str symbol names, e.g.
+        ("N", 784)."""
         dt = _dl_dtype(dtype)
         dims = [self.symbol(d) if isinstance(d, str) else int(d) for d in shape]
         arr = (ctypes.c_int64 * max(1, len(dims)))(*dims)
@@ -601,10 +638,11 @@ class Graph:
                              self._opt(mask), float(scale), 1 if causal else 0), q.dtype)
 
     def cast(self, x, dtype):
-        """x converted to `dtype` (names as input() takes, or NumPy/torch dtypes):
-        float32 -> float16 rounds to nearest even (overflow to inf), float16 -> float32
-        is exact, the same dtype is x itself. Other dtypes are passed to the library,
-        which says UNSUPPORTED for them."""
+        """x converted to `dtype` among float32, float16 and bfloat16 (names as
+        input() takes, or NumPy/torch dtypes): narrowing (float32 -> float16 or
+        bfloat16, float16 <-> bfloat16) rounds to nearest even with overflow to inf,
+        widening to float32 is exact, the same dtype is x itself. Other dtypes are
+        passed to the library, which says UNSUPPORTED for them."""
         f = self._need("jit_cast")
         name = _dtype_name(dtype)
         return self._value(f(self._handle(), self._v(x), _any_dl_dtype(name)), name)
@@ -694,7 +732,6 @@ class Graph:
         # Output dtypes unknown (a graph from MLIR; the C API has no dtype query): let
         # jit_run_alloc allocate, copy once into arrays of our kind, and remember the
         # dtypes so that later calls allocate directly (no copy).
-        import numpy
         ptrs = (ctypes.POINTER(_lib.DLManagedTensor) * max(1, n_out))()
         _check(_L.jit_run_alloc(self._handle(), ins.array, ins.n, ptrs, n_out))
         outs = []
@@ -703,10 +740,15 @@ class Graph:
                 t = ptrs[j].contents.dl_tensor
                 dtype = _FROM_DL[(t.dtype.code, t.dtype.bits)]
                 shape = tuple(t.shape[i] for i in range(t.ndim))
-                a = numpy.empty(shape, dtype=dtype)
-                ctypes.memmove(a.ctypes.data, t.data + t.byte_offset, a.nbytes)
+                a = ins.empty(shape, dtype)
+                if _is_torch(a):
+                    dst, nbytes = a.data_ptr(), a.numel() * a.element_size()
+                else:
+                    dst, nbytes = a.ctypes.data, a.nbytes
+                if nbytes:
+                    ctypes.memmove(dst, t.data + t.byte_offset, nbytes)
                 self._output_dtypes[j] = dtype
-                outs.append(ins.wrap(a))
+                outs.append(a)
         finally:
             for j in range(n_out):
                 if ptrs[j]:
@@ -762,7 +804,7 @@ class _Inputs:
 
     def _view(self, i, a):
         if isinstance(a, TensorSpec):
-            self._check_dtype(i, a.dtype, "TensorSpec(shape, %r)")
+            self._check_dtype(i, a.dtype, lambda want: "TensorSpec(shape, %r)" % want)
             return self._raw_view(None, a.shape, a.dtype, None)
         if _is_torch(a):
             return self._torch_view(i, a)
@@ -773,7 +815,10 @@ class _Inputs:
                                "graph `%s`: %s is a %s; pass a NumPy array or a torch "
                                "tensor" % (self.g.name, self._name(i), type(a).__name__))
             a = numpy.asarray(a)  # another __array__ provider
-        self._check_dtype(i, a.dtype.name, "x.astype(numpy.%s)")
+        name = a.dtype.name
+        if name == "uint16" and self._want(i) == bfloat16:
+            name = bfloat16  # bf16 bit patterns: NumPy has no bfloat16 dtype
+        self._check_dtype(i, name, _numpy_fix)
         if not a.flags.c_contiguous or any(s < 0 for s in a.strides):
             warnings.warn("jitml: graph `%s`: %s is not dense row-major (strides %s); "
                           "copying it" % (self.g.name, self._name(i), a.strides),
@@ -783,11 +828,18 @@ class _Inputs:
             raise JitError(StatusCode.UNSUPPORTED, "graph `%s`: %s has non-native byte "
                            "order" % (self.g.name, self._name(i)))
         if a.flags.writeable:
-            return self._capsule_view(a.__dlpack__(), a)
+            v = self._capsule_view(a.__dlpack__(), a)
+            if name == a.dtype.name:
+                return v
+            # A new struct, not v.dtype = ...: v shares the memory of NumPy's own
+            # DLManagedTensor, which must go on saying uint16.
+            code, bits = _DL[name]
+            return _lib.DLTensor(v.data, v.device, v.ndim, _lib.DLDataType(code, bits, 1),
+                                 v.shape, v.strides, v.byte_offset)
         # NumPy refuses to export read-only arrays through DLPack 0.6 (it cannot flag
         # them read-only). libjitml never writes inputs, so describe the same memory
         # directly through the array interface: still no copy.
-        return self._raw_view(a.ctypes.data, a.shape, a.dtype.name, a)
+        return self._raw_view(a.ctypes.data, a.shape, name, a)
 
     def _torch_view(self, i, t):
         import torch.utils.dlpack
@@ -795,7 +847,7 @@ class _Inputs:
             raise JitError(StatusCode.UNSUPPORTED,
                            "graph `%s`: %s is on device %s; libjitml runs CPU tensors "
                            "only (use .cpu())" % (self.g.name, self._name(i), t.device))
-        self._check_dtype(i, _dtype_name(t.dtype), "x.to(torch.%s)")
+        self._check_dtype(i, _dtype_name(t.dtype), lambda want: "x.to(torch.%s)" % want)
         t = t.detach()  # no copy; DLPack refuses tensors that require grad
         if t.is_conj() or t.is_neg():
             t = t.resolve_conj().resolve_neg()
@@ -812,21 +864,26 @@ class _Inputs:
         return _lib.DLTensor(_non_null(v.data, self.keep), v.device, v.ndim, v.dtype,
                              v.shape, None, v.byte_offset)
 
+    def _want(self, i):
+        # The dtype the graph declares for input i; None where unknown (from MLIR).
+        return self.g._input_dtypes[i] if i < len(self.g._input_dtypes) else None
+
     def _check_dtype(self, i, name, fix):
-        # `fix`: a conversion with %s for the dtype to convert to.
-        want = self.g._input_dtypes[i] if i < len(self.g._input_dtypes) else None
+        # `fix(dtype)`: how to convert an input to `dtype`, for the message.
+        want = self._want(i)
         if name not in _DL:
             raise JitError(StatusCode.DTYPE_MISMATCH,
-                           "graph `%s`: %s has dtype %s; libjitml takes float32 or "
-                           "float16 (int32 or int64 for gather's indices)%s (convert it, "
-                           "e.g. %s)"
+                           "graph `%s`: %s has dtype %s; libjitml takes float32, float16 "
+                           "or bfloat16 (int32 or int64 for gather's indices)%s (convert "
+                           "it, e.g. %s)%s"
                            % (self.g.name, self._name(i), name,
                               "" if want is None else ", and this input is %s" % want,
-                              fix % (want or float32)))
+                              fix(want or float32),
+                              _UINT16_NOTE if name == "uint16" else ""))
         if want is not None and name != want:
             raise JitError(StatusCode.DTYPE_MISMATCH, "graph `%s`: %s has dtype %s but "
-                           "the graph declares %s" % (self.g.name, self._name(i), name,
-                                                      want))
+                           "the graph declares %s (convert it, e.g. %s)"
+                           % (self.g.name, self._name(i), name, want, fix(want)))
 
     def _capsule_view(self, capsule, owner):
         # Read the DLManagedTensor* without consuming the capsule: it stays named
@@ -843,17 +900,24 @@ class _Inputs:
                              _lib.DLDataType(code, bits, 1), dims, None, 0)
 
     def empty(self, shape, dtype):
+        """An output of graph dtype `dtype`: a torch tensor of that dtype when the first
+        input is a torch tensor, else a NumPy array (bfloat16: uint16 bit patterns)."""
         if self.kind == "torch":
             import torch
             return torch.empty(shape, dtype=getattr(torch, dtype))
         import numpy
-        return numpy.empty(shape, dtype=dtype)
+        return numpy.empty(shape, dtype=_NUMPY_STORAGE.get(dtype, dtype))
 
-    def wrap(self, a):
-        if self.kind == "torch":
-            import torch
-            return torch.from_numpy(a)
-        return a
+
+def _numpy_fix(want):
+    if want == bfloat16:
+        return ("jitml.to_bfloat16_bits(x): NumPy holds bf16 as uint16 bit patterns; "
+                "or pass a torch.bfloat16 tensor, or declare float32 and Graph.cast")
+    return "x.astype(numpy.%s)" % want
+
+
+_UINT16_NOTE = ("; a uint16 array is taken as bf16 bit patterns only for an input the "
+                "graph declares bfloat16")
 
 
 def _non_null(ptr, keep):
