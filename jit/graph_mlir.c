@@ -166,7 +166,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   uint64_t bits = jit__rd_hex(r);
   if (r->bad || rank < 0 || rank > JIT_MAX_RANK || nops < 0 || nops > 4 || o0 < 0 ||
       o1 < 0 || (nops > 0 && o0 >= (long long)g->n_nodes) ||
-      (nops > 1 && o1 >= (long long)g->n_nodes) || (dt < JIT__F32 || dt > JIT__I64)) {
+      (nops > 1 && o1 >= (long long)g->n_nodes) || (dt < JIT__F32 || dt > JIT__I8)) {
     r->bad = true;
     return (jit_value){0};
   }

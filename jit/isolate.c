@@ -121,14 +121,15 @@ static void jit__hex_field(jit__text *t, const char *name, const char *value) {
 static void jit__request_head(jit_context *ctx, const char *mode, const char *entry,
                               const DLTensor *inputs, int n_inputs, size_t length,
                               jit__text *t) {
-  jit__text_printf(t, "jitml-worker 1\nmode %s\n", mode);
+  jit__text_printf(t, "jitml-worker 2\nmode %s\n", mode);
   jit__hex_field(t, "entry", entry);
   jit__text_printf(t, "opt_level %d\nthreads %d\n", ctx->options.opt_level,
                    ctx->options.num_threads);
   jit__hex_field(t, "cache_dir", jit__cache_dir(ctx->cache));
   jit__text_printf(t, "inputs %d\n", n_inputs);
   for (int i = 0; i < n_inputs; i++) {
-    jit__text_printf(t, "%d %d", inputs[i].dtype.bits, inputs[i].ndim);
+    jit__text_printf(t, "%d %d %d", inputs[i].dtype.code, inputs[i].dtype.bits,
+                     inputs[i].ndim);
     for (int d = 0; d < inputs[i].ndim; d++)
       jit__text_printf(t, " %lld", (long long)inputs[i].shape[d]);
     jit__text_append(t, "\n", 1);

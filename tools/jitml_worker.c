@@ -6,14 +6,15 @@
 // the kernel. A crash or a hang here costs the caller a status, not its process.
 //
 // Request on stdin (one per run), text lines then the MLIR bytes:
-//   jitml-worker 1
+//   jitml-worker 2
 //   mode import|compile
 //   entry <hex of the name>|-
 //   opt_level <n>
 //   threads <n>
 //   cache_dir <hex of the path>|- (compile: the caller's cache directory)
 //   inputs <k>                    (compile: k lines follow)
-//   <bits> <rank> <d0> <d1> ...   (one per input: f32 or f16, and its dims)
+//   <code> <bits> <rank> <d0> ... (one per input: DLPack dtype code and bits (f32, f16,
+//                                 bf16), and its dims)
 //   text <bytes>
 //   <the MLIR text>
 // Answer on stdout, one line: "ok" or "error <status code> <message>". Exit 0 when an
@@ -80,21 +81,23 @@ static int read_request(request *r) {
             "inputs %d",
             &version, r->mode, r->entry, &r->opt_level, &r->threads, r->cache_dir,
             &r->n_inputs) != 7 ||
-      version != 1 || r->n_inputs < 0 || r->n_inputs > kMaxInputs || !unhex(r->entry) ||
+      version != 2 || r->n_inputs < 0 || r->n_inputs > kMaxInputs || !unhex(r->entry) ||
       !unhex(r->cache_dir))
     return 0;
   r->inputs = calloc((size_t)r->n_inputs + 1, sizeof *r->inputs);
   r->dims = calloc((size_t)r->n_inputs + 1, sizeof *r->dims);
   if (!r->inputs || !r->dims) return 0;
   for (int i = 0; i < r->n_inputs; i++) {
-    int bits = 0, rank = 0;
-    if (scanf("%d %d", &bits, &rank) != 2 || (bits != 16 && bits != 32) || rank < 0 ||
-        rank > JIT_MAX_RANK)
-      return 0;
+    int code = 0, bits = 0, rank = 0;
+    if (scanf("%d %d %d", &code, &bits, &rank) != 3) return 0;
+    bool known = (code == kDLFloat && (bits == 16 || bits == 32)) ||
+                 (code == kDLBfloat && bits == 16);
+    if (!known || rank < 0 || rank > JIT_MAX_RANK) return 0;
     for (int d = 0; d < rank; d++)
       if (scanf("%lld", (long long *)&r->dims[i][d]) != 1) return 0;
     r->inputs[i] = (DLTensor){.device = {kDLCPU, 0}, .ndim = rank,
-                              .dtype = {kDLFloat, (uint8_t)bits, 1}, .shape = r->dims[i]};
+                              .dtype = {(uint8_t)code, (uint8_t)bits, 1},
+                              .shape = r->dims[i]};
   }
   unsigned long long length = 0;
   if (scanf(" text %llu", &length) != 1 || getchar() != '\n' || length > (1ull << 28))

@@ -1755,13 +1755,6 @@ def test_bf16_graph_from_mlir_and_torch_op(ctx):
     assert meta[0].dtype == BF and meta[0].shape == (5, 4)
 
 
-@pytest.mark.xfail(raises=jitml.JitError, strict=False, reason=(
-    "libjitml: the isolation worker's request (jit/isolate.c) carries only each input's "
-    "bits and tools/jitml_worker.c rebuilds {kDLFloat, bits}, so a graph from MLIR text "
-    "with a bf16 input, compiled in the worker (a disk cache on and a jitml-worker "
-    "found), fails: 'input 0 `arg0`: dtype (code 2, 16 bits) does not match the "
-    "declared bf16'. A bf16 export also never raises back to its node graph "
-    "(jit__replay_node refuses dtypes past JIT__I64), so it always takes that path."))
 def test_bf16_graph_from_mlir_with_a_disk_cache(tmp_path):
     ctx = jitml.Context(cache_dir=str(tmp_path))
     g = bf16_softmax_graph(ctx)
@@ -1769,6 +1762,23 @@ def test_bf16_graph_from_mlir_with_a_disk_cache(tmp_path):
     want = g(X)
     got = jitml.Graph.from_mlir(ctx, g.to_mlir())(X)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
+    # MLIR text that is not an export compiles in the isolation worker (a disk cache
+    # on), which must be told the input is bf16, not f16.
+    text = ("func.func @f(%x: tensor<?x4xbf16>) -> tensor<?x4xf32> {\n"
+            "  %c0 = arith.constant 0 : index\n"
+            "  %n = tensor.dim %x, %c0 : tensor<?x4xbf16>\n"
+            "  %e = tensor.empty(%n) : tensor<?x4xf32>\n"
+            "  %y = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, "
+            "affine_map<(i, j) -> (i, j)>], iterator_types = [\"parallel\", \"parallel\"]} "
+            "ins(%x : tensor<?x4xbf16>) outs(%e : tensor<?x4xf32>) {\n"
+            "  ^bb0(%a: bf16, %o: f32):\n"
+            "    %f = arith.extf %a : bf16 to f32\n"
+            "    linalg.yield %f : f32\n"
+            "  } -> tensor<?x4xf32>\n"
+            "  return %y : tensor<?x4xf32>\n}\n")
+    h = jitml.Graph.from_mlir(ctx, text)
+    out = h(X)
+    assert torch.equal(out if isinstance(out, torch.Tensor) else out[0], X.float())
 
 
 def test_bf16_dtype_errors(ctx):
