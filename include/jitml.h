@@ -450,8 +450,8 @@ JIT_API jit_value jit_reduce_mean(jit_graph *graph, jit_value x, int axis, int k
 // exp(x - max) / sum(exp(x - max)) along `axis`: safe for large inputs.
 JIT_API jit_value jit_softmax(jit_graph *graph, jit_value x, int axis);
 // Normalizations over the last axis, built from the ops above (so they run wherever
-// those do; f16 graphs keep f16 intermediates). `weight` and `bias` are optional
-// (a value with id 0: none), rank-1 tensors as long as x's last dim (else
+// those do; f16 and bf16 graphs keep 16-bit intermediates). `weight` and `bias` are
+// optional (a value with id 0: none), rank-1 tensors as long as x's last dim (else
 // JIT_SHAPE_MISMATCH); eps must be finite and >= 0.
 // layer_norm: (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance.
 JIT_API jit_value jit_layer_norm(jit_graph *graph, jit_value x, jit_value weight,
