@@ -67,11 +67,11 @@ torch.ops.jitml.<name>(...) callable (torch.library), e.g. inside an nn.Module.
 """
 
 from ._core import (Context, CopyWarning, Graph, JitError, StatusCode, TensorSpec, Value,
-                    bfloat16, float16, float32, from_bfloat16_bits, int32, int64,
+                    bfloat16, float16, float32, from_bfloat16_bits, int8, int32, int64,
                     mlir_opt, to_bfloat16_bits)
 
 __all__ = ["Context", "Graph", "Value", "JitError", "StatusCode", "CopyWarning",
-           "TensorSpec", "float32", "float16", "bfloat16", "int32", "int64",
+           "TensorSpec", "float32", "float16", "bfloat16", "int8", "int32", "int64",
            "to_bfloat16_bits", "from_bfloat16_bits", "mlir_opt", "version",
            "library_path"]
 

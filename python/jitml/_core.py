@@ -77,12 +77,15 @@ float16 = "float16"
 # callers hold bf16 as its bit pattern in uint16 (see to_bfloat16_bits); torch has
 # torch.bfloat16, passed as is.
 bfloat16 = "bfloat16"
-# Integers exist for gather's indices only: graph inputs that feed Graph.gather and
-# nothing else, never outputs (the library says DTYPE_MISMATCH otherwise).
+# Integers are graph inputs only: int32/int64 feed Graph.gather's indices, int8
+# Graph.matmul_int8's operands, nothing else, never outputs (the library says
+# DTYPE_MISMATCH otherwise).
 int32 = "int32"
 int64 = "int64"
+int8 = "int8"
 _DL = {float32: (_lib.kDLFloat, 32), float16: (_lib.kDLFloat, 16),
-       bfloat16: (_lib.kDLBfloat, 16), int32: (_lib.kDLInt, 32), int64: (_lib.kDLInt, 64)}
+       bfloat16: (_lib.kDLBfloat, 16), int32: (_lib.kDLInt, 32), int64: (_lib.kDLInt, 64),
+       int8: (_lib.kDLInt, 8)}
 _FROM_DL = {v: k for k, v in _DL.items()}
 # The NumPy dtype that holds a graph dtype where NumPy has none of its own.
 _NUMPY_STORAGE = {bfloat16: "uint16"}
@@ -93,7 +96,7 @@ def _dtype_name(dtype):
     torch dtype; else its str."""
     if isinstance(dtype, str):
         return {"f32": float32, "f16": float16, "half": float16, "float": float32,
-                "bf16": bfloat16, "i32": int32, "i64": int64}.get(dtype, dtype)
+                "bf16": bfloat16, "i32": int32, "i64": int64, "i8": int8}.get(dtype, dtype)
     s = str(dtype)
     if s.startswith("torch."):
         s = s[len("torch."):]
@@ -636,6 +639,17 @@ class Graph:
         f = self._need("jit_attention")
         return self._value(f(self._handle(), self._v(q), self._v(k), self._v(v),
                              self._opt(mask), float(scale), 1 if causal else 0), q.dtype)
+
+    def matmul_int8(self, a, b, a_scale, b_scale):
+        """int8 x int8 products with int32 sums, dequantized to float32:
+        (a @ b) * a_scale * b_scale. a [..., M, K] and b [K, N] are int8 graph inputs;
+        a_scale is one float32 value, b_scale one value or one per column ([N]); a
+        Python number becomes a float32 scalar. Symmetric (no zero points)."""
+        f = self._need("jit_matmul_int8")
+        sa, sb = (v if isinstance(v, Value) else self.scalar(v, float32)
+                  for v in (a_scale, b_scale))
+        return self._value(f(self._handle(), self._v(a), self._v(b), self._v(sa),
+                             self._v(sb)), float32)
 
     def cast(self, x, dtype):
         """x converted to `dtype` among float32, float16 and bfloat16 (names as

@@ -1815,3 +1815,31 @@ def test_cast_to_other_bfloat_widths_is_unsupported(ctx, dtype):
         g.finalize()
     assert e.value.code == jitml.StatusCode.UNSUPPORTED, e.value
     assert "(cast)" in e.value.message
+
+
+# --- int8 matmul ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("per_col", [False, True])
+def test_matmul_int8_matches_int32_sums(ctx, per_col):
+    g = jitml.Graph(ctx, "q8")
+    a = g.input("a", "int8", ("B", "M", 37))
+    b = g.input("b", jitml.int8, (37, 11))
+    sb = g.input("sb", "float32", (11,)) if per_col else 0.25
+    g.output(g.matmul_int8(a, b, 0.125, sb))
+    g.finalize()
+    rng = np.random.default_rng(90)
+    for B, M in ((1, 1), (2, 13)):
+        av = rng.integers(-128, 128, size=(B, M, 37), dtype=np.int8)
+        bv = rng.integers(-128, 128, size=(37, 11), dtype=np.int8)
+        sbv = rng.uniform(0.01, 0.1, size=11).astype(np.float32)
+        acc = av.astype(np.int64) @ bv.astype(np.int64)
+        want = acc * 0.125 * (sbv.astype(np.float64) if per_col else 0.25)
+        got = g(av, bv, sbv) if per_col else g(av, bv)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    with pytest.raises(jitml.JitError) as e:
+        h = jitml.Graph(ctx, "q8_bad")
+        f = h.input("f", "float32", (2, 3))
+        h.output(h.matmul_int8(f, f, 1.0, 1.0))
+        h.finalize()
+    assert e.value.code == jitml.StatusCode.DTYPE_MISMATCH
