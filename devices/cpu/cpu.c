@@ -177,9 +177,24 @@ int jit__cpu_threads(int requested) {
 }
 
 // Converts an LLVMErrorRef (consuming it) into a status.
+// What ORC's execution session reported last on this thread (a symbol a kernel needs
+// and nothing defines, say): its default reporter prints to stderr, and the library
+// never prints, so the reporter keeps it here for the status of the lookup that fails.
+static _Thread_local char jit__orc_reported[512];
+
+static void jit__orc_report(void *ctx, LLVMErrorRef err) {
+  (void)ctx;
+  char *msg = LLVMGetErrorMessage(err);
+  snprintf(jit__orc_reported, sizeof jit__orc_reported, "%s", msg);
+  LLVMDisposeErrorMessage(msg);
+}
+
 static jit_status jit__from_llvm_error(LLVMErrorRef err, const char *what) {
   char *msg = LLVMGetErrorMessage(err);
-  jit_status s = JIT_ERR(JIT_DEVICE_ERROR, "cpu: %s: %s", what, msg);
+  bool more = jit__orc_reported[0] != 0;
+  jit_status s = JIT_ERR(JIT_DEVICE_ERROR, "cpu: %s: %s%s%s%s", what, msg, more ? " (" : "",
+                         jit__orc_reported, more ? ")" : "");
+  jit__orc_reported[0] = 0;
   LLVMDisposeErrorMessage(msg);
   return s;
 }
@@ -420,6 +435,8 @@ jit_status jit__cpu_device_create(jit__cpu_device **out_device) {
     free(d);
     return jit__from_llvm_error(err, "creating LLJIT");
   }
+  LLVMOrcExecutionSessionSetErrorReporter(LLVMOrcLLJITGetExecutionSession(d->jit),
+                                          jit__orc_report, NULL);
   // Kernels call malloc/free (intermediate buffers), libm and compiler-rt helpers
   // (f16 conversions): resolve them from the process.
   LLVMOrcDefinitionGeneratorRef gen = NULL;
