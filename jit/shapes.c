@@ -370,7 +370,8 @@ jit_status jit__serve_generic_gpu(jit_graph *g, const DLTensor *inputs, jit__ker
     // specialization reads them).
     int64_t *p = dims;
     for (uint32_t i = 0; i < g->n_inputs; i++) {
-      memcpy(p, inputs[i].shape, sizeof(int64_t) * (size_t)inputs[i].ndim);
+      if (inputs[i].ndim)  // a rank-0 tensor's shape may be NULL
+        memcpy(p, inputs[i].shape, sizeof(int64_t) * (size_t)inputs[i].ndim);
       p += inputs[i].ndim;
     }
     k->dims = dims;
@@ -407,7 +408,8 @@ jit_status jit__serve_generic(jit_graph *g, const DLTensor *inputs, jit__kernel 
   if (!s) {
     int64_t *p = k->dims;
     for (uint32_t i = 0; i < g->n_inputs; i++) {
-      memcpy(p, inputs[i].shape, sizeof(int64_t) * (size_t)inputs[i].ndim);
+      if (inputs[i].ndim)  // a rank-0 tensor's shape may be NULL
+        memcpy(p, inputs[i].shape, sizeof(int64_t) * (size_t)inputs[i].ndim);
       p += inputs[i].ndim;
     }
     for (uint32_t j = 0; j < g->n_outputs; j++) {
