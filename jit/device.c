@@ -502,7 +502,7 @@ jit_status jit_tensor_alloc(jit_context *ctx, jit_device *device, DLDataType dty
   }
   jit__tensor_box *box = malloc(sizeof(*box));
   if (!box) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "jit_tensor_alloc: out of memory");
-  if (rank) memcpy(box->shape, shape, sizeof(int64_t) * (size_t)rank);  // rank 0: may be NULL
+  if (rank) memcpy(box->shape, shape, sizeof(int64_t) * (size_t)rank);  // rank 0: NULL ok
   uint64_t bytes = (uint64_t)nbytes;
   void *data = NULL;
   jit_status s = jit__device_buffer_alloc(device, bytes, &data);
