@@ -101,11 +101,11 @@ static void make_weights(weights *p) {
 
 //===--- The graph --------------------------------------------------------===//
 
-// [B, S, D] -> [B, H, S, D/H] (or [B, H, D/H, S] for keys, `keys_t`).
-static jit_value heads(jit_graph *g, jit_value t, int64_t B, int64_t S, bool keys_t) {
+// [B, S, D] -> [B, H, S, D/H].
+static jit_value heads(jit_graph *g, jit_value t, int64_t B, int64_t S) {
   int64_t split[4] = {B, S, H, D / H};
-  int perm_q[4] = {0, 2, 1, 3}, perm_k[4] = {0, 2, 3, 1};
-  return jit_transpose(g, jit_reshape(g, t, 4, split), keys_t ? perm_k : perm_q);
+  int perm[4] = {0, 2, 1, 3};
+  return jit_transpose(g, jit_reshape(g, t, 4, split), perm);
 }
 
 static jit_value linear(jit_graph *g, jit_value x, jit_value w, jit_value b) {
@@ -124,14 +124,15 @@ static jit_status build(jit_context *ctx, const weights *p, jit_graph **out) {
   for (int i = 0; i < NW; i++) w[i] = jit_input(g, kNames[i], kF32, p->rank[i], p->shape[i]);
 
   jit_value h = jit_layer_norm(g, x, w[LN1_G], w[LN1_B], 1e-5);
-  jit_value q = heads(g, linear(g, h, w[WQ], w[BQ]), B, S, false);
-  jit_value k = heads(g, linear(g, h, w[WK], w[BK]), B, S, true);
-  jit_value v = heads(g, linear(g, h, w[WV], w[BV]), B, S, false);
-  jit_value scores = jit_mul(g, jit_matmul(g, q, k), jit_scalar(g, 1.0 / sqrt(D / H), kF32));
-  jit_value probs = jit_softmax(g, jit_add(g, scores, mask), -1);
+  jit_value q = heads(g, linear(g, h, w[WQ], w[BQ]), B, S);
+  jit_value k = heads(g, linear(g, h, w[WK], w[BK]), B, S);
+  jit_value v = heads(g, linear(g, h, w[WV], w[BV]), B, S);
+  // softmax(q k^T / sqrt(D/H) + mask) v: on the CPU the keys in blocks with a running
+  // max and sum (jit_attention), never the whole S x S scores.
+  jit_value att = jit_attention(g, q, k, v, mask, 0.0, 0);
   int perm[4] = {0, 2, 1, 3};
   int64_t merged[3] = {B, S, D};
-  jit_value a = jit_reshape(g, jit_transpose(g, jit_matmul(g, probs, v), perm), 3, merged);
+  jit_value a = jit_reshape(g, jit_transpose(g, att, perm), 3, merged);
   jit_value x1 = jit_add(g, x, linear(g, a, w[WO], w[BO]));
   jit_value h2 = jit_layer_norm(g, x1, w[LN2_G], w[LN2_B], 1e-5);
   jit_value m = linear(g, jit_gelu_erf(g, linear(g, h2, w[W1], w[C1])), w[W2], w[C2]);

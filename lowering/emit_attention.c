@@ -282,16 +282,21 @@ static jit__str padded_keys(jit__emitter *e, const char *x, const int64_t *xd,
 
 // The block's scores masked: -inf for keys past T and after the causal limit, plus
 // the mask where there is one. `s` [B, S, block], `j` the block's first key.
+// With `mblk` (a mask without batch dims: its [S or 1, block or 1] slice, f32) it is an
+// input of the generic, read through a map; else the mask is read with tensor.extract
+// (mask_read), which does not vectorize.
 static jit__str mask_block(jit__emitter *e, const att *a, const char *s, const int64_t *sd,
-                           const char *j) {
+                           const char *j, const char *mblk, const int64_t *mbd) {
   jit__text *tb = &e->tb;
   jit__str se = jit__value_name(e, false), sm = jit__value_name(e, false);
   jit__emit_empty(e, se.s, JIT__F32, 3, sd, NULL);
-  jit__gen_operand si = {s, JIT__F32, 3, sd, {0}, NULL, NULL},
+  jit__gen_operand si[2] = {{s, JIT__F32, 3, sd, {0}, NULL, NULL},
+                            {mblk, JIT__F32, 2, mbd, {0}, NULL, NULL}},
                    so = {se.s, JIT__F32, 3, sd, {0}, NULL, NULL};
-  jit__identity_map(&si);
+  jit__identity_map(&si[0]);
+  if (mblk) si[1].map[0] = mbd[0] == 1 ? -1 : 1, si[1].map[1] = mbd[1] == 1 ? -1 : 2;
   jit__identity_map(&so);
-  jit__emit_generic_open(e, sm.s, 3, "ppp", &si, 1, &so);
+  jit__emit_generic_open(e, sm.s, 3, "ppp", si, mblk ? 2 : 1, &so);
   jit__text_printf(tb,
                    "    %%ab = linalg.index 0 : index\n    %%as = linalg.index 1 : index\n"
                    "    %%at = linalg.index 2 : index\n    %%atg = arith.addi %s, %%at : index\n"
@@ -311,7 +316,10 @@ static jit__str mask_block(jit__emitter *e, const att *a, const char *s, const i
   else
     jit__text_printf(tb, "    %%aok = arith.andi %%aok0, %%aok0 : i1\n");
   const char *val = "%in0";
-  if (a->has_mask) {
+  if (mblk) {
+    jit__text_printf(tb, "    %%aw = arith.addf %%in0, %%in1 : f32\n");
+    val = "%aw";
+  } else if (a->has_mask) {
     mask_read(e, a);
     jit__text_printf(tb, "    %%aw = arith.addf %%in0, %%amv : f32\n");
     val = "%aw";
@@ -372,6 +380,40 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
                      jit__tensor_type(a->mask.dt, a->mask.rank, a->mask.dims).s, (long long)mn,
                      jit__dtype_str(a->mask.dt));
   }
+  // A mask without batch dims ([S or 1, T or 1]): copied once into f32 [S', T' padded
+  // to blocks], sliced per block and read through a map (vectorized).
+  int mr = a->mask.rank;
+  bool fast = a->has_mask;
+  for (int d = 0; d + 2 < mr; d++) fast = fast && a->mask.dims[d] == 1;
+  int64_t mpd[2] = {mr >= 2 ? a->mask.dims[mr - 2] : 1, mr >= 1 ? a->mask.dims[mr - 1] : 1};
+  int64_t Tm = mpd[1];
+  if (Tm != 1) mpd[1] = Tp;
+  jit__str mp = {{0}};
+  if (fast) {
+    jit__str mpe = jit__value_name(e, false);
+    mp = jit__value_name(e, false);
+    jit__emit_empty(e, mpe.s, JIT__F32, 2, mpd, NULL);
+    jit__text_printf(tb,
+                     "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], "
+                     "iterator_types = [\"parallel\", \"parallel\"]} outs(%s : %s) {\n"
+                     "  ^bb0(%%out: f32):\n    %%ps = linalg.index 0 : index\n"
+                     "    %%pt = linalg.index 1 : index\n    %%ptl = arith.constant %lld : index\n"
+                     "    %%ptc = arith.minui %%pt, %%ptl : index\n"
+                     "    %%pw = arith.constant %lld : index\n"
+                     "    %%prow = arith.muli %%ps, %%pw : index\n"
+                     "    %%pi = arith.addi %%prow, %%ptc : index\n"
+                     "    %%pv = tensor.extract %%v%u_mflat[%%pi] : tensor<%lldx%s>\n",
+                     mp.s, mpe.s, jit__tensor_type(JIT__F32, 2, mpd).s, (long long)(Tm - 1),
+                     (long long)Tm, e->cur,
+                     (long long)jit__num_elements(a->mask.rank, a->mask.dims),
+                     jit__dtype_str(a->mask.dt));
+    if (jit__dtype_is_half(a->mask.dt))
+      jit__text_printf(tb, "    %%py = arith.extf %%pv : %s to f32\n", jit__dtype_str(a->mask.dt));
+    else
+      jit__text_printf(tb, "    %%py = arith.maximumf %%pv, %%pv : f32\n");
+    jit__text_printf(tb, "    linalg.yield %%py : f32\n  } -> %s\n",
+                     jit__tensor_type(JIT__F32, 2, mpd).s);
+  }
   // The carried values.
   int64_t rd[2] = {B, S}, od[3] = {B, S, Dv}, sd[3] = {B, S, BK};
   jit__str m0 = jit__emit_filled_acc(e, kNegInf, 2, rd, NULL);
@@ -406,7 +448,15 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
                    jit__tensor_type(JIT__F32, 3, sd).s, jit__tensor_type(JIT__F32, 3, sd).s);
   char jn[40];
   snprintf(jn, sizeof jn, "%sj", pre);
-  jit__str sm = mask_block(e, a, s.s, sd, jn);
+  int64_t mbd[2] = {mpd[0], Tm == 1 ? 1 : BK};
+  jit__str mb_blk = mp;
+  if (fast && Tm != 1) {
+    mb_blk = jit__value_name(e, false);
+    jit__text_printf(tb, "  %s = tensor.extract_slice %s[0, %s] [%lld, %lld] [1, 1] : %s to %s\n",
+                     mb_blk.s, mp.s, jn, (long long)mpd[0], (long long)BK,
+                     jit__tensor_type(JIT__F32, 2, mpd).s, jit__tensor_type(JIT__F32, 2, mbd).s);
+  }
+  jit__str sm = mask_block(e, a, s.s, sd, jn, fast ? mb_blk.s : NULL, mbd);
   // m' = max(m, rowmax s).
   jit__gen_operand smi = {sm.s, JIT__F32, 3, sd, {0}, NULL, NULL};
   jit__identity_map(&smi);
