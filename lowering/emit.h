@@ -134,6 +134,16 @@ jit__str jit__emit_convert(jit__emitter *e, const char *x, jit__dtype from, jit_
                         const int64_t *dims, const jit__dimval *dv, bool final);
 jit__str jit__emit_f16_result(jit__emitter *e, const char *acc, int rank, const int64_t *dims,
                            const jit__dimval *dv, bool final);
+// An index constant at function level (any value).
+jit__str jit__emit_index_const(jit__emitter *e, int64_t v);
+// An index value at function level: the constant `size`, or dv's value when `size`
+// is `?` (< 0).
+jit__str jit__emit_size(jit__emitter *e, int64_t size, const jit__dimval *dv);
+// `x` as shape `to`: jit__emit_reshape_to where `to` is static, else a tensor.reshape
+// whose shape operand takes the `?` sizes from to_dv (a view either way).
+jit__str jit__emit_reshape_dyn(jit__emitter *e, const char *x, jit__dtype dt, int rank,
+                               const int64_t *dims, int to_rank, const int64_t *to,
+                               const jit__dimval *to_dv, bool final);
 jit__str jit__emit_reshape_to(jit__emitter *e, const char *x, jit__dtype dt, int rank,
                            const int64_t *dims, int to_rank, const int64_t *to_dims,
                            bool final);

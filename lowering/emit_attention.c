@@ -40,18 +40,6 @@ typedef struct att {
   int64_t S, D, T, Dv;  // sizes; < 0 for `?`
 } att;
 
-// An index value at function level: a constant, or `dv` when the size is `?`.
-static jit__str size_value(jit__emitter *e, int64_t size, const jit__dimval *dv) {
-  jit__str v;
-  if (size >= 0) {
-    v = jit__value_name(e, false);
-    jit__text_printf(&e->tb, "  %s = arith.constant %lld : index\n", v.s, (long long)size);
-  } else {
-    snprintf(v.s, sizeof v.s, "%s", dv->s);
-  }
-  return v;
-}
-
 // A linalg.generic over `nl` loops (iters) whose body is `fmt` (the block arguments
 // are %in0.. and %out; it must define %ay, the f32 result).
 static void custom_generic(jit__emitter *e, const char *res, int nl, const char *iters,
@@ -113,8 +101,8 @@ static jit_status emit_composed(jit__emitter *e, const att *a) {
   // Scaled, masked: loops (b..., s, t).
   jit__str off = {{0}};
   if (n->causal) {
-    jit__str tv = size_value(e, a->T, a->k.dv ? &a->k.dv[nb] : NULL);
-    jit__str sv = size_value(e, a->S, a->q.dv ? &a->q.dv[nb] : NULL);
+    jit__str tv = jit__emit_size(e, a->T, a->k.dv ? &a->k.dv[nb] : NULL);
+    jit__str sv = jit__emit_size(e, a->S, a->q.dv ? &a->q.dv[nb] : NULL);
     off = jit__value_name(e, false);
     jit__text_printf(&e->tb, "  %s = arith.subi %s, %s : index\n", off.s, tv.s, sv.s);
   }
@@ -350,6 +338,58 @@ static void finish_blocked(jit__emitter *e, const jit__node *n, const char *loop
   jit__emit_reshape_to(e, dres.s, n->dtype, 3, od, n->rank, n->dims, true);
 }
 
+// The mask read flat (%v<node>_mflat, for mask_read) and, when it has no batch dims
+// ([S or 1, T or 1]), copied once into f32 [S', T' padded to whole blocks] that the
+// loop slices per block and reads through a map (vectorized): returned, with its dims
+// in mpd and T' in *Tm; else an empty name.
+static jit__str prepare_mask(jit__emitter *e, const att *a, int64_t Tp, int64_t mpd[2],
+                             int64_t *Tm) {
+  jit__text *tb = &e->tb;
+  if (a->has_mask) {
+    int64_t mn = jit__num_elements(a->mask.rank, a->mask.dims);
+    jit__text_printf(tb, "  %%v%u_mshape = arith.constant dense<[%lld]> : tensor<1xi64>\n"
+                     "  %%v%u_mflat = tensor.reshape %s(%%v%u_mshape) : (%s, tensor<1xi64>) "
+                     "-> tensor<%lldx%s>\n",
+                     e->cur, (long long)mn, e->cur, a->mask.name, e->cur,
+                     jit__tensor_type(a->mask.dt, a->mask.rank, a->mask.dims).s, (long long)mn,
+                     jit__dtype_str(a->mask.dt));
+  }
+  int mr = a->mask.rank;
+  bool fast = a->has_mask;
+  for (int d = 0; d + 2 < mr; d++) fast = fast && a->mask.dims[d] == 1;
+  mpd[0] = mr >= 2 ? a->mask.dims[mr - 2] : 1;
+  mpd[1] = mr >= 1 ? a->mask.dims[mr - 1] : 1;
+  *Tm = mpd[1];
+  if (*Tm != 1) mpd[1] = Tp;
+  jit__str mp = {{0}};
+  if (fast) {
+    jit__str mpe = jit__value_name(e, false);
+    mp = jit__value_name(e, false);
+    jit__emit_empty(e, mpe.s, JIT__F32, 2, mpd, NULL);
+    jit__text_printf(tb,
+                     "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], "
+                     "iterator_types = [\"parallel\", \"parallel\"]} outs(%s : %s) {\n"
+                     "  ^bb0(%%out: f32):\n    %%ps = linalg.index 0 : index\n"
+                     "    %%pt = linalg.index 1 : index\n    %%ptl = arith.constant %lld : index\n"
+                     "    %%ptc = arith.minui %%pt, %%ptl : index\n"
+                     "    %%pw = arith.constant %lld : index\n"
+                     "    %%prow = arith.muli %%ps, %%pw : index\n"
+                     "    %%pi = arith.addi %%prow, %%ptc : index\n"
+                     "    %%pv = tensor.extract %%v%u_mflat[%%pi] : tensor<%lldx%s>\n",
+                     mp.s, mpe.s, jit__tensor_type(JIT__F32, 2, mpd).s, (long long)(*Tm - 1),
+                     (long long)*Tm, e->cur,
+                     (long long)jit__num_elements(a->mask.rank, a->mask.dims),
+                     jit__dtype_str(a->mask.dt));
+    if (jit__dtype_is_half(a->mask.dt))
+      jit__text_printf(tb, "    %%py = arith.extf %%pv : %s to f32\n", jit__dtype_str(a->mask.dt));
+    else
+      jit__text_printf(tb, "    %%py = arith.maximumf %%pv, %%pv : f32\n");
+    jit__text_printf(tb, "    linalg.yield %%py : f32\n  } -> %s\n",
+                     jit__tensor_type(JIT__F32, 2, mpd).s);
+  }
+  return mp;
+}
+
 static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
   const jit__node *n = a->n;
   int64_t B = 1;
@@ -371,49 +411,10 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
   // K^T [B, D, Tp] and V [B, Tp, Dv], keys past T read key T - 1 (their scores are -inf).
   int64_t ktd[3] = {B, D, Tp}, vpd[3] = {B, Tp, Dv};
   jit__str kt = padded_keys(e, k3.s, kd, ktd, true), vp = padded_keys(e, v3.s, vd, vpd, false);
-  if (a->has_mask) {
-    int64_t mn = jit__num_elements(a->mask.rank, a->mask.dims);
-    jit__text_printf(tb, "  %%v%u_mshape = arith.constant dense<[%lld]> : tensor<1xi64>\n"
-                     "  %%v%u_mflat = tensor.reshape %s(%%v%u_mshape) : (%s, tensor<1xi64>) "
-                     "-> tensor<%lldx%s>\n",
-                     e->cur, (long long)mn, e->cur, a->mask.name, e->cur,
-                     jit__tensor_type(a->mask.dt, a->mask.rank, a->mask.dims).s, (long long)mn,
-                     jit__dtype_str(a->mask.dt));
-  }
-  // A mask without batch dims ([S or 1, T or 1]): copied once into f32 [S', T' padded
-  // to blocks], sliced per block and read through a map (vectorized).
-  int mr = a->mask.rank;
-  bool fast = a->has_mask;
-  for (int d = 0; d + 2 < mr; d++) fast = fast && a->mask.dims[d] == 1;
-  int64_t mpd[2] = {mr >= 2 ? a->mask.dims[mr - 2] : 1, mr >= 1 ? a->mask.dims[mr - 1] : 1};
-  int64_t Tm = mpd[1];
-  if (Tm != 1) mpd[1] = Tp;
-  jit__str mp = {{0}};
-  if (fast) {
-    jit__str mpe = jit__value_name(e, false);
-    mp = jit__value_name(e, false);
-    jit__emit_empty(e, mpe.s, JIT__F32, 2, mpd, NULL);
-    jit__text_printf(tb,
-                     "  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], "
-                     "iterator_types = [\"parallel\", \"parallel\"]} outs(%s : %s) {\n"
-                     "  ^bb0(%%out: f32):\n    %%ps = linalg.index 0 : index\n"
-                     "    %%pt = linalg.index 1 : index\n    %%ptl = arith.constant %lld : index\n"
-                     "    %%ptc = arith.minui %%pt, %%ptl : index\n"
-                     "    %%pw = arith.constant %lld : index\n"
-                     "    %%prow = arith.muli %%ps, %%pw : index\n"
-                     "    %%pi = arith.addi %%prow, %%ptc : index\n"
-                     "    %%pv = tensor.extract %%v%u_mflat[%%pi] : tensor<%lldx%s>\n",
-                     mp.s, mpe.s, jit__tensor_type(JIT__F32, 2, mpd).s, (long long)(Tm - 1),
-                     (long long)Tm, e->cur,
-                     (long long)jit__num_elements(a->mask.rank, a->mask.dims),
-                     jit__dtype_str(a->mask.dt));
-    if (jit__dtype_is_half(a->mask.dt))
-      jit__text_printf(tb, "    %%py = arith.extf %%pv : %s to f32\n", jit__dtype_str(a->mask.dt));
-    else
-      jit__text_printf(tb, "    %%py = arith.maximumf %%pv, %%pv : f32\n");
-    jit__text_printf(tb, "    linalg.yield %%py : f32\n  } -> %s\n",
-                     jit__tensor_type(JIT__F32, 2, mpd).s);
-  }
+  // The mask, flat (for mask_read) and, without batch dims, padded f32 [S', T'].
+  int64_t mpd[2], Tm = 1;
+  jit__str mp = prepare_mask(e, a, Tp, mpd, &Tm);
+  bool fast = mp.s[0] != 0;
   // The carried values.
   int64_t rd[2] = {B, S}, od[3] = {B, S, Dv}, sd[3] = {B, S, BK};
   jit__str m0 = jit__emit_filled_acc(e, kNegInf, 2, rd, NULL);

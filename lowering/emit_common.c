@@ -620,3 +620,42 @@ jit__str jit__emit_reshape_to(jit__emitter *e, const char *x, jit__dtype dt, int
 // Per node, the fewest steps to a matmul up through operands (mm_up) and down through
 // users (mm_down), capped at 255; a matmul itself is 0. One pass each way: operands
 // come before their users.
+
+jit__str jit__emit_index_const(jit__emitter *e, int64_t v) {
+  jit__str c = jit__value_name(e, false);
+  jit__text_printf(&e->tb, "  %s = arith.constant %lld : index\n", c.s, (long long)v);
+  return c;
+}
+
+jit__str jit__emit_size(jit__emitter *e, int64_t size, const jit__dimval *dv) {
+  if (size >= 0) return jit__emit_index_const(e, size);
+  jit__str v;
+  snprintf(v.s, sizeof v.s, "%s", dv->s);
+  return v;
+}
+
+jit__str jit__emit_reshape_dyn(jit__emitter *e, const char *x, jit__dtype dt, int rank,
+                               const int64_t *dims, int to_rank, const int64_t *to,
+                               const jit__dimval *to_dv, bool final) {
+  bool dynamic = false;
+  for (int d = 0; d < to_rank; d++) dynamic |= to[d] < 0;
+  if (!dynamic) return jit__emit_reshape_to(e, x, dt, rank, dims, to_rank, to, final);
+  char elems[JIT_MAX_RANK][40];
+  for (int d = 0; d < to_rank; d++) {
+    jit__str v = jit__value_name(e, false);
+    if (to[d] >= 0)
+      jit__text_printf(&e->tb, "  %s = arith.constant %lld : i64\n", v.s, (long long)to[d]);
+    else
+      jit__text_printf(&e->tb, "  %s = arith.index_cast %s : index to i64\n", v.s,
+                       to_dv[d].s);
+    snprintf(elems[d], sizeof elems[d], "%.39s", v.s);
+  }
+  jit__str shape = jit__value_name(e, false), res = jit__value_name(e, final);
+  jit__text_printf(&e->tb, "  %s = tensor.from_elements ", shape.s);
+  for (int d = 0; d < to_rank; d++) jit__text_printf(&e->tb, "%s%s", d ? ", " : "", elems[d]);
+  jit__text_printf(&e->tb, " : tensor<%dxi64>\n", to_rank);
+  jit__text_printf(&e->tb, "  %s = tensor.reshape %s(%s) : (%s, tensor<%dxi64>) -> %s\n",
+                   res.s, x, shape.s, jit__tensor_type(dt, rank, dims).s, to_rank,
+                   jit__tensor_type(dt, to_rank, to).s);
+  return res;
+}

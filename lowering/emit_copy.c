@@ -23,16 +23,10 @@
 #include "lowering/emit.h"
 #include "lowering/lower.h"
 
-// The size of dim d of operand `x` as an index value: its `?` value, or a constant
-// (function level, named by the caller's buffer).
+// The size of dim d of operand `x` as an index value.
 static void size_value(jit__emitter *e, const jit__gen_operand *x, int d, jit__dimval *out) {
-  if (x->dims[d] < 0) {
-    *out = x->dv[d];
-    return;
-  }
-  jit__str c = jit__value_name(e, false);
-  jit__text_printf(&e->tb, "  %s = arith.constant %lld : index\n", c.s, (long long)x->dims[d]);
-  snprintf(out->s, sizeof out->s, "%.39s", c.s);
+  jit__str v = jit__emit_size(e, x->dims[d], x->dv ? &x->dv[d] : NULL);
+  snprintf(out->s, sizeof out->s, "%.39s", v.s);
 }
 
 // `*out` = a op b on index values, at function level.
@@ -44,8 +38,7 @@ static void index_op(jit__emitter *e, const char *op, const char *a, const char 
 }
 
 static void index_const(jit__emitter *e, int64_t v, jit__dimval *out) {
-  jit__str c = jit__value_name(e, false);
-  jit__text_printf(&e->tb, "  %s = arith.constant %lld : index\n", c.s, (long long)v);
+  jit__str c = jit__emit_index_const(e, v);
   snprintf(out->s, sizeof out->s, "%.39s", c.s);
 }
 

@@ -405,22 +405,8 @@ jit_status jit__emit_matmul_int8(jit__emitter *e, const jit__node *n) {
   int64_t ad[2] = {R, K}, cd[2] = {R, N};
   const char *an = a.name;
   jit__str as;
-  if (r != 2) {
-    // Merge the leading dims into rows: a view (static sizes; `?` ones through a shape
-    // operand).
-    if (R >= 0) {
-      as = jit__emit_reshape_to(e, an, JIT__I8, r, a.dims, 2, ad, false);
-    } else {
-      jit__str k = jit__value_name(e, false), ri = jit__value_name(e, false),
-               sh = jit__value_name(e, false);
-      as = jit__value_name(e, false);
-      jit__text_printf(tb,
-                       "  %s = arith.constant %lld : i64\n  %s = arith.index_cast %s : index to i64\n"
-                       "  %s = tensor.from_elements %s, %s : tensor<2xi64>\n"
-                       "  %s = tensor.reshape %s(%s) : (%s, tensor<2xi64>) -> %s\n",
-                       k.s, (long long)K, ri.s, rdv[0].s, sh.s, ri.s, k.s, as.s, an, sh.s,
-                       jit__tensor_type(JIT__I8, r, a.dims).s, jit__tensor_type(JIT__I8, 2, ad).s);
-    }
+  if (r != 2) {  // the leading dims merged into rows: a view
+    as = jit__emit_reshape_dyn(e, an, JIT__I8, r, a.dims, 2, ad, rdv, false);
     an = as.s;
   }
   jit__str acc = jit__value_name(e, false), zero = jit__value_name(e, false),
@@ -466,26 +452,6 @@ jit_status jit__emit_matmul_int8(jit__emitter *e, const jit__node *n) {
                    "    %%qy = arith.mulf %%qx, %%in2 : f32\n"
                    "    linalg.yield %%qy : f32\n  } -> %s\n",
                    jit__tensor_type(JIT__F32, 2, cd).s);
-  if (r != 2) {
-    if (R >= 0) {
-      jit__emit_reshape_to(e, deq.s, JIT__F32, 2, cd, r, n->dims, true);
-    } else {
-      char elems[JIT_MAX_RANK][40];
-      for (int d = 0; d < r; d++) {
-        jit__str v = jit__value_name(e, false);
-        if (n->dims[d] >= 0)
-          jit__text_printf(tb, "  %s = arith.constant %lld : i64\n", v.s, (long long)n->dims[d]);
-        else
-          jit__text_printf(tb, "  %s = arith.index_cast %s : index to i64\n", v.s, dv[d].s);
-        snprintf(elems[d], sizeof elems[d], "%.39s", v.s);
-      }
-      jit__str sh = jit__value_name(e, false), res = jit__value_name(e, true);
-      jit__text_printf(tb, "  %s = tensor.from_elements ", sh.s);
-      for (int d = 0; d < r; d++) jit__text_printf(tb, "%s%s", d ? ", " : "", elems[d]);
-      jit__text_printf(tb, " : tensor<%dxi64>\n  %s = tensor.reshape %s(%s) : (%s, tensor<%dxi64>) -> %s\n",
-                       r, res.s, deq.s, sh.s, jit__tensor_type(JIT__F32, 2, cd).s, r,
-                       jit__tensor_type(JIT__F32, r, n->dims).s);
-    }
-  }
+  if (r != 2) jit__emit_reshape_dyn(e, deq.s, JIT__F32, 2, cd, r, n->dims, dv, true);
   return NULL;
 }

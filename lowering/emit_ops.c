@@ -458,26 +458,8 @@ jit_status jit__emit_reshape(jit__emitter *e, const jit__node *n) {
   int n_dynamic = 0;
   for (int d = 0; d < n->rank; d++) n_dynamic += n->dims[d] < 0;
   if (e->opt->destination && n_dynamic > 1) {
-    jit__str shape = jit__value_name(e, false);
-    char elems[JIT_MAX_RANK][40];
-    for (int d = 0; d < n->rank; d++) {
-      jit__str v = jit__value_name(e, false);
-      if (n->dims[d] >= 0)
-        jit__text_printf(&e->tb, "  %s = arith.constant %lld : i64\n", v.s,
-                         (long long)n->dims[d]);
-      else
-        jit__text_printf(&e->tb, "  %s = arith.index_cast %s : index to i64\n", v.s,
-                         e->dv[e->cur][d].s);
-      snprintf(elems[d], sizeof elems[d], "%.39s", v.s);
-    }
-    jit__text_printf(&e->tb, "  %s = tensor.from_elements ", shape.s);
-    for (int d = 0; d < n->rank; d++) jit__text_printf(&e->tb, "%s%s", d ? ", " : "", elems[d]);
-    jit__text_printf(&e->tb, " : tensor<%dxi64>\n", n->rank);
-    jit__str res = jit__value_name(e, true);
-    jit__text_printf(&e->tb, "  %s = tensor.reshape %s(%s) : (%s, tensor<%dxi64>) -> %s\n",
-                     res.s, e->names[src], shape.s,
-                     jit__tensor_type(x->dtype, x->rank, x->dims).s, n->rank,
-                     jit__tensor_type(n->dtype, n->rank, n->dims).s);
+    jit__emit_reshape_dyn(e, e->names[src], x->dtype, x->rank, x->dims, n->rank, n->dims,
+                          e->dv[e->cur], true);
     return NULL;
   }
   // Otherwise through 1-D: collapse all dims into one, then expand to the target; a

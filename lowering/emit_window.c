@@ -45,13 +45,6 @@ typedef struct geom {
 
 static const char *elem(jit__dtype dt) { return jit__dtype_str(dt); }
 
-// An index constant at function level; returns its name.
-static jit__str index_const(jit__emitter *e, int64_t v) {
-  jit__str c = jit__value_name(e, false);
-  jit__text_printf(&e->tb, "  %s = arith.constant %lld : index\n", c.s, (long long)v);
-  return c;
-}
-
 // `*dv` = (in + add) / div + plus, on index values (in >= 0 at run time). Unit steps
 // are left out.
 static void index_affine(jit__emitter *e, const char *in, int64_t add, int64_t div,
@@ -61,7 +54,7 @@ static void index_affine(jit__emitter *e, const char *in, int64_t add, int64_t d
   static const char *const ops[3] = {"addi", "divui", "addi"};
   for (int i = 0; i < 3; i++) {
     if ((i == 1 && steps[i] == 1) || (i != 1 && steps[i] == 0)) continue;
-    jit__str c = index_const(e, steps[i]), r = jit__value_name(e, false);
+    jit__str c = jit__emit_index_const(e, steps[i]), r = jit__value_name(e, false);
     jit__text_printf(&e->tb, "  %s = arith.%s %s, %s : index\n", r.s, ops[i], dv->s, c.s);
     memcpy(dv->s, r.s, sizeof dv->s - 1);
     dv->s[sizeof dv->s - 1] = 0;
@@ -196,34 +189,6 @@ static jit__str emit_copy(jit__emitter *e, const jit__gen_operand *x, const char
   return res;
 }
 
-// `x` as shape `to` (the same elements in order): a tensor.reshape, whose shape operand
-// holds the `?` sizes from to_dv where there are any (a view either way).
-static jit__str reshape(jit__emitter *e, const char *x, jit__dtype dt, int rank,
-                        const int64_t *dims, int to_rank, const int64_t *to,
-                        const jit__dimval *to_dv) {
-  bool dynamic = false;
-  for (int d = 0; d < to_rank; d++) dynamic |= to[d] < 0;
-  if (!dynamic) return jit__emit_reshape_to(e, x, dt, rank, dims, to_rank, to, false);
-  char elems[6][40];
-  for (int d = 0; d < to_rank; d++) {
-    jit__str v = jit__value_name(e, false);
-    if (to[d] >= 0)
-      jit__text_printf(&e->tb, "  %s = arith.constant %lld : i64\n", v.s, (long long)to[d]);
-    else
-      jit__text_printf(&e->tb, "  %s = arith.index_cast %s : index to i64\n", v.s,
-                       to_dv[d].s);
-    snprintf(elems[d], sizeof elems[d], "%.39s", v.s);
-  }
-  jit__str shape = jit__value_name(e, false), res = jit__value_name(e, false);
-  jit__text_printf(&e->tb, "  %s = tensor.from_elements ", shape.s);
-  for (int d = 0; d < to_rank; d++) jit__text_printf(&e->tb, "%s%s", d ? ", " : "", elems[d]);
-  jit__text_printf(&e->tb, " : tensor<%dxi64>\n", to_rank);
-  jit__text_printf(&e->tb, "  %s = tensor.reshape %s(%s) : (%s, tensor<%dxi64>) -> %s\n",
-                   res.s, x, shape.s, jit__tensor_type(dt, rank, dims).s, to_rank,
-                   jit__tensor_type(dt, to_rank, to).s);
-  return res;
-}
-
 // CPU kernels, groups 1: the convolution as one matmul, which the CPU strategy tiles,
 // packs and threads like any other (the loops of the direct form ran at ~0.7
 // GFLOP/s). A row per output position:
@@ -313,11 +278,11 @@ static jit_status emit_conv_matmul(jit__emitter *e, const jit__node *n, const ge
   if (M < 0) {
     const int64_t f[3] = {N, OH, OW};
     const jit__dimval *fv[3] = {&odv[0], &odv[g->hd], &odv[g->hd + 1]};
-    jit__str prod = index_const(e, 1);
+    jit__str prod = jit__emit_index_const(e, 1);
     for (int i = 0; i < 3; i++) {
       jit__str t = jit__value_name(e, false);
       if (f[i] >= 0) {
-        jit__str c = index_const(e, f[i]);
+        jit__str c = jit__emit_index_const(e, f[i]);
         jit__text_printf(&e->tb, "  %s = arith.muli %s, %s : index\n", t.s, prod.s, c.s);
       } else {
         jit__text_printf(&e->tb, "  %s = arith.muli %s, %s : index\n", t.s, prod.s, fv[i]->s);
@@ -339,7 +304,7 @@ static jit_status emit_conv_matmul(jit__emitter *e, const jit__node *n, const ge
   bool plain = w->nhwc && KH == 1 && KW == 1 && w->stride[0] == 1 && w->stride[1] == 1 &&
                xp->dims[1] == OH && xp->dims[2] == OW && OH >= 0 && OW >= 0;
   if (plain) {
-    a = reshape(e, xp->name, dt, 4, xp->dims, 2, ad, mdv);
+    a = jit__emit_reshape_dyn(e, xp->name, dt, 4, xp->dims, 2, ad, mdv, false);
   } else {
     // cols [N, OH, OW, KH, KW, C] (NHWC) or [N, OH, OW, C, KH, KW] (NCHW).
     int64_t cold[6] = {N, OH, OW, w->nhwc ? KH : C, w->nhwc ? KW : KH, w->nhwc ? C : KW};
@@ -365,7 +330,7 @@ static jit_status emit_conv_matmul(jit__emitter *e, const jit__node *n, const ge
       src = (jit__gen_operand){flat.s, dt, 1, &total, {0}, NULL, NULL};
     }
     jit__str cols = emit_copy(e, &src, map, dt, 6, cold, nhwc_dv);
-    a = reshape(e, cols.s, dt, 6, cold, 2, ad, mdv);
+    a = jit__emit_reshape_dyn(e, cols.s, dt, 6, cold, 2, ad, mdv, false);
   }
   jit__str b;
   if (w->nhwc) {
@@ -392,9 +357,9 @@ static jit_status emit_conv_matmul(jit__emitter *e, const jit__node *n, const ge
   if (w->nhwc) {
     jit__str c = jit__dtype_is_half(n->dtype) ? jit__emit_f16_result(e, mm.s, 2, cd, mdv, false)
                                               : mm;
-    r = reshape(e, c.s, n->dtype, 2, cd, 4, od, odv);
+    r = jit__emit_reshape_dyn(e, c.s, n->dtype, 2, cd, 4, od, odv, false);
   } else {
-    jit__str c = reshape(e, mm.s, JIT__F32, 2, cd, 4, nhwc, nhwc_dv);
+    jit__str c = jit__emit_reshape_dyn(e, mm.s, JIT__F32, 2, cd, 4, nhwc, nhwc_dv, false);
     jit__gen_operand co = {c.s, JIT__F32, 4, nhwc, {0}, NULL, NULL};
     r = emit_copy(e, &co, "d0, d2, d3, d1", n->dtype, 4, od, odv);
   }
