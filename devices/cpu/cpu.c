@@ -356,22 +356,25 @@ static void *jit__kernel_calloc(size_t count, size_t size) {
 
 // bf16 conversions LLVM's x86 backend calls where the host has no AVX-512 BF16 (for
 // bf16 vector loads and stores it legalizes through f32), from libgcc / compiler-rt,
-// which kernels do not link. bf16 travels in the low 16 bits of an SSE register, as
-// _Float16 does. Round to nearest even; NaN stays a (quiet) NaN.
-static _Float16 jit__truncsfbf2(float f) {
+// which kernels do not link. bf16 travels in the low 16 bits of an SSE register. C11
+// has no type for that (_Float16 is missing from older compilers, clang 14 among them),
+// but a float travels in the same register: its low 16 bits carry the bf16, the rest
+// is ignored by the caller. No arithmetic touches these floats. Round to nearest
+// even; NaN stays a (quiet) NaN.
+static float jit__truncsfbf2(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
-  uint16_t h = (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)((u >> 16) | 0x40u)
-                                                : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-  _Float16 r;
+  uint32_t h = (u & 0x7FFFFFFFu) > 0x7F800000u ? ((u >> 16) | 0x40u) & 0xFFFFu
+                                                : ((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16) & 0xFFFFu;
+  float r;
   memcpy(&r, &h, sizeof r);
   return r;
 }
 
-static float jit__extendbfsf2(_Float16 x) {
-  uint16_t h;
+static float jit__extendbfsf2(float x) {
+  uint32_t h;
   memcpy(&h, &x, sizeof h);
-  uint32_t u = (uint32_t)h << 16;
+  uint32_t u = (h & 0xFFFFu) << 16;
   float f;
   memcpy(&f, &u, sizeof f);
   return f;
@@ -396,8 +399,8 @@ static LLVMErrorRef jit__define_helpers(LLVMOrcLLJITRef jit) {
   union { void *(*f)(size_t); LLVMOrcExecutorAddress a; } alloc;
   union { void *(*f)(size_t, size_t); LLVMOrcExecutorAddress a; } zalloc;
   union { void (*f)(void *); LLVMOrcExecutorAddress a; } release;
-  union { _Float16 (*f)(float); LLVMOrcExecutorAddress a; } trunc_bf;
-  union { float (*f)(_Float16); LLVMOrcExecutorAddress a; } ext_bf;
+  union { float (*f)(float); LLVMOrcExecutorAddress a; } trunc_bf;
+  union { float (*f)(float); LLVMOrcExecutorAddress a; } ext_bf;
   copy.a = alloc.a = zalloc.a = release.a = trunc_bf.a = ext_bf.a = 0;
   copy.f = jit__memref_copy;
   alloc.f = jit__kernel_malloc;
