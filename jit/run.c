@@ -95,7 +95,9 @@ static jit_status jit__check_tensor(const jit_graph *g, const char *what, int i,
   if (need_data && !t->data)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: %s %d `%s`: data is NULL", g->name,
                    what, i, name);
-  if (t->strides) {
+  // Strides of a dim of size 1, and of an empty tensor, are free (DLPack says so;
+  // NumPy 2 and torch 2 export e.g. (0, 1) for a (0, 4) array): nothing is addressed.
+  if (t->strides && bytes > 0) {
     int64_t expect = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
       if (t->shape[d] != 1 && t->strides[d] != expect)

@@ -437,6 +437,51 @@ Test(run, explicit_dense_strides_accepted) {
   jit_context_destroy(ctx);
 }
 
+Test(run, free_strides_of_unit_dims_and_empty_tensors) {
+  // DLPack leaves the stride of a size-1 dim, and every stride of an empty tensor,
+  // free; NumPy 2 and torch 2 export such strides ((0, 1) for a (0, 4) array).
+  jit_context *ctx = tu_context();
+  jit_graph *g = build_layer(ctx);
+  layer l;
+  layer_init(&l, 8);
+  float x[IN], y[OUT], want[OUT];
+  ref_rng rng;
+  ref_rng_seed(&rng, 10);
+  ref_rng_fill_signed(&rng, x, IN);
+  layer_ref(&l, x, 1, want);
+  int64_t dx[2] = {1, IN}, sx[2] = {0, 1}, dw[2] = {IN, OUT}, db[1] = {OUT},
+          dy[2] = {1, OUT}, sy[2] = {12345, 1};
+  DLTensor ins[3] = {tu_tensor(x, TU_F32, 2, dx), tu_tensor(l.w, TU_F32, 2, dw),
+                     tu_tensor(l.b, TU_F32, 1, db)};
+  ins[0].strides = sx;
+  DLTensor out = tu_tensor(y, TU_F32, 2, dy);
+  out.strides = sy;
+  TU_OK(jit_run(g, ins, 3, &out, 1));
+  tu_assert_close(y, want, OUT, 1e-5, 1e-5, 2, dy, "size-1 dims with odd strides");
+  // Empty batch: strides (0, 0) are fine, nothing is addressed.
+  int64_t ex[2] = {0, IN}, es[2] = {0, 0}, ey[2] = {0, OUT};
+  ins[0] = tu_tensor(x, TU_F32, 2, ex);
+  ins[0].strides = es;
+  out = tu_tensor(y, TU_F32, 2, ey);
+  out.strides = es;
+  TU_OK(jit_run(g, ins, 3, &out, 1));
+  // A real non-dense layout is still refused, naming the dim.
+  int64_t dx2[2] = {2, IN}, sx2[2] = {1, 2};
+  float x2[2 * IN] = {0};
+  ins[0] = tu_tensor(x2, TU_F32, 2, dx2);
+  ins[0].strides = sx2;
+  int64_t dy2[2] = {2, OUT};
+  float y2[2 * OUT];
+  out = tu_tensor(y2, TU_F32, 2, dy2);
+  jit_status s = jit_run(g, ins, 3, &out, 1);
+  TU_EXPECT_CODE(s, JIT_UNSUPPORTED);
+  cr_expect(strstr(jit_status_message(s), "dim 1 has stride 2") != NULL, "%s",
+            jit_status_message(s));
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 Test(run, byte_offset_honored_or_refused) {
   // DLPack's byte_offset: the data starts that many bytes after `data`. The library
   // must either honour it or refuse it as JIT_UNSUPPORTED, never read the wrong bytes.
