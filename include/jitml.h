@@ -588,6 +588,26 @@ JIT_API jit_status jit_graph_input_info(const jit_graph *graph, int index,
 // The name of symbol `code` in `graph` (borrowed), or NULL if it is not a symbol.
 JIT_API const char *jit_symbol_name(const jit_graph *graph, int64_t code);
 
+// An output dim that no binding-free rule gives (see jit_output_info).
+#define JIT_DIM_UNKNOWN INT64_MIN
+
+// What a graph output is before any binding: its dtype, rank and dims. dims[i] is a
+// size; a symbol code (negative, jit_symbol_name names it) where that dim is exactly
+// an input symbol (a batch N passed through); or JIT_DIM_UNKNOWN where it is derived
+// from the inputs (a concat's N + M, a convolution's output rows, a `?` of an MLIR
+// result), which only a binding gives (jit_output_shape). Host frameworks use it to
+// state output shapes symbolically while tracing (PyTorch's fake tensors).
+typedef struct jit_output_info {
+  DLDataType dtype;
+  int rank;
+  int64_t dims[JIT_MAX_RANK];
+} jit_output_info;
+
+// Describes output `index` of `graph` (finalized). Returns JIT_INVALID_ARGUMENT for a
+// bad index or a graph that is not finalized.
+JIT_API jit_status jit_graph_output_info(const jit_graph *graph, int index,
+                                         jit_output_info *out_info);
+
 //===--- Running ---------------------------------------------------------===//
 
 // The shape function: binds the symbols from `inputs` (only shape and dtype are read;

@@ -1273,6 +1273,29 @@ jit_status jit_graph_input_info(const jit_graph *g, int index, jit_input_info *o
   return NULL;
 }
 
+jit_status jit_graph_output_info(const jit_graph *g, int index, jit_output_info *out) {
+  if (!g || !out)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_graph_output_info: %s is NULL",
+                   g ? "out_info" : "graph");
+  memset(out, 0, sizeof(*out));
+  if (!g->finalized)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: jit_graph_output_info before "
+                   "jit_graph_finalize", g->name);
+  if (index < 0 || (uint32_t)index >= g->n_outputs)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s`: output index %d not in [0, %u)",
+                   g->name, index, g->n_outputs);
+  if (g->mlir) {
+    jit__mlir_graph_result_info(g, (uint32_t)index, out);
+    return NULL;
+  }
+  const jit__node *n = &g->nodes[g->outputs[index]].n;
+  out->dtype = jit__dtype_dl(n->dtype);
+  out->rank = n->rank;
+  for (int d = 0; d < n->rank; d++)
+    out->dims[d] = n->dims[d] == JIT__DIM_UNKNOWN ? JIT_DIM_UNKNOWN : n->dims[d];
+  return NULL;
+}
+
 const char *jit_symbol_name(const jit_graph *g, int64_t code) {
   if (!g || code > -2 || JIT__SYMBOL_INDEX(code) >= g->n_symbols) return NULL;
   return g->symbols[JIT__SYMBOL_INDEX(code)];

@@ -413,6 +413,8 @@ jit_status jit__inputs_key(jit_graph *g, const DLTensor *inputs, int n_inputs,
 void jit__mlir_graph_free(jit__mlir_graph *m);
 // The dtype of result `index` of an MLIR graph.
 jit__dtype jit__mlir_graph_result_dtype(const jit_graph *g, uint32_t index);
+// jit_graph_output_info of an imported graph: static sizes, JIT_DIM_UNKNOWN for `?`.
+void jit__mlir_graph_result_info(const jit_graph *g, uint32_t index, jit_output_info *out);
 // The output shapes of `g` (an MLIR graph) for `inputs`, whose symbols were bound and
 // checked already. Refines the function's shapes through its body; compiles nothing.
 jit_status jit__mlir_graph_bind(const jit_graph *g, const DLTensor *inputs,

@@ -130,3 +130,12 @@ jit_status jit__mlir_graph_compile(const jit_graph *g, const DLTensor *inputs,
 jit__dtype jit__mlir_graph_result_dtype(const jit_graph *g, uint32_t index) {
   return g->mlir->m.result_dtypes[index];
 }
+
+void jit__mlir_graph_result_info(const jit_graph *g, uint32_t index, jit_output_info *out) {
+  const jit__mlir_module *m = &g->mlir->m;
+  out->dtype = jit__dtype_dl(m->result_dtypes[index]);
+  out->rank = m->result_types[index].rank;
+  for (int d = 0; d < out->rank; d++)
+    out->dims[d] = m->result_types[index].dims[d] < 0 ? JIT_DIM_UNKNOWN
+                                                      : m->result_types[index].dims[d];
+}

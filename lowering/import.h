@@ -135,6 +135,7 @@ typedef struct jit__mlir_module {
   uint32_t n_args, n_results;
   jit__mlir_arg *args;
   jit__dtype *result_dtypes;
+  jit__mlir_arg *result_types;  // rank and dims (-1 for `?`) of each result; no names
 } jit__mlir_module;
 
 // Refuses, with JIT_PARSE_ERROR at its line and column, text that would take MLIR's

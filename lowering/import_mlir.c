@@ -410,6 +410,11 @@ static jit_status jit__read_results(MlirOperation fn, jit__mlir_module *m) {
     if (mlirShapedTypeGetRank(t) > JIT_MAX_RANK)
       return JIT_ERR(JIT_UNSUPPORTED, "function `%s`: result %u has rank > %d", m->entry,
                      j, JIT_MAX_RANK);
+    jit__mlir_arg *r = &m->result_types[j];
+    r->dtype = m->result_dtypes[j];
+    r->rank = (int)mlirShapedTypeGetRank(t);
+    for (int d = 0; d < r->rank; d++)
+      r->dims[d] = mlirShapedTypeIsDynamicDim(t, d) ? -1 : mlirShapedTypeGetDimSize(t, d);
   }
   return NULL;
 }
@@ -452,6 +457,7 @@ void jit__mlir_module_release(jit__mlir_module *m) {
   free(m->graph_record);
   free(m->args);
   free(m->result_dtypes);
+  free(m->result_types);
   memset(m, 0, sizeof(*m));
 }
 
@@ -505,7 +511,8 @@ jit_status jit__mlir_import(const char *text, size_t length, const char *entry_n
   out->n_results = (uint32_t)mlirFunctionTypeGetNumResults(ft);
   out->args = calloc(out->n_args + 1, sizeof(*out->args));
   out->result_dtypes = calloc(out->n_results + 1, sizeof(*out->result_dtypes));
-  if (!out->args || !out->result_dtypes) {
+  out->result_types = calloc(out->n_results + 1, sizeof(*out->result_types));
+  if (!out->args || !out->result_dtypes || !out->result_types) {
     status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
     goto done;
   }

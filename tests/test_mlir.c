@@ -161,6 +161,12 @@ Test(mlir, linalg_two_shapes) {
   cr_expect_str_eq(info.name, "x");
   cr_expect(info.rank == 2 && info.dims[1] == 16);
   cr_expect_str_eq(jit_symbol_name(g, info.dims[0]), "N");
+  // Result types say rank and static sizes; their `?` dims are known per binding only.
+  jit_output_info out;
+  TU_OK(jit_graph_output_info(g, 0, &out));
+  cr_expect(out.rank == 2 && out.dtype.code == kDLFloat && out.dtype.bits == 32);
+  cr_expect(out.dims[0] == JIT_DIM_UNKNOWN && out.dims[1] == JIT_DIM_UNKNOWN,
+            "dims %lld %lld", (long long)out.dims[0], (long long)out.dims[1]);
   run_mlp(g, 3, 5);
   run_mlp(g, 17, 33);
   run_mlp(g, 3, 5);

@@ -482,6 +482,41 @@ Test(run, free_strides_of_unit_dims_and_empty_tensors) {
   jit_context_destroy(ctx);
 }
 
+Test(run, output_info_before_binding) {
+  // An output's dims: sizes, the input symbol a dim passes through, JIT_DIM_UNKNOWN
+  // where a binding is needed (a concat's N + M).
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "out_info");
+  int64_t N = jit_symbol(g, "N"), M = jit_symbol(g, "M");
+  jit_value a = jit_input(g, "a", TU_F32, 2, (int64_t[]){N, 4});
+  jit_value b = jit_input(g, "b", TU_F32, 2, (int64_t[]){M, 4});
+  jit_value w = jit_input(g, "w", TU_F16, 2, (int64_t[]){4, 3});
+  jit_output(g, jit_matmul(g, jit_cast(g, a, TU_F16), w));
+  jit_output(g, jit_concat(g, (jit_value[]){a, b}, 2, 0));
+  jit_output_info o;
+  jit_status s = jit_graph_output_info(g, 0, &o);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);  // not finalized yet
+  jit_status_free(s);
+  TU_OK(jit_graph_finalize(g));
+  TU_OK(jit_graph_output_info(g, 0, &o));
+  cr_expect(o.rank == 2 && o.dtype.code == kDLFloat && o.dtype.bits == 16);
+  cr_expect(o.dims[0] == N && o.dims[1] == 3, "dims %lld %lld", (long long)o.dims[0],
+            (long long)o.dims[1]);
+  cr_expect_str_eq(jit_symbol_name(g, o.dims[0]), "N");
+  TU_OK(jit_graph_output_info(g, 1, &o));
+  cr_expect(o.rank == 2 && o.dims[0] == JIT_DIM_UNKNOWN && o.dims[1] == 4);
+  s = jit_graph_output_info(g, 2, &o);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  cr_expect(strstr(jit_status_message(s), "output index 2") != NULL, "%s",
+            jit_status_message(s));
+  jit_status_free(s);
+  s = jit_graph_output_info(g, 0, NULL);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 Test(run, byte_offset_honored_or_refused) {
   // DLPack's byte_offset: the data starts that many bytes after `data`. The library
   // must either honour it or refuse it as JIT_UNSUPPORTED, never read the wrong bytes.
