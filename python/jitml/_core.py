@@ -2,11 +2,12 @@
 
 import ctypes
 import enum
+import functools
 import operator
 import warnings
 import weakref
 
-from . import _lib
+from . import _fastcall, _lib
 
 _L = None  # the loaded CDLL, set by _init()
 LIBRARY_PATH = None
@@ -343,6 +344,7 @@ class Graph:
         self._input_dtypes = []
         self._output_dtypes = []   # None where unknown (graphs from MLIR)
         self._finalized = False
+        self._tls = _fastcall.new_local()  # the call fast path's entries, per thread
         ctx._graphs.add(self)
 
     # -- lifetime --
@@ -711,6 +713,37 @@ class Graph:
     def input_names(self):
         return list(self._input_names)
 
+    def _dims(self, rank, dims):
+        out = []
+        for d in dims[:rank]:
+            if d == _lib.JIT_DIM_UNKNOWN:
+                out.append(None)
+            elif d < 0:
+                out.append(_L.jit_symbol_name(self._handle(), d).decode())
+            else:
+                out.append(d)
+        return tuple(out)
+
+    def input_dims(self, i):
+        """Input i's declared dims: ints, and symbol names (str) for symbolic dims
+        (an MLIR graph's unnamed `?` dims have names made up by the library)."""
+        info = _lib.jit_input_info()
+        _check(_L.jit_graph_input_info(self._handle(), i, ctypes.byref(info)))
+        return self._dims(info.rank, info.dims)
+
+    def output_info(self, j):
+        """(dtype name, dims) of output j before any binding (finalized graphs): dims
+        are ints, symbol names (str) where the dim is exactly an input's symbol, and
+        None where it is derived (concat N + M, a convolution's rows) and only
+        output_shapes() gives it."""
+        if getattr(_L, "jit_graph_output_info", None) is None:
+            raise JitError(StatusCode.UNAVAILABLE,
+                           "this libjitml (%s) has no jit_graph_output_info" % LIBRARY_PATH)
+        info = _lib.jit_output_info()
+        _check(_L.jit_graph_output_info(self._handle(), j, ctypes.byref(info)))
+        dtype = _FROM_DL.get((info.dtype.code, info.dtype.bits))
+        return dtype, self._dims(info.rank, info.dims)
+
     # -- running --
     def output_shapes(self, *arrays):
         """The output shapes (tuples) for these inputs (arrays, tensors or
@@ -725,22 +758,78 @@ class Graph:
                                    ctypes.byref(rank), dims))
         return tuple(dims[i] for i in range(rank.value))
 
-    def __call__(self, *arrays):
-        """Runs the graph. Returns one array for one output, else a tuple."""
+    def __call__(self, *arrays, out=None):
+        """Runs the graph. Returns one array for one output, else a tuple.
+
+        out: the output array (or a tuple of them, one per output) to write instead of
+        allocating: dense, of the output's shape and dtype (a NumPy uint16 array for
+        a bfloat16 output), NumPy or torch; the same objects are returned. A loop that
+        passes out= allocates nothing per call.
+
+        A call whose inputs have the type, dtype, shape and strides of an earlier
+        successful call on this thread skips the Python-side checks and the shape
+        function (see jitml._fastcall); the library checks every call."""
+        outs = _fastcall.call(self, arrays, out, self._run_views)
+        if outs is None:
+            outs = self._call_full(arrays, out)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run_views(self, ins, n_in, outs, n_out):
+        _check(_L.jit_run(self._handle(), ins, n_in, outs, n_out))
+
+    def _call_full(self, arrays, out):
         with _Inputs(self, arrays) as ins:
             n_out = self.num_outputs
             if any(d is None for d in self._output_dtypes):
-                outs = self._run_alloc(ins, n_out)
+                if out is not None:
+                    raise JitError(StatusCode.INVALID_ARGUMENT,
+                                   "graph `%s`: out= needs the output dtypes, which a "
+                                   "graph from MLIR knows after its first call"
+                                   % self.name)
+                return self._run_alloc(ins, n_out)
+            shapes = [self._shape(ins, j) for j in range(n_out)]
+            dtypes = self._output_dtypes
+            if out is None:
+                outs = [ins.empty(s, d) for s, d in zip(shapes, dtypes)]
             else:
-                shapes = [self._shape(ins, j) for j in range(n_out)]
-                outs = [ins.empty(s, d) for s, d in zip(shapes, self._output_dtypes)]
-                views = (_lib.DLTensor * max(1, n_out))()
-                keep = []
-                for j, (o, s) in enumerate(zip(outs, shapes)):
-                    views[j], k = _view_of_output(o, s, self._output_dtypes[j])
-                    keep.append(k)
-                _check(_L.jit_run(self._handle(), ins.array, ins.n, views, n_out))
-        return outs[0] if n_out == 1 else tuple(outs)
+                outs = self._check_out(out, shapes, dtypes)
+            views = (_lib.DLTensor * max(1, n_out))()
+            keep = []
+            for j, (o, s) in enumerate(zip(outs, shapes)):
+                views[j], k = _view_of_output(o, s, dtypes[j])
+                keep.append(k)
+            self._run_views(ins.array, ins.n, views, n_out)
+            if not ins.copied:
+                _fastcall.remember(self, arrays, list(ins.array)[:ins.n], shapes,
+                                   [_DL[d] for d in dtypes],
+                                   [_maker(ins.kind, s, d) for s, d in zip(shapes, dtypes)])
+        return outs
+
+    def _check_out(self, out, shapes, dtypes):
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outs) != len(shapes):
+            raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s` has %d outputs, out= "
+                           "has %d" % (self.name, len(shapes), len(outs)))
+        for j, (o, s, d) in enumerate(zip(outs, shapes, dtypes)):
+            if _is_torch(o):
+                ok_dtype = _dtype_name(o.dtype) == d
+                dense, cpu = o.is_contiguous(), o.device.type == "cpu"
+            elif type(o).__module__ == "numpy" and type(o).__name__ == "ndarray":
+                ok_dtype = o.dtype.name == _NUMPY_STORAGE.get(d, d)
+                dense, cpu = o.flags.c_contiguous and o.flags.writeable, True
+            else:
+                raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s`: out[%d] is a %s; "
+                               "pass a NumPy array or a torch tensor"
+                               % (self.name, j, type(o).__name__))
+            if not ok_dtype or tuple(o.shape) != tuple(s):
+                raise JitError(StatusCode.SHAPE_MISMATCH if ok_dtype else
+                               StatusCode.DTYPE_MISMATCH,
+                               "graph `%s`: out[%d] is %s %s; this call writes %s %s"
+                               % (self.name, j, tuple(o.shape), o.dtype, s, d))
+            if not dense or not cpu:
+                raise JitError(StatusCode.UNSUPPORTED, "graph `%s`: out[%d] must be a "
+                               "dense, writable CPU array" % (self.name, j))
+        return outs
 
     def _run_alloc(self, ins, n_out):
         # Output dtypes unknown (a graph from MLIR; the C API has no dtype query): let
@@ -804,6 +893,7 @@ class _Inputs:
         self.kind = "torch" if arrays and _is_torch(arrays[0]) else "numpy"
         self.array = (_lib.DLTensor * max(1, n))()
         self.keep = []  # capsules, arrays and shape buffers alive during the call
+        self.copied = False  # an input was copied (the fast path must not take it)
         for i, a in enumerate(arrays):
             self.array[i] = self._view(i, a)
         return self
@@ -838,6 +928,7 @@ class _Inputs:
                           "copying it" % (self.g.name, self._name(i), a.strides),
                           CopyWarning, stacklevel=4)
             a = numpy.ascontiguousarray(a)
+            self.copied = True
         if not a.dtype.isnative:
             raise JitError(StatusCode.UNSUPPORTED, "graph `%s`: %s has non-native byte "
                            "order" % (self.g.name, self._name(i)))
@@ -865,7 +956,9 @@ class _Inputs:
         t = t.detach()  # no copy; DLPack refuses tensors that require grad
         if t.is_conj() or t.is_neg():
             t = t.resolve_conj().resolve_neg()
+            self.copied = True
         if not t.is_contiguous():
+            self.copied = True
             warnings.warn("jitml: graph `%s`: %s is not contiguous (strides %s); copying "
                           "it" % (self.g.name, self._name(i), tuple(t.stride())),
                           CopyWarning, stacklevel=5)
@@ -916,11 +1009,25 @@ class _Inputs:
     def empty(self, shape, dtype):
         """An output of graph dtype `dtype`: a torch tensor of that dtype when the first
         input is a torch tensor, else a NumPy array (bfloat16: uint16 bit patterns)."""
-        if self.kind == "torch":
-            import torch
-            return torch.empty(shape, dtype=getattr(torch, dtype))
-        import numpy
-        return numpy.empty(shape, dtype=_NUMPY_STORAGE.get(dtype, dtype))
+        return ins_empty(self.kind, shape, dtype)
+
+
+def _maker(kind, shape, dtype):
+    """A function of no arguments making what ins_empty(kind, shape, dtype) makes."""
+    if kind == "torch":
+        import torch
+        return functools.partial(torch.empty, shape, dtype=getattr(torch, dtype))
+    import numpy
+    return functools.partial(numpy.empty, shape, dtype=_NUMPY_STORAGE.get(dtype, dtype))
+
+
+def ins_empty(kind, shape, dtype):
+    """_Inputs.empty for a call whose first input is of `kind` ("torch" / "numpy")."""
+    if kind == "torch":
+        import torch
+        return torch.empty(shape, dtype=getattr(torch, dtype))
+    import numpy
+    return numpy.empty(shape, dtype=_NUMPY_STORAGE.get(dtype, dtype))
 
 
 def _numpy_fix(want):

@@ -111,6 +111,19 @@ class jit_window_params(ctypes.Structure):
     ]
 
 
+JIT_DIM_UNKNOWN = -2**63  # INT64_MIN: an output dim that only a binding gives
+
+
+class jit_input_info(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", DLDataType), ("rank", ctypes.c_int),
+                ("dims", ctypes.c_int64 * JIT_MAX_RANK)]
+
+
+class jit_output_info(ctypes.Structure):
+    _fields_ = [("dtype", DLDataType), ("rank", ctypes.c_int),
+                ("dims", ctypes.c_int64 * JIT_MAX_RANK)]
+
+
 jit_status = ctypes.c_void_p
 c_graph_p = ctypes.c_void_p
 c_ctx_p = ctypes.c_void_p
@@ -123,8 +136,10 @@ def _candidates():
         # silent fallback to another copy.
         return [env], True
     out = []
-    # A source checkout: python/jitml/ next to build/ (scripts/build.sh's BUILD_DIR).
     here = os.path.dirname(os.path.abspath(__file__))
+    # The pip-installed package carries its own build (pyproject.toml): jitml/lib/.
+    out.append(os.path.join(here, "lib", "libjitml.so"))
+    # A source checkout: python/jitml/ next to build/ (scripts/build.sh's BUILD_DIR).
     root = os.path.dirname(os.path.dirname(here))
     build_dir = os.environ.get("BUILD_DIR", "build")
     out.append(os.path.join(root, build_dir, "libjitml.so"))
@@ -207,6 +222,10 @@ def _prototypes(lib):
     _fn(lib, "jit_graph_finalize", jit_status, [c_graph_p])
     _fn(lib, "jit_graph_num_inputs", ctypes.c_int, [c_graph_p])
     _fn(lib, "jit_graph_num_outputs", ctypes.c_int, [c_graph_p])
+    _fn(lib, "jit_graph_input_info", jit_status, [c_graph_p, ctypes.c_int, P(jit_input_info)])
+    _fn(lib, "jit_symbol_name", ctypes.c_char_p, [c_graph_p, ctypes.c_int64])
+    _fn(lib, "jit_graph_output_info", jit_status,
+        [c_graph_p, ctypes.c_int, P(jit_output_info)], required=False)
     _fn(lib, "jit_output_shape", jit_status,
         [c_graph_p, P(DLTensor), ctypes.c_int, ctypes.c_int, P(ctypes.c_int), i64p])
     _fn(lib, "jit_run", jit_status,

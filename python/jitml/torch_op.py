@@ -4,12 +4,22 @@
     jitml.torch_op.register("mlp", graph)         # graph: a finalized jitml.Graph
     y = torch.ops.jitml.mlp(x, w1, b1, w2, b2)    # usable inside an nn.Module
 
-Uses torch.library as Debian's python3-torch (1.13) has it: one
-torch.library.Library("jitml", "DEF") for the namespace, .define(schema) per op and
-.impl(name, fn, "CPU"), plus a "Meta" kernel from the shape function (so shapes can
-be traced without running anything). The op has no autograd formula: call it under
-torch.no_grad() / torch.inference_mode(), or on tensors that do not require grad.
-Tensors go through DLPack without copies, exactly as Graph.__call__ (see jitml).
+One torch.library.Library("jitml", "DEF") holds the namespace; each graph becomes an
+op with .define(schema) and a CPU kernel that runs the graph (tensors go through
+DLPack without copies, exactly as Graph.__call__).
+
+Shapes without data, for tracing:
+- PyTorch 2.4 and later: a fake kernel (torch.library.register_fake), so the op works
+  inside torch.compile(fullgraph=True) and torch.export with dynamic dims. Output dims
+  are stated symbolically from jit_graph_output_info: a dim that is an input's symbol
+  (the batch N) is that input's SymInt, a static dim is its size, and a derived dim
+  (concat's N + M, a convolution's rows) is a new unbacked size when the inputs are
+  symbolic. Declared static dims and symbols shared between inputs become
+  torch._check()s, so a wrong shape fails in the traced program as in eager mode.
+- Older PyTorch (Debian 12's 1.13): a Meta kernel from the shape function.
+
+The op has no autograd formula: call it under torch.no_grad() / torch.inference_mode(),
+or on tensors that do not require grad.
 """
 
 import keyword
@@ -30,6 +40,10 @@ def _library():
     return _lib
 
 
+def _has_fake_kernels():
+    return hasattr(torch.library, "register_fake")  # PyTorch >= 2.4
+
+
 def _arg_names(graph):
     names, seen = [], set()
     for i, n in enumerate(graph.input_names):
@@ -48,6 +62,73 @@ def schema(name, graph):
     return "%s(%s) -> %s" % (name, args, ret)
 
 
+def _torch_dtype(name):
+    return getattr(torch, name or "float32")
+
+
+def _meta_kernel(graph):
+    def meta(*args):
+        # Shapes only: the shape function reads shapes and dtypes, never data.
+        specs = [_core.TensorSpec(tuple(a.shape), _core._dtype_name(a.dtype)) for a in args]
+        shapes = graph.output_shapes(*specs)
+        outs = [torch.empty(s, dtype=_torch_dtype(d), device="meta")
+                for s, d in zip(shapes, graph._output_dtypes)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return meta
+
+
+def _fake_kernel(name, graph):
+    in_dims = [graph.input_dims(i) for i in range(graph.num_inputs)]
+    out_info = [graph.output_info(j) for j in range(graph.num_outputs)]
+    arg_names = _arg_names(graph)
+
+    def fake(*args):
+        if len(args) != len(in_dims):
+            raise RuntimeError("jitml::%s takes %d inputs, got %d"
+                               % (name, len(in_dims), len(args)))
+        if all(isinstance(s, int) for a in args for s in a.shape):
+            # Static shapes: the library's own shape function, with its errors.
+            specs = [_core.TensorSpec(tuple(a.shape), _core._dtype_name(a.dtype))
+                     for a in args]
+            shapes = graph.output_shapes(*specs)
+        else:
+            shapes = _symbolic_shapes(name, arg_names, in_dims, out_info, args)
+        device = args[0].device if args else torch.device("cpu")
+        outs = [torch.empty(s, dtype=_torch_dtype(d), device=device)
+                for s, (d, _) in zip(shapes, out_info)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return fake
+
+
+def _symbolic_shapes(name, arg_names, in_dims, out_info, args):
+    sym = {}
+    for i, (a, dims) in enumerate(zip(args, in_dims)):
+        if a.dim() != len(dims):
+            raise RuntimeError("jitml::%s: input %d `%s` has rank %d, the graph wants %d"
+                               % (name, i, arg_names[i], a.dim(), len(dims)))
+        for d, want in enumerate(dims):
+            got = a.shape[d]
+            if isinstance(want, str):
+                if want in sym:
+                    torch._check(got == sym[want], lambda: "jitml::%s: input `%s` dim %d "
+                                 "disagrees with symbol %s" % (name, arg_names[i], d, want))
+                else:
+                    sym[want] = got
+            else:
+                torch._check(got == want, lambda: "jitml::%s: input `%s` dim %d must be %d"
+                             % (name, arg_names[i], d, want))
+    shapes = []
+    for _, dims in out_info:
+        shape = []
+        for d in dims:
+            if d is None:
+                shape.append(torch.library.get_ctx().new_dynamic_size())
+            else:
+                shape.append(sym[d] if isinstance(d, str) else d)
+        shapes.append(shape)
+    return shapes
+
+
 def register(name, graph):
     """Registers `graph` (finalized) as torch.ops.jitml.<name> and returns that op.
     A name can be registered once per process (torch cannot drop a definition)."""
@@ -64,18 +145,14 @@ def register(name, graph):
     def cpu_kernel(*args):
         return graph(*args)
 
-    def meta_kernel(*args):
-        # Shapes only: the shape function reads shapes and dtypes, never data.
-        specs = [_core.TensorSpec(tuple(a.shape), _core._dtype_name(a.dtype)) for a in args]
-        shapes = graph.output_shapes(*specs)
-        outs = [torch.empty(s, dtype=getattr(torch, d or "float32"), device="meta")
-                for s, d in zip(shapes, graph._output_dtypes)]
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
     lib.impl(name, cpu_kernel, "CPU")
-    lib.impl(name, meta_kernel, "Meta")
-    # torch 1.13 has no autograd fallthrough for meta tensors (AutogradMeta); the
-    # shape-only kernel there too makes meta calls reach it.
-    lib.impl(name, meta_kernel, "AutogradMeta")
+    if _has_fake_kernels() and graph._output_dtypes and None not in graph._output_dtypes:
+        torch.library.register_fake("jitml::" + name, _fake_kernel(name, graph), lib=lib)
+    else:
+        meta = _meta_kernel(graph)
+        lib.impl(name, meta, "Meta")
+        # torch 1.13 has no autograd fallthrough for meta tensors (AutogradMeta); the
+        # shape-only kernel there too makes meta calls reach it.
+        lib.impl(name, meta, "AutogradMeta")
     _ops[name] = graph
     return getattr(torch.ops.jitml, name)
