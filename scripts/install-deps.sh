@@ -27,6 +27,9 @@ PACKAGES=(
   python3-numpy
   python3-pytest
   python3-torch
+  # scripts/python-venv.sh: the test suite's second Python run, in a venv with PyPI's
+  # numpy 2.x and torch 2.x and this package installed by `pip install .`.
+  python3-venv
   spirv-tools
   # The Vulkan backend: headers at build time (libvulkan is dlopen'ed at run time);
   # Mesa's lavapipe is the CPU Vulkan device the tests run on.

@@ -34,6 +34,18 @@ else
   # pytest exits 5 when it collected no tests: that is a failure here, as with ctest.
   JITML_LIBRARY="$(cd "$BUILD_DIR" && pwd)/libjitml.so" \
     "$PYTHON" -m pytest -q -p no:cacheprovider "$ROOT/python/tests"
+  # The same suite as a user with PyPI's packages has it: a venv with numpy 2.x and
+  # torch 2.x (torch.compile and torch.export tests run here) where `pip install .`
+  # installed the package with its own libjitml (scripts/python-venv.sh). Run from
+  # outside the checkout so that `import jitml` is the installed package.
+  # JITML_TEST_SKIP_VENV=1 skips it (a host without PyPI access).
+  if [[ ${JITML_TEST_SKIP_VENV:-0} == 1 ]]; then
+    echo "test.sh: JITML_TEST_SKIP_VENV=1: skipping the PyPI venv run of the Python tests"
+  else
+    VENV_PY=$("$ROOT/scripts/python-venv.sh")
+    (cd "${TMPDIR:-/tmp}" && env -u JITML_LIBRARY -u BUILD_DIR JITML_TEST_INSTALLED=1 \
+      "$VENV_PY" -m pytest -q -p no:cacheprovider "$ROOT/python/tests")
+  fi
 fi
 
 # The install test (cmake --install into a temporary prefix, then consumers built

@@ -699,8 +699,11 @@ int main(int argc, char **argv) {
     bool bundle = !strcmp(sub, "export") || !strcmp(sub, "import");
     if (!bundle && strcmp(sub, "ls") && strcmp(sub, "stats") && strcmp(sub, "verify") &&
         strcmp(sub, "prune") && strcmp(sub, "clear") && strcmp(sub, "push") &&
-        strcmp(sub, "pull"))
-      return usage_error("unknown cache subcommand");
+        strcmp(sub, "pull")) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "unknown cache subcommand `%.100s`", sub);
+      return usage_error(msg);
+    }
     if ((rc = parse_args(argc, argv, 3, &a, false, bundle))) return rc;
     if (a.sign && strcmp(sub, "export") && strcmp(sub, "push"))
       return usage_error("--sign is for cache export and cache push");
@@ -709,5 +712,7 @@ int main(int argc, char **argv) {
     a.remote_sign = !strcmp(sub, "push");
     return cmd_cache(sub, &a);
   }
-  return usage_error("unknown command");
+  char msg[160];
+  snprintf(msg, sizeof msg, "unknown command `%.100s`", cmd);
+  return usage_error(msg);
 }

@@ -18,14 +18,23 @@ no per-Python-version wheel). cffi would have to parse jitml.h (and dlpack.h) or
 a copy of its declarations, and is one more package; the API is small and plain C
 (handles, small structs by value, status pointers), which ctypes covers directly.
 
-Finding the library: $JITML_LIBRARY if set (exactly that file); else
-<checkout>/build/libjitml.so when this package sits in a source checkout
-($BUILD_DIR honoured); else the system loader (an installed libjitml.so.0).
+Installing: `pip install .` in a checkout (pyproject.toml; scikit-build-core runs the
+project's CMake against the system's LLVM/MLIR) installs this package with libjitml.so,
+the compile isolation worker and the `jitml` command inside it (jitml/lib, jitml/libexec,
+jitml/bin; the `jitml` console script runs jitml/bin/jitml).
+
+Finding the library: $JITML_LIBRARY if set (exactly that file); else jitml/lib/
+libjitml.so of a pip-installed package; else <checkout>/build/libjitml.so when this
+package sits in a source checkout ($BUILD_DIR honoured); else the system loader (an
+installed libjitml.so.0).
 
 Tensors: a call takes NumPy arrays or PyTorch tensors (CPU, float32, float16 or
 bfloat16; int32 or int64 for the indices of Graph.gather, an embedding lookup) and
 returns the kind of its first input, outputs freshly allocated (np.empty /
-torch.empty) with the shapes from jit_output_shape. Inputs are passed through their
+torch.empty) with the shapes from jit_output_shape, or written into out= (one array or
+a tuple, dense, of each output's shape and dtype). A call with the signature (type,
+dtype, shape, strides, device of each input) of an earlier call on the same thread
+skips the Python-side checks and the shape function (jitml._fastcall). Inputs are passed through their
 DLPack capsules (__dlpack__ / torch.utils.dlpack.to_dlpack) without copies and
 without consuming the capsule: it stays alive, and keeps the array alive, until the
 call returns, and its own destructor frees it. Read-only NumPy arrays, which NumPy
@@ -63,7 +72,9 @@ MLIR tooling: jitml.mlir_opt(text, pipeline) runs a pass pipeline, libjitml's ow
 passes included.
 
 PyTorch custom ops: jitml.torch_op.register(name, graph) makes
-torch.ops.jitml.<name>(...) callable (torch.library), e.g. inside an nn.Module.
+torch.ops.jitml.<name>(...) callable (torch.library), e.g. inside an nn.Module; with
+PyTorch >= 2.4 also inside torch.compile(fullgraph=True, dynamic=True) and torch.export
+(fake kernels with symbolic output dims, from Graph.output_info).
 """
 
 from ._core import (Context, CopyWarning, Graph, JitError, StatusCode, TensorSpec, Value,

@@ -1,7 +1,8 @@
 """pytest setup: import jitml from this checkout, and keep the kernel cache private.
 
 JITML_LIBRARY (set by scripts/test.sh) picks the libjitml.so under test; without it
-the package finds <checkout>/build/libjitml.so.
+the package finds <checkout>/build/libjitml.so. With JITML_TEST_INSTALLED=1 the suite
+tests the installed package instead (pip install ., in scripts/test.sh's PyPI venv).
 """
 import os
 import sys
@@ -9,7 +10,10 @@ import tempfile
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+INSTALLED = os.environ.get("JITML_TEST_INSTALLED") == "1"
+CHECKOUT_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+if not INSTALLED:
+    sys.path.insert(0, CHECKOUT_PYTHON)
 
 # A fresh on-disk kernel cache per test session: an old cache cannot hide a compile.
 _cache = tempfile.TemporaryDirectory(prefix="jitml-pytest-")
