@@ -162,6 +162,12 @@ struct jit__device_vtable {
   jit_status (*launch_grids)(jit__dev_executable *executable, const jit__dev_arg *args,
                              uint32_t n_args, const uint32_t (*grids)[3],
                              const uint64_t *bytes);
+  // Optional (NULL where the backend has no streams; CUDA has them): as launch_grids
+  // (grids and bytes may be NULL: the executable's own), queued on `stream` (a CUstream)
+  // after the work already there; waits for that stream, bounded by the timeout.
+  jit_status (*launch_stream)(jit__dev_executable *executable, const jit__dev_arg *args,
+                              uint32_t n_args, const uint32_t (*grids)[3],
+                              const uint64_t *bytes, void *stream);
   // Optional (NULL where kernels are launched): the entry point of a loaded host
   // kernel, which jit/ calls itself with the arguments it builds (a table call per run
   // would cost more than the ~0.05 us the CPU hot path takes), and whether it forks

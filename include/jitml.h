@@ -646,6 +646,32 @@ JIT_API jit_status jit_output_shape(jit_graph *graph, const DLTensor *inputs,
 JIT_API jit_status jit_run(jit_graph *graph, const DLTensor *inputs, int n_inputs,
                            const DLTensor *outputs, int n_outputs);
 
+// Options of one run (jit_run_ex). Call jit_run_options_init first; the struct grows
+// at its end (struct_size says how much of it the caller knows).
+typedef struct jit_run_options {
+  size_t struct_size;
+  // A run on CUDA tensors: the CUstream (cast to void *) to queue its kernels on,
+  // after the work already queued there (a framework's current stream, e.g. PyTorch's
+  // torch.cuda.current_stream().cuda_stream), so that kernels the caller queued
+  // earlier have finished writing the inputs before the run reads them. The call
+  // returns when the run's kernels are done (it waits for that stream), so the caller
+  // may read the outputs at once. The stream must belong to the device's primary
+  // context (as PyTorch's and CuPy's streams do). NULL: CUDA's default stream.
+  // A non-NULL stream on a run that is not on CUDA tensors (CPU or Vulkan tensors,
+  // or host tensors offloaded through options.device) is JIT_INVALID_ARGUMENT.
+  void *cuda_stream;
+} jit_run_options;
+
+// Fills `options` with the defaults (no stream) and struct_size.
+JIT_API void jit_run_options_init(jit_run_options *options);
+
+// jit_run with per-run options; `options` may be NULL (jit_run's behaviour). Returns
+// what jit_run returns, and JIT_INVALID_ARGUMENT for a bad struct_size or a stream
+// where none applies.
+JIT_API jit_status jit_run_ex(jit_graph *graph, const DLTensor *inputs, int n_inputs,
+                              const DLTensor *outputs, int n_outputs,
+                              const jit_run_options *options);
+
 // Makes these input shapes ready to run without running them, by the graph's shape
 // policy: under EXACT their own kernel (loaded from the disk cache, or compiled and
 // stored); under AUTO their own kernel if on disk, else the generic kernel; under

@@ -414,7 +414,7 @@ done:
 // launches through the backend. Tensors' data were checked by jit/run.c (live, or
 // foreign memory the backend checks when it binds it).
 jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inputs,
-                        const DLTensor *outputs, uint32_t n_outputs) {
+                        const DLTensor *outputs, uint32_t n_outputs, void *stream) {
   uint32_t n = e->plan.n_buffers;
   jit__dev_arg stack[32];
   jit__dev_arg *args = n <= 32 ? stack : malloc(sizeof(*args) * n);
@@ -437,9 +437,18 @@ jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inp
   }
   if (!s) {
     const jit__device_vtable *vt = e->device->backend->vt;
+    const uint32_t(*grids)[3] = (const uint32_t(*)[3])e->grids;
+    // The temporaries are this kernel's: runs of it take turns (each waits for its
+    // kernels before the next binds them).
     pthread_mutex_lock(&e->run_mu);
-    s = e->shared ? vt->launch_grids(e->exe, args, n, (const uint32_t(*)[3])e->grids, e->bytes)
-                  : vt->launch(e->exe, args, n);
+    if (stream)
+      s = vt->launch_stream ? vt->launch_stream(e->exe, args, n, e->shared ? grids : NULL,
+                                                e->shared ? e->bytes : NULL, stream)
+                            : JIT_ERR(JIT_INVALID_ARGUMENT, "a stream was given for a run "
+                                      "on a device without streams");
+    else
+      s = e->shared ? vt->launch_grids(e->exe, args, n, grids, e->bytes)
+                    : vt->launch(e->exe, args, n);
     pthread_mutex_unlock(&e->run_mu);
   }
   if (args != stack) free(args);

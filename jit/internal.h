@@ -321,8 +321,9 @@ jit_status jit__gpu_generic_bind(jit__gpu_generic *gg, jit_device *d, const DLTe
                                  uint32_t n_in, const jit__oshape *outs, uint32_t n_out,
                                  jit__gpu_exec **out);
 void jit__gpu_generic_free(jit__gpu_generic *gg);
+// `stream`: the caller's CUDA stream (jit_run_options.cuda_stream), or NULL.
 jit_status jit__gpu_run(jit__gpu_exec *e, const DLTensor *inputs, uint32_t n_inputs,
-                        const DLTensor *outputs, uint32_t n_outputs);
+                        const DLTensor *outputs, uint32_t n_outputs, void *stream);
 void jit__gpu_exec_destroy(jit__gpu_exec *e);
 jit_device *jit__gpu_exec_device(const jit__gpu_exec *e);
 

@@ -8,6 +8,7 @@
 // condition variable.
 //
 //===----------------------------------------------------------------------===//
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -919,7 +920,7 @@ static jit_status jit__call_offloaded(jit_graph *g, jit__gpu_exec *ex, const DLT
     if (!s && i < n_in)
       s = jit__device_upload(d, buf, 0, (const char *)h->data + h->byte_offset, bytes);
   }
-  if (!s) s = jit__gpu_run(ex, dev, n_in, dev + n_in, n_out);
+  if (!s) s = jit__gpu_run(ex, dev, n_in, dev + n_in, n_out, NULL);
   for (uint32_t j = 0; j < n_out && !s; j++) {
     const DLTensor *h = &outputs[j];
     uint64_t bytes = jit__numel(h->ndim, h->shape) * (h->dtype.bits / 8);
@@ -946,9 +947,10 @@ static void jit__count_generic_run(jit_graph *g, jit__kernel *k) {
     jit__spec_enqueue(g, k);
 }
 
-// Checks the outputs against kernel `k` and runs it.
+// Checks the outputs against kernel `k` and runs it (GPU kernels on `stream`, the
+// caller's CUDA stream, where not NULL).
 static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs,
-                            const DLTensor *outputs, int n_outputs) {
+                            const DLTensor *outputs, int n_outputs, void *stream) {
   jit_device *d = k->device;
   bool host = g->n_inputs == 0 || inputs[0].device.device_type == kDLCPU;
   jit_device *od = host ? g->ctx->devices[0] : d;
@@ -957,7 +959,8 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
     jit__gpu_exec *ex = __atomic_load_n(&k->gpu, __ATOMIC_ACQUIRE);
     bool generic = atomic_load_explicit(&k->gpu_on_generic, memory_order_relaxed);
     jit_status s = host ? jit__call_offloaded(g, ex, inputs, outputs, n_outputs)
-                        : jit__gpu_run(ex, inputs, g->n_inputs, outputs, g->n_outputs);
+                        : jit__gpu_run(ex, inputs, g->n_inputs, outputs, g->n_outputs,
+                                       stream);
     if (s) return jit__status_annotate(s, "graph `%s` on %s:%d", g->name,
                                        jit__device_kind_name(d->kind), d->ordinal);
     atomic_fetch_add_explicit(&g->ctx->runs, 1, memory_order_relaxed);
@@ -1002,11 +1005,36 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
   return NULL;
 }
 
+void jit_run_options_init(jit_run_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
+}
+
 jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
                    const DLTensor *outputs, int n_outputs) {
+  return jit_run_ex(g, inputs, n_inputs, outputs, n_outputs, NULL);
+}
+
+jit_status jit_run_ex(jit_graph *g, const DLTensor *inputs, int n_inputs,
+                      const DLTensor *outputs, int n_outputs, const jit_run_options *o) {
   if (!g) return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_run: graph is NULL");
+  void *stream = NULL;
+  if (o) {
+    if (o->struct_size < offsetof(jit_run_options, cuda_stream) + sizeof(void *))
+      return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_run_ex: graph `%s`: options.struct_size "
+                     "is %zu; call jit_run_options_init first", g->name, o->struct_size);
+    stream = o->cuda_stream;
+  }
   jit_device *d = NULL;
   JIT_PROPAGATE(jit__run_device(g, inputs, n_inputs, true, &d));
+  if (stream && (d->kind != JIT_DEVICE_CUDA ||
+                 (g->n_inputs && inputs[0].device.device_type != kDLCUDA)))
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_run_ex: graph `%s`: options.cuda_stream is "
+                   "for runs on CUDA tensors; this run is on %s %s", g->name,
+                   g->n_inputs && inputs[0].device.device_type == kDLCPU ? "host tensors, on"
+                                                                         : "tensors of",
+                   jit__device_kind_name(d->kind));
   uint8_t key[16];
   JIT_PROPAGATE(jit__inputs_key(g, inputs, n_inputs, true, d, key));
   if (n_outputs != (int)g->n_outputs || !outputs)
@@ -1018,7 +1046,7 @@ jit_status jit_run(jit_graph *g, const DLTensor *inputs, int n_inputs,
     return jit__run_empty(g, inputs, outputs, n_outputs, d);
   jit__kernel *k = NULL;
   JIT_PROPAGATE(jit__dispatch(g, d, inputs, key, &k));
-  jit_status s = jit__call(g, k, inputs, outputs, n_outputs);
+  jit_status s = jit__call(g, k, inputs, outputs, n_outputs, stream);
   jit__kernel_release(k);
   return s;
 }
@@ -1172,7 +1200,7 @@ jit_status jit_run_alloc(jit_graph *g, const DLTensor *inputs, int n_inputs,
     }
     views[j] = *t;
   }
-  if (!s && k) s = jit__call(g, k, inputs, views, n_outputs);
+  if (!s && k) s = jit__call(g, k, inputs, views, n_outputs, NULL);
   jit__kernel_release(k);
   free(views);
   free(empty);

@@ -323,3 +323,111 @@ Test(cuda_cubin, driver_too_old_for_the_ptx) {
   jit_status_free(s);
   cr_assert_eq(st.compiles, 0);
 }
+
+// The launch log's stream of launch `i` (NULL stream: the default one).
+static void *mock_launch_stream(int i) {
+  void *lib = dlopen(JITML_TEST_CUDA_MOCK, RTLD_NOW | RTLD_NOLOAD);
+  cr_assert_not_null(lib, "the mock driver is not loaded");
+  int (*fn)(int, char *, size_t, unsigned *, unsigned *, void **, unsigned long long *) =
+      (int (*)(int, char *, size_t, unsigned *, unsigned *, void **,
+               unsigned long long *))dlsym(lib, "jit_mock_cuda_launch");
+  int (*count)(void) = (int (*)(void))dlsym(lib, "jit_mock_cuda_launch_count");
+  cr_assert(fn && count);
+  char name[64];
+  unsigned grid[3], block[3];
+  unsigned long long args[8];
+  void *stream = (void *)-1;
+  cr_assert(fn(i, name, sizeof name, grid, block, &stream, args) >= 0, "no launch %d of %d",
+            i, count());
+  dlclose(lib);
+  return stream;
+}
+
+static int mock_launch_count(void) {
+  void *lib = dlopen(JITML_TEST_CUDA_MOCK, RTLD_NOW | RTLD_NOLOAD);
+  int (*count)(void) = lib ? (int (*)(void))dlsym(lib, "jit_mock_cuda_launch_count") : NULL;
+  int n = count ? count() : 0;
+  if (lib) dlclose(lib);
+  return n;
+}
+
+// jit_run_ex's cuda_stream: a run on CUDA tensors launches every kernel on the
+// caller's stream (the mock logs it), a run without it on the default stream; a
+// stream with host tensors, and a bad struct_size, are refused before anything runs.
+Test(cuda_cubin, runs_on_the_callers_stream) {
+  jit_options o;
+  jit_options_init(&o);
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  jit_device *cuda = NULL;
+  jit_status s = jit_context_find_device(ctx, JIT_DEVICE_CUDA, 0, &cuda);
+  if (s && jit_status_get_code(s) == JIT_UNAVAILABLE) {
+    NOTE("skipped: no CUDA backend (%s)", jit_status_message(s));
+    jit_status_free(s);
+    jit_context_destroy(ctx);
+    return;
+  }
+  TU_OK(s);
+  jit_graph *g = NULL;
+  TU_OK(jit_graph_create(ctx, "stream_relu", &g));
+  int64_t n = jit_symbol(g, "N");
+  jit_value a = jit_input(g, "a", TU_F32, 1, (int64_t[]){n});
+  jit_value b = jit_input(g, "b", TU_F32, 1, (int64_t[]){n});
+  jit_output(g, jit_relu(g, jit_add(g, a, b)));
+  TU_OK(jit_graph_finalize(g));
+  int64_t shape[1] = {777};
+  DLTensor in[2], out;
+  TU_OK(jit_tensor_alloc(ctx, cuda, TU_F32, 1, shape, &in[0]));
+  TU_OK(jit_tensor_alloc(ctx, cuda, TU_F32, 1, shape, &in[1]));
+  TU_OK(jit_tensor_alloc(ctx, cuda, TU_F32, 1, shape, &out));
+
+  void *const kStream = (void *)(uintptr_t)0x5eed0;
+  jit_run_options ro;
+  jit_run_options_init(&ro);
+  ro.cuda_stream = kStream;
+  int before = mock_launch_count();
+  TU_OK(jit_run_ex(g, in, 2, &out, 1, &ro));
+  int after = mock_launch_count();
+  cr_assert_gt(after, before, "no kernel launched");
+  for (int i = before; i < after; i++)
+    cr_assert_eq(mock_launch_stream(i), kStream, "launch %d on stream %p", i,
+                 mock_launch_stream(i));
+  // Without options, and with a NULL stream: the default stream.
+  TU_OK(jit_run_ex(g, in, 2, &out, 1, NULL));
+  cr_assert_null(mock_launch_stream(mock_launch_count() - 1));
+  ro.cuda_stream = NULL;
+  TU_OK(jit_run_ex(g, in, 2, &out, 1, &ro));
+  cr_assert_null(mock_launch_stream(mock_launch_count() - 1));
+
+  // A bad struct_size.
+  jit_run_options bad = ro;
+  bad.struct_size = 3;
+  s = jit_run_ex(g, in, 2, &out, 1, &bad);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "jit_run_options_init");
+  jit_status_free(s);
+  TU_OK(jit_tensor_free(ctx, &in[0]));
+  TU_OK(jit_tensor_free(ctx, &in[1]));
+  TU_OK(jit_tensor_free(ctx, &out));
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+
+  // Host tensors offloaded to CUDA (options.device): a stream is not theirs.
+  jit_options_init(&o);
+  o.device = "cuda";
+  TU_OK(jit_context_create(&o, &ctx));
+  TU_OK(jit_graph_create(ctx, "stream_host", &g));
+  jit_output(g, jit_relu(g, jit_input(g, "a", TU_F32, 1, (int64_t[]){4})));
+  TU_OK(jit_graph_finalize(g));
+  float x[4] = {1, -2, 3, -4}, y[4];
+  int64_t s4[1] = {4};
+  DLTensor hx = tu_tensor(x, TU_F32, 1, s4), hy = tu_tensor(y, TU_F32, 1, s4);
+  ro.cuda_stream = kStream;
+  s = jit_run_ex(g, &hx, 1, &hy, 1, &ro);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "cuda_stream");
+  jit_status_free(s);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  cr_assert_eq(mock_live_allocs(), 0, "device memory left allocated");
+}

@@ -517,6 +517,37 @@ Test(run, output_info_before_binding) {
   jit_context_destroy(ctx);
 }
 
+Test(run, run_options_on_the_cpu) {
+  // jit_run_ex with no options or the defaults is jit_run; a CUDA stream on host
+  // tensors is refused, naming the option.
+  jit_context *ctx = tu_context();
+  jit_graph *g = tu_graph(ctx, "run_ex");
+  int64_t d[1] = {jit_symbol(g, "N")};
+  jit_value x = jit_input(g, "x", TU_F32, 1, d);
+  jit_output(g, jit_mul(g, x, jit_scalar(g, 2.0, TU_F32)));
+  TU_OK(jit_graph_finalize(g));
+  float in[3] = {1, 2, -3}, out[3];
+  int64_t s3[1] = {3};
+  DLTensor xi = tu_tensor(in, TU_F32, 1, s3), yo = tu_tensor(out, TU_F32, 1, s3);
+  TU_OK(jit_run_ex(g, &xi, 1, &yo, 1, NULL));
+  cr_expect(out[0] == 2 && out[1] == 4 && out[2] == -6);
+  jit_run_options o;
+  jit_run_options_init(&o);
+  cr_expect(o.struct_size == sizeof o && o.cuda_stream == NULL);
+  in[0] = 5;
+  TU_OK(jit_run_ex(g, &xi, 1, &yo, 1, &o));
+  cr_expect(out[0] == 10);
+  o.cuda_stream = (void *)&o;
+  jit_status s = jit_run_ex(g, &xi, 1, &yo, 1, &o);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  cr_expect(strstr(jit_status_message(s), "cuda_stream") != NULL, "%s",
+            jit_status_message(s));
+  jit_status_free(s);
+  jit_run_options_init(NULL);  // a no-op
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 Test(run, byte_offset_honored_or_refused) {
   // DLPack's byte_offset: the data starts that many bytes after `data`. The library
   // must either honour it or refuse it as JIT_UNSUPPORTED, never read the wrong bytes.

@@ -244,10 +244,10 @@ static jit_status jit__cub_load(jit__dev *dev, const jit__dev_artifact *a,
 }
 
 // Arguments without a buffer are device addresses, wrapped (and so checked) for the
-// launch.
-static jit_status jit__cub_launch_grids(jit__dev_executable *exe, const jit__dev_arg *args,
-                                        uint32_t n, const uint32_t (*grids)[3],
-                                        const uint64_t *bytes) {
+// launch. `stream`: the caller's CUstream, or NULL (the default stream).
+static jit_status jit__cub_launch_stream(jit__dev_executable *exe, const jit__dev_arg *args,
+                                         uint32_t n, const uint32_t (*grids)[3],
+                                         const uint64_t *bytes, void *stream) {
   jit__cub_exec *e = (jit__cub_exec *)exe;
   if (n != e->n_buffers)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "cuda: %u buffers for a launch of %u", n,
@@ -266,7 +266,7 @@ static jit_status jit__cub_launch_grids(jit__dev_executable *exe, const jit__dev
     if (s) s = jit__status_annotate(s, "buffer %u", i);
     else wrapped[i] = true;
   }
-  jit__cu_run_options ro = {.grids = grids};
+  jit__cu_run_options ro = {.grids = grids, .stream = (struct CUstream_st *)stream};
   if (!s) s = jit__cu_run(e->cu, bufs, n, &ro);
   for (uint32_t i = 0; bufs && wrapped && i < n; i++)
     if (wrapped[i]) jit__cu_buffer_destroy(bufs[i]);
@@ -275,9 +275,15 @@ static jit_status jit__cub_launch_grids(jit__dev_executable *exe, const jit__dev
   return s;
 }
 
+static jit_status jit__cub_launch_grids(jit__dev_executable *exe, const jit__dev_arg *args,
+                                        uint32_t n, const uint32_t (*grids)[3],
+                                        const uint64_t *bytes) {
+  return jit__cub_launch_stream(exe, args, n, grids, bytes, NULL);
+}
+
 static jit_status jit__cub_launch(jit__dev_executable *exe, const jit__dev_arg *args,
                                   uint32_t n) {
-  return jit__cub_launch_grids(exe, args, n, NULL, NULL);
+  return jit__cub_launch_stream(exe, args, n, NULL, NULL, NULL);
 }
 
 static jit_status jit__cub_wait(jit__dev *d) {
@@ -298,6 +304,7 @@ static const jit__device_vtable kCudaVtable = {
     .unload = jit__cub_unload,
     .launch = jit__cub_launch,
     .launch_grids = jit__cub_launch_grids,
+    .launch_stream = jit__cub_launch_stream,
     .wait = jit__cub_wait,
 };
 
