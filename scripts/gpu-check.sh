@@ -108,6 +108,23 @@ if [[ $build_ok -eq 0 ]]; then
   run ctest "$remaining" ctest --test-dir "$BUILD_DIR" --output-on-failure --no-tests=error \
     --parallel "$(nproc)" --timeout "$remaining" "${skip[@]}"
 
+  step "PyTorch CUDA tensors through the Python package (python/tests/test_torch.py -k cuda)"
+  # A Python whose torch sees the GPU (the machine's own); skipped where none has one.
+  py=""
+  for cand in ${PYTHON:-} python3 /usr/bin/python3; do
+    if [[ -n $cand ]] && timeout 120 "$cand" -c \
+        "import torch, pytest, numpy; assert torch.cuda.is_available()" 2>/dev/null; then
+      py=$cand
+      break
+    fi
+  done
+  if [[ -n $py ]]; then
+    JITML_LIBRARY="$ROOT/$BUILD_DIR/libjitml.so" run pytest_cuda 300 "$py" -m pytest -q \
+      -p no:cacheprovider "$ROOT/python/tests/test_torch.py" -k cuda -rs
+  else
+    echo "gpu-check: no Python with torch (CUDA), pytest and numpy: the torch CUDA tests are not run"
+  fi
+
   step "benchmark GPU lines"
   bench=""
   for cand in "$BUILD_DIR/bench/jitml_bench" "$BUILD_DIR/bench/bench" "$BUILD_DIR/jitml_bench"; do

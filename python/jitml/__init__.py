@@ -64,7 +64,9 @@ SHAPE_MISMATCH) and .message. A dtype other than float32/float16/bfloat16 (float
 uint8, ...), or other than the graph declares for that input, raises
 DTYPE_MISMATCH naming the input; integer values feed only gather's indices and are
 never outputs (DTYPE_MISMATCH from the builder); an index outside the table's rows
-raises INVALID_ARGUMENT naming it; a CUDA tensor raises UNSUPPORTED.
+raises INVALID_ARGUMENT naming it. torch CUDA tensors run on libjitml's CUDA backend
+on PyTorch's current stream (outputs on the same GPU); where that backend cannot run
+them the call raises, nothing is copied to the host.
 
 Data movement and casts: Graph.concat, Graph.slice (NumPy's x[start:stop:step] on one
 axis), Graph.pad (constant) and Graph.cast (among float32, float16 and bfloat16).

@@ -774,8 +774,15 @@ class Graph:
             outs = self._call_full(arrays, out)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _run_views(self, ins, n_in, outs, n_out):
-        _check(_L.jit_run(self._handle(), ins, n_in, outs, n_out))
+    def _run_views(self, ins, n_in, outs, n_out, cuda_stream=None):
+        if cuda_stream is None:
+            _check(_L.jit_run(self._handle(), ins, n_in, outs, n_out))
+            return
+        if getattr(_L, "jit_run_ex", None) is None:
+            raise JitError(StatusCode.UNAVAILABLE, "this libjitml (%s) cannot run on a "
+                           "caller's CUDA stream (no jit_run_ex)" % LIBRARY_PATH)
+        o = _lib.jit_run_options(ctypes.sizeof(_lib.jit_run_options), cuda_stream)
+        _check(_L.jit_run_ex(self._handle(), ins, n_in, outs, n_out, ctypes.byref(o)))
 
     def _call_full(self, arrays, out):
         with _Inputs(self, arrays) as ins:
@@ -792,20 +799,20 @@ class Graph:
             if out is None:
                 outs = [ins.empty(s, d) for s, d in zip(shapes, dtypes)]
             else:
-                outs = self._check_out(out, shapes, dtypes)
+                outs = self._check_out(out, shapes, dtypes, ins.torch_device)
             views = (_lib.DLTensor * max(1, n_out))()
             keep = []
             for j, (o, s) in enumerate(zip(outs, shapes)):
                 views[j], k = _view_of_output(o, s, dtypes[j])
                 keep.append(k)
-            self._run_views(ins.array, ins.n, views, n_out)
-            if not ins.copied:
+            self._run_views(ins.array, ins.n, views, n_out, ins.cuda_stream)
+            if not ins.copied and ins.cuda_stream is None:
                 _fastcall.remember(self, arrays, list(ins.array)[:ins.n], shapes,
                                    [_DL[d] for d in dtypes],
                                    [_maker(ins.kind, s, d) for s, d in zip(shapes, dtypes)])
         return outs
 
-    def _check_out(self, out, shapes, dtypes):
+    def _check_out(self, out, shapes, dtypes, device=None):
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(outs) != len(shapes):
             raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s` has %d outputs, out= "
@@ -813,7 +820,8 @@ class Graph:
         for j, (o, s, d) in enumerate(zip(outs, shapes, dtypes)):
             if _is_torch(o):
                 ok_dtype = _dtype_name(o.dtype) == d
-                dense, cpu = o.is_contiguous(), o.device.type == "cpu"
+                dense = o.is_contiguous()
+                cpu = o.device == device if device is not None else o.device.type == "cpu"
             elif type(o).__module__ == "numpy" and type(o).__name__ == "ndarray":
                 ok_dtype = o.dtype.name == _NUMPY_STORAGE.get(d, d)
                 dense, cpu = o.flags.c_contiguous and o.flags.writeable, True
@@ -828,7 +836,8 @@ class Graph:
                                % (self.name, j, tuple(o.shape), o.dtype, s, d))
             if not dense or not cpu:
                 raise JitError(StatusCode.UNSUPPORTED, "graph `%s`: out[%d] must be a "
-                               "dense, writable CPU array" % (self.name, j))
+                               "dense, writable array on the inputs' device"
+                               % (self.name, j))
         return outs
 
     def _run_alloc(self, ins, n_out):
@@ -894,6 +903,8 @@ class _Inputs:
         self.array = (_lib.DLTensor * max(1, n))()
         self.keep = []  # capsules, arrays and shape buffers alive during the call
         self.copied = False  # an input was copied (the fast path must not take it)
+        self.cuda_stream = None  # torch CUDA inputs: the current stream of their device
+        self.torch_device = None  # where torch outputs go
         for i, a in enumerate(arrays):
             self.array[i] = self._view(i, a)
         return self
@@ -948,10 +959,22 @@ class _Inputs:
 
     def _torch_view(self, i, t):
         import torch.utils.dlpack
-        if t.device.type != "cpu":
+        if t.device.type not in ("cpu", "cuda"):
             raise JitError(StatusCode.UNSUPPORTED,
-                           "graph `%s`: %s is on device %s; libjitml runs CPU tensors "
-                           "only (use .cpu())" % (self.g.name, self._name(i), t.device))
+                           "graph `%s`: %s is on device %s; libjitml runs CPU and CUDA "
+                           "tensors" % (self.g.name, self._name(i), t.device))
+        if i == 0:
+            self.torch_device = t.device
+            if t.device.type == "cuda":
+                # The run goes on the stream PyTorch queues this device's work on, so
+                # kernels that write the inputs finish first (jit_run_ex).
+                import torch.cuda
+                self.cuda_stream = torch.cuda.current_stream(t.device).cuda_stream
+        elif t.device != (self.torch_device or t.device.__class__("cpu")):
+            raise JitError(StatusCode.INVALID_ARGUMENT,
+                           "graph `%s`: %s is on %s but input 0 is on %s; all inputs of a "
+                           "call must be on one device"
+                           % (self.g.name, self._name(i), t.device, self.torch_device))
         self._check_dtype(i, _dtype_name(t.dtype), lambda want: "x.to(torch.%s)" % want)
         t = t.detach()  # no copy; DLPack refuses tensors that require grad
         if t.is_conj() or t.is_neg():
@@ -1009,6 +1032,9 @@ class _Inputs:
     def empty(self, shape, dtype):
         """An output of graph dtype `dtype`: a torch tensor of that dtype when the first
         input is a torch tensor, else a NumPy array (bfloat16: uint16 bit patterns)."""
+        if self.torch_device is not None and self.torch_device.type != "cpu":
+            import torch
+            return torch.empty(shape, dtype=getattr(torch, dtype), device=self.torch_device)
         return ins_empty(self.kind, shape, dtype)
 
 
@@ -1055,8 +1081,10 @@ def _view_of_output(o, shape, dtype):
     """A DLTensor over an output we allocated (dense, writable), and what to keep."""
     dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
     keep = [dims]
+    device = _lib.DLDevice(_lib.kDLCPU, 0)
+    if _is_torch(o) and o.device.type == "cuda":
+        device = _lib.DLDevice(_lib.kDLCUDA, o.device.index or 0)
     ptr = _non_null(o.data_ptr() if _is_torch(o) else o.ctypes.data, keep)
     code, bits = _DL[dtype]
-    t = _lib.DLTensor(ptr, _lib.DLDevice(_lib.kDLCPU, 0), len(shape),
-                      _lib.DLDataType(code, bits, 1), dims, None, 0)
+    t = _lib.DLTensor(ptr, device, len(shape), _lib.DLDataType(code, bits, 1), dims, None, 0)
     return t, keep

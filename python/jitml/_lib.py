@@ -10,6 +10,7 @@ import os
 # --- DLPack v0.6 (Debian's dlpack.h, DLPACK_VERSION 60) -----------------------------
 
 kDLCPU = 1
+kDLCUDA = 2
 kDLInt = 0
 kDLUInt = 1
 kDLFloat = 2
@@ -124,6 +125,10 @@ class jit_output_info(ctypes.Structure):
                 ("dims", ctypes.c_int64 * JIT_MAX_RANK)]
 
 
+class jit_run_options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("cuda_stream", ctypes.c_void_p)]
+
+
 jit_status = ctypes.c_void_p
 c_graph_p = ctypes.c_void_p
 c_ctx_p = ctypes.c_void_p
@@ -230,6 +235,9 @@ def _prototypes(lib):
         [c_graph_p, P(DLTensor), ctypes.c_int, ctypes.c_int, P(ctypes.c_int), i64p])
     _fn(lib, "jit_run", jit_status,
         [c_graph_p, P(DLTensor), ctypes.c_int, P(DLTensor), ctypes.c_int])
+    _fn(lib, "jit_run_ex", jit_status,
+        [c_graph_p, P(DLTensor), ctypes.c_int, P(DLTensor), ctypes.c_int,
+         P(jit_run_options)], required=False)
     _fn(lib, "jit_run_alloc", jit_status,
         [c_graph_p, P(DLTensor), ctypes.c_int, P(P(DLManagedTensor)), ctypes.c_int])
     # Declared in jitml.h but possibly not in an older or in-progress library.

@@ -5,8 +5,9 @@
     y = torch.ops.jitml.mlp(x, w1, b1, w2, b2)    # usable inside an nn.Module
 
 One torch.library.Library("jitml", "DEF") holds the namespace; each graph becomes an
-op with .define(schema) and a CPU kernel that runs the graph (tensors go through
-DLPack without copies, exactly as Graph.__call__).
+op with .define(schema) and CPU and CUDA kernels that run the graph (tensors go through
+DLPack without copies, exactly as Graph.__call__; CUDA tensors on libjitml's CUDA
+backend, on PyTorch's current stream, outputs on the same GPU).
 
 Shapes without data, for tracing:
 - PyTorch 2.4 and later: a fake kernel (torch.library.register_fake), so the op works
@@ -146,6 +147,9 @@ def register(name, graph):
         return graph(*args)
 
     lib.impl(name, cpu_kernel, "CPU")
+    # CUDA tensors run on libjitml's CUDA backend, on PyTorch's current stream; where
+    # that backend cannot run them the call raises (never a copy to the host).
+    lib.impl(name, cpu_kernel, "CUDA")
     if _has_fake_kernels() and graph._output_dtypes and None not in graph._output_dtypes:
         torch.library.register_fake("jitml::" + name, _fake_kernel(name, graph), lib=lib)
     else:

@@ -133,3 +133,65 @@ def test_torch_op_two_outputs(ctx):
     a, b = torch.ops.jitml.test_two_out(t)
     torch.testing.assert_close(a, torch.relu(t))
     torch.testing.assert_close(b, t.sum(1))
+
+
+# --- CUDA tensors (a machine with a GPU and libjitml's CUDA backend) ------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="needs a CUDA GPU (scripts/gpu-check.sh runs these)")
+
+
+@cuda
+@pytest.mark.parametrize("n", [1, 7, 300])
+def test_cuda_tensors_in_cuda_tensors_out(ctx, n):
+    g = build_mlp(ctx, name="mlp_cuda")
+    p = tuple(t.cuda() for t in params())
+    x = (torch.rand(n, 16) * 2 - 1).cuda()
+    y = g(x, *p)
+    assert y.device == x.device and y.dtype == torch.float32 and y.shape == (n, 4)
+    torch.testing.assert_close(y.cpu(), torch_mlp(x.cpu(), *(t.cpu() for t in p)),
+                               rtol=1e-4, atol=1e-5)
+    out = torch.empty(n, 4, device=x.device)
+    assert g(x, *p, out=out) is out
+    torch.testing.assert_close(out, y)
+
+
+@cuda
+def test_cuda_run_follows_the_current_stream(ctx):
+    # The input is written by work queued on a side stream just before the call; the
+    # call runs on that (current) stream, so it reads the finished input.
+    g = build_mlp(ctx, name="mlp_cuda_stream")
+    p = tuple(t.cuda() for t in params())
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        big = torch.rand(2048, 2048, device="cuda")
+        for _ in range(20):
+            big = big @ big / 2048.0  # keeps the stream busy
+        x = (big[:64, :16] * 0 + 0.5).contiguous()
+        y = g(x, *p)
+    side.synchronize()
+    want = torch_mlp(torch.full((64, 16), 0.5), *params())
+    torch.testing.assert_close(y.cpu(), want, rtol=1e-4, atol=1e-5)
+
+
+@cuda
+def test_cuda_op_under_torch_compile(ctx):
+    op = jitml.torch_op.register("test_mlp_cuda", build_mlp(ctx, name="test_mlp_cuda"))
+    p = tuple(t.cuda() for t in params())
+    f = torch.compile(lambda x: op(x, *p) * 2.0, fullgraph=True, dynamic=True)
+    for n in (3, 9):
+        x = torch.rand(n, 16, device="cuda")
+        y = f(x)
+        assert y.is_cuda
+        torch.testing.assert_close(y.cpu(), 2.0 * torch_mlp(x.cpu(), *params()),
+                                   rtol=1e-4, atol=1e-5)
+
+
+@cuda
+def test_cuda_and_cpu_inputs_mixed_is_an_error(ctx):
+    g = build_mlp(ctx, name="mlp_cuda_mixed")
+    p = params()
+    with pytest.raises(jitml.JitError) as e:
+        g(torch.rand(2, 16, device="cuda"), *p)
+    assert e.value.code == jitml.StatusCode.INVALID_ARGUMENT
+    assert "one device" in e.value.message
