@@ -54,6 +54,10 @@ exactly; torch converts with torch.from_numpy(b.view(np.int16)).view(torch.bfloa
 and t.view(torch.int16).numpy().view(np.uint16). Within a graph,
 Graph.cast(x, "bfloat16") and back is the other way to get there from float32 data.
 
+Other DLPack producers (objects with __dlpack__ and __dlpack_device__: JAX, CuPy,
+TensorFlow): CPU arrays are read in place through their capsule, outputs are NumPy
+arrays; GPU arrays of frameworks other than torch raise UNSUPPORTED for now.
+
 Strides: libjitml runs dense row-major tensors only. A non-contiguous input
 (a transpose, a slice with a step, negative strides, a broadcast view) is COPIED to a
 contiguous array with a jitml.CopyWarning, so results are right and the copy is

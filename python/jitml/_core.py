@@ -924,6 +924,9 @@ class _Inputs:
         if _is_torch(a):
             return self._torch_view(i, a)
         import numpy
+        if not isinstance(a, numpy.ndarray) and hasattr(a, "__dlpack_device__") and \
+                hasattr(a, "__dlpack__"):
+            return self._dlpack_view(i, a)
         if not isinstance(a, numpy.ndarray):
             if numpy.isscalar(a) or isinstance(a, (list, tuple)):
                 raise JitError(StatusCode.INVALID_ARGUMENT,
@@ -956,6 +959,21 @@ class _Inputs:
         # them read-only). libjitml never writes inputs, so describe the same memory
         # directly through the array interface: still no copy.
         return self._raw_view(a.ctypes.data, a.shape, name, a)
+
+    def _dlpack_view(self, i, a):
+        # Any other DLPack producer (JAX, CuPy, TensorFlow, ...): its capsule, read in
+        # place. CPU arrays only for now; outputs are NumPy arrays.
+        dev = a.__dlpack_device__()
+        if int(dev[0]) != _lib.kDLCPU:
+            raise JitError(StatusCode.UNSUPPORTED,
+                           "graph `%s`: %s is a %s on DLPack device type %d; libjitml takes "
+                           "CPU arrays from DLPack producers (GPU: torch CUDA tensors)"
+                           % (self.g.name, self._name(i), type(a).__name__, int(dev[0])))
+        v = self._capsule_view(a.__dlpack__(), a)
+        name = _FROM_DL.get((v.dtype.code, v.dtype.bits)) if v.dtype.lanes == 1 else None
+        self._check_dtype(i, name or "dlpack(code %d, bits %d)" % (v.dtype.code, v.dtype.bits),
+                          lambda want: "x.astype(%s)" % want)
+        return v
 
     def _torch_view(self, i, t):
         import torch.utils.dlpack
