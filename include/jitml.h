@@ -412,9 +412,14 @@ JIT_API jit_value jit_where(jit_graph *graph, jit_value cond, jit_value a, jit_v
 // is NaN, as in PyTorch.
 JIT_API jit_value jit_attention(jit_graph *graph, jit_value q, jit_value k, jit_value v,
                                 jit_value mask, double scale, int causal);
-// x converted to `dtype` among f32, f16 and bf16: narrowing rounds to nearest even
-// (overflow to inf), widening is exact; the same dtype is x itself. Other dtypes
-// (integers, int8): JIT_UNSUPPORTED for now.
+// x converted to `dtype` among f32, f16, bf16, int8, int32 and int64. Between floats:
+// narrowing rounds to nearest even (overflow to inf), widening is exact. Float to
+// integer: truncated toward zero and saturated to the integer's range, NaN gives 0
+// (C leaves both undefined). Integer to float: rounded to nearest even (overflow to
+// inf). Integer to integer: sign-extended or wrapped (as NumPy and PyTorch do). The
+// same dtype is x itself. An integer result feeds jit_gather's indices,
+// jit_matmul_int8 (quantizing inside a graph), another jit_cast or jit_output; other
+// ops refuse it (JIT_DTYPE_MISMATCH). Vulkan has no int8 (JIT_UNSUPPORTED there).
 JIT_API jit_value jit_cast(jit_graph *graph, jit_value x, DLDataType dtype);
 // Rows of `table` picked by `indices` (an embedding lookup; axis 0):
 // result[i..., j...] = table[indices[i...], j...], of shape indices' dims followed by

@@ -638,9 +638,11 @@ jit_value jit_input(jit_graph *g, const char *name, DLDataType dtype, int rank,
 
 void jit_output(jit_graph *g, jit_value v) {
   if (!jit__check_operand(g, "jit_output", v, 0)) return;
-  if (jit__dtype_is_int(jit__value(g, v)->dtype)) {
+  // An integer output is an integer input passed through or a jit_cast to one.
+  if (jit__dtype_is_int(jit__value(g, v)->dtype) && jit__value(g, v)->op != JIT__OP_CAST &&
+      jit__value(g, v)->op != JIT__OP_INPUT) {
     jit__record(g, JIT_ERR(JIT_DTYPE_MISMATCH, "graph `%s`: jit_output: value %u is %s; "
-                           "outputs are f32, f16 or bf16 (integer inputs only feed jit_gather)",
+                           "integer outputs come from jit_cast (or are inputs)",
                            g->name, v.id, jit__dtype_str(jit__value(g, v)->dtype)));
     return;
   }
@@ -691,12 +693,15 @@ static jit_value jit__make_node(jit_graph *g, jit__op op, const jit_value *v, in
     bool want_int = (op == JIT__OP_GATHER && k == 1) || (op == JIT__OP_MATMUL_INT8 && k < 2);
     jit__dtype t = ops[k]->dtype;
     const char *bad = NULL;
-    if (op == JIT__OP_MATMUL_INT8)
+    if (op == JIT__OP_CAST)
+      bad = NULL;  // any dtype to any
+    else if (op == JIT__OP_MATMUL_INT8)
       bad = k < 2 ? (t != JIT__I8 ? "a and b are int8" : NULL)
                   : (t != JIT__F32 ? "the scales are f32" : NULL);
     else if (jit__dtype_is_int(t) != want_int)
       bad = want_int ? "indices are int32 or int64"
-                     : "integer values only feed jit_gather's indices and jit_matmul_int8";
+                     : "integer values only feed jit_gather's indices, jit_matmul_int8 and "
+                       "jit_cast";
     else if (op == JIT__OP_GATHER && t == JIT__I8)
       bad = "indices are int32 or int64";
     if (bad)
@@ -854,10 +859,10 @@ jit_value jit_pad(jit_graph *g, jit_value x, const int64_t *low, const int64_t *
 jit_value jit_cast(jit_graph *g, jit_value x, DLDataType dtype) {
   if (!jit__check_operand(g, "cast", x, 0)) return (jit_value){0};
   jit__dtype to;
-  if (!jit__dtype_from_dl(dtype, false, &to))
+  if (!jit__dtype_from_dl(dtype, true, &to))
     JIT__FAIL(g, JIT_UNSUPPORTED, "graph `%s`: node %u (cast): to dtype (code %d, %d bits, "
-              "%d lanes): only f32, f16 and bf16 are supported yet", g->name, g->n_nodes,
-              dtype.code, dtype.bits, dtype.lanes);
+              "%d lanes): casts are among f32, f16, bf16, int8, int32 and int64", g->name,
+              g->n_nodes, dtype.code, dtype.bits, dtype.lanes);
   jit__gnode node = {0};
   jit_value v = jit__make_node(g, JIT__OP_CAST, &x, 1, &node);
   if (v.id) g->nodes[v.id - 1].n.dtype = to;

@@ -481,6 +481,58 @@ const char *jit__emit_body_step(jit__emitter *e, jit__body_kind kind, const char
   return r;  // one of x, y, z
 }
 
+// The body of a cast from or to an integer (jit_cast): int -> float exactly where the
+// float can hold it (else rounded to nearest even), float -> int truncated toward zero
+// and saturated to the integer's range with NaN as 0 (C leaves both undefined; this is
+// what a quantizer clamps to anyway), int -> int sign-extended or wrapped (as NumPy and
+// PyTorch do).
+static const char *emit_int_convert(jit__text *tb, jit__dtype from, jit__dtype to) {
+  const char *fe = elem_name(from), *te = elem_name(to);
+  int fb = 8 * jit__dtype_bytes(from), tbits = 8 * jit__dtype_bytes(to);
+  if (jit__dtype_is_int(from) && jit__dtype_is_int(to)) {
+    jit__text_printf(tb, "    %%y = arith.%s %%in0 : %s to %s\n", tbits > fb ? "extsi" : "trunci",
+                     fe, te);
+    return "%y";
+  }
+  if (jit__dtype_is_int(from)) {  // to a float: through f32 for the 16-bit ones
+    jit__text_printf(tb, "    %%x0 = arith.sitofp %%in0 : %s to f32\n", fe);
+    if (!jit__dtype_is_half(to)) return "%x0";
+    jit__text_printf(tb, "    %%y = arith.truncf %%x0 : f32 to %s\n", te);
+    return "%y";
+  }
+  // A float to an integer: clamped to the range's ends as f32 (for the wide ones the
+  // largest f32 below 2^31 / 2^63), and what is at or past 2^31 / 2^63 is the maximum.
+  static const char *const lo[] = {[8] = "-128.0", [32] = "-2147483648.0",
+                                   [64] = "-9223372036854775808.0"};
+  static const char *const hi[] = {[8] = "127.0", [32] = "2147483520.0",
+                                   [64] = "9223371487098961920.0"};
+  static const char *const top[] = {[8] = "128.0", [32] = "2147483648.0",
+                                    [64] = "9223372036854775808.0"};
+  static const char *const max[] = {[8] = "127", [32] = "2147483647",
+                                    [64] = "9223372036854775807"};
+  const char *x = "%in0";
+  if (jit__dtype_is_half(from)) {
+    jit__text_printf(tb, "    %%x0 = arith.extf %%in0 : %s to f32\n", fe);
+    x = "%x0";
+  }
+  jit__text_printf(tb,
+                   "    %%c0 = arith.constant %s : f32\n"
+                   "    %%c1 = arith.constant %s : f32\n"
+                   "    %%c2 = arith.constant 0 : %s\n"
+                   "    %%t0 = arith.maximumf %s, %%c0 : f32\n"
+                   "    %%t1 = arith.minimumf %%t0, %%c1 : f32\n"
+                   "    %%t2 = arith.fptosi %%t1 : f32 to %s\n"
+                   "    %%c3 = arith.constant %s : f32\n"
+                   "    %%c4 = arith.constant %s : %s\n"
+                   "    %%t3 = arith.cmpf oge, %s, %%c3 : f32\n"
+                   "    %%t4 = arith.select %%t3, %%c4, %%t2 : %s\n"
+                   "    %%t5 = arith.cmpf uno, %s, %s : f32\n"
+                   "    %%y = arith.select %%t5, %%c2, %%t4 : %s\n",
+                   lo[tbits], hi[tbits], te, x, te, top[tbits], max[tbits], te, x, te, x, x,
+                   te);
+  return "%y";
+}
+
 void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char *iters,
                          const jit__gen_operand *ins, int n_in, const jit__gen_operand *out,
                          jit__body_kind kind, const char *by) {
@@ -491,6 +543,9 @@ void jit__emit_generic(jit__emitter *e, const char *res, int n_loops, const char
   char xs[3][8] = {"", "", ""};  // the body's inputs; `result` may be one of them
   if (kind == JIT__B_COPY && n_in == 1 && ins[0].dt == out->dt) {
     result = "%in0";
+  } else if (kind == JIT__B_COPY && n_in == 1 &&
+             (jit__dtype_is_int(ins[0].dt) || jit__dtype_is_int(out->dt))) {
+    result = emit_int_convert(tb, ins[0].dt, out->dt);
   } else {
     for (int i = 0; i < n_in && i < 3; i++) {
       if (jit__dtype_is_half(ins[i].dt)) {

@@ -68,7 +68,7 @@ static int operand_count(jit__op op) {
 static jit_status check_node(jit__emitter *e, const jit__node *n) {
   if ((int)n->op < 0 || n->op >= JIT__OP_COUNT_) return jit__node_error(e, "unknown op");
   if (n->dtype != JIT__F32 && !jit__dtype_is_half(n->dtype) &&
-      !(n->op == JIT__OP_INPUT && jit__dtype_is_int(n->dtype)))
+      !((n->op == JIT__OP_INPUT || n->op == JIT__OP_CAST) && jit__dtype_is_int(n->dtype)))
     return jit__node_error(e, "unknown dtype");
   if (n->rank < 0 || n->rank > JIT_MAX_RANK) return jit__node_error(e, "rank out of range");
   for (int d = 0; d < n->rank; d++)

@@ -463,6 +463,27 @@ GRAPH_TESTS(conv_pool, g_conv1)
 GRAPH_TESTS(conv_pool_groups, g_conv2)
 GRAPH_TESTS(gather_copies, g_gather_copies)
 
+// Casts to and from integers (jit_cast): f32 -> int8 (quantizing), -> int32 and int64
+// outputs, int32 -> f32. PTX only: the Vulkan target refuses int8 (test_cast runs the
+// rest on lavapipe).
+Test(gpu_lowering, int_casts_ptx) {
+  tg t;
+  tg_init(&t, "int_casts", JIT__F32);
+  int64_t d[2] = {5, 33};
+  uint32_t x = tg_input(&t, 2, d), i = tg_input(&t, 2, d);
+  t.nodes[i].dtype = JIT__I32;
+  jit__dtype to[3] = {JIT__I8, JIT__I32, JIT__I64};
+  for (int k = 0; k < 3; k++) {
+    uint32_t c = tg_unary(&t, JIT__OP_CAST, x);
+    t.nodes[c].dtype = to[k];
+    tg_output(&t, c);
+  }
+  uint32_t f = tg_unary(&t, JIT__OP_CAST, i);
+  t.nodes[f].dtype = JIT__F32;
+  tg_output(&t, f);
+  check_ptx(&t.g);
+}
+
 Test(gpu_lowering, matmul_plan_shape) {
   tg t;
   g_matmul(&t, JIT__F32);

@@ -285,8 +285,10 @@ Test(remote, server_killed_mid_stream) {
   cr_assert_eq(run_sizes(g, kSizes + 4, kNumSizes - 4), 0);
   jit_stats st = stats_of(ctx);
   cr_assert_eq(st.compiles, kNumSizes);
-  // Refused connections pause the tier after 3 failures; the rest is skipped.
-  cr_assert(st.remote_errors >= 1 && st.remote_errors <= 3, "%llu errors",
+  // Refused connections pause the tier after 3 failures; the rest is skipped. A call
+  // already past the breaker when the third failure pauses it still fails and counts:
+  // the push queue's thread runs beside this one, so one more at most (CI saw 4).
+  cr_assert(st.remote_errors >= 1 && st.remote_errors <= 4, "%llu errors",
             (unsigned long long)st.remote_errors);
   cr_assert(st.remote_skipped > 0);
   const char *state = NULL;

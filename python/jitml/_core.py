@@ -654,11 +654,13 @@ class Graph:
                              self._v(sb)), float32)
 
     def cast(self, x, dtype):
-        """x converted to `dtype` among float32, float16 and bfloat16 (names as
-        input() takes, or NumPy/torch dtypes): narrowing (float32 -> float16 or
-        bfloat16, float16 <-> bfloat16) rounds to nearest even with overflow to inf,
-        widening to float32 is exact, the same dtype is x itself. Other dtypes are
-        passed to the library, which says UNSUPPORTED for them."""
+        """x converted to `dtype` among float32, float16, bfloat16, int8, int32 and
+        int64 (names as input() takes, or NumPy/torch dtypes): between floats,
+        narrowing rounds to nearest even with overflow to inf and widening is exact;
+        float to int truncates toward zero, saturates, NaN -> 0; int to float rounds to
+        nearest even; int to int wraps. An integer result feeds gather, matmul_int8,
+        another cast or an output. Other dtypes are passed to the library, which says
+        UNSUPPORTED for them."""
         f = self._need("jit_cast")
         name = _dtype_name(dtype)
         return self._value(f(self._handle(), self._v(x), _any_dl_dtype(name)), name)
