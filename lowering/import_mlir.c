@@ -121,10 +121,21 @@ static void jit__type_str(MlirType t, char *out, size_t size) {
   free(b.p);
 }
 
+// Element types of arguments and results: the floats, and the signless integers that
+// graphs take (gather's indices, int8 matmul inputs, integer casts).
 static bool jit__elem_dtype(MlirType elt, jit__dtype *out) {
   if (mlirTypeIsAF32(elt)) *out = JIT__F32;
   else if (mlirTypeIsAF16(elt)) *out = JIT__F16;
   else if (mlirTypeIsABF16(elt)) *out = JIT__BF16;
+  else if (mlirTypeIsAInteger(elt) && mlirIntegerTypeIsSignless(elt) &&
+           mlirIntegerTypeGetWidth(elt) == 8)
+    *out = JIT__I8;
+  else if (mlirTypeIsAInteger(elt) && mlirIntegerTypeIsSignless(elt) &&
+           mlirIntegerTypeGetWidth(elt) == 32)
+    *out = JIT__I32;
+  else if (mlirTypeIsAInteger(elt) && mlirIntegerTypeIsSignless(elt) &&
+           mlirIntegerTypeGetWidth(elt) == 64)
+    *out = JIT__I64;
   else return false;
   return true;
 }
@@ -327,8 +338,8 @@ static jit_status jit__read_args(MlirOperation fn, const jit__diag *diag,
                      m->entry, i, a->name, ts);
     if (!jit__elem_dtype(mlirShapedTypeGetElementType(t), &a->dtype))
       return JIT_ERR(JIT_UNSUPPORTED,
-                     "function `%s`: argument %u `%%%s` has type %s; only f32, f16 and bf16 "
-                     "elements are supported",
+                     "function `%s`: argument %u `%%%s` has type %s; only f32, f16, bf16, "
+                     "i8, i32 and i64 elements are supported",
                      m->entry, i, a->name, ts);
     a->rank = (int)mlirShapedTypeGetRank(t);
     if (a->rank > JIT_MAX_RANK)
@@ -404,8 +415,8 @@ static jit_status jit__read_results(MlirOperation fn, jit__mlir_module *m) {
                      m->entry, j, ts);
     if (!jit__elem_dtype(mlirShapedTypeGetElementType(t), &m->result_dtypes[j]))
       return JIT_ERR(JIT_UNSUPPORTED,
-                     "function `%s`: result %u has type %s; only f32, f16 and bf16 elements are "
-                     "supported",
+                     "function `%s`: result %u has type %s; only f32, f16, bf16, i8, i32 and i64 "
+                     "elements are supported",
                      m->entry, j, ts);
     if (mlirShapedTypeGetRank(t) > JIT_MAX_RANK)
       return JIT_ERR(JIT_UNSUPPORTED, "function `%s`: result %u has rank > %d", m->entry,

@@ -528,11 +528,11 @@ Test(mlir, non_tensor_argument) {
   TU_EXPECT_MSG(s, "alpha");
   jit_status_free(s);
   s = load_status(ctx,
-                  "func.func @f(%x: tensor<?xi32>) -> tensor<?xi32> {\n"
-                  "  return %x : tensor<?xi32>\n}\n",
+                  "func.func @f(%x: tensor<?xi16>) -> tensor<?xi16> {\n"
+                  "  return %x : tensor<?xi16>\n}\n",
                   NULL);
   TU_EXPECT_CODE(s, JIT_UNSUPPORTED);
-  TU_EXPECT_MSG(s, "i32");
+  TU_EXPECT_MSG(s, "i16");
   jit_status_free(s);
   jit_context_destroy(ctx);
 }

@@ -60,3 +60,23 @@ def test_int_values_feed_only_some_ops(ctx):
         g.output(g.relu(i))
         g.finalize()
     assert e.value.code == jitml.StatusCode.DTYPE_MISMATCH
+
+
+def test_integer_graphs_export_and_import(ctx):
+    # Integer inputs (gather ids) and integer outputs survive Graph.to_mlir and
+    # Graph.from_mlir.
+    g = jitml.Graph(ctx, "py_int_export")
+    t = g.input("t", "float32", ("V", 2))
+    i = g.input("i", "int32", ("N",))
+    rows = g.gather(t, i)
+    g.output(rows)
+    g.output(g.cast(rows, "int8"))
+    g.finalize()
+    h = jitml.Graph.from_mlir(ctx, g.to_mlir())
+    table = np.array([[0.5, -1.5], [300.0, 2.9], [-7.2, 1e9]], np.float32)
+    ids = np.array([2, 0, 1, 1], np.int32)
+    for graph in (g, h):
+        f, q = graph(table, ids)
+        np.testing.assert_array_equal(f, table[ids])
+        np.testing.assert_array_equal(q, np.array([[-7, 127], [0, -1], [127, 2], [127, 2]],
+                                                  np.int8))
