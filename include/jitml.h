@@ -418,7 +418,8 @@ JIT_API jit_value jit_attention(jit_graph *graph, jit_value q, jit_value k, jit_
 // (C leaves both undefined). Integer to float: rounded to nearest even (overflow to
 // inf). Integer to integer: sign-extended or wrapped (as NumPy and PyTorch do). The
 // same dtype is x itself. An integer result feeds jit_gather's indices,
-// jit_matmul_int8 (quantizing inside a graph), another jit_cast or jit_output; other
+// jit_matmul_int8 (quantizing inside a graph), another jit_cast or jit_output (an
+// integer input cannot be an output as it is); other
 // ops refuse it (JIT_DTYPE_MISMATCH). Vulkan has no int8 (JIT_UNSUPPORTED there).
 JIT_API jit_value jit_cast(jit_graph *graph, jit_value x, DLDataType dtype);
 // Rows of `table` picked by `indices` (an embedding lookup; axis 0):
@@ -443,6 +444,10 @@ JIT_API jit_value jit_gelu(jit_graph *graph, jit_value x);
 // erf, within 4.2e-7 of the exact function (absolute and relative) over all f32; and
 // gelu in erf form, 0.5 x (1 + erf(x / sqrt(2))), PyTorch's default gelu.
 JIT_API jit_value jit_erf(jit_graph *graph, jit_value x);
+// x rounded to the nearest integer, ties to even (as C's nearbyint in the default mode,
+// NumPy's round and torch.round; a quantizer's rounding before jit_cast to int8).
+// Infinities and NaN pass through.
+JIT_API jit_value jit_round(jit_graph *graph, jit_value x);
 JIT_API jit_value jit_gelu_erf(jit_graph *graph, jit_value x);
 JIT_API jit_value jit_sqrt(jit_graph *graph, jit_value x);
 JIT_API jit_value jit_rsqrt(jit_graph *graph, jit_value x);

@@ -638,11 +638,10 @@ jit_value jit_input(jit_graph *g, const char *name, DLDataType dtype, int rank,
 
 void jit_output(jit_graph *g, jit_value v) {
   if (!jit__check_operand(g, "jit_output", v, 0)) return;
-  // An integer output is an integer input passed through or a jit_cast to one.
-  if (jit__dtype_is_int(jit__value(g, v)->dtype) && jit__value(g, v)->op != JIT__OP_CAST &&
-      jit__value(g, v)->op != JIT__OP_INPUT) {
+  // An integer output is a jit_cast to an integer dtype.
+  if (jit__dtype_is_int(jit__value(g, v)->dtype) && jit__value(g, v)->op != JIT__OP_CAST) {
     jit__record(g, JIT_ERR(JIT_DTYPE_MISMATCH, "graph `%s`: jit_output: value %u is %s; "
-                           "integer outputs come from jit_cast (or are inputs)",
+                           "outputs are f32, f16 or bf16, or integers that jit_cast made",
                            g->name, v.id, jit__dtype_str(jit__value(g, v)->dtype)));
     return;
   }
@@ -780,6 +779,7 @@ jit_value jit_gelu(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_GEL
 jit_value jit_sqrt(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_SQRT, x); }
 jit_value jit_rsqrt(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_RSQRT, x); }
 jit_value jit_erf(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_ERF, x); }
+jit_value jit_round(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_ROUND, x); }
 jit_value jit_gelu_erf(jit_graph *g, jit_value x) { return jit__unary(g, JIT__OP_GELU_ERF, x); }
 jit_value jit_less(jit_graph *g, jit_value a, jit_value b) {
   return jit__binary(g, JIT__OP_LESS, a, b);

@@ -245,6 +245,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
     case JIT__OP_SQRT: return jit_sqrt(g, a);
     case JIT__OP_RSQRT: return jit_rsqrt(g, a);
     case JIT__OP_ERF: return jit_erf(g, a);
+    case JIT__OP_ROUND: return jit_round(g, a);
     case JIT__OP_GELU_ERF: return jit_gelu_erf(g, a);
     case JIT__OP_REDUCE_SUM: return jit_reduce_sum(g, a, axis, keep);
     case JIT__OP_REDUCE_MAX: return jit_reduce_max(g, a, axis, keep);

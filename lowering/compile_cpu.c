@@ -63,11 +63,17 @@ static const char kDeallocPipeline[] =
     "buffer-deallocation-simplification,bufferization-lower-deallocations,"
     "canonicalize,cse)";
 
+// math-expand-ops with every expansion but roundeven's, which goes through x + 0.5
+// (round(0.49999997) would be 1); convert-math-to-llvm makes it llvm.roundeven, exact.
+#define JIT__MATH_EXPAND \
+  "math-expand-ops{ops=ctlz,sinh,cosh,tan,tanh,asinh,acosh,atanh,fma,ceil,exp2,powf,fpowi," \
+  "round,rsqrt,clampf}"
+
 // Then everything to the LLVM dialect: two lowerings, one with the scf.forall loops the
 // strategy made for threads, each for bare-pointer memrefs (exact kernels) or whole
 // descriptors (generic ones).
 #define JIT__TO_LLVM(func_conv)                                                          \
-  "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm," \
+  "builtin.module(func.func(convert-linalg-to-loops)," JIT__MATH_EXPAND ",convert-math-to-llvm," \
   "convert-vector-to-scf{full-unroll=1},convert-scf-to-cf,expand-strided-metadata,"       \
   "lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,"                          \
   "convert-arith-to-llvm,convert-cf-to-llvm," func_conv ",convert-ub-to-llvm,"            \
@@ -77,7 +83,7 @@ static const char kDeallocPipeline[] =
 // convert-openmp-to-llvm after convert-func-to-llvm, or it converts the signature with
 // full memref descriptors instead of bare pointers. %d = thread count.
 #define JIT__TO_LLVM_OMP(func_conv)                                                      \
-  "builtin.module(func.func(convert-linalg-to-loops),math-expand-ops,convert-math-to-llvm," \
+  "builtin.module(func.func(convert-linalg-to-loops)," JIT__MATH_EXPAND ",convert-math-to-llvm," \
   "convert-vector-to-scf{full-unroll=1},scf-forall-to-parallel,"                          \
   "convert-scf-to-openmp{num-threads=%d},expand-strided-metadata,lower-affine,"           \
   "finalize-memref-to-llvm,convert-scf-to-cf,convert-vector-to-llvm,"                     \

@@ -66,7 +66,7 @@ typedef enum jit__body_kind {
   JIT__B_COPY,
   JIT__B_ADD, JIT__B_SUB, JIT__B_MUL, JIT__B_DIV, JIT__B_MAX, JIT__B_MIN,
   JIT__B_NEG, JIT__B_EXP, JIT__B_LOG, JIT__B_TANH, JIT__B_SIGMOID, JIT__B_RELU, JIT__B_GELU,
-  JIT__B_SQRT, JIT__B_RSQRT, JIT__B_ERF, JIT__B_GELU_ERF,
+  JIT__B_SQRT, JIT__B_RSQRT, JIT__B_ERF, JIT__B_GELU_ERF, JIT__B_ROUND,
   JIT__B_LT, JIT__B_LE, JIT__B_GT, JIT__B_GE, JIT__B_EQ, JIT__B_NE,  // 1.0 or 0.0
   JIT__B_POW,
   JIT__B_SELECT,   // y where x != 0, else z

@@ -47,6 +47,7 @@ static const char *const jit__op_names[JIT__OP_COUNT_] = {
     [JIT__OP_TRANSPOSE] = "transpose",
     [JIT__OP_RESHAPE] = "reshape",
     [JIT__OP_ERF] = "erf",
+    [JIT__OP_ROUND] = "round",
     [JIT__OP_GELU_ERF] = "gelu_erf",
     [JIT__OP_LESS] = "less",
     [JIT__OP_LESS_EQUAL] = "less_equal",
@@ -355,6 +356,11 @@ static const char *emit_body(jit__emitter *e, jit__body_kind kind, const char *x
       return "%t8";
     case JIT__B_ERF:
       return emit_erf(tb, x);
+    case JIT__B_ROUND:
+      // Exact on every target: llvm.roundeven on the CPU (whose pipeline keeps
+      // math-expand-ops off it, compile_cpu.c), RoundEven in SPIR-V, cvt.rni in PTX.
+      jit__text_printf(tb, "    %%t0 = math.roundeven %s : f32\n", x);
+      return "%t0";
     case JIT__B_GELU_ERF: {
       // 0.5 x (1 + erf(x / sqrt(2))): PyTorch's default gelu.
       jit__text_printf(tb, "    %%c0 = arith.constant 0.70710678118654752 : f32\n"

@@ -90,6 +90,7 @@ jit__body_kind jit__elementwise_kind(jit__op op) {
       [JIT__OP_GREATER] = JIT__B_GT,      [JIT__OP_GREATER_EQUAL] = JIT__B_GE,
       [JIT__OP_EQUAL] = JIT__B_EQ,        [JIT__OP_NOT_EQUAL] = JIT__B_NE,
       [JIT__OP_POW] = JIT__B_POW,         [JIT__OP_WHERE] = JIT__B_SELECT,
+      [JIT__OP_ROUND] = JIT__B_ROUND,
   };
   return (int)op >= 0 && op < JIT__OP_COUNT_ ? kinds[op] : JIT__B_COPY;
 }

@@ -77,6 +77,8 @@ typedef enum jit__op {
   // int8 x int8 -> int32 products of the last two dims (operands a, b), dequantized:
   // (sum a b) * operand 2 (a's scale, one value) * operand 3 (b's: one, or per column).
   JIT__OP_MATMUL_INT8,
+  // Unary: to the nearest integer, ties to even (a quantizer's rounding).
+  JIT__OP_ROUND,
   JIT__OP_COUNT_,
 } jit__op;
 
@@ -84,7 +86,7 @@ typedef enum jit__op {
 // elementwise ones.
 static inline bool jit__op_is_unary(jit__op op) {
   return (op >= JIT__OP_NEG && op <= JIT__OP_RSQRT) || op == JIT__OP_ERF ||
-         op == JIT__OP_GELU_ERF;
+         op == JIT__OP_GELU_ERF || op == JIT__OP_ROUND;
 }
 static inline bool jit__op_is_binary_elementwise(jit__op op) {
   return (op >= JIT__OP_ADD && op <= JIT__OP_MINIMUM) ||

@@ -183,6 +183,7 @@ double ref_unary_scalar(ref_unop op, double x) {
     case REF_RSQRT: return 1.0 / sqrt(x);
     case REF_ERF: return erf(x);
     case REF_GELU_ERF: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case REF_ROUND: return nearbyint(x);  // the default mode: ties to even
   }
   return NAN;
 }
@@ -196,8 +197,8 @@ const char *ref_binop_name(ref_binop op) {
 
 const char *ref_unop_name(ref_unop op) {
   static const char *names[] = {"neg",  "exp",  "log",   "tanh", "sigmoid",  "relu",
-                                "gelu", "sqrt", "rsqrt", "erf",  "gelu_erf"};
-  return (unsigned)op < 11 ? names[op] : "?";
+                                "gelu", "sqrt", "rsqrt", "erf",  "gelu_erf", "round"};
+  return (unsigned)op < 12 ? names[op] : "?";
 }
 
 void ref_binary(ref_binop op, const float *a, int ra, const int64_t *da,

@@ -80,6 +80,7 @@ typedef enum ref_unop {
   REF_RSQRT,
   REF_ERF,
   REF_GELU_ERF,
+  REF_ROUND,
 } ref_unop;
 
 double ref_binary_scalar(ref_binop op, double a, double b);

@@ -245,7 +245,7 @@ Test(cast, quantize_then_int8_matmul) {
 }
 
 // Integers are cast, gathered with, multiplied as int8 and output; nothing else takes
-// them, and an integer output must come from a cast (or be an input).
+// them, and an integer output must come from a cast.
 Test(cast, rules) {
   jit_context *ctx = tu_context();
   jit_graph *g = tu_graph(ctx, "cast_rules");
@@ -286,4 +286,37 @@ Test(cast, rules) {
   cr_expect(y32[0] == 1 && y32[1] == -1 && y32[2] == 7);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
+}
+
+// jit_round: ties to even, at the halves, past 2^23 (already integers), signed zeros,
+// infinities and NaN; f32 and f16 (test_ops runs it on random data).
+Test(cast, round_ties_to_even) {
+  static const float xs[] = {0.5f,  1.5f,   2.5f,   -0.5f,  -1.5f,     -2.5f,    0.49999997f,
+                             3.7f,  -3.7f,  1e7f,   8388609.0f, -0.0f,  0.0f,    INFINITY,
+                             -INFINITY, NAN, 126.5f, 127.5f, -128.5f,  1023.5f};
+  enum { N = sizeof xs / sizeof xs[0] };
+  for (int half = 0; half < 2; half++) {
+    DLDataType dt = half ? TU_F16 : TU_F32;
+    jit_context *ctx = tu_context();
+    jit_graph *g = tu_graph(ctx, "round");
+    int64_t d[1] = {jit_symbol(g, "N")};
+    jit_output(g, jit_round(g, jit_input(g, "x", dt, 1, d)));
+    TU_OK(jit_graph_finalize(g));
+    uint16_t xh[N], yh[N];
+    float y[N];
+    for (int i = 0; i < N; i++) xh[i] = ref_f32_to_f16(xs[i]);
+    int64_t s[1] = {N};
+    DLTensor in = tu_tensor(half ? (void *)xh : (void *)xs, dt, 1, s);
+    DLTensor out = tu_tensor(half ? (void *)yh : (void *)y, dt, 1, s);
+    TU_OK(jit_run(g, &in, 1, &out, 1));
+    for (int i = 0; i < N; i++) {
+      double x = half ? ref_f16_to_f32(xh[i]) : xs[i];
+      double got = half ? ref_f16_to_f32(yh[i]) : y[i], want = nearbyint(x);
+      cr_assert(got == want || (isnan(got) && isnan(want)),
+                "round(%.9g) = %.9g, want %.9g (%s)", x, got, want, half ? "f16" : "f32");
+      if (want == 0) cr_assert(signbit(got) == signbit(want), "round(%g): sign of zero", x);
+    }
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
 }

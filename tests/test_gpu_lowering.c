@@ -480,7 +480,7 @@ Test(gpu_lowering, int_casts_ptx) {
   }
   uint32_t f = tg_unary(&t, JIT__OP_CAST, i);
   t.nodes[f].dtype = JIT__F32;
-  tg_output(&t, f);
+  tg_output(&t, tg_unary(&t, JIT__OP_ROUND, f));
   check_ptx(&t.g);
 }
 

@@ -235,6 +235,7 @@ static unary_fn unary_fn_of(ref_unop op) {
     case REF_RSQRT: return jit_rsqrt;
     case REF_ERF: return jit_erf;
     case REF_GELU_ERF: return jit_gelu_erf;
+    case REF_ROUND: return jit_round;
   }
   return NULL;
 }
@@ -307,6 +308,7 @@ UNARY_TESTS(sqrt, REF_SQRT)
 UNARY_TESTS(rsqrt, REF_RSQRT)
 UNARY_TESTS(erf, REF_ERF)
 UNARY_TESTS(gelu_erf, REF_GELU_ERF)
+UNARY_TESTS(round, REF_ROUND)
 
 // erf where its approximation ends: 1 beyond |x| = 4 and at infinity, odd and accurate
 // for tiny x (no cancellation), NaN kept.

@@ -439,6 +439,7 @@ class Graph:
     sqrt = _unary("jit_sqrt")
     rsqrt = _unary("jit_rsqrt")
     erf = _unary("jit_erf")
+    round = _unary("jit_round")
     gelu_erf = _unary("jit_gelu_erf")
     reduce_sum = _reduce("jit_reduce_sum")
     reduce_max = _reduce("jit_reduce_max")

@@ -209,7 +209,7 @@ def _prototypes(lib):
         _fn(lib, "jit_" + name, jit_value, [c_graph_p, jit_value, jit_value])
     _fn(lib, "jit_where", jit_value, [c_graph_p, jit_value, jit_value, jit_value])
     for name in ("neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "sqrt", "rsqrt",
-                 "erf", "gelu_erf"):
+                 "erf", "gelu_erf", "round"):
         _fn(lib, "jit_" + name, jit_value, [c_graph_p, jit_value])
     for name in ("reduce_sum", "reduce_max", "reduce_mean"):
         _fn(lib, "jit_" + name, jit_value, [c_graph_p, jit_value, ctypes.c_int, ctypes.c_int])

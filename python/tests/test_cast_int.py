@@ -80,3 +80,15 @@ def test_integer_graphs_export_and_import(ctx):
         np.testing.assert_array_equal(f, table[ids])
         np.testing.assert_array_equal(q, np.array([[-7, 127], [0, -1], [127, 2], [127, 2]],
                                                   np.int8))
+
+
+def test_quantize_with_round(ctx):
+    # torch.quantize_per_tensor's arithmetic: round half to even, then saturate.
+    g = jitml.Graph(ctx, "py_quantize")
+    x = g.input("x", "float32", ("N",))
+    g.output(g.cast(g.round(x * (1.0 / 0.1)), "int8"))
+    g.finalize()
+    a = np.array([0.05, 0.15, 0.25, -0.05, -0.25, 12.7, 12.75, -12.85, 100.0, 0.049999997],
+                 np.float32)
+    want = np.clip(np.round((a * np.float32(1.0 / 0.1)).astype(np.float32)), -128, 127)
+    np.testing.assert_array_equal(g(a), want.astype(np.int8))
