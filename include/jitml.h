@@ -424,13 +424,19 @@ JIT_API jit_value jit_attention(jit_graph *graph, jit_value q, jit_value k, jit_
 JIT_API jit_value jit_cast(jit_graph *graph, jit_value x, DLDataType dtype);
 // Rows of `table` picked by `indices` (an embedding lookup; axis 0):
 // result[i..., j...] = table[indices[i...], j...], of shape indices' dims followed by
-// table's dims after the first. `indices` is a graph input of int32 or int64
-// ({kDLInt, 32 or 64, 1}); integer inputs feed nothing else and are never outputs
-// (JIT_DTYPE_MISMATCH). jit_run checks every index against the table's rows for the
-// binding first: one outside [0, rows) is JIT_INVALID_ARGUMENT naming it, and nothing
-// runs. Indices in GPU memory are not read on the host: their kernel clamps each into
-// range instead, so it never reads outside the table.
+// table's dims after the first. `indices` is int32 or int64 ({kDLInt, 32 or 64, 1}): a
+// graph input, or a jit_cast. jit_run checks every index of a host input against the
+// table's rows for the binding first: one outside [0, rows) is JIT_INVALID_ARGUMENT
+// naming it, and nothing runs. Indices it does not read on the host (in GPU memory, or
+// computed by a cast) are clamped into range by the kernel instead, so it never reads
+// outside the table.
 JIT_API jit_value jit_gather(jit_graph *graph, jit_value table, jit_value indices);
+// jit_gather along `axis` of the table (negative counts from the end), as
+// numpy.take(table, indices, axis): the result is table's dims before `axis`, then the
+// indices' dims, then table's dims after `axis`. jit_gather is axis 0. The same index
+// rules (an index outside [0, dim) is JIT_INVALID_ARGUMENT before any kernel runs).
+JIT_API jit_value jit_gather_axis(jit_graph *graph, jit_value table, jit_value indices,
+                                  int axis);
 
 // Elementwise unary ops. f16 is computed in f32 and rounded once.
 JIT_API jit_value jit_neg(jit_graph *graph, jit_value x);

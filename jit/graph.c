@@ -461,9 +461,13 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
                        jit__fmt_dims(g, b->rank, b->dims, sb, sizeof sb),
                        jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa),
                        b->rank + a->rank - 1, JIT_MAX_RANK);
+      // table[:axis] + indices + table[axis + 1:], as numpy.take(table, indices, axis).
+      int ax = n->axis;
       out->rank = b->rank + a->rank - 1;
-      memcpy(out->dims, b->dims, sizeof(int64_t) * (size_t)b->rank);
-      memcpy(out->dims + b->rank, a->dims + 1, sizeof(int64_t) * (size_t)(a->rank - 1));
+      memcpy(out->dims, a->dims, sizeof(int64_t) * (size_t)ax);
+      memcpy(out->dims + ax, b->dims, sizeof(int64_t) * (size_t)b->rank);
+      memcpy(out->dims + ax + b->rank, a->dims + ax + 1,
+             sizeof(int64_t) * (size_t)(a->rank - 1 - ax));
       return NULL;
     }
     default:
@@ -894,7 +898,15 @@ jit_value jit_matmul_int8(jit_graph *g, jit_value a, jit_value b, jit_value a_sc
 }
 
 jit_value jit_gather(jit_graph *g, jit_value table, jit_value indices) {
-  return jit__binary(g, JIT__OP_GATHER, table, indices);
+  return jit_gather_axis(g, table, indices, 0);
+}
+
+jit_value jit_gather_axis(jit_graph *g, jit_value table, jit_value indices, int axis) {
+  if (!jit__axis(g, "gather", table, &axis)) return (jit_value){0};
+  jit__gnode node = {0};
+  node.n.axis = axis;
+  jit_value v[2] = {table, indices};
+  return jit__make_node(g, JIT__OP_GATHER, v, 2, &node);
 }
 jit_value jit_where(jit_graph *g, jit_value cond, jit_value a, jit_value b) {
   jit__gnode node = {0};

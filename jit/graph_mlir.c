@@ -264,7 +264,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
     case JIT__OP_CONV2D: return jit_conv2d(g, a, b, &wp);
     case JIT__OP_MAX_POOL2D: return jit_max_pool2d(g, a, &wp);
     case JIT__OP_AVG_POOL2D: return jit_avg_pool2d(g, a, &wp);
-    case JIT__OP_GATHER: return jit_gather(g, a, b);
+    case JIT__OP_GATHER: return jit_gather_axis(g, a, b, axis);
     case JIT__OP_CONCAT: {
       jit_value v[2] = {a, b};
       return jit_concat(g, v, 2, axis);

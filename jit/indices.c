@@ -11,12 +11,12 @@
 
 #include "jit/internal.h"
 
-// The table's rows for this binding: its static first dim, the value of the symbol
-// there (from the first input dim that carries it), or -1 when only a full binding
-// could tell (a table computed with an unknown dim).
-static int64_t jit__table_rows(const jit_graph *g, const jit__node *table,
+// The table's rows (its dim `axis`) for this binding: a static size, the value of the
+// symbol there (from the first input dim that carries it), or -1 when only a full
+// binding could tell (a table computed with an unknown dim).
+static int64_t jit__table_rows(const jit_graph *g, const jit__node *table, int axis,
                                const DLTensor *inputs) {
-  int64_t d0 = table->dims[0];
+  int64_t d0 = table->dims[axis];
   if (d0 >= 0) return d0;
   if (d0 == JIT__DIM_UNKNOWN) return -1;
   for (uint32_t i = 0; i < g->n_inputs; i++) {
@@ -39,7 +39,7 @@ jit_status jit__check_indices(const jit_graph *g, const DLTensor *inputs) {
     while (k < g->n_inputs && g->inputs[k] != n->operands[1]) k++;
     const DLTensor *t = &inputs[k];
     if (k == g->n_inputs || t->device.device_type != kDLCPU) continue;
-    int64_t rows = jit__table_rows(g, &g->nodes[n->operands[0]].n, inputs);
+    int64_t rows = jit__table_rows(g, &g->nodes[n->operands[0]].n, n->axis, inputs);
     if (rows < 0) {  // rare: bind the whole graph once for this call
       if (!shapes) {
         symvals = malloc(sizeof(int64_t) * (g->n_symbols + 1));
@@ -50,7 +50,7 @@ jit_status jit__check_indices(const jit_graph *g, const DLTensor *inputs) {
         free(os);
         if (s) break;
       }
-      rows = shapes[n->operands[0]].dims[0];
+      rows = shapes[n->operands[0]].dims[n->axis];
     }
     int64_t count = 1;
     for (int d = 0; d < t->ndim; d++) count *= t->shape[d];

@@ -504,30 +504,34 @@ jit_status jit__emit_reshape(jit__emitter *e, const jit__node *n) {
   return NULL;
 }
 
-// Gather along axis 0: result[i..., j...] = table[idx[i...], j...], one generic over the
-// result reading the indices through a map and the table with tensor.extract at the
-// index clamped to [0, rows - 1], so that no index reads outside the table (jit/
-// reports indices out of range before a kernel runs).
+// Gather along `axis` (numpy.take): result[a..., i..., b...] = table[a..., idx[i...],
+// b...], one generic over the result reading the indices through a map (result dims
+// axis .. axis + ri - 1) and the table with tensor.extract at the index clamped to
+// [0, rows - 1], so that no index reads outside the table (jit/ reports indices out of
+// range before a kernel runs).
 jit_status jit__emit_gather(jit__emitter *e, const jit__node *n) {
   jit__gen_operand t = jit__node_operand(e, n->operands[0]);
   jit__gen_operand ix = jit__node_operand(e, n->operands[1]);
-  int ri = ix.rank, r = n->rank;
-  if (t.rank < 1 || r != ri + t.rank - 1) return jit__node_error(e, "gather shapes");
+  int ri = ix.rank, r = n->rank, ax = n->axis;
+  if (t.rank < 1 || ax < 0 || ax >= t.rank || r != ri + t.rank - 1)
+    return jit__node_error(e, "gather shapes");
+  for (int d = 0; d < ri; d++) ix.map[d] = ax + d;
   jit__dimval *dv = e->dv[e->cur];
   for (int d = 0; d < r; d++) {
-    const jit__gen_operand *src = d < ri ? &ix : &t;
-    int sd = d < ri ? d : d - ri + 1;
+    bool from_ix = d >= ax && d < ax + ri;
+    const jit__gen_operand *src = from_ix ? &ix : &t;
+    int sd = from_ix ? d - ax : d < ax ? d : d - ri + 1;
     if (n->dims[d] < 0 && src->dv) dv[d] = src->dv[sd];
   }
   // The last row: a constant, or rows - 1 computed before the generic.
   jit__str last = jit__value_name(e, false);
-  if (t.dims[0] >= 0) {
+  if (t.dims[ax] >= 0) {
     jit__text_printf(&e->tb, "  %s = arith.constant %lld : index\n", last.s,
-                     (long long)(t.dims[0] > 0 ? t.dims[0] - 1 : 0));
+                     (long long)(t.dims[ax] > 0 ? t.dims[ax] - 1 : 0));
   } else {
     jit__str one = jit__value_name(e, false);
     jit__text_printf(&e->tb, "  %s = arith.constant 1 : index\n"
-                     "  %s = arith.subi %s, %s : index\n", one.s, last.s, t.dv[0].s, one.s);
+                     "  %s = arith.subi %s, %s : index\n", one.s, last.s, t.dv[ax].s, one.s);
   }
   const char *it = jit__dtype_str(ix.dt), *et = jit__dtype_str(n->dtype);
   if (r == 0) {
@@ -565,10 +569,13 @@ jit_status jit__emit_gather(jit__emitter *e, const jit__node *n) {
                    "    %%gm = arith.maxsi %%gi, %%gz : index\n"
                    "    %%gc = arith.minsi %%gm, %s : index\n",
                    it, last.s);
-  for (int d = ri; d < r; d++)
-    jit__text_printf(&e->tb, "    %%gj%d = linalg.index %d : index\n", d, d);
-  jit__text_printf(&e->tb, "    %%gv = tensor.extract %s[%%gc", t.name);
-  for (int d = ri; d < r; d++) jit__text_printf(&e->tb, ", %%gj%d", d);
+  for (int d = 0; d < r; d++)
+    if (d < ax || d >= ax + ri)
+      jit__text_printf(&e->tb, "    %%gj%d = linalg.index %d : index\n", d, d);
+  jit__text_printf(&e->tb, "    %%gv = tensor.extract %s[", t.name);
+  for (int d = 0; d < ax; d++) jit__text_printf(&e->tb, "%%gj%d, ", d);
+  jit__text_printf(&e->tb, "%%gc");
+  for (int d = ax + ri; d < r; d++) jit__text_printf(&e->tb, ", %%gj%d", d);
   jit__text_printf(&e->tb, "] : %s\n    linalg.yield %%gv : %s\n  } -> %s\n",
                    jit__tensor_type(t.dt, t.rank, t.dims).s, et,
                    jit__tensor_type(n->dtype, r, n->dims).s);

@@ -640,6 +640,50 @@ Test(gather, slices_and_scalar_index) {
 }
 
 // Integer values feed only gather's indices; indices must be integers.
+// jit_gather_axis: numpy.take along the middle and last axes of a [A, 7, C] table with
+// [2, S] indices (A, C, S symbolic), against a plain-C take; an index past the axis is
+// refused naming the axis's size.
+Test(gather, other_axes) {
+  jit_context *ctx = tu_context();
+  const DLDataType i32 = {kDLInt, 32, 1};
+  for (int axis = 1; axis <= 2; axis++) {
+    jit_graph *g = tu_graph(ctx, "take");
+    int64_t A = jit_symbol(g, "A"), C = jit_symbol(g, "C"), S = jit_symbol(g, "S");
+    jit_value t = jit_input(g, "t", TU_F32, 3, (int64_t[]){A, 7, C});
+    jit_value ix = jit_input(g, "ix", i32, 2, (int64_t[]){2, S});
+    jit_output(g, jit_gather_axis(g, t, ix, axis == 2 ? -1 : axis));
+    TU_OK(jit_graph_finalize(g));
+    enum { a = 3, c = 5, s = 4 };
+    float tv[a * 7 * c], y[a * 2 * s * 7 * c];
+    for (int i = 0; i < a * 7 * c; i++) tv[i] = (float)i * 0.5f - 20.0f;
+    int dim = axis == 1 ? 7 : c;
+    int32_t iv[2 * s];
+    for (int i = 0; i < 2 * s; i++) iv[i] = (i * 5 + 3) % dim;
+    int64_t st[3] = {a, 7, c}, si[2] = {2, s};
+    int64_t sy1[4] = {a, 2, s, c}, sy2[4] = {a, 7, 2, s};
+    DLTensor ins[2] = {tu_tensor(tv, TU_F32, 3, st), tu_tensor(iv, i32, 2, si)};
+    DLTensor out = tu_tensor(y, TU_F32, 4, axis == 1 ? sy1 : sy2);
+    TU_OK(jit_run(g, ins, 2, &out, 1));
+    for (int p = 0; p < a; p++)
+      for (int q = 0; q < 2 * s; q++)
+        for (int r = 0; r < (axis == 1 ? c : 7); r++) {
+          float want = axis == 1 ? tv[(p * 7 + iv[q]) * c + r] : tv[(p * 7 + r) * c + iv[q]];
+          float got = axis == 1 ? y[(p * 2 * s + q) * c + r] : y[(p * 7 + r) * 2 * s + q];
+          cr_assert_eq(got, want, "axis %d: [%d][%d][%d] = %g, want %g", axis, p, q, r, got,
+                       want);
+        }
+    iv[3] = dim;  // one past the axis
+    jit_status s2 = jit_run(g, ins, 2, &out, 1);
+    TU_EXPECT_CODE(s2, JIT_INVALID_ARGUMENT);
+    char want_msg[32];
+    snprintf(want_msg, sizeof want_msg, "[0, %d)", dim);
+    TU_EXPECT_MSG(s2, want_msg);
+    jit_status_free(s2);
+    jit_graph_destroy(g);
+  }
+  jit_context_destroy(ctx);
+}
+
 Test(gather, dtype_rules) {
   jit_context *ctx = tu_context();
   DLDataType i64 = {kDLInt, 64, 1}, u8 = {kDLUInt, 8, 1};

@@ -448,15 +448,18 @@ class Graph:
     def softmax(self, x, axis=-1):
         return self._value(_L.jit_softmax(self._handle(), self._v(x), int(axis)), x.dtype)
 
-    def gather(self, table, indices):
-        """Rows of `table` picked by `indices` along axis 0 (an embedding lookup):
-        result[i..., j...] = table[indices[i...], j...], of shape indices.shape +
-        table.shape[1:] and table's dtype. `indices` is an int32/int64 graph input; a
-        call raises INVALID_ARGUMENT, naming the index, for one outside [0, rows)."""
-        if getattr(_L, "jit_gather", None) is None:
-            raise JitError(StatusCode.UNAVAILABLE,
-                           "this libjitml (%s) has no jit_gather" % LIBRARY_PATH)
-        return self._value(_L.jit_gather(self._handle(), self._v(table), self._v(indices)),
+    def gather(self, table, indices, axis=0):
+        """numpy.take(table, indices, axis): along axis 0 an embedding lookup,
+        result[i..., j...] = table[indices[i...], j...]; in general of shape
+        table.shape[:axis] + indices.shape + table.shape[axis + 1:] and table's dtype.
+        `indices` is int32/int64 (a graph input or a cast); a call raises
+        INVALID_ARGUMENT, naming the index, for an input index outside [0, dim)."""
+        if axis == 0:
+            f = self._need("jit_gather")
+            return self._value(f(self._handle(), self._v(table), self._v(indices)),
+                               table.dtype)
+        f = self._need("jit_gather_axis")
+        return self._value(f(self._handle(), self._v(table), self._v(indices), int(axis)),
                            table.dtype)
 
     def _opt(self, v):

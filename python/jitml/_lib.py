@@ -248,6 +248,8 @@ def _prototypes(lib):
         required=False)
     _fn(lib, "jit_string_free", None, [ctypes.c_void_p], required=False)
     _fn(lib, "jit_gather", jit_value, [c_graph_p, jit_value, jit_value], required=False)
+    _fn(lib, "jit_gather_axis", jit_value, [c_graph_p, jit_value, jit_value, ctypes.c_int],
+        required=False)
     _fn(lib, "jit_matmul_int8", jit_value,
         [c_graph_p, jit_value, jit_value, jit_value, jit_value], required=False)
     _fn(lib, "jit_attention", jit_value,
