@@ -346,9 +346,19 @@ static jit_status jit__rule_copy(const jit_graph *g, const jit__node *n, const j
     out->dims[n->axis] = len;
     return NULL;
   }
-  for (int d = 0; d < a->rank; d++)
-    if (jit__dim_known(a->dims[d])) out->dims[d] = a->dims[d] + n->span.lo[d] + n->span.hi[d];
-    else if (n->span.lo[d] || n->span.hi[d]) out->dims[d] = JIT__DIM_UNKNOWN;
+  for (int d = 0; d < a->rank; d++) {
+    int64_t lo = n->span.lo[d], hi = n->span.hi[d], size = a->dims[d];
+    if (jit__dim_known(size) && n->axis == JIT_PAD_REFLECT && (lo >= size || hi >= size))
+      return JIT_ERR(JIT_SHAPE_MISMATCH, "reflect padding of %lld before and %lld after dim "
+                     "%d of %s: each must be below the dim's size (PyTorch's rule)",
+                     (long long)lo, (long long)hi, d,
+                     jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa));
+    if (size == 0 && n->axis == JIT_PAD_REPLICATE && (lo || hi))
+      return JIT_ERR(JIT_SHAPE_MISMATCH, "replicate padding of dim %d of %s: the dim has no "
+                     "element to repeat", d, jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa));
+    if (jit__dim_known(size)) out->dims[d] = size + lo + hi;
+    else if (lo || hi) out->dims[d] = JIT__DIM_UNKNOWN;
+  }
   return NULL;
 }
 
@@ -842,7 +852,16 @@ jit_value jit_slice(jit_graph *g, jit_value x, int axis, int64_t start, int64_t 
 
 jit_value jit_pad(jit_graph *g, jit_value x, const int64_t *low, const int64_t *high,
                   double value) {
+  return jit_pad_with(g, x, low, high, JIT_PAD_CONSTANT, value);
+}
+
+jit_value jit_pad_with(jit_graph *g, jit_value x, const int64_t *low, const int64_t *high,
+                       jit_padding how, double value) {
   if (!jit__check_operand(g, "pad", x, 0)) return (jit_value){0};
+  if (how != JIT_PAD_CONSTANT && how != JIT_PAD_REFLECT && how != JIT_PAD_REPLICATE)
+    JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (pad): padding kind %d is not "
+              "JIT_PAD_CONSTANT, JIT_PAD_REFLECT or JIT_PAD_REPLICATE", g->name, g->n_nodes,
+              (int)how);
   int rank = jit__value(g, x)->rank;
   if ((!low || !high) && rank > 0)
     JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (pad): %s is NULL", g->name,
@@ -856,7 +875,10 @@ jit_value jit_pad(jit_graph *g, jit_value x, const int64_t *low, const int64_t *
     node.n.span.lo[d] = low[d];
     node.n.span.hi[d] = high[d];
   }
-  node.n.scalar = value;
+  // The kind rides in `axis`, which pads do not use otherwise: keys and the MLIR
+  // record of constant pads stay what they were.
+  node.n.axis = (int)how;
+  node.n.scalar = how == JIT_PAD_CONSTANT ? value : 0.0;
   return jit__make_node(g, JIT__OP_PAD, &x, 1, &node);
 }
 

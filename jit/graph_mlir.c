@@ -270,7 +270,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
       return jit_concat(g, v, 2, axis);
     }
     case JIT__OP_SLICE: return jit_slice(g, a, axis, span[0], span[1], span[2]);
-    case JIT__OP_PAD: return jit_pad(g, a, lo, hi, scalar);
+    case JIT__OP_PAD: return jit_pad_with(g, a, lo, hi, (jit_padding)axis, scalar);
     case JIT__OP_CAST: return jit_cast(g, a, dl);
     case JIT__OP_MATMUL_INT8:
       return jit_matmul_int8(g, a, b, (jit_value){(uint32_t)o2 + 1}, (jit_value){(uint32_t)o3 + 1});

@@ -170,6 +170,38 @@ jit_status jit__emit_index_copy(jit__emitter *e, const jit__node *n) {
                      "    %%cx = arith.addi %%cm, %s : index\n",
                      (long long)n->span.step, ax, start.s);
     extract(e, "cv", &a, ax, "%cx");
+  } else if (n->axis != JIT_PAD_CONSTANT) {
+    // Reflect: p = i - lo mirrored at both ends (-p below 0, 2 (n - 1) - p past n - 1);
+    // replicate: p clamped. Either way clamped into [0, n - 1], so every read is inside.
+    for (int d = 0; d < a.rank; d++) {
+      jit__text_printf(tb,
+                       "    %%cl%d = arith.constant %lld : index\n"
+                       "    %%cp%d = arith.subi %%ci%d, %%cl%d : index\n"
+                       "    %%cu%d = arith.constant 1 : index\n"
+                       "    %%cn%d = arith.subi %s, %%cu%d : index\n",
+                       d, (long long)n->span.lo[d], d, d, d, d, d, sizes[d].s, d);
+      char p[16];
+      snprintf(p, sizeof p, "%%cp%d", d);
+      if (n->axis == JIT_PAD_REFLECT) {
+        jit__text_printf(tb,
+                         "    %%cr%d = arith.subi %%cz, %%cp%d : index\n"
+                         "    %%cs%d = arith.cmpi slt, %%cp%d, %%cz : index\n"
+                         "    %%ca%d = arith.select %%cs%d, %%cr%d, %%cp%d : index\n"
+                         "    %%cb%d = arith.addi %%cn%d, %%cn%d : index\n"
+                         "    %%cc%d = arith.subi %%cb%d, %%ca%d : index\n"
+                         "    %%cg%d = arith.cmpi sgt, %%ca%d, %%cn%d : index\n"
+                         "    %%ch%d = arith.select %%cg%d, %%cc%d, %%ca%d : index\n",
+                         d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d);
+        snprintf(p, sizeof p, "%%ch%d", d);
+      }
+      jit__text_printf(tb,
+                       "    %%cm%d = arith.maxsi %s, %%cz : index\n"
+                       "    %%cq%d = arith.minsi %%cm%d, %%cn%d : index\n",
+                       d, p, d, d, d);
+    }
+    jit__text_printf(tb, "    %%cv = tensor.extract %s[", a.name);
+    for (int d = 0; d < a.rank; d++) jit__text_printf(tb, "%s%%cq%d", d ? ", " : "", d);
+    jit__text_printf(tb, "] : %s\n", jit__tensor_type(a.dt, a.rank, a.dims).s);
   } else {
     // Inside x on every dim: x[i - lo], else the value.
     jit__text_printf(tb, "    %%cok = arith.constant true\n");

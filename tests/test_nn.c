@@ -825,6 +825,46 @@ Test(copies, qkv_split_and_rank0_pad) {
   jit_context_destroy(ctx);
 }
 
+// Reflect and replicate padding of a [2, H] tensor (H symbolic) by (1, 3) on dim 1,
+// against a plain-C mirror / clamp; a reflect pad not below H is refused at run time.
+Test(copies, reflect_and_replicate_pads) {
+  jit_context *ctx = tu_context();
+  for (int how = JIT_PAD_REFLECT; how <= JIT_PAD_REPLICATE; how++) {
+    jit_graph *g = tu_graph(ctx, "pad_modes");
+    int64_t H = jit_symbol(g, "H");
+    jit_value x = jit_input(g, "x", TU_F32, 2, (int64_t[]){2, H});
+    jit_output(g, jit_pad_with(g, x, (int64_t[]){0, 1}, (int64_t[]){0, 3}, how, 9.0));
+    TU_OK(jit_graph_finalize(g));
+    for (int h = 4; h <= 7; h += 3) {
+      float xv[2 * 7], y[2 * 11];
+      for (int i = 0; i < 2 * h; i++) xv[i] = (float)(i * i % 17) - 8.0f;
+      int64_t sx[2] = {2, h}, sy[2] = {2, h + 4};
+      DLTensor in = tu_tensor(xv, TU_F32, 2, sx), out = tu_tensor(y, TU_F32, 2, sy);
+      TU_OK(jit_run(g, &in, 1, &out, 1));
+      for (int r = 0; r < 2; r++)
+        for (int j = 0; j < h + 4; j++) {
+          int p = j - 1;
+          int q = how == JIT_PAD_REFLECT ? (p < 0 ? -p : p > h - 1 ? 2 * (h - 1) - p : p)
+                                         : (p < 0 ? 0 : p > h - 1 ? h - 1 : p);
+          cr_assert_eq(y[r * (h + 4) + j], xv[r * h + q], "%s h=%d [%d][%d]: %g, want %g",
+                       how == JIT_PAD_REFLECT ? "reflect" : "replicate", h, r, j,
+                       y[r * (h + 4) + j], xv[r * h + q]);
+        }
+    }
+    if (how == JIT_PAD_REFLECT) {
+      float xv[6], y[14];
+      int64_t sx[2] = {2, 3}, sy[2] = {2, 7};
+      DLTensor in = tu_tensor(xv, TU_F32, 2, sx), out = tu_tensor(y, TU_F32, 2, sy);
+      jit_status s = jit_run(g, &in, 1, &out, 1);
+      TU_EXPECT_CODE(s, JIT_SHAPE_MISMATCH);
+      TU_EXPECT_MSG(s, "reflect");
+      jit_status_free(s);
+    }
+    jit_graph_destroy(g);
+  }
+  jit_context_destroy(ctx);
+}
+
 Test(copies, bad_arguments) {
   jit_context *ctx = tu_context();
   static const char *const says[] = {"differ in a dim other than axis 1", "axis 3 out of range",

@@ -603,11 +603,24 @@ class Graph:
         return self._value(f(self._handle(), self._v(x), axis, start, stop, lim(step)),
                            x.dtype)
 
-    def pad(self, x, low, high, value=0.0):
-        """Constant padding: low[d] elements of `value` before dim d and high[d] after
-        (sequences of ints, one per dim of x; each in [0, 2^30]). `value` may be an
-        infinity (a max pool's padding)."""
-        f = self._need("jit_pad")
+    def pad(self, x, low, high, value=0.0, mode="constant"):
+        """Padding: low[d] elements before dim d and high[d] after (sequences of ints,
+        one per dim of x; each in [0, 2^30]). mode "constant" fills with `value` (an
+        infinity too: a max pool's padding); "reflect" mirrors x without repeating its
+        edge (each pad below the dim's size); "replicate" repeats the edge element, as
+        torch.nn.functional.pad's modes."""
+        kinds = {"constant": 0, "reflect": 1, "replicate": 2}
+        if mode not in kinds:
+            raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s`: pad: mode %r is not "
+                           "one of %s" % (self.name, mode, ", ".join(kinds)))
+        if mode == "constant":
+            f = self._need("jit_pad")
+        else:
+            g = self._need("jit_pad_with")
+            k = kinds[mode]
+
+            def f(h, xv, lo, hi, val):
+                return g(h, xv, lo, hi, k, val)
         sides = []
         for what, v in (("low", low), ("high", high)):
             try:

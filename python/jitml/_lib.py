@@ -261,6 +261,8 @@ def _prototypes(lib):
                                       ctypes.c_int64, ctypes.c_int64], required=False)
     _fn(lib, "jit_pad", jit_value, [c_graph_p, jit_value, i64p, i64p, ctypes.c_double],
         required=False)
+    _fn(lib, "jit_pad_with", jit_value, [c_graph_p, jit_value, i64p, i64p, ctypes.c_int,
+                                         ctypes.c_double], required=False)
     _fn(lib, "jit_cast", jit_value, [c_graph_p, jit_value, DLDataType], required=False)
     _fn(lib, "jit_mlir_opt", jit_status,
         [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
