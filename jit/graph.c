@@ -924,7 +924,11 @@ jit_value jit_gather(jit_graph *g, jit_value table, jit_value indices) {
 }
 
 jit_value jit_gather_axis(jit_graph *g, jit_value table, jit_value indices, int axis) {
-  if (!jit__axis(g, "gather", table, &axis)) return (jit_value){0};
+  if (!jit__check_operand(g, "gather", table, 0)) return (jit_value){0};
+  // A rank-0 table has no axis: the shape rule says so ("rank >= 1").
+  if (jit__value(g, table)->rank > 0 && !jit__axis(g, "gather", table, &axis))
+    return (jit_value){0};
+  if (jit__value(g, table)->rank == 0) axis = 0;
   jit__gnode node = {0};
   node.n.axis = axis;
   jit_value v[2] = {table, indices};

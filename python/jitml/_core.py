@@ -707,6 +707,10 @@ class Graph:
         g._input_dtypes = [None] * n_in
         g._output_dtypes = [None] * _L.jit_graph_num_outputs(ptr)
         g._finalized = True
+        if getattr(_L, "jit_graph_output_info", None) is not None:
+            # The result types say the dtypes: outputs are allocated directly (no copy
+            # out of jit_run_alloc), and torch_op can give the graph a fake kernel.
+            g._output_dtypes = [g.output_info(j)[0] for j in range(g.num_outputs)]
         return g
 
     def to_mlir(self):

@@ -141,3 +141,34 @@ def test_eager_errors_are_jit_errors(ctx):
         f(torch.rand(3, 15), *params())
     assert e.value.code == jitml.StatusCode.SHAPE_MISMATCH
     assert "x" in e.value.message
+
+
+def test_graph_from_mlir_under_compile(ctx):
+    # A graph imported from MLIR: its result dims are `?` with no symbol, so the fake
+    # kernel gives new sizes; the op still compiles once for every batch.
+    text = """
+func.func @scale(%x: tensor<?x4xf32> {jit.dims = ["N", 4]}) -> tensor<?x4xf32> {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %x, %c0 : tensor<?x4xf32>
+  %e = tensor.empty(%n) : tensor<?x4xf32>
+  %y = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>,
+                                        affine_map<(i, j) -> (i, j)>],
+                       iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<?x4xf32>) outs(%e : tensor<?x4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %t = arith.addf %a, %a : f32
+    linalg.yield %t : f32
+  } -> tensor<?x4xf32>
+  return %y : tensor<?x4xf32>
+}
+"""
+    g = jitml.Graph.from_mlir(ctx, text, name="t2_mlir_scale")
+    assert g._output_dtypes == ["float32"]
+    f = op(ctx, "t2_mlir_scale", lambda c: g)
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    fn = torch.compile(lambda x: f(x) + 1.0, backend=counter, fullgraph=True, dynamic=True)
+    for n in (2, 5, 9):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(fn(x), 2 * x + 1.0)
+    assert counter.frame_count == 1
