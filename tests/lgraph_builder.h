@@ -68,7 +68,7 @@ static inline void expect_code(jit_status s, jit_status_code code, const char *p
 
 typedef struct tg {
   jit__node nodes[MAXN];
-  uint32_t inputs[8], outputs[2];
+  uint32_t inputs[8], outputs[8];
   jit__lgraph g;
   jit__dtype dt;
 } tg;
@@ -104,7 +104,10 @@ static inline uint32_t tg_input(tg *t, int rank, const int64_t *dims) {
   return id;
 }
 
-static inline void tg_output(tg *t, uint32_t id) { t->outputs[t->g.n_outputs++] = id; }
+static inline void tg_output(tg *t, uint32_t id) {
+  cr_assert(t->g.n_outputs < 8);
+  t->outputs[t->g.n_outputs++] = id;
+}
 
 static inline uint32_t tg_unary(tg *t, jit__op op, uint32_t x) {
   return tg_node(t, op, 1, x, 0, t->nodes[x].rank, t->nodes[x].dims);

@@ -88,7 +88,8 @@ static void *make_input(DLDataType from, int64_t n) {
                                : (i * 104729) % 70001 - 35000;
       if (from.bits == 8) ((int8_t *)p)[i] = (int8_t)(w % 128);
       else if (from.bits == 32) ((int32_t *)p)[i] = (int32_t)w;
-      else ((int64_t *)p)[i] = w * (i % 3 == 2 ? 1000003 : 1);
+      else  // large int64s (wrapping on purpose, in unsigned arithmetic)
+        ((int64_t *)p)[i] = (int64_t)((uint64_t)w * (i % 3 == 2 ? 1000003u : 1u));
     } else {
       store_float(p, from, i, (float)v);
     }
