@@ -528,15 +528,18 @@ JIT_API jit_value jit_pad(jit_graph *graph, jit_value x, const int64_t *low,
 // How jit_pad_with fills: with `value`; by mirroring x without repeating its edge
 // ([a b c d] padded by 2 each side: c b | a b c d | c b, PyTorch's "reflect", where
 // each pad must be below its dim's size); by repeating the edge element (PyTorch's
-// "replicate", for dims of at least one element).
+// "replicate", for dims of at least one element); by wrapping around (c d | a b c d |
+// a b, PyTorch's "circular", where each pad is at most its dim's size).
 typedef enum jit_padding {
   JIT_PAD_CONSTANT = 0,
   JIT_PAD_REFLECT = 1,
   JIT_PAD_REPLICATE = 2,
+  JIT_PAD_CIRCULAR = 3,
 } jit_padding;
 // jit_pad with a jit_padding (`value` is read for JIT_PAD_CONSTANT only). A reflect pad
-// that is not below its dim's size, or a replicate pad of an empty dim, is
-// JIT_SHAPE_MISMATCH (when building, or for the binding whose size breaks it).
+// that is not below its dim's size, a circular pad over it, or a replicate or circular
+// pad of an empty dim, is JIT_SHAPE_MISMATCH (when building, or for the binding whose
+// size breaks it).
 JIT_API jit_value jit_pad_with(jit_graph *graph, jit_value x, const int64_t *low,
                                const int64_t *high, jit_padding how, double value);
 // Permutes dims: result dim i is input dim perm[i]. `perm` has rank(x) entries.

@@ -353,9 +353,16 @@ static jit_status jit__rule_copy(const jit_graph *g, const jit__node *n, const j
                      "%d of %s: each must be below the dim's size (PyTorch's rule)",
                      (long long)lo, (long long)hi, d,
                      jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa));
-    if (size == 0 && n->axis == JIT_PAD_REPLICATE && (lo || hi))
-      return JIT_ERR(JIT_SHAPE_MISMATCH, "replicate padding of dim %d of %s: the dim has no "
-                     "element to repeat", d, jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa));
+    if (jit__dim_known(size) && n->axis == JIT_PAD_CIRCULAR && (lo > size || hi > size))
+      return JIT_ERR(JIT_SHAPE_MISMATCH, "circular padding of %lld before and %lld after dim "
+                     "%d of %s: each must be at most the dim's size (it wraps once)",
+                     (long long)lo, (long long)hi, d,
+                     jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa));
+    if (size == 0 && (n->axis == JIT_PAD_REPLICATE || n->axis == JIT_PAD_CIRCULAR) &&
+        (lo || hi))
+      return JIT_ERR(JIT_SHAPE_MISMATCH, "%s padding of dim %d of %s: the dim has no "
+                     "element to repeat", n->axis == JIT_PAD_REPLICATE ? "replicate" : "circular",
+                     d, jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa));
     if (jit__dim_known(size)) out->dims[d] = size + lo + hi;
     else if (lo || hi) out->dims[d] = JIT__DIM_UNKNOWN;
   }
@@ -858,10 +865,11 @@ jit_value jit_pad(jit_graph *g, jit_value x, const int64_t *low, const int64_t *
 jit_value jit_pad_with(jit_graph *g, jit_value x, const int64_t *low, const int64_t *high,
                        jit_padding how, double value) {
   if (!jit__check_operand(g, "pad", x, 0)) return (jit_value){0};
-  if (how != JIT_PAD_CONSTANT && how != JIT_PAD_REFLECT && how != JIT_PAD_REPLICATE)
+  if (how != JIT_PAD_CONSTANT && how != JIT_PAD_REFLECT && how != JIT_PAD_REPLICATE &&
+      how != JIT_PAD_CIRCULAR)
     JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (pad): padding kind %d is not "
-              "JIT_PAD_CONSTANT, JIT_PAD_REFLECT or JIT_PAD_REPLICATE", g->name, g->n_nodes,
-              (int)how);
+              "JIT_PAD_CONSTANT, JIT_PAD_REFLECT, JIT_PAD_REPLICATE or JIT_PAD_CIRCULAR",
+              g->name, g->n_nodes, (int)how);
   int rank = jit__value(g, x)->rank;
   if ((!low || !high) && rank > 0)
     JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (pad): %s is NULL", g->name,

@@ -172,7 +172,8 @@ jit_status jit__emit_index_copy(jit__emitter *e, const jit__node *n) {
     extract(e, "cv", &a, ax, "%cx");
   } else if (n->axis != JIT_PAD_CONSTANT) {
     // Reflect: p = i - lo mirrored at both ends (-p below 0, 2 (n - 1) - p past n - 1);
-    // replicate: p clamped. Either way clamped into [0, n - 1], so every read is inside.
+    // circular: p wrapped; replicate: p clamped. Every way clamped into [0, n - 1], so
+    // every read is inside.
     for (int d = 0; d < a.rank; d++) {
       jit__text_printf(tb,
                        "    %%cl%d = arith.constant %lld : index\n"
@@ -192,6 +193,15 @@ jit_status jit__emit_index_copy(jit__emitter *e, const jit__node *n) {
                          "    %%cg%d = arith.cmpi sgt, %%ca%d, %%cn%d : index\n"
                          "    %%ch%d = arith.select %%cg%d, %%cc%d, %%ca%d : index\n",
                          d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d);
+        snprintf(p, sizeof p, "%%ch%d", d);
+      } else if (n->axis == JIT_PAD_CIRCULAR) {
+        // ((p mod n) + n) mod n: p is in [-n, 2n) (each pad at most n).
+        jit__text_printf(tb,
+                         "    %%cw%d = arith.addi %%cn%d, %%cu%d : index\n"
+                         "    %%cr%d = arith.remsi %%cp%d, %%cw%d : index\n"
+                         "    %%cs%d = arith.addi %%cr%d, %%cw%d : index\n"
+                         "    %%ch%d = arith.remsi %%cs%d, %%cw%d : index\n",
+                         d, d, d, d, d, d, d, d, d, d, d, d);
         snprintf(p, sizeof p, "%%ch%d", d);
       }
       jit__text_printf(tb,

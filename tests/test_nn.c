@@ -825,11 +825,12 @@ Test(copies, qkv_split_and_rank0_pad) {
   jit_context_destroy(ctx);
 }
 
-// Reflect and replicate padding of a [2, H] tensor (H symbolic) by (1, 3) on dim 1,
-// against a plain-C mirror / clamp; a reflect pad not below H is refused at run time.
-Test(copies, reflect_and_replicate_pads) {
+// Reflect, replicate and circular padding of a [2, H] tensor (H symbolic) by (1, 3) on
+// dim 1, against a plain-C mirror / clamp / wrap; a reflect pad not below H is refused
+// at run time.
+Test(copies, reflect_replicate_circular_pads) {
   jit_context *ctx = tu_context();
-  for (int how = JIT_PAD_REFLECT; how <= JIT_PAD_REPLICATE; how++) {
+  for (int how = JIT_PAD_REFLECT; how <= JIT_PAD_CIRCULAR; how++) {
     jit_graph *g = tu_graph(ctx, "pad_modes");
     int64_t H = jit_symbol(g, "H");
     jit_value x = jit_input(g, "x", TU_F32, 2, (int64_t[]){2, H});
@@ -844,11 +845,11 @@ Test(copies, reflect_and_replicate_pads) {
       for (int r = 0; r < 2; r++)
         for (int j = 0; j < h + 4; j++) {
           int p = j - 1;
-          int q = how == JIT_PAD_REFLECT ? (p < 0 ? -p : p > h - 1 ? 2 * (h - 1) - p : p)
-                                         : (p < 0 ? 0 : p > h - 1 ? h - 1 : p);
-          cr_assert_eq(y[r * (h + 4) + j], xv[r * h + q], "%s h=%d [%d][%d]: %g, want %g",
-                       how == JIT_PAD_REFLECT ? "reflect" : "replicate", h, r, j,
-                       y[r * (h + 4) + j], xv[r * h + q]);
+          int q = how == JIT_PAD_REFLECT     ? (p < 0 ? -p : p > h - 1 ? 2 * (h - 1) - p : p)
+                  : how == JIT_PAD_CIRCULAR ? (p % h + h) % h
+                                            : (p < 0 ? 0 : p > h - 1 ? h - 1 : p);
+          cr_assert_eq(y[r * (h + 4) + j], xv[r * h + q], "padding %d h=%d [%d][%d]: %g, want %g",
+                       how, h, r, j, y[r * (h + 4) + j], xv[r * h + q]);
         }
     }
     if (how == JIT_PAD_REFLECT) {

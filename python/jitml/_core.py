@@ -607,9 +607,10 @@ class Graph:
         """Padding: low[d] elements before dim d and high[d] after (sequences of ints,
         one per dim of x; each in [0, 2^30]). mode "constant" fills with `value` (an
         infinity too: a max pool's padding); "reflect" mirrors x without repeating its
-        edge (each pad below the dim's size); "replicate" repeats the edge element, as
+        edge (each pad below the dim's size); "replicate" repeats the edge element;
+        "circular" wraps around (each pad at most the dim's size), as
         torch.nn.functional.pad's modes."""
-        kinds = {"constant": 0, "reflect": 1, "replicate": 2}
+        kinds = {"constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
         if mode not in kinds:
             raise JitError(StatusCode.INVALID_ARGUMENT, "graph `%s`: pad: mode %r is not "
                            "one of %s" % (self.name, mode, ", ".join(kinds)))
