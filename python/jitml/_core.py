@@ -1091,11 +1091,7 @@ def _maker(kind, shape, dtype):
 
 def ins_empty(kind, shape, dtype):
     """_Inputs.empty for a call whose first input is of `kind` ("torch" / "numpy")."""
-    if kind == "torch":
-        import torch
-        return torch.empty(shape, dtype=getattr(torch, dtype))
-    import numpy
-    return numpy.empty(shape, dtype=_NUMPY_STORAGE.get(dtype, dtype))
+    return _maker(kind, shape, dtype)()
 
 
 def _numpy_fix(want):

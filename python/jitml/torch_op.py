@@ -67,11 +67,15 @@ def _torch_dtype(name):
     return getattr(torch, name or "float32")
 
 
+def _static_shapes(graph, args):
+    # Shapes only: the library's shape function reads shapes and dtypes, never data.
+    specs = [_core.TensorSpec(tuple(a.shape), _core._dtype_name(a.dtype)) for a in args]
+    return graph.output_shapes(*specs)
+
+
 def _meta_kernel(graph):
     def meta(*args):
-        # Shapes only: the shape function reads shapes and dtypes, never data.
-        specs = [_core.TensorSpec(tuple(a.shape), _core._dtype_name(a.dtype)) for a in args]
-        shapes = graph.output_shapes(*specs)
+        shapes = _static_shapes(graph, args)
         outs = [torch.empty(s, dtype=_torch_dtype(d), device="meta")
                 for s, d in zip(shapes, graph._output_dtypes)]
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -88,10 +92,7 @@ def _fake_kernel(name, graph):
             raise RuntimeError("jitml::%s takes %d inputs, got %d"
                                % (name, len(in_dims), len(args)))
         if all(isinstance(s, int) for a in args for s in a.shape):
-            # Static shapes: the library's own shape function, with its errors.
-            specs = [_core.TensorSpec(tuple(a.shape), _core._dtype_name(a.dtype))
-                     for a in args]
-            shapes = graph.output_shapes(*specs)
+            shapes = _static_shapes(graph, args)  # with the library's own errors
         else:
             shapes = _symbolic_shapes(name, arg_names, in_dims, out_info, args)
         device = args[0].device if args else torch.device("cpu")
