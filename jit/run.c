@@ -302,10 +302,11 @@ void jit__count_compile(jit_context *ctx, const jit_graph *g, const char *what,
   if (art)
     jit__log(ctx, JIT_LOG_DEBUG,
              "graph `%s`: %s %s compiled in %.1f ms: MLIR %.1f ms, LLVM IR + %s passes "
-             "%.1f ms, codegen %.1f ms, %zu-byte object",
+             "%.1f ms, codegen %.1f ms, %zu-byte object%s%s%s",
              g->name, what, art->entry, ms, art->ms_mlir,
              art->llvm_passes ? art->llvm_passes : "LLVM", art->ms_llvm_opt,
-             art->ms_codegen, art->object_size);
+             art->ms_codegen, art->object_size, art->stages[0] ? " (steps, ms: " : "",
+             art->stages, art->stages[0] ? ")" : "");
 }
 
 // Compiles the kernel for one binding, stores it in the disk cache, and loads it.

@@ -10,8 +10,10 @@
 // own C pass (pass_matmul_loops.c) instead of convert-linalg-to-loops. With a dump
 // directory, every stage is written as <kernel>-NN-<stage>.mlir/.ll (dump.c).
 //
-// Every compile creates its own MLIR and LLVM contexts, so compiles on different
-// threads share nothing but the process-wide registrations done once.
+// A compile takes an MLIR context from its jit_context's pool (with the pass managers
+// and the LLVM target machine kept in it: mlir_context.c) and makes its own LLVM
+// context, so compiles on different threads share nothing but the process-wide
+// registrations done once. JITML_LOG=debug prints the time of each step.
 //
 //===----------------------------------------------------------------------===//
 #include <pthread.h>
@@ -373,26 +375,31 @@ static MlirWalkResult jit__find_unvectorized(MlirOperation op, void *user) {
   return MlirWalkResultInterrupt;
 }
 
+// Whether `op` is a heap allocation (memref.alloc: sets *user, a bool, and stops).
+static MlirWalkResult jit__find_alloc(MlirOperation op, void *user) {
+  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
+  if (name.length == 12 && memcmp(name.data, "memref.alloc", 12) == 0) {
+    *(bool *)user = true;
+    return MlirWalkResultInterrupt;
+  }
+  return MlirWalkResultAdvance;
+}
+
 // After the passes: divisions by a row's sum become multiplications by its reciprocal;
 // and streaming kernels get their non-temporal stores and row prefetches
 // (jit__cpu_stream_rows).
 // `rows`: kLLVMPipeline with its loops rotated; `unroll`: with the k-loop unrolling.
-static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_options *o,
+static jit_status jit__llvm_to_object(MlirContext ctx, LLVMModuleRef mod,
+                                      const jit__lower_options *o,
                                       const jit__cpu_plan *plan, bool rows, bool unroll,
                                       jit__artifact *out) {
-  char *err = NULL;
-  LLVMTargetRef target;
-  if (LLVMGetTargetFromTriple(o->triple, &target, &err)) {
-    jit_status s = JIT_ERR(JIT_COMPILE_ERROR, "no LLVM target for `%s`: %s", o->triple,
-                           err ? err : "");
-    LLVMDisposeMessage(err);
-    return s;
-  }
-  LLVMTargetMachineRef tm = LLVMCreateTargetMachine(
-      target, o->triple, o->cpu, o->features,
-      o->opt_level > 0 ? LLVMCodeGenLevelAggressive : LLVMCodeGenLevelNone,
-      LLVMRelocPIC, LLVMCodeModelSmall);
-  if (!tm) return JIT_ERR(JIT_COMPILE_ERROR, "cannot create an LLVM target machine");
+  bool own_tm = true;
+  LLVMTargetMachineRef tm = jit__mlir_target_machine(
+      ctx, o->triple, o->cpu, o->features,
+      o->opt_level > 0 ? LLVMCodeGenLevelAggressive : LLVMCodeGenLevelNone, &own_tm);
+  if (!tm)
+    return JIT_ERR(JIT_COMPILE_ERROR, "cannot create an LLVM target machine for `%s` (%s)",
+                   o->triple, o->cpu);
   LLVMSetTarget(mod, o->triple);
   LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
   LLVMSetModuleDataLayout(mod, dl);
@@ -423,6 +430,7 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
     LLVMDisposeErrorMessage(m);
   }
   LLVMMemoryBufferRef buf = NULL;
+  char *err = NULL;
   if (!status && LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &err, &buf)) {
     status = JIT_ERR(JIT_COMPILE_ERROR, "LLVM code generation failed: %s",
                      err ? err : "");
@@ -440,7 +448,7 @@ static jit_status jit__llvm_to_object(LLVMModuleRef mod, const jit__lower_option
     LLVMDisposeMemoryBuffer(buf);
   }
   out->ms_codegen = jit__now_ms() - t_opt;
-  LLVMDisposeTargetMachine(tm);
+  if (own_tm) LLVMDisposeTargetMachine(tm);
   return status;
 }
 
@@ -464,6 +472,17 @@ static jit_status jit__run_matmul_loops(MlirContext ctx, MlirModule module,
     return JIT_ERR(JIT_COMPILE_ERROR, "jitml-lower-matmul-to-loops failed: %s",
                    diag->len ? diag->buf : "(no diagnostic)");
   return NULL;
+}
+
+// Ends a stage of the MLIR part of a compile: appends "name ms" (since *t) to
+// out->stages, which JITML_LOG=debug prints, and restarts *t.
+static void jit__stage_end(jit__artifact *out, const char *name, double *t) {
+  double now = jit__now_ms();
+  size_t n = strlen(out->stages);
+  if (n + 1 < sizeof out->stages)
+    snprintf(out->stages + n, sizeof out->stages - n, "%s%s %.1f", n ? ", " : "", name,
+             now - *t);
+  *t = now;
 }
 
 static void jit__dump_llvm(const jit__lower_options *o, const char *kernel,
@@ -492,6 +511,8 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   LLVMContextRef llctx = NULL;
   LLVMModuleRef mod = NULL;
   jit__arg_shape *arg_shapes = NULL;
+  double t = t0;
+  jit__stage_end(out, "emit+parse", &t);
   if (options->generic) {
     arg_shapes = calloc(n_args + 1, sizeof(*arg_shapes));
     status = arg_shapes ? jit__generic_arg_shapes(module, n_args, arg_shapes)
@@ -503,6 +524,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     status = jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
     if (status) goto done;
     jit__dump_op(options, func_name, "02-fused.mlir", mop);
+    jit__stage_end(out, "fusion", &t);
     plan.script = jit__cpu_generic_script(ctx, mop, options, &plan.n_ops, &plan.threads);
     plan.parallel = plan.threads > 1;
     if (!plan.script) {
@@ -520,10 +542,12 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
       goto done;
     jit__cpu_drop_mask_selects(mop);  // once every accumulator is hoisted
     jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
+    jit__stage_end(out, "plan+tiling", &t);
   } else if (options->opt_level > 0) {
     if ((status = jit__generalize_named(ctx, module, diag))) goto done;
     status = jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
     if (status) goto done;
+    jit__stage_end(out, "fusion", &t);
     jit__cpu_normalize(ctx, mop, options);
     jit__cpu_split_k(ctx, mop, options);
     jit__dump_op(options, func_name, "02-fused.mlir", mop);
@@ -540,6 +564,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
       status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
       goto done;
     }
+    jit__stage_end(out, "plan", &t);
     if (options->dump_dir)
       jit__dump_text(options, func_name, "03-transform-script.mlir", plan.script,
                      strlen(plan.script));
@@ -548,16 +573,25 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
       goto done;
     if (plan.n_masked > 0) jit__cpu_drop_mask_selects(mop);
     jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
+    jit__stage_end(out, "tiling", &t);
   }
   status = jit__run_own_pipeline(ctx, module, kBufferizePipeline, diag, "bufferization");
   if (status) goto done;
+  jit__stage_end(out, "bufferize", &t);
   if (options->opt_level > 0) {
     int64_t stack = 0;
     jit__cpu_stack_buffers(ctx, mop, &plan, &stack);
     out->stack_bytes = (uint32_t)stack;
   }
-  status = jit__run_own_pipeline(ctx, module, kDeallocPipeline, diag, "buffer deallocation");
-  if (status) goto done;
+  // Deallocations are placed where the kernel allocates: most kernels do not (their
+  // buffers went to the stack), and the pipeline then changes nothing (~1.5-2.5 ms).
+  bool allocs = false;
+  mlirOperationWalk(mop, jit__find_alloc, &allocs, MlirWalkPreOrder);
+  if (allocs) {
+    status = jit__run_own_pipeline(ctx, module, kDeallocPipeline, diag, "buffer deallocation");
+    if (status) goto done;
+    jit__stage_end(out, "dealloc", &t);
+  }
   if (options->opt_level <= 0 && (status = jit__run_matmul_loops(ctx, module, diag)))
     goto done;
   jit__dump_op(options, func_name, "04-bufferized.mlir", mop);
@@ -595,6 +629,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
     goto done;
   }
   jit__dump_op(options, func_name, "05-llvm-dialect.mlir", mop);
+  jit__stage_end(out, "to LLVM dialect", &t);
 
   double t1 = jit__now_ms();
   out->ms_mlir = t1 - t0;
@@ -613,9 +648,10 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   out->n_args = n_args;
   status = jit__add_entry(llctx, mod, func_name, out->entry, out->n_args, arg_shapes);
   if (status) goto done;
+  jit__stage_end(out, "translate", &t);
   if (plan.wide_vectors) jit__cpu_prefer_wide_vectors(mod);
   jit__dump_llvm(options, func_name, "06-llvm.ll", mod);
-  status = jit__llvm_to_object(mod, options, &plan, rows, unroll, out);
+  status = jit__llvm_to_object(ctx, mod, options, &plan, rows, unroll, out);
   jit__dump_llvm(options, func_name, "07-llvm-optimized.ll", mod);
   out->ms_llvm_opt = jit__now_ms() - t1 - out->ms_codegen;
 

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <llvm-c/TargetMachine.h>
 #include <mlir-c/Diagnostics.h>
 #include <mlir-c/IR.h>
 #include <mlir-c/Pass.h>
@@ -63,6 +64,13 @@ MlirContext jit__mlir_pool_take(jit__mlir_pool *pool, int *uses);
 // Gives `ctx` back after a compile (its diagnostic handler detached), or destroys it
 // when it has served its compiles or the pool is full.
 void jit__mlir_pool_give(jit__mlir_pool *pool, MlirContext ctx, int uses);
+
+// An LLVM target machine for a compile in `ctx`: the one kept with `ctx` when it came
+// from a pool and has these settings (*owned = false: do not dispose it), else a new
+// one (*owned = true when the caller must dispose it). NULL: no such target.
+LLVMTargetMachineRef jit__mlir_target_machine(MlirContext ctx, const char *triple,
+                                              const char *cpu, const char *features,
+                                              LLVMCodeGenOptLevel level, bool *owned);
 
 // jit__mlir_run_pipeline; `verify`: run the verifier after every pass (MLIR's
 // default), which a compile's own pipelines on verified IR skip.

@@ -206,7 +206,8 @@ typedef struct jit__lgraph {
 
 // MLIR contexts kept between the CPU compiles of one jit_context, so that a compile
 // does not create a context and load its dialects again (~8 % of a compile's
-// instructions). Thread-safe: concurrent compiles take different contexts. A context
+// instructions), with the pass managers built in each (parsed and initialized once)
+// and its LLVM target machine (~4 % more). Thread-safe: concurrent compiles take different contexts. A context
 // is retired after JIT__MLIR_POOL_USES compiles, so the types and attributes it
 // uniques stay bounded in a long-running process.
 typedef struct jit__mlir_pool jit__mlir_pool;
@@ -247,6 +248,8 @@ typedef struct jit__artifact {
   double ms_llvm_opt;     // translation to LLVM IR and LLVM's passes
   double ms_codegen;      // machine code emission
   const char *llvm_passes;  // LLVM pipeline: "light" [+ rotate] [+ k-unroll], or "O0"
+  // The CPU compile's steps up to LLVM IR as "name ms, ..." (empty for GPU kernels).
+  char stages[192];
 } jit__artifact;
 
 // Frees what `artifact` owns (not the struct itself). NULL is a no-op.

@@ -3,7 +3,8 @@
 // What every compile (CPU, GPU, import) does with MLIR before and around its own
 // steps: register everything once per process, make a context whose diagnostics are
 // collected as text for the status (never printed), reuse contexts through a small
-// pool, and run textual pass pipelines with failures turned into statuses.
+// pool (each with the pass managers and the LLVM target machine its compiles built),
+// and run textual pass pipelines with failures turned into statuses.
 //
 //===----------------------------------------------------------------------===//
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
 #include <mlir-c/Diagnostics.h>
 #include <mlir-c/IR.h>
 #include <mlir-c/Pass.h>
@@ -127,13 +129,45 @@ MlirContext jit__mlir_context_create(jit__diag *diag) {
 #define JIT__MLIR_POOL_SIZE 4   // contexts kept idle: concurrent compiles beyond it
                                 // make (and destroy) their own
 #define JIT__MLIR_POOL_USES 32  // compiles per context before it is retired
+#define JIT__MLIR_PMS 12        // pass managers a pooled context keeps
+
+// A pooled context and what was built in it: its pass managers, parsed from their
+// pipeline text once and initialized once (canonicalize freezes its patterns then,
+// ~2 % of a compile), and the LLVM target machine of its compiles (creating one
+// creates its subtarget, another ~2 %). Used by one compile at a time.
+typedef struct jit__mlir_ws {
+  MlirContext ctx;
+  int uses;
+  int n_pms;
+  struct {
+    char *pipeline;
+    bool verify;
+    MlirPassManager pm;
+  } pms[JIT__MLIR_PMS];
+  LLVMTargetMachineRef tm;
+  char *tm_key;  // triple, cpu, features, level of `tm`
+  struct jit__mlir_ws *prev;  // the thread's current workspace before this one
+} jit__mlir_ws;
 
 struct jit__mlir_pool {
   pthread_mutex_t mu;
   int n;
-  MlirContext idle[JIT__MLIR_POOL_SIZE];
-  int uses[JIT__MLIR_POOL_SIZE];
+  jit__mlir_ws *idle[JIT__MLIR_POOL_SIZE];
 };
+
+// The workspace of the compile running on this thread (nested takes stack up).
+static _Thread_local jit__mlir_ws *jit__ws_current;
+
+static void jit__ws_destroy(jit__mlir_ws *ws) {
+  for (int i = 0; i < ws->n_pms; i++) {
+    mlirPassManagerDestroy(ws->pms[i].pm);
+    free(ws->pms[i].pipeline);
+  }
+  if (ws->tm) LLVMDisposeTargetMachine(ws->tm);
+  free(ws->tm_key);
+  mlirContextDestroy(ws->ctx);
+  free(ws);
+}
 
 jit__mlir_pool *jit__mlir_pool_create(void) {
   jit__mlir_pool *p = calloc(1, sizeof *p);
@@ -143,52 +177,113 @@ jit__mlir_pool *jit__mlir_pool_create(void) {
 
 void jit__mlir_pool_destroy(jit__mlir_pool *p) {
   if (!p) return;
-  for (int i = 0; i < p->n; i++) mlirContextDestroy(p->idle[i]);
+  for (int i = 0; i < p->n; i++) jit__ws_destroy(p->idle[i]);
   pthread_mutex_destroy(&p->mu);
   free(p);
 }
 
 // A context for one compile, from `p` when it has one idle (its compile count in
-// *uses), else a new one (*uses = 0).
+// *uses), else a new one (*uses = 0). Until it is given back, it is this thread's
+// current workspace: its pipelines and target machine are kept.
 MlirContext jit__mlir_pool_take(jit__mlir_pool *p, int *uses) {
   *uses = 0;
+  jit__mlir_ws *ws = NULL;
   if (p) {
     pthread_mutex_lock(&p->mu);
-    if (p->n > 0) {
-      p->n--;
-      MlirContext ctx = p->idle[p->n];
-      *uses = p->uses[p->n];
-      pthread_mutex_unlock(&p->mu);
-      return ctx;
-    }
+    if (p->n > 0) ws = p->idle[--p->n];
     pthread_mutex_unlock(&p->mu);
   }
-  return jit__mlir_context_new();
+  if (!ws) {
+    ws = calloc(1, sizeof *ws);
+    if (!ws) return jit__mlir_context_new();  // runs uncached
+    ws->ctx = jit__mlir_context_new();
+  }
+  *uses = ws->uses;
+  ws->prev = jit__ws_current;
+  jit__ws_current = ws;
+  return ws->ctx;
 }
 
 // Gives `ctx` back after a compile (its diagnostic handler detached), or destroys it
 // when it has served its compiles or the pool is full.
 void jit__mlir_pool_give(jit__mlir_pool *p, MlirContext ctx, int uses) {
+  jit__mlir_ws *ws = jit__ws_current;
+  if (!ws || ws->ctx.ptr != ctx.ptr) {  // taken when out of memory: no workspace
+    mlirContextDestroy(ctx);
+    return;
+  }
+  jit__ws_current = ws->prev;
+  ws->prev = NULL;
+  ws->uses = uses;
   if (p && uses < JIT__MLIR_POOL_USES) {
     pthread_mutex_lock(&p->mu);
     if (p->n < JIT__MLIR_POOL_SIZE) {
-      p->idle[p->n] = ctx;
-      p->uses[p->n] = uses;
-      p->n++;
+      p->idle[p->n++] = ws;
       pthread_mutex_unlock(&p->mu);
       return;
     }
     pthread_mutex_unlock(&p->mu);
   }
-  mlirContextDestroy(ctx);
+  jit__ws_destroy(ws);
+}
+
+// The current workspace when it holds `ctx`, else NULL.
+static jit__mlir_ws *jit__ws_of(MlirContext ctx) {
+  jit__mlir_ws *ws = jit__ws_current;
+  return ws && ws->ctx.ptr == ctx.ptr ? ws : NULL;
+}
+
+LLVMTargetMachineRef jit__mlir_target_machine(MlirContext ctx, const char *triple,
+                                              const char *cpu, const char *features,
+                                              LLVMCodeGenOptLevel level, bool *owned) {
+  *owned = true;
+  char *err = NULL;
+  LLVMTargetRef target;
+  if (LLVMGetTargetFromTriple(triple, &target, &err)) {
+    LLVMDisposeMessage(err);
+    return NULL;
+  }
+  jit__mlir_ws *ws = jit__ws_of(ctx);
+  char *key = NULL;
+  if (ws) {
+    size_t n = strlen(triple) + strlen(cpu) + strlen(features) + 8;
+    key = malloc(n);
+    if (key) snprintf(key, n, "%s|%s|%s|%d", triple, cpu, features, (int)level);
+    if (key && ws->tm && strcmp(key, ws->tm_key) == 0) {
+      free(key);
+      *owned = false;
+      return ws->tm;
+    }
+  }
+  LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features, level,
+                                                    LLVMRelocPIC, LLVMCodeModelSmall);
+  if (tm && key) {
+    if (ws->tm) LLVMDisposeTargetMachine(ws->tm);
+    free(ws->tm_key);
+    ws->tm = tm;
+    ws->tm_key = key;
+    *owned = false;
+    return tm;
+  }
+  free(key);
+  return tm;
 }
 
 //===--- Pass pipelines --------------------------------------------------===//
 
-// `verify`: run the verifier after every pass (MLIR's default).
-jit_status jit__mlir_run_pipeline_verify(MlirContext ctx, MlirModule module,
-                                    const char *pipeline, jit__diag *diag,
-                                    const char *stage, bool verify) {
+// A pass manager for `pipeline` in `ctx` (parsed errors into `diag`), kept in the
+// current workspace (*owned = false) or the caller's to destroy (*owned = true).
+static MlirPassManager jit__pass_manager(MlirContext ctx, const char *pipeline,
+                                         bool verify, jit__diag *diag, bool *owned) {
+  jit__mlir_ws *ws = jit__ws_of(ctx);
+  *owned = true;
+  if (ws) {
+    for (int i = 0; i < ws->n_pms; i++)
+      if (ws->pms[i].verify == verify && strcmp(ws->pms[i].pipeline, pipeline) == 0) {
+        *owned = false;
+        return ws->pms[i].pm;
+      }
+  }
   MlirPassManager pm = mlirPassManagerCreate(ctx);
   mlirPassManagerEnableVerifier(pm, verify);
   MlirLogicalResult r = mlirParsePassPipeline(
@@ -196,10 +291,31 @@ jit_status jit__mlir_run_pipeline_verify(MlirContext ctx, MlirModule module,
       jit__diag_append, diag);
   if (mlirLogicalResultIsFailure(r)) {
     mlirPassManagerDestroy(pm);
-    return JIT_ERR(JIT_INTERNAL, "%s: bad pass pipeline: %s", stage, diag->buf);
+    return (MlirPassManager){NULL};
   }
-  r = mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(module));
-  mlirPassManagerDestroy(pm);
+  if (ws && ws->n_pms < JIT__MLIR_PMS) {
+    char *copy = strdup(pipeline);
+    if (copy) {
+      ws->pms[ws->n_pms].pipeline = copy;
+      ws->pms[ws->n_pms].verify = verify;
+      ws->pms[ws->n_pms].pm = pm;
+      ws->n_pms++;
+      *owned = false;
+    }
+  }
+  return pm;
+}
+
+// `verify`: run the verifier after every pass (MLIR's default).
+jit_status jit__mlir_run_pipeline_verify(MlirContext ctx, MlirModule module,
+                                    const char *pipeline, jit__diag *diag,
+                                    const char *stage, bool verify) {
+  bool owned;
+  MlirPassManager pm = jit__pass_manager(ctx, pipeline, verify, diag, &owned);
+  if (mlirPassManagerIsNull(pm))
+    return JIT_ERR(JIT_INTERNAL, "%s: bad pass pipeline: %s", stage, diag->buf);
+  MlirLogicalResult r = mlirPassManagerRunOnOp(pm, mlirModuleGetOperation(module));
+  if (owned) mlirPassManagerDestroy(pm);
   if (mlirLogicalResultIsFailure(r))
     return JIT_ERR(JIT_COMPILE_ERROR, "%s failed: %s", stage,
                    diag->len ? diag->buf : "(no diagnostic)");
