@@ -515,12 +515,22 @@ JIT_API jit_value jit_avg_pool2d(jit_graph *graph, jit_value x,
 JIT_API jit_value jit_concat(jit_graph *graph, const jit_value *values, int n, int axis);
 // Elements start, start + step, ... before stop along `axis`, NumPy's x[start:stop:step]:
 // a negative bound counts from the end, bounds are clamped to the dim, step >= 1
-// (JIT_SLICE_END: to the end). The dim may be symbolic; the bounds are fixed numbers.
+// (JIT_SLICE_END: to the end). The dim may be symbolic; the bounds are fixed numbers
+// (jit_slice_symbolic: bounds that follow a symbol).
 // A slice that is empty for a binding is JIT_SHAPE_MISMATCH (empty values are not
 // supported).
 #define JIT_SLICE_END INT64_MAX
 JIT_API jit_value jit_slice(jit_graph *graph, jit_value x, int axis, int64_t start,
                             int64_t stop, int64_t step);
+// jit_slice with bounds that follow a symbol: start is `start` plus, when start_symbol
+// is a symbol from jit_symbol (0: none), that symbol's size in the binding; stop the
+// same. The sums then follow jit_slice's rules (a negative one counts from the end,
+// both are clamped), e.g. x[:, :S] (stop_symbol S, stop 0) or a cache's x[P - 1 : P + 1]
+// (symbols P, offsets -1 and 1). A symbol must be a dim of some input (else
+// JIT_INVALID_ARGUMENT at finalize), an offset next to a symbol within +-2^40.
+JIT_API jit_value jit_slice_symbolic(jit_graph *graph, jit_value x, int axis,
+                                     int64_t start_symbol, int64_t start,
+                                     int64_t stop_symbol, int64_t stop, int64_t step);
 // Constant padding: low[d] elements of `value` before dim d and high[d] after (each in
 // [0, 2^30]; rank(x) entries).
 JIT_API jit_value jit_pad(jit_graph *graph, jit_value x, const int64_t *low,

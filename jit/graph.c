@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include <ctype.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,7 +311,8 @@ static jit_status jit__rule_window(const jit_graph *g, const jit__node *n, const
 
 // concat (a, b along n->axis), slice (a's n->axis), pad (every dim of a).
 static jit_status jit__rule_copy(const jit_graph *g, const jit__node *n, const jit__node *a,
-                                 const jit__node *b, jit__node *out) {
+                                 const jit__node *b, const int64_t *symvals,
+                                 jit__node *out) {
   char sa[160], sb[160];
   out->rank = a->rank;
   memcpy(out->dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
@@ -331,17 +333,24 @@ static jit_status jit__rule_copy(const jit_graph *g, const jit__node *n, const j
   }
   if (n->op == JIT__OP_SLICE) {
     int64_t len = 0, start = 0, in = a->dims[n->axis];
-    if (!jit__dim_known(in)) {
+    jit__span span = n->span;
+    if (symvals) {  // a binding: the bounds' symbols become their sizes
+      if (span.lo_sym) span.lo[0] += symvals[JIT__SYMBOL_INDEX(span.lo_sym)];
+      if (span.hi_sym) span.hi[0] += symvals[JIT__SYMBOL_INDEX(span.hi_sym)];
+      span.lo_sym = span.hi_sym = 0;
+      out->span = span;
+    }
+    if (!jit__dim_known(in) || span.lo_sym || span.hi_sym) {
       out->dims[n->axis] = JIT__DIM_UNKNOWN;
       return NULL;
     }
-    jit__slice_bounds(in, &n->span, &start, &len);
+    jit__slice_bounds(in, &span, &start, &len);
     if (len == 0)
       return JIT_ERR(JIT_SHAPE_MISMATCH,
                      "the slice [%lld:%lld:%lld] of axis %d of %s is empty (empty values "
                      "are not supported)",
-                     (long long)n->span.lo[0], (long long)n->span.hi[0],
-                     (long long)n->span.step, n->axis,
+                     (long long)span.lo[0], (long long)span.hi[0],
+                     (long long)span.step, n->axis,
                      jit__fmt_dims(g, a->rank, a->dims, sa, sizeof sa));
     out->dims[n->axis] = len;
     return NULL;
@@ -441,7 +450,7 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
     case JIT__OP_CONV2D: case JIT__OP_MAX_POOL2D: case JIT__OP_AVG_POOL2D:
       return jit__rule_window(g, n, a, b, out);
     case JIT__OP_CONCAT: case JIT__OP_SLICE: case JIT__OP_PAD:
-      return jit__rule_copy(g, n, a, b, out);
+      return jit__rule_copy(g, n, a, b, symvals, out);
     case JIT__OP_ATTENTION:
       return jit__rule_attention(g, ops, decl, out);
     case JIT__OP_MATMUL_INT8: {
@@ -843,8 +852,9 @@ jit_value jit_concat(jit_graph *g, const jit_value *values, int n, int axis) {
   return acc;
 }
 
-jit_value jit_slice(jit_graph *g, jit_value x, int axis, int64_t start, int64_t stop,
-                    int64_t step) {
+// A slice node; lo_sym / hi_sym: 0 or the symbol added to start / stop.
+static jit_value jit__slice(jit_graph *g, jit_value x, int axis, int64_t start,
+                            int64_t stop, int64_t step, int64_t lo_sym, int64_t hi_sym) {
   if (!jit__axis(g, "slice", x, &axis)) return (jit_value){0};
   if (step < 1 || step > kMaxSpan)
     JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (slice): step %lld not in "
@@ -854,7 +864,34 @@ jit_value jit_slice(jit_graph *g, jit_value x, int axis, int64_t start, int64_t 
   node.n.span.lo[0] = start;
   node.n.span.hi[0] = stop;
   node.n.span.step = step;
+  node.n.span.lo_sym = lo_sym;
+  node.n.span.hi_sym = hi_sym;
   return jit__make_node(g, JIT__OP_SLICE, &x, 1, &node);
+}
+
+jit_value jit_slice(jit_graph *g, jit_value x, int axis, int64_t start, int64_t stop,
+                    int64_t step) {
+  return jit__slice(g, x, axis, start, stop, step, 0, 0);
+}
+
+static const int64_t kMaxSymbolOffset = INT64_C(1) << 40;
+
+jit_value jit_slice_symbolic(jit_graph *g, jit_value x, int axis, int64_t start_symbol,
+                             int64_t start, int64_t stop_symbol, int64_t stop, int64_t step) {
+  if (!g) return (jit_value){0};
+  const int64_t sym[2] = {start_symbol, stop_symbol}, off[2] = {start, stop};
+  for (int i = 0; i < 2; i++) {
+    const char *which = i ? "stop" : "start";
+    if (sym[i] != 0 && (sym[i] > -2 || JIT__SYMBOL_INDEX(sym[i]) >= g->n_symbols))
+      JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (slice): %s_symbol %lld is "
+                "neither 0 nor a symbol of this graph", g->name, g->n_nodes, which,
+                (long long)sym[i]);
+    if (sym[i] != 0 && (off[i] > kMaxSymbolOffset || off[i] < -kMaxSymbolOffset))
+      JIT__FAIL(g, JIT_INVALID_ARGUMENT, "graph `%s`: node %u (slice): %s %lld next to "
+                "symbol %s is not within +-2^40", g->name, g->n_nodes, which,
+                (long long)off[i], g->symbols[JIT__SYMBOL_INDEX(sym[i])]);
+  }
+  return jit__slice(g, x, axis, start, stop, step, start_symbol, stop_symbol);
 }
 
 jit_value jit_pad(jit_graph *g, jit_value x, const int64_t *low, const int64_t *high,
@@ -1138,24 +1175,36 @@ jit_value jit_reshape(jit_graph *g, jit_value x, int rank, const int64_t *dims) 
 
 //===--- Finalize --------------------------------------------------------===//
 
-// A symbol used by a reshape must be bound by some input, or it has no value.
+// Whether symbol `code` is a dim of some input of `g` (which gives it its value).
+static bool jit__symbol_bound(const jit_graph *g, int64_t code) {
+  for (uint32_t k = 0; k < g->n_inputs; k++) {
+    const jit__node *in = &g->nodes[g->inputs[k]].n;
+    for (int j = 0; j < in->rank; j++)
+      if (in->dims[j] == code) return true;
+  }
+  return false;
+}
+
+// A symbol used by a reshape or a slice's bound must be bound by some input, or it has
+// no value.
 static jit_status jit__check_symbols_bound(const jit_graph *g) {
   for (uint32_t i = 0; i < g->n_nodes; i++) {
     const jit__gnode *gn = &g->nodes[i];
-    if (gn->n.op != JIT__OP_RESHAPE) continue;
-    for (int d = 0; d < gn->n.rank; d++) {
-      if (gn->req[d] > -2) continue;
-      bool bound = false;
-      for (uint32_t k = 0; k < g->n_inputs && !bound; k++) {
-        const jit__node *in = &g->nodes[g->inputs[k]].n;
-        for (int j = 0; j < in->rank; j++) bound |= in->dims[j] == gn->req[d];
-      }
-      if (!bound)
-        return JIT_ERR(JIT_INVALID_ARGUMENT,
-                       "graph `%s`: node %u (reshape): symbol %s is not a dim of any "
-                       "input, so it has no value at run time",
-                       g->name, i, g->symbols[JIT__SYMBOL_INDEX(gn->req[d])]);
+    int64_t used[JIT_MAX_RANK];
+    int n_used = 0;
+    if (gn->n.op == JIT__OP_RESHAPE) {
+      for (int d = 0; d < gn->n.rank; d++)
+        if (gn->req[d] <= -2) used[n_used++] = gn->req[d];
+    } else if (gn->n.op == JIT__OP_SLICE) {
+      if (gn->n.span.lo_sym) used[n_used++] = gn->n.span.lo_sym;
+      if (gn->n.span.hi_sym) used[n_used++] = gn->n.span.hi_sym;
     }
+    for (int k = 0; k < n_used; k++)
+      if (!jit__symbol_bound(g, used[k]))
+        return JIT_ERR(JIT_INVALID_ARGUMENT,
+                       "graph `%s`: node %u (%s): symbol %s is not a dim of any input, so "
+                       "it has no value at run time", g->name, i, jit__op_name(gn->n.op),
+                       g->symbols[JIT__SYMBOL_INDEX(used[k])]);
   }
   return NULL;
 }
@@ -1186,8 +1235,11 @@ static void jit__fingerprint(jit_graph *g) {
     if (gn->n.n_operands > 2) XXH3_128bits_update(st, &gn->n.operands[2], sizeof(uint32_t));
     if (gn->n.n_operands > 3) XXH3_128bits_update(st, &gn->n.operands[3], sizeof(uint32_t));
     if (gn->n.op == JIT__OP_ATTENTION) XXH3_128bits_update(st, &gn->n.causal, sizeof(bool));
-    if (gn->n.op == JIT__OP_SLICE || gn->n.op == JIT__OP_PAD)
-      XXH3_128bits_update(st, &gn->n.span, sizeof gn->n.span);
+    if (gn->n.op == JIT__OP_SLICE || gn->n.op == JIT__OP_PAD) {
+      XXH3_128bits_update(st, &gn->n.span, offsetof(jit__span, lo_sym));
+      if (gn->n.span.lo_sym || gn->n.span.hi_sym)  // jit_slice_symbolic's, after the rest
+        XXH3_128bits_update(st, &gn->n.span.lo_sym, 2 * sizeof(int64_t));
+    }
     if (jit__op_is_window(gn->n.op)) {
       const jit__window *w = &gn->n.win;
       int32_t win[14] = {w->nhwc,      w->kernel[0], w->kernel[1],   w->stride[0],

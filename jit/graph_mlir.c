@@ -210,8 +210,16 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   if (r->bad || o2 < 0 || (op == JIT__OP_WHERE && (nops != 3 || o2 >= (long long)g->n_nodes)))
     return (jit_value){0};
   int64_t span[3] = {0, 0, 1}, lo[JIT_MAX_RANK] = {0}, hi[JIT_MAX_RANK] = {0};
-  if (op == JIT__OP_SLICE)
+  int64_t span_sym[2] = {0, 0};
+  if (op == JIT__OP_SLICE) {
     for (int i = 0; i < 3; i++) span[i] = jit__rd_int(r);
+    while (*r->p == ' ') r->p++;
+    if (*r->p == 's') {
+      r->p++;
+      span_sym[0] = jit__rd_int(r);
+      span_sym[1] = jit__rd_int(r);
+    }
+  }
   int in_rank = op == JIT__OP_PAD ? (int)jit__rd_int(r) : 0;
   if (in_rank < 0 || in_rank > JIT_MAX_RANK) r->bad = true;
   for (int d = 0; d < in_rank && !r->bad; d++) lo[d] = jit__rd_int(r), hi[d] = jit__rd_int(r);
@@ -269,7 +277,8 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
       jit_value v[2] = {a, b};
       return jit_concat(g, v, 2, axis);
     }
-    case JIT__OP_SLICE: return jit_slice(g, a, axis, span[0], span[1], span[2]);
+    case JIT__OP_SLICE:
+      return jit_slice_symbolic(g, a, axis, span_sym[0], span[0], span_sym[1], span[1], span[2]);
     case JIT__OP_PAD: return jit_pad_with(g, a, lo, hi, (jit_padding)axis, scalar);
     case JIT__OP_CAST: return jit_cast(g, a, dl);
     case JIT__OP_MATMUL_INT8:
@@ -464,9 +473,14 @@ static void jit__graph_record(const jit_graph *g, jit__text *b) {
     if (n->op == JIT__OP_ATTENTION)
       jit__text_printf(b, " %d %u %u %d", n->n_operands, n->operands[2],
                        n->n_operands > 3 ? n->operands[3] : 0u, (int)n->causal);
-    if (n->op == JIT__OP_SLICE)
+    if (n->op == JIT__OP_SLICE) {
       jit__text_printf(b, " %lld %lld %lld", (long long)n->span.lo[0],
                        (long long)n->span.hi[0], (long long)n->span.step);
+      // Bounds that follow symbols (jit_slice_symbolic) only: older records lack it.
+      if (n->span.lo_sym || n->span.hi_sym)
+        jit__text_printf(b, " s %lld %lld", (long long)n->span.lo_sym,
+                         (long long)n->span.hi_sym);
+    }
     if (n->op == JIT__OP_PAD) {
       int xr = g->nodes[n->operands[0]].n.rank;
       jit__text_printf(b, " %d", xr);

@@ -136,6 +136,9 @@ jit__str jit__emit_f16_result(jit__emitter *e, const char *acc, int rank, const 
                            const jit__dimval *dv, bool final);
 // An index constant at function level (any value).
 jit__str jit__emit_index_const(jit__emitter *e, int64_t v);
+// The value of symbol `code` (symbolic mode): the first input dim that carries it;
+// NULL when no input does.
+const jit__dimval *jit__symbol_value(const jit__emitter *e, int64_t code);
 // An index value at function level: the constant `size`, or dv's value when `size`
 // is `?` (< 0).
 jit__str jit__emit_size(jit__emitter *e, int64_t size, const jit__dimval *dv);

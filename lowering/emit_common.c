@@ -720,3 +720,12 @@ jit__str jit__emit_reshape_dyn(jit__emitter *e, const char *x, jit__dtype dt, in
                    jit__tensor_type(dt, to_rank, to).s);
   return res;
 }
+
+const jit__dimval *jit__symbol_value(const jit__emitter *e, int64_t code) {
+  for (uint32_t i = 0; i < e->g->n_inputs; i++) {
+    const jit__node *in = &e->g->nodes[e->g->inputs[i]];
+    for (int d = 0; d < in->rank; d++)
+      if (in->dims[d] == code) return &e->dv[e->g->inputs[i]][d];
+  }
+  return NULL;
+}

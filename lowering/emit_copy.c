@@ -42,22 +42,38 @@ static void index_const(jit__emitter *e, int64_t v, jit__dimval *out) {
   snprintf(out->s, sizeof out->s, "%.39s", c.s);
 }
 
-// A slice's start and length on a `?` dim of size `n` (NumPy's clamping, as
-// jit__slice_bounds): start = clamp(lo < 0 ? lo + n : lo, 0, n), same for stop, and
-// length = stop > start ? (stop - start - 1) / step + 1 : 0.
-static void slice_values(jit__emitter *e, const char *n, const jit__span *s,
-                         jit__dimval *start, jit__dimval *len) {
+// A slice's start and length on a dim of size `n` (an index value: a `?` dim, or a
+// bound that follows a symbol), NumPy's clamping as jit__slice_bounds: start =
+// clamp(lo < 0 ? lo + n : lo, 0, n), same for stop, and length = stop > start ?
+// (stop - start - 1) / step + 1 : 0. A bound with a symbol is that symbol's value plus
+// lo[0] (hi[0]), whose sign is known only at run time.
+static jit_status slice_values(jit__emitter *e, const char *n, const jit__span *s,
+                               jit__dimval *start, jit__dimval *len) {
   jit__dimval zero, b[2];
   index_const(e, 0, &zero);
   for (int i = 0; i < 2; i++) {
-    int64_t v = i ? s->hi[0] : s->lo[0];
+    int64_t v = i ? s->hi[0] : s->lo[0], sym = i ? s->hi_sym : s->lo_sym;
     jit__dimval c, t;
-    if (v < 0) {
-      index_const(e, v, &c);
+    index_const(e, v, &c);
+    if (sym) {
+      const jit__dimval *sv = jit__symbol_value(e, sym);
+      if (!sv || !sv->s[0]) return jit__node_error(e, "a slice bound's symbol is no input dim");
+      jit__dimval x, neg, wrapped, sel, lo;
+      index_op(e, "addi", sv->s, c.s, &x);
+      index_op(e, "addi", x.s, n, &wrapped);
+      jit__str cmp = jit__value_name(e, false);
+      jit__text_printf(&e->tb, "  %s = arith.cmpi slt, %s, %s : index\n", cmp.s, x.s, zero.s);
+      snprintf(neg.s, sizeof neg.s, "%.39s", cmp.s);
+      jit__str r = jit__value_name(e, false);
+      jit__text_printf(&e->tb, "  %s = arith.select %s, %s, %s : index\n", r.s, neg.s,
+                       wrapped.s, x.s);
+      snprintf(sel.s, sizeof sel.s, "%.39s", r.s);
+      index_op(e, "maxsi", sel.s, zero.s, &lo);
+      index_op(e, "minsi", lo.s, n, &b[i]);
+    } else if (v < 0) {
       index_op(e, "addi", n, c.s, &t);
       index_op(e, "maxsi", t.s, zero.s, &b[i]);
     } else {
-      index_const(e, v, &c);
       index_op(e, "minsi", c.s, n, &b[i]);
     }
   }
@@ -71,6 +87,7 @@ static void slice_values(jit__emitter *e, const char *n, const jit__span *s,
   index_op(e, "addi", l.s, one.s, &q);
   // Empty when stop <= start (the binding's rule refuses it; kept well-defined).
   index_op(e, "maxsi", q.s, zero.s, len);
+  return NULL;
 }
 
 // The opening of the generic over `n`'s result (no inputs) and its loop indices %ci<d>.
@@ -102,8 +119,9 @@ static void extract(jit__emitter *e, const char *name, const jit__gen_operand *x
 }
 
 // Outside the body: the values of the result's `?` dims (symbolic mode), into dv.
-static void result_sizes(jit__emitter *e, const jit__node *n, const jit__gen_operand *a,
-                         const jit__gen_operand *b, jit__dimval *dv) {
+static jit_status result_sizes(jit__emitter *e, const jit__node *n,
+                               const jit__gen_operand *a, const jit__gen_operand *b,
+                               jit__dimval *dv) {
   for (int d = 0; d < n->rank; d++) {
     if (n->dims[d] >= 0) continue;
     if (n->op == JIT__OP_CONCAT && d == n->axis) {
@@ -112,8 +130,9 @@ static void result_sizes(jit__emitter *e, const jit__node *n, const jit__gen_ope
       size_value(e, b, d, &y);
       index_op(e, "addi", x.s, y.s, &dv[d]);
     } else if (n->op == JIT__OP_SLICE && d == n->axis) {
-      jit__dimval start;
-      slice_values(e, a->dv[d].s, &n->span, &start, &dv[d]);
+      jit__dimval start, size;
+      size_value(e, a, d, &size);
+      JIT_PROPAGATE(slice_values(e, size.s, &n->span, &start, &dv[d]));
     } else if (n->op == JIT__OP_PAD && (n->span.lo[d] || n->span.hi[d])) {
       jit__dimval c;
       index_const(e, n->span.lo[d] + n->span.hi[d], &c);
@@ -122,6 +141,7 @@ static void result_sizes(jit__emitter *e, const jit__node *n, const jit__gen_ope
       dv[d] = a->dims[d] < 0 ? a->dv[d] : b->dv[d];
     }
   }
+  return NULL;
 }
 
 jit_status jit__emit_index_copy(jit__emitter *e, const jit__node *n) {
@@ -129,18 +149,22 @@ jit_status jit__emit_index_copy(jit__emitter *e, const jit__node *n) {
   jit__gen_operand b = n->op == JIT__OP_CONCAT ? jit__node_operand(e, n->operands[1]) : a;
   if (a.rank != n->rank || b.rank != n->rank) return jit__node_error(e, "rank changes");
   jit__dimval *dv = e->dv[e->cur];
-  if (e->symbolic) result_sizes(e, n, &a, &b, dv);
+  if (n->op == JIT__OP_SLICE && !e->symbolic && (n->span.lo_sym || n->span.hi_sym))
+    return jit__node_error(e, "slice bounds follow a symbol in a specialized graph");
+  if (e->symbolic) JIT_PROPAGATE(result_sizes(e, n, &a, &b, dv));
   // What the body needs from outside it: a concat's split point, a slice's start.
   jit__dimval split = {{0}}, start = {{0}}, len;
   if (n->op == JIT__OP_CONCAT) {
     size_value(e, &a, n->axis, &split);
   } else if (n->op == JIT__OP_SLICE) {
     int64_t s0 = 0, l0 = 0;
-    if (a.dims[n->axis] >= 0) {
+    if (a.dims[n->axis] >= 0 && !n->span.lo_sym && !n->span.hi_sym) {
       jit__slice_bounds(a.dims[n->axis], &n->span, &s0, &l0);
       index_const(e, s0, &start);
     } else {
-      slice_values(e, a.dv[n->axis].s, &n->span, &start, &len);
+      jit__dimval size;
+      size_value(e, &a, n->axis, &size);
+      JIT_PROPAGATE(slice_values(e, size.s, &n->span, &start, &len));
     }
   }
   jit__dimval sizes[JIT_MAX_RANK];

@@ -367,16 +367,6 @@ static void emit_reshape_rank0(jit__emitter *e, const jit__node *n, uint32_t src
     if (n->dims[d] < 0) snprintf(e->dv[e->cur][d].s, sizeof(jit__dimval), "%%idx1");
 }
 
-// The value of symbol `code`: the first input dim that carries it (symbolic mode).
-static const jit__dimval *symbol_value(const jit__emitter *e, int64_t code) {
-  for (uint32_t i = 0; i < e->g->n_inputs; i++) {
-    const jit__node *in = &e->g->nodes[e->g->inputs[i]];
-    for (int d = 0; d < in->rank; d++)
-      if (in->dims[d] == code) return &e->dv[e->g->inputs[i]][d];
-  }
-  return NULL;
-}
-
 // `a` * `b` as a fresh index value, into `res` (which may hold `a` or `b`).
 static void emit_index_mul(jit__emitter *e, jit__str *res, const char *a, const char *b) {
   jit__str t = jit__value_name(e, false);
@@ -400,7 +390,7 @@ static jit_status reshape_sizes(jit__emitter *e, const jit__node *n, uint32_t sr
     } else if (req[d] == -1) {
       infer = d;
     } else {
-      const jit__dimval *v = symbol_value(e, req[d]);
+      const jit__dimval *v = jit__symbol_value(e, req[d]);
       if (!v) return jit__node_error(e, "a symbol of the new shape is no input dim");
       dv[d] = *v;
       if (!prod.s[0]) snprintf(prod.s, sizeof prod.s, "%s", v->s);

@@ -160,10 +160,14 @@ typedef struct jit__window {
 } jit__window;
 
 // Slice: lo[0] = start, hi[0] = stop (as given: negative counts from the end,
-// JIT_SLICE_END), step >= 1. Pad: lo[d], hi[d] elements before and after dim d.
+// JIT_SLICE_END), step >= 1; lo_sym / hi_sym: 0, or a symbol (jit/'s code) whose size
+// at run time is added to lo[0] / hi[0] before that (jit_slice_symbolic). A binding's
+// concrete graph has them added already (0); only symbolic emits see them. Pad: lo[d],
+// hi[d] elements before and after dim d.
 typedef struct jit__span {
   int64_t lo[JIT_MAX_RANK], hi[JIT_MAX_RANK];
   int64_t step;
+  int64_t lo_sym, hi_sym;
 } jit__span;
 
 // A slice's first index and length on a dim of n elements, NumPy's way: a negative

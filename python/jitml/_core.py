@@ -592,16 +592,36 @@ class Graph:
         """x[start:stop:step] along `axis`, as NumPy: negative bounds count from the
         end and are clamped to the dim; stop None (JIT_SLICE_END) runs to the end;
         step >= 1. The dim may be symbolic; a slice that is empty for a binding raises
-        SHAPE_MISMATCH when the graph is called."""
-        f = self._need("jit_slice")
+        SHAPE_MISMATCH when the graph is called. A bound may follow a symbol (an
+        input's dim): "S" is S's size in the binding, ("S", -1) that minus 1
+        (jit_slice_symbolic), e.g. slice(cache, 0, stop="S") for cache[:S]."""
         axis = self._ints("slice", "axis", axis, ())[0]
         # Python ints are unbounded; NumPy's clamping makes any bound past int64 the
         # same as int64's limit, so clamp rather than let ctypes wrap it around.
         lim = lambda v: min(max(operator.index(v), -2**63), 2**63 - 1)
-        start = 0 if start is None else lim(start)
-        stop = _lib.JIT_SLICE_END if stop is None else lim(stop)
-        return self._value(f(self._handle(), self._v(x), axis, start, stop, lim(step)),
-                           x.dtype)
+
+        def bound(v, default):
+            if v is None:
+                return 0, default
+            if isinstance(v, str):
+                return self.symbol(v), 0
+            if isinstance(v, tuple):
+                if len(v) != 2 or not isinstance(v[0], str):
+                    raise TypeError("a symbolic slice bound is (symbol name, offset), got %r"
+                                    % (v,))
+                return self.symbol(v[0]), lim(v[1])
+            return 0, lim(v)
+
+        start_sym, start = bound(start, 0)
+        stop_sym, stop = bound(stop, _lib.JIT_SLICE_END)
+        if start_sym or stop_sym:
+            f = self._need("jit_slice_symbolic")
+            v = f(self._handle(), self._v(x), axis, start_sym, start, stop_sym, stop,
+                  lim(step))
+        else:
+            f = self._need("jit_slice")
+            v = f(self._handle(), self._v(x), axis, start, stop, lim(step))
+        return self._value(v, x.dtype)
 
     def pad(self, x, low, high, value=0.0, mode="constant"):
         """Padding: low[d] elements before dim d and high[d] after (sequences of ints,

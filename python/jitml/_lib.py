@@ -259,6 +259,9 @@ def _prototypes(lib):
         required=False)
     _fn(lib, "jit_slice", jit_value, [c_graph_p, jit_value, ctypes.c_int, ctypes.c_int64,
                                       ctypes.c_int64, ctypes.c_int64], required=False)
+    _fn(lib, "jit_slice_symbolic", jit_value,
+        [c_graph_p, jit_value, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+         ctypes.c_int64, ctypes.c_int64], required=False)
     _fn(lib, "jit_pad", jit_value, [c_graph_p, jit_value, i64p, i64p, ctypes.c_double],
         required=False)
     _fn(lib, "jit_pad_with", jit_value, [c_graph_p, jit_value, i64p, i64p, ctypes.c_int,
