@@ -192,17 +192,27 @@ static char *jit__hide_password(const char *url) {
 
 //===--- The breaker -----------------------------------------------------------===//
 
-// Whether a call may use the network now; counts a skipped call otherwise.
-static bool jit__remote_allowed(jit__remote *r) {
+// Whether a call may use the network now; counts a skipped call otherwise. *errors:
+// the error count when it starts (jit__remote_ok).
+static bool jit__remote_allowed(jit__remote *r, uint64_t *errors) {
   pthread_mutex_lock(&r->mu);
   bool paused = r->paused_until_ms > 0 && jit__now_ms() < r->paused_until_ms;
   if (paused) r->stats.skipped++;
+  *errors = r->stats.errors;
   pthread_mutex_unlock(&r->mu);
   return !paused;
 }
 
-static void jit__remote_ok(jit__remote *r) {
+// A call that started when the error count was `errors` succeeded: the server is
+// reachable, unless another call failed since this one started. A reply the server
+// wrote just before it died, read after later calls failed, must not reset the count
+// (and lift a pause): under load that let an outage cost twice the errors.
+static void jit__remote_ok(jit__remote *r, uint64_t errors) {
   pthread_mutex_lock(&r->mu);
+  if (r->stats.errors != errors) {
+    pthread_mutex_unlock(&r->mu);
+    return;
+  }
   bool was_paused = r->paused_until_ms > 0;
   r->failures = 0;
   r->paused_until_ms = 0;
@@ -322,7 +332,8 @@ static redisContext *jit__remote_connect(jit__remote *r, bool *timeout, char *wh
 static redisReply *jit__remote_cmd(jit__remote *r, redisContext **slot, int argc,
                                    const char **argv, const size_t *lens,
                                    const char *pass_error) {
-  if (getpid() != r->pid || !jit__remote_allowed(r)) return NULL;
+  uint64_t errors_before = 0;
+  if (getpid() != r->pid || !jit__remote_allowed(r, &errors_before)) return NULL;
   char why[256];
   bool timeout = false;
   jit__pipe_guard guard;
@@ -343,7 +354,7 @@ static redisReply *jit__remote_cmd(jit__remote *r, redisContext **slot, int argc
     freeReplyObject(reply);
     reply = NULL;
   }
-  if (reply) jit__remote_ok(r);
+  if (reply) jit__remote_ok(r, errors_before);
   else jit__remote_failed(r, timeout, why);
   return reply;
 }

@@ -287,7 +287,9 @@ Test(remote, server_killed_mid_stream) {
   cr_assert_eq(st.compiles, kNumSizes);
   // Refused connections pause the tier after 3 failures; the rest is skipped. A call
   // already past the breaker when the third failure pauses it still fails and counts:
-  // the push queue's thread runs beside this one, so one more at most (CI saw 4).
+  // the push queue's thread runs beside this one, so one more at most (CI saw 4). A
+  // push whose reply was written before the kill and read after a failure does not
+  // reset the count (it once did, and a loaded machine saw 6).
   cr_assert(st.remote_errors >= 1 && st.remote_errors <= 4, "%llu errors",
             (unsigned long long)st.remote_errors);
   cr_assert(st.remote_skipped > 0);
