@@ -494,6 +494,81 @@ static void jit__dump_llvm(const jit__lower_options *o, const char *kernel,
   LLVMDisposeMessage(text);
 }
 
+// Named elementwise ops as generics, then elementwise producers fused into consumers.
+static jit_status jit__cpu_fuse(MlirContext ctx, MlirModule module, jit__diag *diag) {
+  JIT_PROPAGATE(jit__generalize_named(ctx, module, diag));
+  return jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
+}
+
+// The generic kernel's tiling (opt_level > 0): fusion, then the `?`-dim strategy's
+// script (lowering/cpu/generic.c) and its accumulator hoisting. *t: jit__stage_end's.
+static jit_status jit__cpu_tile_generic(MlirContext ctx, MlirModule module,
+                                        const char *func_name,
+                                        const jit__lower_options *options, jit__diag *diag,
+                                        jit__cpu_plan *plan, jit__artifact *out, double *t) {
+  MlirOperation mop = mlirModuleGetOperation(module);
+  jit_status status = NULL;
+  JIT_PROPAGATE(jit__cpu_fuse(ctx, module, diag));
+  jit__dump_op(options, func_name, "02-fused.mlir", mop);
+  jit__stage_end(out, "fusion", t);
+  plan->script = jit__cpu_generic_script(ctx, mop, options, &plan->n_ops, &plan->threads);
+  plan->parallel = plan->threads > 1;
+  if (!plan->script) {
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  if (options->dump_dir)
+    jit__dump_text(options, func_name, "03-transform-script.mlir", plan->script,
+                   strlen(plan->script));
+  if ((status = jit__apply_script(ctx, module, plan->script, "generic tiling", diag)))
+    return status;
+  if (jit__cpu_fold_iter_slices(mop) > 0 &&
+      (status = jit__apply_script(ctx, module, jit__cpu_generic_hoist_script(),
+                                  "hoisting generic accumulators", diag)))
+    return status;
+  jit__cpu_drop_mask_selects(mop);  // once every accumulator is hoisted
+  jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
+  jit__stage_end(out, "plan+tiling", t);
+  return NULL;
+}
+
+// An exact kernel's tiling (opt_level > 0): fusion, normalization, odd-N splits, then
+// the plan's script (lowering/cpu/). *t: jit__stage_end's.
+static jit_status jit__cpu_tile_exact(MlirContext ctx, MlirModule module,
+                                      const char *func_name,
+                                      const jit__lower_options *options, jit__diag *diag,
+                                      jit__cpu_plan *plan, jit__artifact *out, double *t) {
+  MlirOperation mop = mlirModuleGetOperation(module);
+  jit_status status = NULL;
+  JIT_PROPAGATE(jit__cpu_fuse(ctx, module, diag));
+  jit__stage_end(out, "fusion", t);
+  jit__cpu_normalize(ctx, mop, options);
+  jit__cpu_split_k(ctx, mop, options);
+  jit__dump_op(options, func_name, "02-fused.mlir", mop);
+  char *split = jit__cpu_split_script(ctx, mop, options);
+  if (split) {
+    if (options->dump_dir)
+      jit__dump_text(options, func_name, "02-split-script.mlir", split, strlen(split));
+    status = jit__apply_script(ctx, module, split, "splitting matmuls at odd N", diag);
+    free(split);
+    if (status) return status;
+    jit__cpu_normalize(ctx, mop, options);
+  }
+  if (!jit__cpu_plan_make(ctx, mop, options, plan)) {
+    return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  jit__stage_end(out, "plan", t);
+  if (options->dump_dir)
+    jit__dump_text(options, func_name, "03-transform-script.mlir", plan->script,
+                   strlen(plan->script));
+  if (plan->n_ops > 0 && (status = jit__apply_script(ctx, module, plan->script,
+                                                    "tiling/vectorization", diag)))
+    return status;
+  if (plan->n_masked > 0) jit__cpu_drop_mask_selects(mop);
+  jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
+  jit__stage_end(out, "tiling", t);
+  return NULL;
+}
+
 jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
                                    const char *func_name, uint32_t n_args,
                                    const jit__lower_options *options, jit__diag *diag,
@@ -519,61 +594,11 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
                         : JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
     if (status) goto done;
   }
-  if (options->opt_level > 0 && options->generic) {
-    if ((status = jit__generalize_named(ctx, module, diag))) goto done;
-    status = jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
+  if (options->opt_level > 0) {
+    status = options->generic
+                 ? jit__cpu_tile_generic(ctx, module, func_name, options, diag, &plan, out, &t)
+                 : jit__cpu_tile_exact(ctx, module, func_name, options, diag, &plan, out, &t);
     if (status) goto done;
-    jit__dump_op(options, func_name, "02-fused.mlir", mop);
-    jit__stage_end(out, "fusion", &t);
-    plan.script = jit__cpu_generic_script(ctx, mop, options, &plan.n_ops, &plan.threads);
-    plan.parallel = plan.threads > 1;
-    if (!plan.script) {
-      status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-      goto done;
-    }
-    if (options->dump_dir)
-      jit__dump_text(options, func_name, "03-transform-script.mlir", plan.script,
-                     strlen(plan.script));
-    if ((status = jit__apply_script(ctx, module, plan.script, "generic tiling", diag)))
-      goto done;
-    if (jit__cpu_fold_iter_slices(mop) > 0 &&
-        (status = jit__apply_script(ctx, module, jit__cpu_generic_hoist_script(),
-                                    "hoisting generic accumulators", diag)))
-      goto done;
-    jit__cpu_drop_mask_selects(mop);  // once every accumulator is hoisted
-    jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
-    jit__stage_end(out, "plan+tiling", &t);
-  } else if (options->opt_level > 0) {
-    if ((status = jit__generalize_named(ctx, module, diag))) goto done;
-    status = jit__run_own_pipeline(ctx, module, kPrePipeline, diag, "elementwise fusion");
-    if (status) goto done;
-    jit__stage_end(out, "fusion", &t);
-    jit__cpu_normalize(ctx, mop, options);
-    jit__cpu_split_k(ctx, mop, options);
-    jit__dump_op(options, func_name, "02-fused.mlir", mop);
-    char *split = jit__cpu_split_script(ctx, mop, options);
-    if (split) {
-      if (options->dump_dir)
-        jit__dump_text(options, func_name, "02-split-script.mlir", split, strlen(split));
-      status = jit__apply_script(ctx, module, split, "splitting matmuls at odd N", diag);
-      free(split);
-      if (status) goto done;
-      jit__cpu_normalize(ctx, mop, options);
-    }
-    if (!jit__cpu_plan_make(ctx, mop, options, &plan)) {
-      status = JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
-      goto done;
-    }
-    jit__stage_end(out, "plan", &t);
-    if (options->dump_dir)
-      jit__dump_text(options, func_name, "03-transform-script.mlir", plan.script,
-                     strlen(plan.script));
-    if (plan.n_ops > 0 && (status = jit__apply_script(ctx, module, plan.script,
-                                                      "tiling/vectorization", diag)))
-      goto done;
-    if (plan.n_masked > 0) jit__cpu_drop_mask_selects(mop);
-    jit__dump_op(options, func_name, "03-tiled-vectorized.mlir", mop);
-    jit__stage_end(out, "tiling", &t);
   }
   status = jit__run_own_pipeline(ctx, module, kBufferizePipeline, diag, "bufferization");
   if (status) goto done;
@@ -672,8 +697,7 @@ static jit_status jit__compile_text(const jit__lgraph *graph, const char *func_n
                                     double t0, jit__artifact *out) {
   jit__dump_text(options, func_name, "00-graph.mlir", text, strlen(text));
   jit__diag diag = {{0}, 0, NULL};
-  int uses = 0;
-  MlirContext ctx = jit__mlir_pool_take(options->pool, &uses);
+  MlirContext ctx = jit__mlir_pool_take(options->pool);
   MlirDiagnosticHandlerID handler = jit__diag_attach(ctx, &diag);
   jit_status status = NULL;
   MlirModule module = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
@@ -688,7 +712,7 @@ static jit_status jit__compile_text(const jit__lgraph *graph, const char *func_n
     mlirModuleDestroy(module);
   }
   mlirContextDetachDiagnosticHandler(ctx, handler);
-  jit__mlir_pool_give(options->pool, ctx, uses + 1);
+  jit__mlir_pool_give(options->pool, ctx);
   free(text);
   if (status)
     status = jit__status_annotate(status, "compiling %s`%s` for the CPU",

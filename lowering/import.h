@@ -58,12 +58,12 @@ void jit__diag_append(MlirStringRef s, void *diag);
 // with mlirContextDetachDiagnosticHandler).
 MlirDiagnosticHandlerID jit__diag_attach(MlirContext ctx, jit__diag *diag);
 
-// A context for one compile from `pool` (may be NULL) when it has one idle (its
-// compile count in *uses), else a new one (*uses = 0) with no diagnostic handler.
-MlirContext jit__mlir_pool_take(jit__mlir_pool *pool, int *uses);
+// A context for one compile from `pool` (may be NULL) when it has one idle,
+// else a new one, with no diagnostic handler.
+MlirContext jit__mlir_pool_take(jit__mlir_pool *pool);
 // Gives `ctx` back after a compile (its diagnostic handler detached), or destroys it
 // when it has served its compiles or the pool is full.
-void jit__mlir_pool_give(jit__mlir_pool *pool, MlirContext ctx, int uses);
+void jit__mlir_pool_give(jit__mlir_pool *pool, MlirContext ctx);
 
 // An LLVM target machine for a compile in `ctx`: the one kept with `ctx` when it came
 // from a pool and has these settings (*owned = false: do not dispose it), else a new

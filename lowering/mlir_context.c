@@ -137,15 +137,16 @@ MlirContext jit__mlir_context_create(jit__diag *diag) {
 // creates its subtarget, another ~2 %). Used by one compile at a time.
 typedef struct jit__mlir_ws {
   MlirContext ctx;
-  int uses;
+  int uses;  // compiles served
   int n_pms;
   struct {
     char *pipeline;
     bool verify;
     MlirPassManager pm;
   } pms[JIT__MLIR_PMS];
-  LLVMTargetMachineRef tm;
-  char *tm_key;  // triple, cpu, features, level of `tm`
+  LLVMTargetMachineRef tm;  // with the settings it was made for
+  char *tm_triple, *tm_cpu, *tm_features;
+  LLVMCodeGenOptLevel tm_level;
   struct jit__mlir_ws *prev;  // the thread's current workspace before this one
 } jit__mlir_ws;
 
@@ -158,13 +159,21 @@ struct jit__mlir_pool {
 // The workspace of the compile running on this thread (nested takes stack up).
 static _Thread_local jit__mlir_ws *jit__ws_current;
 
+// Disposes of the workspace's target machine and its settings.
+static void jit__ws_forget_tm(jit__mlir_ws *ws) {
+  if (ws->tm) LLVMDisposeTargetMachine(ws->tm);
+  free(ws->tm_triple);
+  free(ws->tm_cpu);
+  free(ws->tm_features);
+  ws->tm = NULL;
+}
+
 static void jit__ws_destroy(jit__mlir_ws *ws) {
   for (int i = 0; i < ws->n_pms; i++) {
     mlirPassManagerDestroy(ws->pms[i].pm);
     free(ws->pms[i].pipeline);
   }
-  if (ws->tm) LLVMDisposeTargetMachine(ws->tm);
-  free(ws->tm_key);
+  jit__ws_forget_tm(ws);
   mlirContextDestroy(ws->ctx);
   free(ws);
 }
@@ -182,11 +191,10 @@ void jit__mlir_pool_destroy(jit__mlir_pool *p) {
   free(p);
 }
 
-// A context for one compile, from `p` when it has one idle (its compile count in
-// *uses), else a new one (*uses = 0). Until it is given back, it is this thread's
-// current workspace: its pipelines and target machine are kept.
-MlirContext jit__mlir_pool_take(jit__mlir_pool *p, int *uses) {
-  *uses = 0;
+// A context for one compile, from `p` when it has one idle, else a new one. Until it
+// is given back, it is this thread's current workspace: its pipelines and target
+// machine are kept.
+MlirContext jit__mlir_pool_take(jit__mlir_pool *p) {
   jit__mlir_ws *ws = NULL;
   if (p) {
     pthread_mutex_lock(&p->mu);
@@ -198,15 +206,14 @@ MlirContext jit__mlir_pool_take(jit__mlir_pool *p, int *uses) {
     if (!ws) return jit__mlir_context_new();  // runs uncached
     ws->ctx = jit__mlir_context_new();
   }
-  *uses = ws->uses;
   ws->prev = jit__ws_current;
   jit__ws_current = ws;
   return ws->ctx;
 }
 
 // Gives `ctx` back after a compile (its diagnostic handler detached), or destroys it
-// when it has served its compiles or the pool is full.
-void jit__mlir_pool_give(jit__mlir_pool *p, MlirContext ctx, int uses) {
+// when it has served JIT__MLIR_POOL_USES compiles or the pool is full.
+void jit__mlir_pool_give(jit__mlir_pool *p, MlirContext ctx) {
   jit__mlir_ws *ws = jit__ws_current;
   if (!ws || ws->ctx.ptr != ctx.ptr) {  // taken when out of memory: no workspace
     mlirContextDestroy(ctx);
@@ -214,8 +221,7 @@ void jit__mlir_pool_give(jit__mlir_pool *p, MlirContext ctx, int uses) {
   }
   jit__ws_current = ws->prev;
   ws->prev = NULL;
-  ws->uses = uses;
-  if (p && uses < JIT__MLIR_POOL_USES) {
+  if (p && ++ws->uses < JIT__MLIR_POOL_USES) {
     pthread_mutex_lock(&p->mu);
     if (p->n < JIT__MLIR_POOL_SIZE) {
       p->idle[p->n++] = ws;
@@ -236,6 +242,12 @@ static jit__mlir_ws *jit__ws_of(MlirContext ctx) {
 LLVMTargetMachineRef jit__mlir_target_machine(MlirContext ctx, const char *triple,
                                               const char *cpu, const char *features,
                                               LLVMCodeGenOptLevel level, bool *owned) {
+  jit__mlir_ws *ws = jit__ws_of(ctx);
+  if (ws && ws->tm && ws->tm_level == level && !strcmp(ws->tm_triple, triple) &&
+      !strcmp(ws->tm_cpu, cpu) && !strcmp(ws->tm_features, features)) {
+    *owned = false;
+    return ws->tm;
+  }
   *owned = true;
   char *err = NULL;
   LLVMTargetRef target;
@@ -243,29 +255,22 @@ LLVMTargetMachineRef jit__mlir_target_machine(MlirContext ctx, const char *tripl
     LLVMDisposeMessage(err);
     return NULL;
   }
-  jit__mlir_ws *ws = jit__ws_of(ctx);
-  char *key = NULL;
-  if (ws) {
-    size_t n = strlen(triple) + strlen(cpu) + strlen(features) + 8;
-    key = malloc(n);
-    if (key) snprintf(key, n, "%s|%s|%s|%d", triple, cpu, features, (int)level);
-    if (key && ws->tm && strcmp(key, ws->tm_key) == 0) {
-      free(key);
-      *owned = false;
-      return ws->tm;
-    }
-  }
   LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features, level,
                                                     LLVMRelocPIC, LLVMCodeModelSmall);
-  if (tm && key) {
-    if (ws->tm) LLVMDisposeTargetMachine(ws->tm);
-    free(ws->tm_key);
-    ws->tm = tm;
-    ws->tm_key = key;
-    *owned = false;
+  char *t = ws && tm ? strdup(triple) : NULL, *c = t ? strdup(cpu) : NULL,
+       *f = c ? strdup(features) : NULL;
+  if (!f) {  // not kept: the caller disposes of it
+    free(t);
+    free(c);
     return tm;
   }
-  free(key);
+  jit__ws_forget_tm(ws);
+  ws->tm = tm;
+  ws->tm_triple = t;
+  ws->tm_cpu = c;
+  ws->tm_features = f;
+  ws->tm_level = level;
+  *owned = false;
   return tm;
 }
 
