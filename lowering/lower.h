@@ -310,6 +310,13 @@ typedef struct jit__emit_options {
   // kernels): the S x T scores are never made whole. 0: the composed form (scores,
   // softmax, product), which the GPU back ends and generic kernels take.
   int attention_block;
+  // Exact NCHW convolutions (conv_as_matmul) whose im2col columns for one image are
+  // over this many bytes go in blocks of output rows, each block's columns at most
+  // this size, copied and multiplied in one loop step (emit_window.c). 0: whole.
+  // With conv_block_threads > 1 the loop is an scf.forall whose steps the threads
+  // share (the CPU strategy plans a matmul inside a forall for one thread).
+  int64_t conv_block_bytes;
+  int conv_block_threads;
   // Each tensor.empty gets an attribute of its own (`jit_e = N`), so that CSE does not
   // merge the inits of many results into one tensor, whose thousands of writers made
   // one-shot bufferization's conflict analysis quadratic (3,000 outputs: 23 s).
@@ -332,6 +339,10 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
 // the MLP at N = 1 and 7 ran at 0.41-0.49x of exact packed, 0.75-0.83x unpacked; at
 // N = 64-512 0.78-1.4x packed, 0.47-0.85x unpacked; 17x1000x31 0.15x packed, 0.4x not).
 #define JIT__GENERIC_SPLIT_ROWS 32
+
+// The CPU's largest im2col block (jit__emit_options.conv_block_bytes, a quarter of L2
+// up to this): a block's columns stay in L2 between their copy and the matmul.
+#define JIT__CONV_BLOCK_BYTES (512 * 1024)
 
 // Compiles the generic kernel of `graph`, whose dims < 0 are symbols (jit/'s codes)
 // or unknown, kept as `?` (jit__emit_options' symbolic mode; `reshape_req` as there).

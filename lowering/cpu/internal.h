@@ -109,6 +109,9 @@ typedef struct walk {
 //===--- Op inspection (ops.c) -------------------------------------------===//
 
 bool jit__cpu_op_is(MlirOperation op, const char *name);
+// Whether `op` is inside an scf.forall (the emitter's threads already share its loop,
+// as a convolution's im2col blocks: what is inside is planned for one thread).
+bool jit__cpu_in_forall(MlirOperation op);
 void jit__cpu_set_tag(MlirContext ctx, MlirOperation op, const char *tag, int i);
 // Bytes of a static shaped type; -1 for an element type that is not int or float.
 int64_t jit__cpu_shaped_bytes(MlirType t);

@@ -225,6 +225,7 @@ static void k_split_text(jit__text *t, int64_t M, int64_t K, int64_t N, int T,
 static bool splits_k(const jit__cpu_host *h, MlirOperation mm, int threads) {
   static const int plain[6] = {0, 2, 2, 1, 0, 1};
   if (threads < 2 || threads > 8 || !jit__cpu_op_is(mm, "linalg.matmul") ||
+      jit__cpu_in_forall(mm) ||
       mlirOperationGetNumOperands(mm) != 3 || mlirOperationGetNumResults(mm) != 1 ||
       !jit__cpu_maps_are(mm, 3, 3, 2, plain, true))
     return false;

@@ -27,6 +27,13 @@ void jit__cpu_set_tag(MlirContext ctx, MlirOperation op, const char *tag, int i)
       mlirIntegerAttrGet(mlirIntegerTypeGet(ctx, 64), i));
 }
 
+bool jit__cpu_in_forall(MlirOperation op) {
+  for (MlirOperation p = mlirOperationGetParentOperation(op); !mlirOperationIsNull(p);
+       p = mlirOperationGetParentOperation(p))
+    if (jit__cpu_op_is(p, "scf.forall")) return true;
+  return false;
+}
+
 int64_t jit__cpu_shaped_bytes(MlirType t) {
   MlirType e = mlirShapedTypeGetElementType(t);
   int64_t bits = mlirTypeIsAFloat(e) ? (int64_t)mlirFloatTypeGetWidth(e)

@@ -821,9 +821,9 @@ static void emit_matmul(walk *w, int i, const jit__cpu_mm_shape *s, const jit__c
   emit_mm_tiles(w, i, p, has_fill, root, mm, fill);
 }
 
-// Plans matmul `mm` (jit__cpu_plan_matmul) and writes its script; the generics making
-// its operands that it does not fuse are planned first.
-static void plan_matmul(walk *w, MlirOperation mm) {
+// Plans matmul `mm` (jit__cpu_plan_matmul) for w->threads and writes its script; the
+// generics making its operands that it does not fuse are planned first.
+static void plan_matmul_threads(walk *w, MlirOperation mm) {
   MlirType ta = mlirValueGetType(mlirOperationGetOperand(mm, 0));
   MlirType tb = mlirValueGetType(mlirOperationGetOperand(mm, 1));
   MlirType tc = mlirValueGetType(mlirOperationGetOperand(mm, 2));
@@ -904,6 +904,21 @@ static void plan_matmul(walk *w, MlirOperation mm) {
     w->taken_t[w->n_taken_t++] = t;
   }
   emit_matmul(w, i, &s, &p, has_fill);
+}
+
+// plan_matmul_threads, for one thread where `mm` is inside an scf.forall of the
+// emitter's (a convolution's im2col blocks: the threads share that loop, and the
+// module is a parallel one).
+static void plan_matmul(walk *w, MlirOperation mm) {
+  if (!jit__cpu_in_forall(mm)) {
+    plan_matmul_threads(w, mm);
+    return;
+  }
+  int threads = w->threads;
+  w->parallel |= threads > 1;
+  w->threads = 1;
+  plan_matmul_threads(w, mm);
+  w->threads = threads;
 }
 
 static MlirWalkResult plan_op(MlirOperation op, void *user) {
