@@ -363,7 +363,7 @@ JIT_API jit_value jit_scalar(jit_graph *graph, double value, DLDataType dtype);
 // batch. f16 inputs accumulate in f32.
 JIT_API jit_value jit_matmul(jit_graph *graph, jit_value a, jit_value b);
 
-// Quantized matmul (symmetric, no zero points): a [..., M, K] and b [K, N] are int8
+// Quantized matmul (symmetric: jit_matmul_int8_zp takes zero points): a [..., M, K] and b [K, N] are int8
 // graph inputs ({kDLInt, 8, 1}; int8 values feed nothing else), multiplied with int32
 // accumulation, then dequantized into f32: result[..., m, n] =
 // (sum_k a[..., m, k] b[k, n]) * a_scale * b_scale[n]. a_scale is one f32 value (rank
@@ -373,6 +373,15 @@ JIT_API jit_value jit_matmul(jit_graph *graph, jit_value a, jit_value b);
 // no VNNI or AMX instructions yet).
 JIT_API jit_value jit_matmul_int8(jit_graph *graph, jit_value a, jit_value b,
                                   jit_value a_scale, jit_value b_scale);
+// jit_matmul_int8 with zero points (asymmetric quantization, ONNX's MatMulInteger
+// and QLinearMatMul): result[..., m, n] =
+// (sum_k (a[..., m, k] - a_zero) (b[k, n] - b_zero[n])) * a_scale * b_scale[n], the
+// sums exact in int32 (as sum a b - b_zero sum_k a - a_zero sum_k b + K a_zero
+// b_zero). a_zero is one int8 value; b_zero one or one per column of b, like b_scale;
+// either may be a value with id 0 (none: zero). Both none is jit_matmul_int8.
+JIT_API jit_value jit_matmul_int8_zp(jit_graph *graph, jit_value a, jit_value b,
+                                     jit_value a_scale, jit_value b_scale, jit_value a_zero,
+                                     jit_value b_zero);
 
 // Elementwise binary ops with NumPy broadcasting (dims aligned from the right; a dim
 // of static size 1 broadcasts). Two symbolic dims that meet must bind to equal sizes.

@@ -421,6 +421,13 @@ static jit_status jit__rule_attention(const jit_graph *g, const jit__node *const
 // Applies node n's rule given its operand shapes `ops` (NULL past its operands) and
 // their build-time shapes `decl`. Writes rank/dims of `out`. `symvals` is NULL at
 // build time.
+// Whether every dim of `x` is 1 (one value).
+static bool jit__numel_is_one(const jit__node *x) {
+  for (int d = 0; d < x->rank; d++)
+    if (x->dims[d] != 1) return false;
+  return true;
+}
+
 static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
                                   const jit__node *const *ops, const jit__node *const *decl,
                                   const int64_t *symvals, jit__node *out) {
@@ -474,6 +481,25 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
                        "column of b (N = %lld)",
                        jit__fmt_dims(g, sa_n->rank, sa_n->dims, sa, sizeof sa),
                        jit__fmt_dims(g, sb_n->rank, sb_n->dims, sb, sizeof sb), (long long)N);
+      // Zero points (jit_matmul_int8_zp): a's like a's scale, b's like b's.
+      int k = 4;
+      if (n->axis & 1) {
+        const jit__node *z = ops[k++];
+        if (!jit__numel_is_one(z))
+          return JIT_ERR(JIT_SHAPE_MISMATCH, "a's zero point %s must be one value",
+                         jit__fmt_dims(g, z->rank, z->dims, sa, sizeof sa));
+      }
+      if (n->axis & 2) {
+        const jit__node *z = ops[k];
+        int64_t zn = z->rank ? z->dims[z->rank - 1] : 1;
+        bool col = z->rank >= 1 && (zn == N || !jit__dim_known(zn) || !jit__dim_known(N));
+        for (int d = 0; d + 1 < z->rank; d++) col &= z->dims[d] == 1;
+        if (!jit__numel_is_one(z) && !col)
+          return JIT_ERR(JIT_SHAPE_MISMATCH,
+                         "b's zero point %s must be one value or one per column of b "
+                         "(N = %lld)",
+                         jit__fmt_dims(g, z->rank, z->dims, sb, sizeof sb), (long long)N);
+      }
       return NULL;
     }
     case JIT__OP_GATHER: {
@@ -509,7 +535,7 @@ static jit_status jit__apply_rule(const jit_graph *g, const jit__gnode *gn,
 jit_status jit__infer_concrete(const jit_graph *g, uint32_t i, const jit__node *shapes,
                                const int64_t *symbol_values, jit__node *out) {
   const jit__gnode *gn = &g->nodes[i];
-  const jit__node *ops[4] = {0}, *decl[4] = {0};
+  const jit__node *ops[6] = {0}, *decl[6] = {0};
   for (int k = 0; k < gn->n.n_operands; k++) {
     ops[k] = &shapes[gn->n.operands[k]];
     decl[k] = &g->nodes[gn->n.operands[k]].n;
@@ -708,7 +734,7 @@ jit_value jit_scalar(jit_graph *g, double value, DLDataType dtype) {
 static jit_value jit__make_node(jit_graph *g, jit__op op, const jit_value *v, int n_ops,
                                 jit__gnode *node) {
   const char *opname = jit__op_name(op);
-  const jit__node *ops[4] = {0};
+  const jit__node *ops[6] = {0};
   for (int k = 0; k < n_ops; k++) {
     if (!jit__check_operand(g, opname, v[k], k)) return (jit_value){0};
     ops[k] = jit__value(g, v[k]);
@@ -719,14 +745,15 @@ static jit_value jit__make_node(jit_graph *g, jit__op op, const jit_value *v, in
   node->n.dtype = ops[0]->dtype;
   // Integers (inputs) are read by jit_gather's indices only; its table is a float.
   for (int k = 0; k < n_ops; k++) {
-    bool want_int = (op == JIT__OP_GATHER && k == 1) || (op == JIT__OP_MATMUL_INT8 && k < 2);
+    bool want_int = (op == JIT__OP_GATHER && k == 1) ||
+                    (op == JIT__OP_MATMUL_INT8 && (k < 2 || k > 3));
     jit__dtype t = ops[k]->dtype;
     const char *bad = NULL;
     if (op == JIT__OP_CAST)
       bad = NULL;  // any dtype to any
     else if (op == JIT__OP_MATMUL_INT8)
-      bad = k < 2 ? (t != JIT__I8 ? "a and b are int8" : NULL)
-                  : (t != JIT__F32 ? "the scales are f32" : NULL);
+      bad = k < 2 || k > 3 ? (t != JIT__I8 ? "a, b and the zero points are int8" : NULL)
+                           : (t != JIT__F32 ? "the scales are f32" : NULL);
     else if (jit__dtype_is_int(t) != want_int)
       bad = want_int ? "indices are int32 or int64"
                      : "integer values only feed jit_gather's indices, jit_matmul_int8 and "
@@ -962,6 +989,16 @@ jit_value jit_matmul_int8(jit_graph *g, jit_value a, jit_value b, jit_value a_sc
   jit__gnode node = {0};
   jit_value v[4] = {a, b, a_scale, b_scale};
   return jit__make_node(g, JIT__OP_MATMUL_INT8, v, 4, &node);
+}
+
+jit_value jit_matmul_int8_zp(jit_graph *g, jit_value a, jit_value b, jit_value a_scale,
+                             jit_value b_scale, jit_value a_zero, jit_value b_zero) {
+  jit__gnode node = {0};
+  jit_value v[6] = {a, b, a_scale, b_scale};
+  int n = 4;
+  if (a_zero.id) v[n++] = a_zero, node.n.axis |= 1;
+  if (b_zero.id) v[n++] = b_zero, node.n.axis |= 2;
+  return jit__make_node(g, JIT__OP_MATMUL_INT8, v, n, &node);
 }
 
 jit_value jit_gather(jit_graph *g, jit_value table, jit_value indices) {
@@ -1234,6 +1271,8 @@ static void jit__fingerprint(jit_graph *g) {
     // Only what ops added later carry, so that older graphs keep their keys.
     if (gn->n.n_operands > 2) XXH3_128bits_update(st, &gn->n.operands[2], sizeof(uint32_t));
     if (gn->n.n_operands > 3) XXH3_128bits_update(st, &gn->n.operands[3], sizeof(uint32_t));
+    for (int k = 4; k < gn->n.n_operands; k++)  // zero points (axis says whose)
+      XXH3_128bits_update(st, &gn->n.operands[k], sizeof(uint32_t));
     if (gn->n.op == JIT__OP_ATTENTION) XXH3_128bits_update(st, &gn->n.causal, sizeof(bool));
     if (gn->n.op == JIT__OP_SLICE || gn->n.op == JIT__OP_PAD) {
       XXH3_128bits_update(st, &gn->n.span, offsetof(jit__span, lo_sym));

@@ -164,7 +164,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   long long o0 = jit__rd_int(r), o1 = jit__rd_int(r);
   int rank = (int)jit__rd_int(r), axis = (int)jit__rd_int(r), keep = (int)jit__rd_int(r);
   uint64_t bits = jit__rd_hex(r);
-  if (r->bad || rank < 0 || rank > JIT_MAX_RANK || nops < 0 || nops > 4 || o0 < 0 ||
+  if (r->bad || rank < 0 || rank > JIT_MAX_RANK || nops < 0 || nops > 6 || o0 < 0 ||
       o1 < 0 || (nops > 0 && o0 >= (long long)g->n_nodes) ||
       (nops > 1 && o1 >= (long long)g->n_nodes) || (dt < JIT__F32 || dt > JIT__I8)) {
     r->bad = true;
@@ -180,10 +180,22 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   // Ops added later: where's third operand, a window's parameters.
   long long o2 = op == JIT__OP_WHERE ? jit__rd_int(r) : 0, o3 = 0;
   int att_ops = 0, causal = 0;
+  long long zp[2] = {-1, -1};  // matmul_int8's zero points, in operand order
   if (op == JIT__OP_MATMUL_INT8) {
     o2 = jit__rd_int(r);
     o3 = jit__rd_int(r);
     if (o2 >= (long long)g->n_nodes || o3 < 0 || o3 >= (long long)g->n_nodes) r->bad = true;
+    while (*r->p == ' ') r->p++;
+    if (*r->p == 'z') {
+      r->p++;
+      zp[0] = jit__rd_int(r);
+      zp[1] = jit__rd_int(r);
+    }
+    int n_zp = (axis & 1) + ((axis >> 1) & 1);
+    if (axis < 0 || axis > 3 || nops != 4 + n_zp || (n_zp > 0 && zp[0] < 0))
+      r->bad = true;
+    for (int i = 0; i < n_zp; i++)
+      if (zp[i] < 0 || zp[i] >= (long long)g->n_nodes) r->bad = true;
   }
   if (op == JIT__OP_ATTENTION) {
     att_ops = (int)jit__rd_int(r);
@@ -281,8 +293,14 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
       return jit_slice_symbolic(g, a, axis, span_sym[0], span[0], span_sym[1], span[1], span[2]);
     case JIT__OP_PAD: return jit_pad_with(g, a, lo, hi, (jit_padding)axis, scalar);
     case JIT__OP_CAST: return jit_cast(g, a, dl);
-    case JIT__OP_MATMUL_INT8:
-      return jit_matmul_int8(g, a, b, (jit_value){(uint32_t)o2 + 1}, (jit_value){(uint32_t)o3 + 1});
+    case JIT__OP_MATMUL_INT8: {
+      jit_value z[2] = {{0}, {0}};
+      int k = 0;
+      if (axis & 1) z[0] = (jit_value){(uint32_t)zp[k++] + 1};
+      if (axis & 2) z[1] = (jit_value){(uint32_t)zp[k] + 1};
+      return jit_matmul_int8_zp(g, a, b, (jit_value){(uint32_t)o2 + 1},
+                                (jit_value){(uint32_t)o3 + 1}, z[0], z[1]);
+    }
     case JIT__OP_ATTENTION:
       return jit_attention(g, a, b, (jit_value){(uint32_t)o2 + 1},
                            att_ops > 3 ? (jit_value){(uint32_t)o3 + 1} : (jit_value){0},
@@ -468,8 +486,13 @@ static void jit__graph_record(const jit_graph *g, jit__text *b) {
     if (n->op == JIT__OP_TRANSPOSE)
       for (int d = 0; d < n->rank; d++) jit__text_printf(b, " %d", n->perm[d]);
     if (n->op == JIT__OP_WHERE) jit__text_printf(b, " %u", n->operands[2]);
-    if (n->op == JIT__OP_MATMUL_INT8)
+    if (n->op == JIT__OP_MATMUL_INT8) {
       jit__text_printf(b, " %u %u", n->operands[2], n->operands[3]);
+      // Zero points (jit_matmul_int8_zp; `axis` says whose) only: older records lack it.
+      if (n->n_operands > 4)
+        jit__text_printf(b, " z %u %u", n->operands[4],
+                         n->n_operands > 5 ? n->operands[5] : 0u);
+    }
     if (n->op == JIT__OP_ATTENTION)
       jit__text_printf(b, " %d %u %u %d", n->n_operands, n->operands[2],
                        n->n_operands > 3 ? n->operands[3] : 0u, (int)n->causal);

@@ -368,6 +368,98 @@ jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n) {
   return NULL;
 }
 
+// The zero points' terms of matmul_int8 (operands 4[, 5], as its axis names them):
+//   sum (a - za)(b - zb) = sum a b - zb (sum_k a - K za) - za sum_k b,
+// each term i32 and exact, as sum a b is. They enter the dequantizing generic over
+// (row, col) as operand pairs (sum, zero point): b's zero point with the rows' sums
+// of a less K za, a's with the columns' sums of b. The storage of those operands
+// (names, dims) outlives emit_zero_terms.
+typedef struct zero_terms {
+  jit__str sum[2];
+  int64_t dims[2];
+  jit__dimval dv[2];
+} zero_terms;
+
+// One sum of emit_zero_terms: over k of a's rows [R, K] (rows) or of b's columns
+// [K, N] (!rows), i32, into z->sum[i]; a's rows less K za when `za` is set.
+static void emit_zero_sum(jit__emitter *e, zero_terms *z, int i, bool rows, const char *src,
+                          const int64_t *sd, const jit__gen_operand *za, const char *kv) {
+  jit__text *tb = &e->tb;
+  const int64_t *od = &z->dims[i];
+  const jit__dimval *odv = &z->dv[i];
+  jit__str acc = jit__value_name(e, false), zero = jit__value_name(e, false),
+           fill = jit__value_name(e, false), sum = jit__value_name(e, false);
+  jit__emit_empty(e, acc.s, JIT__I32, 1, od, odv);
+  jit__str ty = jit__tensor_type(JIT__I32, 1, od);
+  jit__text_printf(tb, "  %s = arith.constant 0 : i32\n"
+                       "  %s = linalg.fill ins(%s : i32) outs(%s : %s) -> %s\n",
+                   zero.s, fill.s, zero.s, acc.s, ty.s, ty.s);
+  jit__gen_operand in = {src, JIT__I8, 2, sd, {rows ? 0 : 1, rows ? 1 : 0}, NULL, NULL};
+  jit__gen_operand out = {fill.s, JIT__I32, 1, od, {0}, odv, NULL};
+  char iters[2] = {'p', 'r'};  // (outer, k)
+  jit__emit_generic_open(e, sum.s, 2, iters, &in, 1, &out);
+  jit__text_printf(tb, "    %%zs0 = arith.extsi %%in0 : i8 to i32\n"
+                       "    %%zs1 = arith.addi %%out, %%zs0 : i32\n"
+                       "    linalg.yield %%zs1 : i32\n  } -> %s\n", ty.s);
+  z->sum[i] = sum;
+  if (!za) return;
+  jit__str e2 = jit__value_name(e, false), r2 = jit__value_name(e, false);
+  jit__emit_empty(e, e2.s, JIT__I32, 1, od, odv);
+  jit__gen_operand in2[2] = {{sum.s, JIT__I32, 1, od, {0}, odv, NULL}, *za};
+  for (int d = 0; d < za->rank; d++) in2[1].map[d] = -1;
+  jit__gen_operand o2 = {e2.s, JIT__I32, 1, od, {0}, odv, NULL};
+  char it1[1] = {'p'};
+  jit__emit_generic_open(e, r2.s, 1, it1, in2, 2, &o2);
+  jit__text_printf(tb, "    %%zk0 = arith.extsi %%in1 : i8 to i32\n"
+                       "    %%zk1 = arith.muli %%zk0, %s : i32\n"
+                       "    %%zk2 = arith.subi %%in0, %%zk1 : i32\n"
+                       "    linalg.yield %%zk2 : i32\n  } -> %s\n", kv, ty.s);
+  z->sum[i] = r2;
+}
+
+// Writes the sums of zero_terms for matmul_int8 node `n` (a's rows `an` [R, K], R
+// valued by rdv[0] when `?`; b [K, N]) and their operand pairs into `ins`; returns
+// how many (0, 2 or 4).
+static int emit_zero_terms(jit__emitter *e, const jit__node *n, zero_terms *z,
+                           const char *an, const int64_t *ad, const jit__dimval *rdv,
+                           const jit__gen_operand *b, jit__gen_operand *ins) {
+  bool has_a = n->axis & 1, has_b = n->axis & 2;
+  if (!has_a && !has_b) return 0;
+  memset(z, 0, sizeof *z);
+  jit__gen_operand za = {0}, zb = {0};
+  int k = 4;
+  if (has_a) za = jit__node_operand(e, n->operands[k++]);
+  if (has_b) zb = jit__node_operand(e, n->operands[k]);
+  int64_t K = b->dims[0] >= 0 ? b->dims[0] : ad[1], N = b->dims[1];
+  jit__str kv = jit__value_name(e, false);  // K as i32 (`?` in symbolic mode)
+  if (K >= 0)
+    jit__text_printf(&e->tb, "  %s = arith.constant %lld : i32\n", kv.s, (long long)K);
+  else
+    jit__text_printf(&e->tb, "  %s = arith.index_cast %s : index to i32\n", kv.s,
+                     b->dv[0].s);
+  int w = 0;
+  if (has_b) {  // (sum_k a - K za, zb): a's rows, b's zero point per column or one
+    z->dims[0] = ad[0];
+    if (ad[0] < 0) z->dv[0] = rdv[0];
+    emit_zero_sum(e, z, 0, true, an, ad, has_a ? &za : NULL, kv.s);
+    ins[w] = (jit__gen_operand){z->sum[0].s, JIT__I32, 1, &z->dims[0], {0}, &z->dv[0], NULL};
+    ins[w + 1] = zb;
+    for (int d = 0; d < zb.rank; d++)
+      ins[w + 1].map[d] = d == zb.rank - 1 && zb.dims[d] != 1 ? 1 : -1;
+    w += 2;
+  }
+  if (has_a) {  // (sum_k b, za): b's columns
+    z->dims[1] = N;
+    if (N < 0) z->dv[1] = b->dv[1];
+    emit_zero_sum(e, z, 1, false, b->name, b->dims, NULL, kv.s);
+    ins[w] = (jit__gen_operand){z->sum[1].s, JIT__I32, 1, &z->dims[1], {1}, &z->dv[1], NULL};
+    ins[w + 1] = za;
+    for (int d = 0; d < za.rank; d++) ins[w + 1].map[d] = -1;
+    w += 2;
+  }
+  return w;
+}
+
 // int8 x int8 -> int32, dequantized (symmetric: no zero points): a [..., M, K] as rows
 // [R, K] (R = the product of a's leading dims, `?` in symbolic mode), b [K, N]. On the
 // CPU a linalg.matmul on i8 with an i32 accumulator, which the strategy plans like any
@@ -435,23 +527,36 @@ jit_status jit__emit_matmul_int8(jit__emitter *e, const jit__node *n) {
                      mm.s, an, b.name, jit__tensor_type(JIT__I8, 2, ad).s,
                      jit__tensor_type(JIT__I8, 2, b.dims).s, fill.s, ity.s, ity.s);
   }
-  // Dequantize: loops (row, col); a's scale at 0..., b's at its last dim = col.
-  jit__gen_operand ins[3] = {{mm.s, JIT__I32, 2, cd, {0}, rdv, NULL}, sa, sb};
+  // Dequantize: loops (row, col); a's scale at 0..., b's at its last dim = col; then
+  // the zero points' terms (below).
+  jit__gen_operand ins[7] = {{mm.s, JIT__I32, 2, cd, {0}, rdv, NULL}, sa, sb};
   jit__identity_map(&ins[0]);
   for (int d = 0; d < sa.rank; d++) ins[1].map[d] = -1;
   for (int d = 0; d < sb.rank; d++) ins[2].map[d] = d == sb.rank - 1 && sb.dims[d] != 1 ? 1 : -1;
+  zero_terms zt;
+  int n_in = 3 + emit_zero_terms(e, n, &zt, an, ad, rdv, &b, ins + 3);
   jit__str fe = jit__value_name(e, false), deq = jit__value_name(e, r == 2);
   jit__emit_empty(e, fe.s, JIT__F32, 2, cd, rdv);
   jit__gen_operand out = {fe.s, JIT__F32, 2, cd, {0}, rdv, NULL};
   jit__identity_map(&out);
   char iters[2] = {'p', 'p'};
-  jit__emit_generic_open(e, deq.s, 2, iters, ins, 3, &out);
+  jit__emit_generic_open(e, deq.s, 2, iters, ins, n_in, &out);
+  const char *q = "%in0";
+  // Each (sum, zero point) pair of zero_terms: q -= zero point * sum, in i32.
+  static const char *const terms[2] = {"%qz2", "%qz5"};
+  for (int t = 0; 3 + 2 * t < n_in; t++) {
+    jit__text_printf(tb, "    %%qz%d = arith.extsi %%in%d : i8 to i32\n"
+                         "    %%qz%d = arith.muli %%qz%d, %%in%d : i32\n"
+                         "    %s = arith.subi %s, %%qz%d : i32\n",
+                     3 * t, 4 + 2 * t, 3 * t + 1, 3 * t, 3 + 2 * t, terms[t], q, 3 * t + 1);
+    q = terms[t];
+  }
   jit__text_printf(tb,
-                   "    %%qf = arith.sitofp %%in0 : i32 to f32\n"
+                   "    %%qf = arith.sitofp %s : i32 to f32\n"
                    "    %%qx = arith.mulf %%qf, %%in1 : f32\n"
                    "    %%qy = arith.mulf %%qx, %%in2 : f32\n"
                    "    linalg.yield %%qy : f32\n  } -> %s\n",
-                   jit__tensor_type(JIT__F32, 2, cd).s);
+                   q, jit__tensor_type(JIT__F32, 2, cd).s);
   if (r != 2) jit__emit_reshape_dyn(e, deq.s, JIT__F32, 2, cd, r, n->dims, dv, true);
   return NULL;
 }

@@ -58,7 +58,7 @@ static int operand_count(jit__op op) {
     case JIT__OP_MATMUL: case JIT__OP_CONV2D: case JIT__OP_GATHER: case JIT__OP_CONCAT:
       return 2;
     case JIT__OP_WHERE: return 3;
-    case JIT__OP_MATMUL_INT8: return 4;
+    case JIT__OP_MATMUL_INT8: return -2;  // 4, and a zero point per bit of axis
     case JIT__OP_ATTENTION: return -1;  // 3 or 4 (with a mask): check_node
     default: return jit__op_is_binary_elementwise(op) ? 2 : 1;
   }
@@ -74,12 +74,13 @@ static jit_status check_node(jit__emitter *e, const jit__node *n) {
   for (int d = 0; d < n->rank; d++)
     if (n->dims[d] < 0 && !e->symbolic) return jit__node_error(e, "dim not concrete");
   int want = operand_count(n->op);
+  if (want == -2) want = 4 + (n->axis & 1) + ((n->axis >> 1) & 1);
   if (want >= 0 ? n->n_operands != want : n->n_operands < 3 || n->n_operands > 4)
     return jit__node_error(e, "operand count");
   for (int i = 0; i < n->n_operands; i++) {
     if (n->operands[i] >= e->cur) return jit__node_error(e, "operand is not an earlier node");
     if (e->g->nodes[n->operands[i]].dtype != n->dtype && n->op != JIT__OP_CAST &&
-        !(n->op == JIT__OP_GATHER && i == 1) && !(n->op == JIT__OP_MATMUL_INT8 && i < 2))
+        !(n->op == JIT__OP_GATHER && i == 1) && !(n->op == JIT__OP_MATMUL_INT8 && (i < 2 || i > 3)))
       return jit__node_error(e, "dtype");
   }
   if (n->op == JIT__OP_SCALAR && n->rank != 0) return jit__node_error(e, "scalar rank");

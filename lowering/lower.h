@@ -76,6 +76,8 @@ typedef enum jit__op {
   JIT__OP_ATTENTION,
   // int8 x int8 -> int32 products of the last two dims (operands a, b), dequantized:
   // (sum a b) * operand 2 (a's scale, one value) * operand 3 (b's: one, or per column).
+  // Zero points (jit_matmul_int8_zp) follow as operands 4[, 5], int8, which `axis`
+  // names: bit 0 a's (one value), bit 1 b's (one, or per column).
   JIT__OP_MATMUL_INT8,
   // Unary: to the nearest integer, ties to even (a quantizer's rounding).
   JIT__OP_ROUND,
@@ -185,7 +187,7 @@ typedef struct jit__node {
   jit__op op;
   jit__dtype dtype;
   int n_operands;
-  uint32_t operands[4];  // node indices, always smaller than this node's index
+  uint32_t operands[6];  // node indices, always smaller than this node's index
   int rank;
   int64_t dims[JIT_MAX_RANK];
   int axis;                   // reductions, softmax

@@ -680,16 +680,29 @@ class Graph:
         return self._value(f(self._handle(), self._v(q), self._v(k), self._v(v),
                              self._opt(mask), float(scale), 1 if causal else 0), q.dtype)
 
-    def matmul_int8(self, a, b, a_scale, b_scale):
+    def matmul_int8(self, a, b, a_scale, b_scale, a_zero=None, b_zero=None):
         """int8 x int8 products with int32 sums, dequantized to float32:
-        (a @ b) * a_scale * b_scale. a [..., M, K] and b [K, N] are int8 graph inputs;
-        a_scale is one float32 value, b_scale one value or one per column ([N]); a
-        Python number becomes a float32 scalar. Symmetric (no zero points)."""
-        f = self._need("jit_matmul_int8")
+        ((a - a_zero) @ (b - b_zero)) * a_scale * b_scale, the sums exact. a [..., M, K]
+        and b [K, N] are int8 graph inputs; a_scale is one float32 value, b_scale one
+        value or one per column ([N]); a Python number becomes a float32 scalar. The
+        zero points (asymmetric quantization) are int8 values, a_zero one, b_zero one
+        or one per column; a Python int in [-128, 127] becomes an int8 scalar; None
+        (both: symmetric) is zero."""
         sa, sb = (v if isinstance(v, Value) else self.scalar(v, float32)
                   for v in (a_scale, b_scale))
+        if a_zero is None and b_zero is None:
+            f = self._need("jit_matmul_int8")
+            return self._value(f(self._handle(), self._v(a), self._v(b), self._v(sa),
+                                 self._v(sb)), float32)
+        for v in (a_zero, b_zero):
+            if v is not None and not isinstance(v, Value) and not -128 <= int(v) <= 127:
+                raise ValueError(f"matmul_int8: zero point {v} is not an int8 value")
+        za, zb = (v if v is None or isinstance(v, Value)
+                  else self.cast(self.scalar(float(v), float32), int8)
+                  for v in (a_zero, b_zero))
+        f = self._need("jit_matmul_int8_zp")
         return self._value(f(self._handle(), self._v(a), self._v(b), self._v(sa),
-                             self._v(sb)), float32)
+                             self._v(sb), self._opt(za), self._opt(zb)), float32)
 
     def cast(self, x, dtype):
         """x converted to `dtype` among float32, float16, bfloat16, int8, int32 and

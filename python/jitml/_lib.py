@@ -252,6 +252,9 @@ def _prototypes(lib):
         required=False)
     _fn(lib, "jit_matmul_int8", jit_value,
         [c_graph_p, jit_value, jit_value, jit_value, jit_value], required=False)
+    _fn(lib, "jit_matmul_int8_zp", jit_value,
+        [c_graph_p, jit_value, jit_value, jit_value, jit_value, jit_value, jit_value],
+        required=False)
     _fn(lib, "jit_attention", jit_value,
         [c_graph_p, jit_value, jit_value, jit_value, jit_value, ctypes.c_double, ctypes.c_int],
         required=False)

@@ -1842,3 +1842,35 @@ def test_matmul_int8_matches_int32_sums(ctx, per_col):
         h.output(h.matmul_int8(f, f, 1.0, 1.0))
         h.finalize()
     assert e.value.code == jitml.StatusCode.DTYPE_MISMATCH
+
+
+@pytest.mark.parametrize("zp", ["a", "b", "b_col", "both"])
+def test_matmul_int8_zero_points_match_numpy(ctx, zp):
+    # (a - za) @ (b - zb) in int64 NumPy, then the scales: zero points as int8 graph
+    # inputs, or as Python ints (int8 scalars).
+    g = jitml.Graph(ctx, "q8zp")
+    a = g.input("a", "int8", ("M", 29))
+    b = g.input("b", "int8", (29, 7))
+    za = -100 if zp in ("a", "both") else None
+    zb = None
+    if zp in ("b", "both"):
+        zb = 55
+    elif zp == "b_col":
+        zb = g.input("zb", "int8", (7,))
+    g.output(g.matmul_int8(a, b, 0.5, 0.125, a_zero=za, b_zero=zb))
+    g.finalize()
+    rng = np.random.default_rng(91)
+    zbv = rng.integers(-128, 128, size=7, dtype=np.int8)
+    for M in (1, 13):
+        av = rng.integers(-128, 128, size=(M, 29), dtype=np.int8)
+        bv = rng.integers(-128, 128, size=(29, 7), dtype=np.int8)
+        za_n = np.int64(za or 0)
+        zb_n = zbv.astype(np.int64) if zp == "b_col" else np.int64(zb or 0)
+        acc = (av.astype(np.int64) - za_n) @ (bv.astype(np.int64) - zb_n)
+        want = acc * 0.5 * 0.125
+        got = g(av, bv, zbv) if zp == "b_col" else g(av, bv)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    h = jitml.Graph(ctx, "q8zp_bad")
+    x = h.input("x", "int8", (2, 3))
+    with pytest.raises(ValueError):
+        h.matmul_int8(x, x, 1.0, 1.0, a_zero=200)
