@@ -321,7 +321,7 @@ static jit__str mask_block(jit__emitter *e, const att *a, const char *s, const i
 }
 
 // o / l (the loop's results #2 and #1) in n's dtype, back to n's shape.
-static void finish_blocked(jit__emitter *e, const jit__node *n, const char *loop,
+static jit__str finish_blocked(jit__emitter *e, const jit__node *n, const char *loop,
                            const int64_t *od, const int64_t *rd) {
   char fo[300], fl[300];
   snprintf(fo, sizeof fo, "%s#2", loop);
@@ -335,7 +335,7 @@ static void finish_blocked(jit__emitter *e, const jit__node *n, const char *loop
   jit__gen_operand dout = {de.s, n->dtype, 3, od, {0}, NULL, NULL};
   jit__identity_map(&dout);
   jit__emit_generic(e, dres.s, 3, "ppp", din, 2, &dout, JIT__B_DIV, NULL);
-  jit__emit_reshape_to(e, dres.s, n->dtype, 3, od, n->rank, n->dims, true);
+  return dres;
 }
 
 // The mask read flat (%v<node>_mflat, for mask_read) and, when it has no batch dims
@@ -390,31 +390,26 @@ static jit__str prepare_mask(jit__emitter *e, const att *a, int64_t Tp, int64_t 
   return mp;
 }
 
-static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
+// What the key loop of emit_blocked reads, for B heads (all, or one thread's chunk):
+// q' [B, S, D], K^T [B, D, Tp] and V [B, Tp, Dv] (keys padded to whole blocks of
+// BK), and the padded mask (prepare_mask: mp, its dims and T').
+typedef struct att_blk {
+  int64_t B, BK, Tp;
+  jit__str qs, kt, vp, mp;
+  bool fast;
+  int64_t mpd[2], Tm;
+} att_blk;
+
+// The scf.for over blocks of keys (see the top) for k->B heads; returns o / l
+// [B, S, Dv] in the node's dtype.
+static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
   const jit__node *n = a->n;
-  int64_t B = 1;
-  for (int d = 0; d < a->nb; d++) B *= a->q.dims[d];
-  int64_t S = a->S, D = a->D, T = a->T, Dv = a->Dv;
-  int64_t nblk = (T + BK - 1) / BK, Tp = nblk * BK;
+  int64_t B = k->B, S = a->S, D = a->D, Dv = a->Dv, BK = k->BK, Tp = k->Tp, Tm = k->Tm;
   jit__text *tb = &e->tb;
-  int64_t qd[3] = {B, S, D}, kd[3] = {B, T, D}, vd[3] = {B, T, Dv};
-  jit__str q3 = as_f32_3d(e, &a->q, qd), k3 = as_f32_3d(e, &a->k, kd), v3 = as_f32_3d(e, &a->v, vd);
-  // q' = q * scale.
-  jit__str qe = jit__value_name(e, false), qs = jit__value_name(e, false);
-  jit__emit_empty(e, qe.s, JIT__F32, 3, qd, NULL);
-  jit__gen_operand qi = {q3.s, JIT__F32, 3, qd, {0}, NULL, NULL}, qo = {qe.s, JIT__F32, 3, qd, {0}, NULL, NULL};
-  jit__identity_map(&qi);
-  jit__identity_map(&qo);
-  custom_generic(e, qs.s, 3, "ppp", &qi, 1, &qo,
-                 "    %%asc = arith.constant %s : f32\n    %%ay = arith.mulf %%in0, %%asc : f32\n",
-                 jit__float_literal(n->scalar, JIT__F32).s);
-  // K^T [B, D, Tp] and V [B, Tp, Dv], keys past T read key T - 1 (their scores are -inf).
-  int64_t ktd[3] = {B, D, Tp}, vpd[3] = {B, Tp, Dv};
-  jit__str kt = padded_keys(e, k3.s, kd, ktd, true), vp = padded_keys(e, v3.s, vd, vpd, false);
-  // The mask, flat (for mask_read) and, without batch dims, padded f32 [S', T'].
-  int64_t mpd[2], Tm = 1;
-  jit__str mp = prepare_mask(e, a, Tp, mpd, &Tm);
-  bool fast = mp.s[0] != 0;
+  int64_t qd[3] = {B, S, D}, ktd[3] = {B, D, Tp}, vpd[3] = {B, Tp, Dv};
+  int64_t mpd[2] = {k->mpd[0], k->mpd[1]};
+  jit__str qs = k->qs, kt = k->kt, vp = k->vp, mp = k->mp;
+  bool fast = k->fast;
   // The carried values.
   int64_t rd[2] = {B, S}, od[3] = {B, S, Dv}, sd[3] = {B, S, BK};
   jit__str m0 = jit__emit_filled_acc(e, kNegInf, 2, rd, NULL);
@@ -532,7 +527,78 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
                  "    %%ay = arith.maximumf %%out, %%in0 : f32\n");
   jit__text_printf(tb, "  scf.yield %s, %s, %s : %s, %s, %s\n  }\n", mnew.s, lnew.s, onew.s,
                    rty.s, rty.s, oty.s);
-  finish_blocked(e, n, loop.s, od, rd);
+  return finish_blocked(e, n, loop.s, od, rd);
+}
+
+static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
+  const jit__node *n = a->n;
+  int64_t B = 1;
+  for (int d = 0; d < a->nb; d++) B *= a->q.dims[d];
+  int64_t S = a->S, D = a->D, T = a->T, Dv = a->Dv;
+  int64_t nblk = (T + BK - 1) / BK, Tp = nblk * BK;
+  jit__text *tb = &e->tb;
+  int64_t qd[3] = {B, S, D}, kd[3] = {B, T, D}, vd[3] = {B, T, Dv};
+  jit__str q3 = as_f32_3d(e, &a->q, qd), k3 = as_f32_3d(e, &a->k, kd), v3 = as_f32_3d(e, &a->v, vd);
+  // q' = q * scale.
+  jit__str qe = jit__value_name(e, false), qs = jit__value_name(e, false);
+  jit__emit_empty(e, qe.s, JIT__F32, 3, qd, NULL);
+  jit__gen_operand qi = {q3.s, JIT__F32, 3, qd, {0}, NULL, NULL}, qo = {qe.s, JIT__F32, 3, qd, {0}, NULL, NULL};
+  jit__identity_map(&qi);
+  jit__identity_map(&qo);
+  custom_generic(e, qs.s, 3, "ppp", &qi, 1, &qo,
+                 "    %%asc = arith.constant %s : f32\n    %%ay = arith.mulf %%in0, %%asc : f32\n",
+                 jit__float_literal(n->scalar, JIT__F32).s);
+  // K^T [B, D, Tp] and V [B, Tp, Dv], keys past T read key T - 1 (their scores are -inf).
+  int64_t ktd[3] = {B, D, Tp}, vpd[3] = {B, Tp, Dv};
+  jit__str kt = padded_keys(e, k3.s, kd, ktd, true), vp = padded_keys(e, v3.s, vd, vpd, false);
+  // The mask, flat (for mask_read) and, without batch dims, padded f32 [S', T'].
+  int64_t mpd[2], Tm = 1;
+  jit__str mp = prepare_mask(e, a, Tp, mpd, &Tm);
+  bool fast = mp.s[0] != 0;
+  // With threads, the heads in one chunk per thread (an scf.forall; the strategy
+  // plans what is inside for one thread): GPT-2's 12 x 128 x 64 causal attention at
+  // 2 threads went 1.07 -> 0.57 ms. A mask with batch dims is read at each head's
+  // index (mask_read), so it keeps one loop over all heads.
+  int th = e->opt ? e->opt->forall_threads : 1;
+  int nc = th > 1 && B >= th && B % th == 0 && (!a->has_mask || fast) ? th : 1;
+  int64_t od[3] = {B, S, Dv}, Bc = B / nc;
+  att_blk k = {.B = Bc, .BK = BK, .Tp = Tp, .qs = qs, .kt = kt, .vp = vp, .mp = mp,
+               .fast = fast, .mpd = {mpd[0], mpd[1]}, .Tm = Tm};
+  if (nc == 1) {
+    jit__str r = emit_key_loop(e, a, &k);
+    jit__emit_reshape_to(e, r.s, n->dtype, 3, od, n->rank, n->dims, true);
+    return NULL;
+  }
+  jit__str init = jit__value_name(e, false), loop = jit__value_name(e, false),
+           iv = jit__value_name(e, false), it = jit__value_name(e, false),
+           b0 = jit__value_name(e, false);
+  jit__emit_empty(e, init.s, n->dtype, 3, od, NULL);
+  jit__str oty = jit__tensor_type(n->dtype, 3, od);
+  jit__text_printf(tb,
+                   "  %s = scf.forall (%s) in (%d) shared_outs(%s = %s) -> (%s) {\n"
+                   "  %s = affine.apply affine_map<(d0) -> (d0 * %lld)>(%s)\n",
+                   loop.s, iv.s, nc, it.s, init.s, oty.s, b0.s, (long long)Bc, iv.s);
+  const int64_t *whole[3] = {qd, ktd, vpd};
+  jit__str *part[3] = {&k.qs, &k.kt, &k.vp};
+  for (int i = 0; i < 3; i++) {
+    int64_t cd[3] = {Bc, whole[i][1], whole[i][2]};
+    jit__str sl = jit__value_name(e, false);
+    jit__text_printf(tb, "  %s = tensor.extract_slice %s[%s, 0, 0] [%lld, %lld, %lld] [1, 1, 1]"
+                         " : %s to %s\n",
+                     sl.s, part[i]->s, b0.s, (long long)Bc, (long long)cd[1],
+                     (long long)cd[2], jit__tensor_type(JIT__F32, 3, whole[i]).s,
+                     jit__tensor_type(JIT__F32, 3, cd).s);
+    *part[i] = sl;
+  }
+  jit__str r = emit_key_loop(e, a, &k);
+  int64_t rd[3] = {Bc, S, Dv};
+  jit__text_printf(tb,
+                   "  scf.forall.in_parallel {\n"
+                   "    tensor.parallel_insert_slice %s into %s[%s, 0, 0] [%lld, %lld, %lld] "
+                   "[1, 1, 1] : %s into %s\n  }\n  }\n",
+                   r.s, it.s, b0.s, (long long)Bc, (long long)S, (long long)Dv,
+                   jit__tensor_type(n->dtype, 3, rd).s, oty.s);
+  jit__emit_reshape_to(e, loop.s, n->dtype, 3, od, n->rank, n->dims, true);
   return NULL;
 }
 

@@ -235,7 +235,7 @@ static jit__str emit_conv_nchw_blocked(jit__emitter *e, const jit__window *w, co
   int64_t C = xp->dims[1], KH = g->k[0], KW = g->k[1], K = C * KH * KW;
   int64_t Hp = xp->dims[2], Wp = xp->dims[3], image = C * Hp * Wp, total = N * image;
   int64_t nb = OH / R, step = R * w->stride[0] * Wp, span = image - (nb - 1) * step;
-  bool forall = e->opt->conv_block_threads > 1;
+  bool forall = e->opt->forall_threads > 1;
   jit__dtype dt = xp->dt;
   jit__str flat = jit__emit_reshape_to(e, xp->name, dt, 4, xp->dims, 1, &total, false);
   int64_t cd[3] = {N, F, P};
@@ -315,7 +315,7 @@ static jit_status emit_conv_nchw_matmul(jit__emitter *e, const jit__node *n, con
   bool plain = KH == 1 && KW == 1 && w->stride[0] == 1 && w->stride[1] == 1 &&
                xp->dims[2] == OH && xp->dims[3] == OW;
   int64_t R = plain ? 0
-                    : conv_block_rows(e->opt->conv_block_bytes, e->opt->conv_block_threads,
+                    : conv_block_rows(e->opt->conv_block_bytes, e->opt->forall_threads,
                                       N, K, OH, OW, jit__dtype_is_half(dt) ? 2 : 4);
   if (R > 0) {
     int64_t fk[2] = {F, K};

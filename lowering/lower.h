@@ -315,10 +315,11 @@ typedef struct jit__emit_options {
   // Exact NCHW convolutions (conv_as_matmul) whose im2col columns for one image are
   // over this many bytes go in blocks of output rows, each block's columns at most
   // this size, copied and multiplied in one loop step (emit_window.c). 0: whole.
-  // With conv_block_threads > 1 the loop is an scf.forall whose steps the threads
-  // share (the CPU strategy plans a matmul inside a forall for one thread).
   int64_t conv_block_bytes;
-  int conv_block_threads;
+  // The kernel's threads, where > 1: loops the emitter writes for them as scf.forall
+  // (the convolutions' im2col blocks, blocked attention's heads), whose steps the
+  // threads share; the CPU strategy plans what is inside a forall for one thread.
+  int forall_threads;
   // Each tensor.empty gets an attribute of its own (`jit_e = N`), so that CSE does not
   // merge the inits of many results into one tensor, whose thousands of writers made
   // one-shot bufferization's conflict analysis quadratic (3,000 outputs: 23 s).

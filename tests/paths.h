@@ -1,7 +1,7 @@
 //===--- paths.h - which code path a kernel took, from its dumped IR ---------===//
 //
 // For the suites that check the CPU strategy's choices (test_perf_paths.c,
-// test_conv_paths.c): contexts that compile every kernel (no disk cache) for a thread
+// test_forall_paths.c): contexts that compile every kernel (no disk cache) for a thread
 // count, optionally dumping each stage's IR into a temporary directory that a test
 // then searches. Static functions: each suite gets its own copy and dump directory.
 // Define _XOPEN_SOURCE 700 (or _GNU_SOURCE) before including it: nftw.

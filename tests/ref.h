@@ -147,4 +147,10 @@ void ref_conv2d(const ref_window *w, const float *x, const int64_t *dx, const fl
 // Max (padding never wins) or average pooling, in double.
 void ref_pool2d(const ref_window *w, int max, const float *x, const int64_t *dx, float *y);
 
+// softmax(q k^T scale + mask) v in double, q [B, S, D], k [B, T, D], v [B, T, Dv], mask
+// [S, T] or NULL; causal: key j <= i + T - S.
+void ref_attention(const float *q, const float *k, const float *v, const float *mask,
+                   int64_t B, int64_t S, int64_t T, int64_t D, int64_t Dv, double scale,
+                   int causal, float *out);
+
 #endif  // JITML_TESTS_REF_H_

@@ -979,35 +979,6 @@ static float *random_f32_n(ref_rng *rng, int64_t n) {
   return x;
 }
 
-// softmax(q k^T scale + mask) v in double, q [B, S, D], k [B, T, D], v [B, T, Dv], mask
-// [S, T] or NULL; causal: key j <= i + T - S.
-static void ref_attention(const float *q, const float *k, const float *v, const float *mask,
-                          int64_t B, int64_t S, int64_t T, int64_t D, int64_t Dv,
-                          double scale, int causal, float *out) {
-  double *row = malloc(sizeof(double) * (size_t)T);
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t i = 0; i < S; i++) {
-      double mx = -INFINITY;
-      for (int64_t j = 0; j < T; j++) {
-        double s = 0;
-        for (int64_t d = 0; d < D; d++) s += (double)q[(b * S + i) * D + d] * k[(b * T + j) * D + d];
-        s *= scale;
-        if (mask) s += mask[i * T + j];
-        if (causal && j > i + T - S) s = -INFINITY;
-        row[j] = s;
-        if (s > mx) mx = s;
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < T; j++) sum += row[j] = exp(row[j] - mx);
-      for (int64_t c = 0; c < Dv; c++) {
-        double acc = 0;
-        for (int64_t j = 0; j < T; j++) acc += row[j] * v[(b * T + j) * Dv + c];
-        out[(b * S + i) * Dv + c] = (float)(acc / sum);
-      }
-    }
-  free(row);
-}
-
 // Heads [B, H, S, D] with S and T symbolic or static; with and without a mask, causal
 // or not; T across one and several key blocks (64), prime sizes.
 static void check_attention(DLDataType dt, int with_mask, int causal, int symbolic,

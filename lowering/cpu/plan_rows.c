@@ -271,7 +271,7 @@ static bool has_strided_map(MlirOperation g) {
   return false;
 }
 
-void jit__cpu_plan_generic(walk *w, MlirOperation g) {
+static void plan_generic_threads(walk *w, MlirOperation g) {
   // A body that reads a tensor at computed indices (a window's padding, emit_window.c)
   // does not vectorize as an elementwise op: its loops are left to LLVM.
   // So does one that reads an operand at strided positions (a window's im2col copy):
@@ -321,6 +321,19 @@ void jit__cpu_plan_generic(walk *w, MlirOperation g) {
   if (p.skip) return;
   if (n_red) emit_reduction(w, g, nl, &p);
   else emit_elementwise(w, g, &es, &p);
+}
+
+// plan_generic_threads, for one thread where `g` is inside an scf.forall of the
+// emitter's (blocked attention's heads: the threads share that loop).
+void jit__cpu_plan_generic(walk *w, MlirOperation g) {
+  if (w->threads <= 1 || !jit__cpu_in_forall(g)) {
+    plan_generic_threads(w, g);
+    return;
+  }
+  int threads = w->threads;
+  w->threads = 1;
+  plan_generic_threads(w, g);
+  w->threads = threads;
 }
 
 //===--- Streaming -------------------------------------------------------===//

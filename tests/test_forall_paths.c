@@ -1,4 +1,8 @@
-//===--- test_conv_paths.c - the CPU's blocked im2col convolutions vs plain C ===//
+//===--- test_forall_paths.c - loops the emitter writes for threads, vs plain C ===//
+//
+// The CPU's exact kernels have two loops of their own that threads share (scf.forall,
+// what is inside planned for one thread): the blocks of a convolution's im2col
+// columns, and the heads of blocked attention.
 //
 // An exact NCHW convolution whose im2col columns are over a quarter of L2 (at most
 // 512 KiB) runs in blocks of output rows: a loop (an scf.forall with threads) whose
@@ -92,10 +96,81 @@ static void check_all(int i, DLDataType dt) {
 }
 
 #define CONV_TESTS(i, name)                                      \
-  Test(conv_paths, name##_f32) { check_all(i, TU_F32); }         \
-  Test(conv_paths, name##_f16) { check_all(i, TU_F16); }
+  Test(forall_paths, name##_f32) { check_all(i, TU_F32); }       \
+  Test(forall_paths, name##_f16) { check_all(i, TU_F16); }
 
 CONV_TESTS(0, pad1)
 CONV_TESTS(1, strided_dilated_uneven)
 CONV_TESTS(2, stride2_prime_rows)
 CONV_TESTS(3, whole)
+
+//===--- Attention: one chunk of heads per thread ----------------------------===//
+
+// jit_attention over q [NB, H, S, D] (S = 37, T = 70: one whole key block and one
+// padded) at `threads`, causal or with a mask [S, T] (or [NB, 1, S, T], per batch
+// element: read at each head's index, so no chunks), against ref_attention; and
+// whether the kernel has the heads' forall (2 threads dividing the NB H heads, a mask
+// without batch dims).
+static void check_attention(DLDataType dt, int64_t NB, int64_t H, int mask_rank, int causal,
+                            int threads) {
+  bool f16 = tu_is_f16(dt);
+  const int64_t S = 37, T = 70, D = 16, Dv = 12, B = NB * H;
+  dump_begin();
+  jit_context *ctx = ctx_threads(threads);
+  jit_graph *g = tu_graph(ctx, "attention");
+  int64_t dq[4] = {NB, H, S, D}, dk[4] = {NB, H, T, D}, dv[4] = {NB, H, T, Dv},
+          dm[4] = {NB, 1, S, T}, dy[4] = {NB, H, S, Dv};
+  int64_t *dmask = mask_rank == 4 ? dm : dm + 2;
+  jit_value q = jit_input(g, "q", dt, 4, dq), k = jit_input(g, "k", dt, 4, dk),
+            v = jit_input(g, "v", dt, 4, dv);
+  jit_value m = mask_rank ? jit_input(g, "m", dt, mask_rank, dmask) : (jit_value){0};
+  jit_output(g, jit_attention(g, q, k, v, m, 0.0, causal));
+  TU_OK(jit_graph_finalize(g));
+  ref_rng rng;
+  ref_rng_seed(&rng, 90 + (uint64_t)(B * 4 + mask_rank + causal));
+  int64_t nq = B * S * D, nk = B * T * D, nv = B * T * Dv, nm = NB * S * T, ny = B * S * Dv;
+  float *qv = tu_malloc((size_t)nq * 4), *kv = tu_malloc((size_t)nk * 4),
+        *vv = tu_malloc((size_t)nv * 4), *mv = tu_malloc((size_t)nm * 4),
+        *want = tu_malloc((size_t)ny * 4);
+  ref_rng_fill_signed(&rng, qv, nq);
+  ref_rng_fill_signed(&rng, kv, nk);
+  ref_rng_fill_signed(&rng, vv, nv);
+  // Masks that differ per batch element (mask_rank 4), each row's first key kept.
+  for (int64_t i = 0; i < nm; i++)
+    mv[i] = (i % T) && (i * 7 + i / (S * T)) % 5 == 0 ? -INFINITY : 0.25f * (float)(i % 3);
+  void *pq = tu_input_data(dt, qv, nq), *pk = tu_input_data(dt, kv, nk),
+       *pv = tu_input_data(dt, vv, nv), *pm = tu_input_data(dt, mv, nm);
+  for (int64_t b = 0; b < NB; b++)  // per batch element: its heads, its mask
+    ref_attention(qv + b * H * S * D, kv + b * H * T * D, vv + b * H * T * Dv,
+                  mask_rank ? mv + (mask_rank == 4 ? b * S * T : 0) : NULL, H, S, T, D, Dv,
+                  1.0 / sqrt((double)D), causal, want + b * H * S * Dv);
+  if (f16) ref_round_f16_array(want, ny);
+  DLTensor ins[4] = {tu_tensor(pq, dt, 4, dq), tu_tensor(pk, dt, 4, dk),
+                     tu_tensor(pv, dt, 4, dv), tu_tensor(pm, dt, mask_rank, dmask)};
+  char what[128];
+  snprintf(what, sizeof what, "attention %s %lldx%lld heads, mask rank %d causal=%d threads=%d",
+           f16 ? "f16" : "f32", (long long)NB, (long long)H, mask_rank, causal, threads);
+  tu_run_check(g, ins, mask_rank ? 4 : 3, dt, 4, dy, want, f16 ? 1e-2 : 2e-5,
+               f16 ? 5e-3 : 2e-6, NULL, what);
+  bool chunks = threads > 1 && kThreadsSplit && B % threads == 0 && mask_rank != 4;
+  cr_expect(dump_has("-00-graph.mlir", "scf.forall") == chunks, "%s: heads' forall %s", what,
+            chunks ? "missing" : "where it must not be");
+  free(qv), free(kv), free(vv), free(mv), free(want), free(pq), free(pk), free(pv), free(pm);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  dump_end();
+}
+
+// 2 x 6 heads (6 a thread at 2 threads), 1 x 1 (fewer than the threads), 1 x 5 (odd:
+// one loop), each at 1 and 2 threads.
+static void check_attention_all(DLDataType dt, int mask_rank, int causal) {
+  static const int64_t heads[3][2] = {{2, 6}, {1, 1}, {1, 5}};
+  for (int h = 0; h < 3; h++)
+    for (int threads = 1; threads <= 2; threads++)
+      check_attention(dt, heads[h][0], heads[h][1], mask_rank, causal, threads);
+}
+
+Test(forall_paths, attention_causal_f32) { check_attention_all(TU_F32, 0, 1); }
+Test(forall_paths, attention_mask_f32) { check_attention_all(TU_F32, 2, 0); }
+Test(forall_paths, attention_mask_causal_f16) { check_attention_all(TU_F16, 2, 1); }
+Test(forall_paths, attention_batch_mask_f32) { check_attention_all(TU_F32, 4, 0); }
