@@ -368,6 +368,19 @@ jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n) {
   return NULL;
 }
 
+// An i32 tensor of `dims` (`?` ones valued by dv) filled with 0: an accumulator.
+static jit__str emit_i32_zeros(jit__emitter *e, int rank, const int64_t *dims,
+                               const jit__dimval *dv) {
+  jit__str acc = jit__value_name(e, false), zero = jit__value_name(e, false),
+           fill = jit__value_name(e, false);
+  jit__emit_empty(e, acc.s, JIT__I32, rank, dims, dv);
+  jit__str ty = jit__tensor_type(JIT__I32, rank, dims);
+  jit__text_printf(&e->tb, "  %s = arith.constant 0 : i32\n"
+                           "  %s = linalg.fill ins(%s : i32) outs(%s : %s) -> %s\n",
+                   zero.s, fill.s, zero.s, acc.s, ty.s, ty.s);
+  return fill;
+}
+
 // The zero points' terms of matmul_int8 (operands 4[, 5], as its axis names them):
 //   sum (a - za)(b - zb) = sum a b - zb (sum_k a - K za) - za sum_k b,
 // each term i32 and exact, as sum a b is. They enter the dequantizing generic over
@@ -387,13 +400,8 @@ static void emit_zero_sum(jit__emitter *e, zero_terms *z, int i, bool rows, cons
   jit__text *tb = &e->tb;
   const int64_t *od = &z->dims[i];
   const jit__dimval *odv = &z->dv[i];
-  jit__str acc = jit__value_name(e, false), zero = jit__value_name(e, false),
-           fill = jit__value_name(e, false), sum = jit__value_name(e, false);
-  jit__emit_empty(e, acc.s, JIT__I32, 1, od, odv);
+  jit__str fill = emit_i32_zeros(e, 1, od, odv), sum = jit__value_name(e, false);
   jit__str ty = jit__tensor_type(JIT__I32, 1, od);
-  jit__text_printf(tb, "  %s = arith.constant 0 : i32\n"
-                       "  %s = linalg.fill ins(%s : i32) outs(%s : %s) -> %s\n",
-                   zero.s, fill.s, zero.s, acc.s, ty.s, ty.s);
   jit__gen_operand in = {src, JIT__I8, 2, sd, {rows ? 0 : 1, rows ? 1 : 0}, NULL, NULL};
   jit__gen_operand out = {fill.s, JIT__I32, 1, od, {0}, odv, NULL};
   char iters[2] = {'p', 'r'};  // (outer, k)
@@ -501,13 +509,8 @@ jit_status jit__emit_matmul_int8(jit__emitter *e, const jit__node *n) {
     as = jit__emit_reshape_dyn(e, an, JIT__I8, r, a.dims, 2, ad, rdv, false);
     an = as.s;
   }
-  jit__str acc = jit__value_name(e, false), zero = jit__value_name(e, false),
-           fill = jit__value_name(e, false), mm = jit__value_name(e, false);
-  jit__emit_empty(e, acc.s, JIT__I32, 2, cd, rdv);
+  jit__str fill = emit_i32_zeros(e, 2, cd, rdv), mm = jit__value_name(e, false);
   jit__str ity = jit__tensor_type(JIT__I32, 2, cd);
-  jit__text_printf(tb, "  %s = arith.constant 0 : i32\n"
-                   "  %s = linalg.fill ins(%s : i32) outs(%s : %s) -> %s\n",
-                   zero.s, fill.s, zero.s, acc.s, ity.s, ity.s);
   if (e->opt && e->opt->conv_as_matmul) {  // the CPU: a named matmul the strategy plans
     jit__text_printf(tb, "  %s = linalg.matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
                      mm.s, an, b.name, jit__tensor_type(JIT__I8, 2, ad).s,
