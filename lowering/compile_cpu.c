@@ -727,8 +727,8 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
   memset(out, 0, sizeof(*out));
   double t0 = jit__now_ms();
   char *text = NULL;
-  // jit__emit_mlir's exact CPU options, with the convolutions' im2col blocks: a
-  // quarter of L2, at most JIT__CONV_BLOCK_BYTES (ResNet's 3x3 at 56x56, C = 64, on a
+  // Named batched matmuls, convolutions as matmuls, attention in key blocks, and the
+  // convolutions' im2col blocks: a quarter of L2, at most JIT__CONV_BLOCK_BYTES (ResNet's 3x3 at 56x56, C = 64, on a
   // 2 MiB L2: 256 and 512 KiB blocks the same, 1 and 2 MiB 5-15 % slower).
   int64_t l2 = jit__cpu_host_of(options).l2;
   jit__emit_options eo = {.named_batch = true, .conv_as_matmul = true,

@@ -1113,7 +1113,7 @@ static jit_status jit__compile_gpu_with(const jit__lgraph *graph,
   jit__emit_options eo = {.symbolic = true, .destination = true, .reshape_req = req,
                           .fuse_elementwise = true, .distinct_empties = true};
   JIT_RETURN_IF_ERROR(req ? jit__emit_mlir_with(graph, func_name, &eo, &text)
-                          : jit__emit_mlir(graph, func_name, false, &text),
+                          : jit__emit_mlir(graph, func_name, &text),
                       "emitting MLIR");
   jit__diag diag = {{0}, 0, NULL};
   jit__gx_builder gx = {0};

@@ -429,12 +429,8 @@ jit_status jit__emit_mlir_with(const jit__lgraph *graph, const char *func_name,
   return NULL;
 }
 
-jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
-                          bool named_batch, char **out_text) {
-  jit__emit_options o = {.named_batch = named_batch, .conv_as_matmul = named_batch,
-                         .attention_block = named_batch ? 64 : 0,
-                         .fuse_elementwise = true,
-                         .distinct_empties = true};
+jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name, char **out_text) {
+  jit__emit_options o = {.fuse_elementwise = true, .distinct_empties = true};
   return jit__emit_mlir_with(graph, func_name, &o, out_text);
 }
 

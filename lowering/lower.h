@@ -262,13 +262,10 @@ typedef struct jit__artifact {
 void jit__artifact_release(jit__artifact *artifact);
 
 // Writes the MLIR (func on static tensors, linalg ops) for `graph` into a malloc'ed,
-// NUL-terminated string. `func_name` names the function. With `named_batch` (the CPU
-// strategy), batched matmuls become named ops where their batch dims allow (x W with
-// a batched x: one linalg.matmul over all rows; equal batch dims on both operands:
-// linalg.batch_matmul), else a linalg.generic, which is what the GPU back ends map
-// (gpu_tiled.c). Thread-safe.
-jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name,
-                          bool named_batch, char **out_text);
+// NUL-terminated string. `func_name` names the function. Batched matmuls are
+// linalg.generic ops, which is what the GPU back ends map (gpu_tiled.c); the CPU's
+// exact kernels ask jit__emit_mlir_with for named ones (named_batch). Thread-safe.
+jit_status jit__emit_mlir(const jit__lgraph *graph, const char *func_name, char **out_text);
 
 // How jit__emit_mlir_with writes a graph's dims, and the function around its body.
 //

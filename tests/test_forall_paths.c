@@ -87,10 +87,12 @@ static void check_case(const conv_case *cc, int64_t n, int threads, DLDataType d
   if (cc->blocked && !f16)
     cr_expect(loop, "%s: no block loop (%s) in the emitted kernel", what,
               split ? "scf.forall" : "scf.for");
-  if (cc->threads_only) {  // CTest's plain leg pins 2 MiB (a 512 KiB budget)
+  if (cc->threads_only) {  // blocks where the L2 is 2 MiB (a 512 KiB budget)
+    // Both CTest legs pin the L2 (2M, 512K); run by hand on an unpinned host, the
+    // host's own L2 decides, and only the numbers are checked.
     const char *l2 = getenv("JITML_CPU_L2");
-    bool want = split && !f16 && l2 && strcmp(l2, "2M") == 0;
-    if (!f16)
+    bool want = split && l2 && strcmp(l2, "2M") == 0;
+    if (!f16 && l2)
       cr_expect(dump_has("-00-graph.mlir", "scf.forall") == want, "%s: blocks %s", what,
                 want ? "missing" : "where the budget has none");
   } else if (!cc->blocked) {

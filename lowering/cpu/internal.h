@@ -106,6 +106,11 @@ typedef struct walk {
   int64_t row_bytes, row_input_bytes;  // of the last row loop: one row, the whole input
 } walk;
 
+// plan(w, op), with w->threads 1 while it runs where `op` is inside an scf.forall of
+// the emitter's (its threads share that loop: a convolution's im2col blocks, blocked
+// attention's heads); the module is then a parallel one.
+void jit__cpu_plan_threads_of(walk *w, MlirOperation op, void (*plan)(walk *, MlirOperation));
+
 //===--- Op inspection (ops.c) -------------------------------------------===//
 
 bool jit__cpu_op_is(MlirOperation op, const char *name);

@@ -34,6 +34,18 @@ bool jit__cpu_in_forall(MlirOperation op) {
   return false;
 }
 
+void jit__cpu_plan_threads_of(walk *w, MlirOperation op, void (*plan)(walk *, MlirOperation)) {
+  if (w->threads <= 1 || !jit__cpu_in_forall(op)) {
+    plan(w, op);
+    return;
+  }
+  int threads = w->threads;
+  w->parallel = true;
+  w->threads = 1;
+  plan(w, op);
+  w->threads = threads;
+}
+
 int64_t jit__cpu_shaped_bytes(MlirType t) {
   MlirType e = mlirShapedTypeGetElementType(t);
   int64_t bits = mlirTypeIsAFloat(e) ? (int64_t)mlirFloatTypeGetWidth(e)

@@ -323,17 +323,8 @@ static void plan_generic_threads(walk *w, MlirOperation g) {
   else emit_elementwise(w, g, &es, &p);
 }
 
-// plan_generic_threads, for one thread where `g` is inside an scf.forall of the
-// emitter's (blocked attention's heads: the threads share that loop).
 void jit__cpu_plan_generic(walk *w, MlirOperation g) {
-  if (w->threads <= 1 || !jit__cpu_in_forall(g)) {
-    plan_generic_threads(w, g);
-    return;
-  }
-  int threads = w->threads;
-  w->threads = 1;
-  plan_generic_threads(w, g);
-  w->threads = threads;
+  jit__cpu_plan_threads_of(w, g, plan_generic_threads);
 }
 
 //===--- Streaming -------------------------------------------------------===//

@@ -906,19 +906,8 @@ static void plan_matmul_threads(walk *w, MlirOperation mm) {
   emit_matmul(w, i, &s, &p, has_fill);
 }
 
-// plan_matmul_threads, for one thread where `mm` is inside an scf.forall of the
-// emitter's (a convolution's im2col blocks: the threads share that loop, and the
-// module is a parallel one).
 static void plan_matmul(walk *w, MlirOperation mm) {
-  if (!jit__cpu_in_forall(mm)) {
-    plan_matmul_threads(w, mm);
-    return;
-  }
-  int threads = w->threads;
-  w->parallel |= threads > 1;
-  w->threads = 1;
-  plan_matmul_threads(w, mm);
-  w->threads = threads;
+  jit__cpu_plan_threads_of(w, mm, plan_matmul_threads);
 }
 
 static MlirWalkResult plan_op(MlirOperation op, void *user) {
