@@ -606,6 +606,7 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   jit__stage_end(out, "bufferize", &t);
   if (options->opt_level > 0) {
     int64_t stack = 0;
+    jit__cpu_results_in_place(ctx, mop);
     jit__cpu_stack_buffers(ctx, mop, &plan, &stack);
     out->stack_bytes = (uint32_t)stack;
   }

@@ -83,6 +83,12 @@ char *jit__cpu_generic_script(MlirContext ctx, MlirOperation module,
 int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu_plan *plan,
                            int64_t *bytes);
 
+// After one-shot bufferization: an output argument written by one memref.copy from
+// a heap buffer the kernel made (or a reshaped view of it) gets the buffer's writes
+// directly (the buffer becomes a view of the output; lowering/cpu/ says when).
+// Returns the number of copies removed.
+int jit__cpu_results_in_place(MlirContext ctx, MlirOperation module);
+
 // After bufferization, for plan->unroll_k: gives each register tile's k loop (a loop
 // whose own body holds vector FMAs) an llvm.loop.unroll.count of 4, or 2 when its
 // static trip count is not a multiple of 4, and every other scf.for unroll.disable, so

@@ -301,3 +301,64 @@ Test(cpu_rewrites, run_time_mask_selects_drop) {
     free(text);
   }
 }
+
+// A product computed into a heap buffer and copied, through a view, into an output
+// argument: SRC is what the copy reads, USE an extra use of the output before it.
+static const char kResultCopy[] =
+    "func.func @f(%x: memref<64x12xf32>, %out: memref<1x64x3x4xf32>) {\n"
+    "  %cst = arith.constant 1.0 : f32\n"
+    "  %c0 = arith.constant 0 : index\n"
+    "  %a = memref.alloc() {alignment = 64 : i64} : memref<64x12xf32>\n"
+    "  linalg.fill ins(%cst : f32) outs(%a : memref<64x12xf32>)\n"
+    "  %e = memref.expand_shape SRC [[0, 1], [2, 3]] output_shape [1, 64, 3, 4] :"
+    " memref<64x12xf32> into memref<1x64x3x4xf32>\n"
+    "  USE\n"
+    "  memref.copy %e, %out : memref<1x64x3x4xf32> to memref<1x64x3x4xf32>\n"
+    "  return\n"
+    "}\n";
+
+static char *result_copy_text(const char *src, const char *use) {
+  size_t cap = sizeof kResultCopy + 128;
+  char *out = malloc(cap);
+  cr_assert(out);
+  const char *s = strstr(kResultCopy, "SRC"), *u = strstr(kResultCopy, "USE");
+  cr_assert(s && u && s < u);
+  snprintf(out, cap, "%.*s%s%.*s%s%s", (int)(s - kResultCopy), kResultCopy, src,
+           (int)(u - s - 3), s + 3, use, u + 3);
+  return out;
+}
+
+Test(cpu_rewrites, result_written_in_its_output) {
+  static const struct {
+    const char *src, *use;
+    int want;
+  } cases[] = {
+      {"%a", "", 1},
+      {"%x", "", 0},  // not a buffer the kernel made
+      {"%a", "%v = memref.load %out[%c0, %c0, %c0, %c0] : memref<1x64x3x4xf32>", 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *text = result_copy_text(cases[i].src, cases[i].use);
+    MlirContext ctx = make_ctx();
+    MlirModule m = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
+    cr_assert(!mlirModuleIsNull(m), "the test module does not parse:\n%s", text);
+    MlirOperation op = mlirModuleGetOperation(m);
+    int n = jit__cpu_results_in_place(ctx, op);
+    cr_expect(n == cases[i].want, "case %zu: %d copies removed, want %d", i, n, cases[i].want);
+    cr_expect(mlirOperationVerify(op), "case %zu: the module does not verify", i);
+    text_buf b = {NULL, 0};
+    mlirOperationPrint(op, append, &b);
+    if (cases[i].want) {
+      cr_expect(strstr(b.p, "memref.reinterpret_cast %arg1 to offset: [0], sizes: [64, 12], "
+                            "strides: [12, 1]") && !strstr(b.p, "memref.copy") &&
+                    !strstr(b.p, "memref.alloc"),
+                "case %zu: the fill does not write the output:\n%s", i, b.p);
+    } else {
+      cr_expect(strstr(b.p, "memref.copy") != NULL, "case %zu: the copy went:\n%s", i, b.p);
+    }
+    free(b.p);
+    mlirModuleDestroy(m);
+    mlirContextDestroy(ctx);
+    free(text);
+  }
+}

@@ -461,6 +461,108 @@ int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu
   return sw.n;
 }
 
+//===--- Results computed in their output -------------------------------===//
+//
+// An output that is a reshape of what the kernel computed (a convolution's [N, F, P]
+// product as [N, F, OH, OW], a matmul's rows as [B, S, D]) bufferizes as a heap
+// buffer for the product, a view of it and a memref.copy into the output argument:
+// the copy, and a malloc large enough to be fresh pages on every call (ResNet's 1x1
+// 256 -> 64 at 56x56: 0.68-0.70 ms against its bare matmul's 0.58). The buffer is
+// the output's memory seen in the product's shape (a memref.reinterpret_cast, both
+// contiguous), and the copy, now of the output onto itself, goes. Only where the
+// argument is written by that copy alone, in the function's own block, after the
+// buffer was made there: jit_run refuses outputs that overlap inputs or each other,
+// so writing the output before the end changes nothing that is read.
+
+typedef struct place_walk {
+  MlirOperation copies[16];
+  int n;
+} place_walk;
+
+static bool contiguous_memref(MlirType t) {
+  return mlirTypeIsAMemRef(t) && mlirShapedTypeHasStaticShape(t) &&
+         mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t));
+}
+
+// The static alloc whose view (or itself) `src` is, in block `b`; null if none.
+static MlirOperation viewed_alloc(MlirValue src, MlirBlock b) {
+  if (!mlirValueIsAOpResult(src)) return (MlirOperation){NULL};
+  MlirOperation d = mlirOpResultGetOwner(src);
+  if (jit__cpu_op_is(d, "memref.reshape") || jit__cpu_op_is(d, "memref.expand_shape") ||
+      jit__cpu_op_is(d, "memref.collapse_shape")) {
+    MlirValue base = mlirOperationGetOperand(d, 0);
+    if (!mlirValueIsAOpResult(base)) return (MlirOperation){NULL};
+    d = mlirOpResultGetOwner(base);
+  }
+  if (!jit__cpu_op_is(d, "memref.alloc") || mlirOperationGetNumOperands(d) != 0 ||
+      !mlirBlockEqual(mlirOperationGetBlock(d), b) ||
+      !contiguous_memref(mlirValueGetType(mlirOperationGetResult(d, 0))))
+    return (MlirOperation){NULL};
+  return d;
+}
+
+static MlirWalkResult find_result_copies(MlirOperation op, void *user) {
+  place_walk *pw = user;
+  if (!jit__cpu_op_is(op, "memref.copy") || pw->n >= 16) return MlirWalkResultAdvance;
+  MlirValue src = mlirOperationGetOperand(op, 0), dst = mlirOperationGetOperand(op, 1);
+  MlirBlock b = mlirOperationGetBlock(op);
+  if (!mlirValueIsABlockArgument(dst) || !mlirBlockEqual(mlirBlockArgumentGetOwner(dst), b) ||
+      !contiguous_memref(mlirValueGetType(dst)) || !only_use(dst, op))
+    return MlirWalkResultAdvance;
+  MlirOperation a = viewed_alloc(src, b);
+  if (mlirOperationIsNull(a)) return MlirWalkResultAdvance;
+  MlirType at = mlirValueGetType(mlirOperationGetResult(a, 0)), dt = mlirValueGetType(dst);
+  if (jit__cpu_shaped_bytes(at) != jit__cpu_shaped_bytes(dt) ||
+      !mlirTypeEqual(mlirShapedTypeGetElementType(at), mlirShapedTypeGetElementType(dt)))
+    return MlirWalkResultAdvance;
+  pw->copies[pw->n++] = op;
+  return MlirWalkResultAdvance;
+}
+
+int jit__cpu_results_in_place(MlirContext ctx, MlirOperation module) {
+  place_walk pw;
+  memset(&pw, 0, sizeof pw);
+  mlirOperationWalk(module, find_result_copies, &pw, MlirWalkPreOrder);
+  int done = 0;
+  for (int k = 0; k < pw.n; k++) {
+    MlirOperation copy = pw.copies[k];
+    MlirValue dst = mlirOperationGetOperand(copy, 1);
+    MlirOperation a = viewed_alloc(mlirOperationGetOperand(copy, 0), mlirOperationGetBlock(copy));
+    if (mlirOperationIsNull(a)) continue;  // an earlier one took it
+    MlirValue buf = mlirOperationGetResult(a, 0);
+    MlirType t = mlirValueGetType(buf);
+    int rank = (int)mlirShapedTypeGetRank(t);
+    int64_t sizes[JIT_MAX_RANK + 2], strides[JIT_MAX_RANK + 2], offset = 0, step = 1;
+    if (rank > JIT_MAX_RANK + 2) continue;
+    for (int d = rank - 1; d >= 0; d--) {
+      sizes[d] = mlirShapedTypeGetDimSize(t, d);
+      strides[d] = step;
+      step *= sizes[d];
+    }
+    MlirOperationState st = mlirOperationStateGet(
+        mlirStringRefCreateFromCString("memref.reinterpret_cast"), mlirOperationGetLocation(a));
+    mlirOperationStateAddOperands(&st, 1, &dst);
+    mlirOperationStateAddResults(&st, 1, &t);
+    int32_t seg[4] = {1, 0, 0, 0};
+#define NAMED(n, v) mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString(n)), v)
+    MlirNamedAttribute attrs[4] = {
+        NAMED("operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, seg)),
+        NAMED("static_offsets", mlirDenseI64ArrayGet(ctx, 1, &offset)),
+        NAMED("static_sizes", mlirDenseI64ArrayGet(ctx, rank, sizes)),
+        NAMED("static_strides", mlirDenseI64ArrayGet(ctx, rank, strides)),
+    };
+#undef NAMED
+    mlirOperationStateAddAttributes(&st, 4, attrs);
+    MlirOperation view = mlirOperationCreate(&st);
+    mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(a), a, view);
+    mlirValueReplaceAllUsesOfWith(buf, mlirOperationGetResult(view, 0));
+    mlirOperationDestroy(a);
+    mlirOperationDestroy(copy);
+    done++;
+  }
+  return done;
+}
+
 void jit__cpu_plan_free(jit__cpu_plan *plan) {
   if (!plan) return;
   free(plan->script);
