@@ -39,6 +39,10 @@ typedef struct jit__emitter {
   int n_tmp;          // temporaries made for it so far
   int n_empty;        // tensor.empty ops written (distinct_empties numbers them)
   bool named_batch;   // batched matmuls as named ops (jit__emit_mlir)
+  // The next generic's threads hint: jit__emit_generic_open writes `jit_split` into its
+  // attributes and clears this (the CPU strategy splits such a generic across the
+  // threads whatever its size: its body does more than an elementwise op's).
+  bool split_next;
   // Per node: the value it was reshaped from, when a batched matmul's named op (of
   // rank flat_rank) made it (emit_named_matmul); an output written from there.
   struct jit__flat_value {
@@ -181,6 +185,11 @@ jit_status jit__emit_reshape(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_matmul_int8(jit__emitter *e, const jit__node *n);  // emit_matmul.c
 jit_status jit__emit_window(jit__emitter *e, const jit__node *n);  // emit_window.c
+// Whether conv node `n` (weight dims wd) goes as Winograd F(2, 3); its value from the
+// padded x (OH rounded up to even rows) and the weight (emit_winograd.c).
+bool jit__conv_winograd_fits(const jit__emitter *e, const jit__node *n, const int64_t *wd);
+jit__str jit__emit_conv_winograd(jit__emitter *e, const jit__node *n, const jit__gen_operand *xp,
+                                 const jit__gen_operand *wt);
 jit_status jit__emit_gather(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_index_copy(jit__emitter *e, const jit__node *n);  // emit_copy.c
 jit_status jit__emit_attention(jit__emitter *e, const jit__node *n);  // emit_attention.c

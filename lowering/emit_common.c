@@ -447,7 +447,8 @@ void jit__emit_generic_open(jit__emitter *e, const char *res, int n_loops, const
   jit__text_printf(tb, "], iterator_types = [");
   for (int l = 0; l < n_loops; l++)
     jit__text_printf(tb, "%s\"%s\"", l ? ", " : "", iters[l] == 'r' ? "reduction" : "parallel");
-  jit__text_printf(tb, "]} ins(");
+  jit__text_printf(tb, "]%s} ins(", e->split_next ? ", jit_split" : "");
+  e->split_next = false;
   for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%s%s", i ? ", " : "", ins[i].name);
   jit__text_printf(tb, " : ");
   for (int i = 0; i < n_in; i++)

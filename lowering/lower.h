@@ -317,6 +317,9 @@ typedef struct jit__emit_options {
   // (the convolutions' im2col blocks, blocked attention's heads), whose steps the
   // threads share; the CPU strategy plans what is inside a forall for one thread.
   int forall_threads;
+  // Exact NCHW 3x3 convolutions with stride 1 as Winograd F(2, 3) over rows
+  // (emit_winograd.c) rather than im2col blocks; conv_as_matmul kernels only.
+  bool conv_winograd;
   // Each tensor.empty gets an attribute of its own (`jit_e = N`), so that CSE does not
   // merge the inits of many results into one tensor, whose thousands of writers made
   // one-shot bufferization's conflict analysis quadratic (3,000 outputs: 23 s).

@@ -12,6 +12,10 @@
 // block per thread or several, f32 and f16, at 1 and 2 threads, and compare with the
 // double-accumulating reference of ref.c. CTest pins the L2 (JITML_CPU_L2) so that
 // the blocks are the same on every host; a second leg asks as a host with 512 KiB.
+// 3x3 stride-1 convolutions with 16 channels and filters or more over 784 output
+// positions or more go as Winograd F(2, 3) over rows instead (lowering/
+// emit_winograd.c: batched matmuls, no block loop): odd and even output rows,
+// padding on some sides or none, channels that are not a multiple of the vector.
 //
 //===----------------------------------------------------------------------===//
 #define _XOPEN_SOURCE 700  // nftw, mkdtemp
@@ -25,24 +29,35 @@ typedef struct conv_case {
   int64_t h, wd;         // input height, width
   bool blocked;          // f32 columns over 512 KiB: blocked whatever the pinned L2
   bool threads_only;     // blocked only in twice the budget: at 2 threads, 2 MiB L2
+  bool winograd;         // as Winograd F(2, 3): batched matmuls and no block loop
 } conv_case;
 
 #define W_(s0, s1, p0, p1, p2, p3, d0, d1) {0, 0, 0, {s0, s1}, {p0, p1, p2, p3}, {d0, d1}, 1, 1}
 
 static const conv_case kCases[] = {
-    // ResNet's 3x3 with padding 1, smaller: K = 144, 34x36 out (34 = 2 x 17 rows).
-    {"3x3 pad 1", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 24, 3, 3, 34, 36, true, false},
+    // A 3x3 with padding 1 and 8 channels (too few for Winograd): K = 72, 66x72 out
+    // (66 = 2 x 3 x 11 rows).
+    {"3x3 pad 1", W_(1, 1, 1, 1, 1, 1, 1, 1), 8, 24, 3, 3, 66, 72, true, false, false},
     // 5x3, stride (2, 1), dilation (2, 1), uneven padding, 5 filters, prime input
     // sizes: 63x68 out (63 = 3^2 x 7 rows), K = 120.
-    {"5x3 stride 2x1 dilation 2x1", W_(2, 1, 1, 2, 0, 3, 2, 1), 8, 5, 5, 3, 131, 67, true, false},
+    {"5x3 stride 2x1 dilation 2x1", W_(2, 1, 1, 2, 0, 3, 2, 1), 8, 5, 5, 3, 131, 67, true, false, false},
     // Stride 2 both ways: 47x64 out (47 rows, a prime: one row a block), K = 63.
-    {"3x3 stride 2", W_(2, 2, 1, 1, 1, 1, 1, 1), 7, 9, 3, 3, 94, 128, true, false},
+    {"3x3 stride 2", W_(2, 2, 1, 1, 1, 1, 1, 1), 7, 9, 3, 3, 94, 128, true, false, false},
     // Columns of 36 KiB: whole, no loop.
-    {"3x3 small", W_(1, 1, 1, 1, 1, 1, 1, 1), 4, 6, 3, 3, 23, 25, false, false},
+    {"3x3 small", W_(1, 1, 1, 1, 1, 1, 1, 1), 4, 6, 3, 3, 23, 25, false, false, false},
     // ResNet's 256 channels at 14x14 (K = 2304): a block of 7 rows is 0.9 MB, over
     // the 512 KiB budget, and fewer rows make under 64 columns: blocks only where
     // threads double the budget.
-    {"3x3 256 channels 14x14", W_(1, 1, 1, 1, 1, 1, 1, 1), 256, 8, 3, 3, 14, 14, false, true},
+    {"3x3 256 channels 14x14", W_(1, 1, 1, 1, 1, 1, 1, 1), 256, 8, 3, 3, 14, 14, false, true, false},
+    // Winograd: 29 x 31 out (odd rows: one zero row more below), no padding, 17
+    // channels and 19 filters; 28 x 33 out with padding on two sides only.
+    {"winograd odd rows", W_(1, 1, 0, 0, 0, 0, 1, 1), 17, 19, 3, 3, 31, 33, false, false, true},
+    {"winograd uneven pad", W_(1, 1, 2, 0, 1, 0, 1, 1), 32, 16, 3, 3, 28, 34, false, false,
+     true},
+    // Under 784 positions (14 x 14): im2col, whole (113 KiB of columns).
+    {"3x3 14x14", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 16, 3, 3, 14, 14, false, false, false},
+    // ResNet's 3x3 with padding 1, smaller: K = 144, 34x36 out (34 = 2 x 17 rows).
+    {"winograd pad 1", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 24, 3, 3, 34, 36, false, false, true},
 };
 
 // The convolution of case `cc` with batch n at `threads`, against ref_conv2d; and
@@ -99,6 +114,13 @@ static void check_case(const conv_case *cc, int64_t n, int threads, DLDataType d
     cr_expect(!dump_has("-00-graph.mlir", "scf.for"), "%s: a block loop for columns that fit",
               what);
   }
+  // Winograd's products: W's transforms [4, F, C] (batched over the 4 rows of B^T d)
+  // times the transformed rows [4, C, n].
+  char wino[96];
+  snprintf(wino, sizeof wino, "tensor<4x%lldx%lldxf32>, tensor<4x%lldx", (long long)cc->f,
+           (long long)cc->c, (long long)cc->c);
+  cr_expect(dump_has("-00-graph.mlir", wino) == cc->winograd, "%s: Winograd's products %s",
+            what, cc->winograd ? "missing" : "where they must not be");
   free(xv), free(wv), free(want), free(px), free(pw);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
@@ -120,6 +142,10 @@ CONV_TESTS(1, strided_dilated_uneven)
 CONV_TESTS(2, stride2_prime_rows)
 CONV_TESTS(3, whole)
 CONV_TESTS(4, twice_the_budget_with_threads)
+CONV_TESTS(5, winograd_odd_rows)
+CONV_TESTS(6, winograd_uneven_padding)
+CONV_TESTS(7, winograd_too_small)
+CONV_TESTS(8, winograd_pad1)
 
 //===--- Attention: one chunk of heads per thread ----------------------------===//
 

@@ -314,7 +314,12 @@ static void plan_generic_threads(walk *w, MlirOperation g) {
     if (!jit__cpu_static_shaped(t0) || mlirShapedTypeGetRank(t0) != nl) return;
     for (int l = 0; l < nl; l++) ext[l] = mlirShapedTypeGetDimSize(t0, l);
   }
-  jit__cpu_ew_shape es = {.nl = nl, .reduction = n_red != 0, .follow_split = w->ew_split};
+  // Split like the batch before it, or where the emitter asks (`jit_split`: a
+  // generic whose body does more than an elementwise op's, Winograd's transforms).
+  bool hint = !mlirAttributeIsNull(
+      mlirOperationGetAttributeByName(g, mlirStringRefCreateFromCString("jit_split")));
+  jit__cpu_ew_shape es = {.nl = nl, .reduction = n_red != 0,
+                          .follow_split = w->ew_split || hint};
   for (int l = 0; l < nl; l++) es.ext[l] = ext[l];
   es.tl = nl >= 2 && !n_red ? jit__cpu_transposed_loop(g, nl) : -1;
   jit__cpu_ew_plan p = jit__cpu_plan_elementwise(&es, &w->h, w->threads);

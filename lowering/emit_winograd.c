@@ -1,0 +1,295 @@
+//===--- emit_winograd.c - 3x3 convolutions as Winograd F(2, 3) over rows ---===//
+//
+// Exact NCHW convolutions with a 3x3 kernel, stride 1 and no dilation (ResNet's), on
+// the CPU: Winograd's F(2, 3) along the output rows and a shifted read along the
+// columns, so that 2 output rows take 4 x 3 products per column where the im2col
+// matmul takes 2 x 9, and nothing is copied into columns.
+//
+// With x padded to [N, C, Hp, Wp] (Hp = 2 tH + 2 rows for tH = ceil(OH / 2) pairs of
+// output rows; an odd OH gets one more zero row) and q = (n, t, w) flattened, Q =
+// N tH Wp of them:
+//   rows     U[i, c, q]  = (B^T d)_i over x's rows 2t .. 2t + 3 (one generic; the rows
+//            come from four slices of x viewed as [N, C, tH + 1, 2, Wp]);
+//   filters  V[kw, i, f, c] = (G g)_i over the weight's three rows, per column kw;
+//   product  M[i, f, q]  = sum_kw V[kw, i] U[i, :, q + kw] (three batched matmuls over
+//            i into one accumulator; B a shifted slice of U, so no copy: an output at
+//            w < OW reads U at w + kw <= OW + 1 < Wp, inside its own row, and the last
+//            two q, whose reads would pass U's end, are columns w >= OW left out);
+//   output   y[n, f, 2t + o, w] = (A^T m)_o for w < OW (one generic, o from linalg.index).
+// B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5;
+// 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1]: additions and halvings, so the f32 result stays
+// within a few ulps of the direct sum. All in f32; f16 and bf16 in and out are
+// converted in the first and last generics.
+//
+//===----------------------------------------------------------------------===//
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/text.h"
+#include "lowering/emit.h"
+#include "lowering/lower.h"
+
+// Body text: fmt's '#' become `sfx` (the result's name), for the body's values are
+// in the function's scope and must not meet another generic's.
+static void bodyf(jit__emitter *e, const char *sfx, const char *fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  for (const char *c = buf; *c; c++) {
+    if (*c == '#')
+      jit__text_printf(&e->tb, "_%s", sfx);
+    else
+      jit__text_append(&e->tb, c, 1);
+  }
+}
+
+bool jit__conv_winograd_fits(const jit__emitter *e, const jit__node *n, const int64_t *wd) {
+  const jit__window *w = &n->win;
+  if (!e->opt || !e->opt->conv_winograd || e->symbolic || w->nhwc || w->groups != 1)
+    return false;
+  if (wd[2] != 3 || wd[3] != 3 || w->stride[0] != 1 || w->stride[1] != 1 ||
+      w->dilation[0] != 1 || w->dilation[1] != 1)
+    return false;
+  // Few channels or few output positions (ResNet's 14x14): the transforms' passes,
+  // the weight's above all, cost more than the products they save.
+  int64_t F = wd[0], C = wd[1], OH = n->dims[2], OW = n->dims[3];
+  return C >= 16 && F >= 16 && OH >= 2 && OW >= 4 && OH * OW >= 784;
+}
+
+// An extract_slice of `x` (type xt) at `offs` with `sizes` (all strides 1) into `to`.
+static jit__str slice(jit__emitter *e, const char *x, const char *xt, int rank,
+                      const int64_t *offs, const int64_t *sizes, const char *to) {
+  jit__str r = jit__value_name(e, false);
+  jit__text *tb = &e->tb;
+  jit__text_printf(tb, "  %s = tensor.extract_slice %s[", r.s, x);
+  for (int d = 0; d < rank; d++) jit__text_printf(tb, "%s%lld", d ? ", " : "", (long long)offs[d]);
+  jit__text_printf(tb, "] [");
+  for (int d = 0; d < rank; d++) jit__text_printf(tb, "%s%lld", d ? ", " : "", (long long)sizes[d]);
+  jit__text_printf(tb, "] [");
+  for (int d = 0; d < rank; d++) jit__text_printf(tb, "%s1", d ? ", " : "");
+  jit__text_printf(tb, "] : %s to %s\n", xt, to);
+  return r;
+}
+
+// Body inputs in0 .. in<n-1> as f32 values named in v[i].
+static void body_f32(jit__emitter *e, const char *sfx, int n, jit__dtype dt, char v[][8]) {
+  for (int i = 0; i < n; i++) {
+    snprintf(v[i], 8, "%%%s%d", jit__dtype_is_half(dt) ? "v" : "in", i);
+    if (jit__dtype_is_half(dt)) {
+      snprintf(v[i], 8, "%%v%d#", i);
+      bodyf(e, sfx, "    %%v%d# = arith.extf %%in%d : %s to f32\n", i, i, jit__dtype_str(dt));
+    }
+  }
+}
+
+// Yields r[k] chosen by `linalg.index dim` among k = 0 .. n-1, as `dt`.
+static void body_select(jit__emitter *e, const char *sfx, int dim, int n,
+                        const char *const *r, jit__dtype dt, const char *res_ty) {
+  bodyf(e, sfx, "    %%wi# = linalg.index %d : index\n", dim);
+  const char *cur = r[0];
+  char name[16];
+  for (int k = 1; k < n; k++) {
+    bodyf(e, sfx,
+          "    %%wk%d# = arith.constant %d : index\n"
+          "    %%wc%d# = arith.cmpi eq, %%wi#, %%wk%d# : index\n"
+          "    %%ws%d# = arith.select %%wc%d#, %s, %s : f32\n",
+          k, k, k, k, k, k, r[k], cur);
+    snprintf(name, sizeof name, "%%ws%d#", k);
+    cur = name;
+  }
+  if (jit__dtype_is_half(dt)) {
+    bodyf(e, sfx, "    %%wy# = arith.truncf %s : f32 to %s\n", cur, jit__dtype_str(dt));
+    cur = "%wy#";
+  }
+  bodyf(e, sfx, "    linalg.yield %s : %s\n  } -> %s\n", cur, jit__dtype_str(dt), res_ty);
+}
+
+// The head of a transform: a generic over the loops of its new result (`dt`, dims),
+// split across the threads (`jit_split`); returns the result's name.
+static jit__str open_transform(jit__emitter *e, jit__dtype dt, int rank, const int64_t *dims,
+                               const jit__gen_operand *ins, int n_in) {
+  jit__str empty = jit__value_name(e, false), res = jit__value_name(e, false);
+  jit__emit_empty(e, empty.s, dt, rank, dims, NULL);
+  jit__gen_operand out = {empty.s, dt, rank, dims, {0}, NULL, NULL};
+  jit__identity_map(&out);
+  e->split_next = true;
+  jit__emit_generic_open(e, res.s, rank, "ppppp", ins, n_in, &out);
+  return res;
+}
+
+// U [4, C, N, tH, Wp] from the padded x (rows of B^T d).
+static jit__str emit_rows(jit__emitter *e, const jit__gen_operand *xp, int64_t tH) {
+  int64_t N = xp->dims[0], C = xp->dims[1], Wp = xp->dims[3];
+  jit__dtype dt = xp->dt;
+  int64_t xd[5] = {N, C, tH + 1, 2, Wp}, sd[4] = {N, C, tH, Wp}, ud[5] = {4, C, N, tH, Wp};
+  jit__str xr = jit__emit_reshape_to(e, xp->name, dt, 4, xp->dims, 5, xd, false);
+  jit__str xt = jit__tensor_type(dt, 5, xd), st = jit__tensor_type(dt, 4, sd);
+  jit__str rows[4];  // x's rows 2t, 2t + 1, 2t + 2, 2t + 3
+  for (int r = 0; r < 4; r++) {
+    int64_t offs[5] = {0, 0, r / 2, r % 2, 0}, sizes[5] = {N, C, tH, 1, Wp};
+    rows[r] = slice(e, xr.s, xt.s, 5, offs, sizes, st.s);
+  }
+  jit__gen_operand ins[4];
+  for (int r = 0; r < 4; r++)
+    ins[r] = (jit__gen_operand){rows[r].s, dt, 4, sd, {2, 1, 3, 4}, NULL, NULL};
+  jit__str u = open_transform(e, JIT__F32, 5, ud, ins, 4);
+  char v[4][8];
+  const char *sfx = u.s + 1;
+  body_f32(e, sfx, 4, dt, v);
+  bodyf(e, sfx,
+        "    %%r0# = arith.subf %s, %s : f32\n"
+        "    %%r1# = arith.addf %s, %s : f32\n"
+        "    %%r2# = arith.subf %s, %s : f32\n"
+        "    %%r3# = arith.subf %s, %s : f32\n",
+        v[0], v[2], v[1], v[2], v[2], v[1], v[1], v[3]);
+  static const char *const r[4] = {"%r0#", "%r1#", "%r2#", "%r3#"};
+  body_select(e, sfx, 0, 4, r, JIT__F32, jit__tensor_type(JIT__F32, 5, ud).s);
+  return u;
+}
+
+// V [3, 4, F, C] from the weight [F, C, 3, 3] (rows of G g, per column kw).
+static jit__str emit_filters(jit__emitter *e, const jit__gen_operand *wt) {
+  int64_t F = wt->dims[0], C = wt->dims[1], vd[4] = {3, 4, F, C};
+  // The weight's taps first ([F C, 9] transposed, which the strategy does in
+  // registers), so that the transform reads rows of (f, c) rather than every ninth
+  // element (a 256 x 256 weight: 0.74 ms read with stride 9).
+  int64_t w2[2] = {F * C, 9}, t2[2] = {9, F * C}, t4[4] = {3, 3, F, C}, sd[3] = {3, F, C};
+  jit__str wf = jit__emit_reshape_to(e, wt->name, wt->dt, 4, wt->dims, 2, w2, false);
+  jit__gen_operand tin = {wf.s, wt->dt, 2, w2, {1, 0}, NULL, NULL};
+  jit__str te = jit__value_name(e, false), tr = jit__value_name(e, false);
+  jit__emit_empty(e, te.s, wt->dt, 2, t2, NULL);
+  jit__gen_operand tout = {te.s, wt->dt, 2, t2, {0}, NULL, NULL};
+  jit__identity_map(&tout);
+  e->split_next = true;
+  jit__emit_generic(e, tr.s, 2, "pp", &tin, 1, &tout, JIT__B_COPY, NULL);
+  jit__str taps = jit__emit_reshape_to(e, tr.s, wt->dt, 2, t2, 4, t4, false);
+  jit__str tt = jit__tensor_type(wt->dt, 4, t4), st = jit__tensor_type(wt->dt, 3, sd);
+  jit__str rows[3];
+  jit__gen_operand ins[3];
+  for (int k = 0; k < 3; k++) {
+    int64_t offs[4] = {k, 0, 0, 0}, sizes[4] = {1, 3, F, C};
+    rows[k] = slice(e, taps.s, tt.s, 4, offs, sizes, st.s);
+    ins[k] = (jit__gen_operand){rows[k].s, wt->dt, 3, sd, {0, 2, 3}, NULL, NULL};
+  }
+  jit__str v = open_transform(e, JIT__F32, 4, vd, ins, 3);
+  char g[3][8];
+  const char *sfx = v.s + 1;
+  body_f32(e, sfx, 3, wt->dt, g);
+  bodyf(e, sfx,
+        "    %%wh# = arith.constant 0.5 : f32\n"
+        "    %%wa# = arith.addf %s, %s : f32\n"
+        "    %%wb# = arith.addf %%wa#, %s : f32\n"
+        "    %%wd# = arith.subf %%wa#, %s : f32\n"
+        "    %%r1# = arith.mulf %%wb#, %%wh# : f32\n"
+        "    %%r2# = arith.mulf %%wd#, %%wh# : f32\n",
+        g[0], g[2], g[1], g[1]);
+  const char *const r[4] = {g[0], "%r1#", "%r2#", g[2]};
+  body_select(e, sfx, 1, 4, r, JIT__F32, jit__tensor_type(JIT__F32, 4, vd).s);
+  return v;
+}
+
+// Sum over kw of V[kw] (batched over i) times U's columns [start + kw, start + kw + n):
+// M's columns [start, start + n), [4, F, n], from a zero accumulator of its own.
+static jit__str emit_chain(jit__emitter *e, const char *u, const char *v, int64_t C, int64_t F,
+                           int64_t Q, int64_t start, int64_t n) {
+  int64_t uq[3] = {4, C, Q}, sd[3] = {4, F, n}, vd[4] = {3, 4, F, C};
+  int64_t ad[3] = {4, F, C}, bd[3] = {4, C, n};
+  jit__str st = jit__tensor_type(JIT__F32, 3, sd), at = jit__tensor_type(JIT__F32, 3, ad);
+  jit__str bt = jit__tensor_type(JIT__F32, 3, bd), vt = jit__tensor_type(JIT__F32, 4, vd);
+  jit__str ut = jit__tensor_type(JIT__F32, 3, uq);
+  jit__str s = jit__emit_filled_acc(e, "0.0", 3, sd, NULL);
+  for (int kw = 0; kw < 3; kw++) {
+    int64_t ao[4] = {kw, 0, 0, 0}, as[4] = {1, 4, F, C}, bo[3] = {0, 0, start + kw};
+    jit__str a = slice(e, v, vt.s, 4, ao, as, at.s);
+    jit__str b = slice(e, u, ut.s, 3, bo, bd, bt.s);
+    jit__str mm = jit__value_name(e, false);
+    jit__text_printf(&e->tb,
+                     "  %s = linalg.batch_matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                     mm.s, a.s, b.s, at.s, bt.s, s.s, st.s, st.s);
+    s = mm;
+  }
+  return s;
+}
+
+// `part` [4, F, n] into m [4, F, Q] at column `start`.
+static jit__str insert_cols(jit__emitter *e, const char *part, const char *m, int64_t F,
+                            int64_t Q, int64_t start, int64_t n) {
+  int64_t md[3] = {4, F, Q}, sd[3] = {4, F, n};
+  jit__str r = jit__value_name(e, false);
+  jit__text_printf(&e->tb,
+                   "  %s = tensor.insert_slice %s into %s[0, 0, %lld] [4, %lld, %lld] "
+                   "[1, 1, 1] : %s into %s\n",
+                   r.s, part, m, (long long)start, (long long)F, (long long)n,
+                   jit__tensor_type(JIT__F32, 3, sd).s, jit__tensor_type(JIT__F32, 3, md).s);
+  return r;
+}
+
+// M [4, F, Q]: its first L = Q - 2 columns as emit_chain's products (the last two are
+// never read). The strategy runs a column rest that is not whole vectors one column at
+// a time, so the columns go as whole register tiles of 32 and one last chain of 16 or
+// 32 that ends at L (overlapping the tiles' last columns, which it writes again with
+// the same sums).
+static jit__str emit_products(jit__emitter *e, const char *u, const char *v, int64_t C,
+                              int64_t F, int64_t Q) {
+  int64_t L = Q - 2, md[3] = {4, F, Q};
+  int64_t whole = L / 32 * 32, rest = L - whole, tail = rest <= 16 ? 16 : 32;
+  if (L < 32) whole = 0, rest = tail = L;
+  jit__str m = jit__value_name(e, false);
+  jit__emit_empty(e, m.s, JIT__F32, 3, md, NULL);
+  if (whole) m = insert_cols(e, emit_chain(e, u, v, C, F, Q, 0, whole).s, m.s, F, Q, 0, whole);
+  if (rest)
+    m = insert_cols(e, emit_chain(e, u, v, C, F, Q, L - tail, tail).s, m.s, F, Q, L - tail,
+                    tail);
+  return m;
+}
+
+// y [N, F, 2 tH, OW] of `dt` from M [4, F, N, tH, Wp] (A^T m, o from the index).
+static jit__str emit_output(jit__emitter *e, const char *m, jit__dtype dt, int64_t N,
+                            int64_t F, int64_t tH, int64_t Wp, int64_t OW) {
+  // Loops (n, f, t, o, w); one image: (f, t, o, w), so that threads split over f.
+  int one = N == 1, r = 5 - one;
+  int64_t m5[5] = {4, F, N, tH, Wp}, mq[3] = {4, F, N * tH * Wp};
+  int64_t sd5[4] = {F, N, tH, OW}, sd1[3] = {F, tH, OW};
+  int64_t yd5[5] = {N, F, tH, 2, OW}, yd1[4] = {F, tH, 2, OW};
+  const int64_t *sd = one ? sd1 : sd5, *yd = one ? yd1 : yd5;
+  jit__str mr = jit__emit_reshape_to(e, m, JIT__F32, 3, mq, 5, m5, false);
+  jit__str mt = jit__tensor_type(JIT__F32, 5, m5), st = jit__tensor_type(JIT__F32, r - 1, sd);
+  jit__gen_operand ins[4];
+  jit__str parts[4];
+  for (int i = 0; i < 4; i++) {
+    int64_t offs[5] = {i, 0, 0, 0, 0}, sizes[5] = {1, F, N, tH, OW};
+    parts[i] = slice(e, mr.s, mt.s, 5, offs, sizes, st.s);
+    ins[i] = one ? (jit__gen_operand){parts[i].s, JIT__F32, 3, sd, {0, 1, 3}, NULL, NULL}
+                 : (jit__gen_operand){parts[i].s, JIT__F32, 4, sd, {1, 0, 2, 4}, NULL, NULL};
+  }
+  jit__str y = open_transform(e, dt, r, yd, ins, 4);
+  const char *sfx = y.s + 1;
+  bodyf(e, sfx,
+        "    %%wa# = arith.addf %%in0, %%in1 : f32\n"
+        "    %%r0# = arith.addf %%wa#, %%in2 : f32\n"
+        "    %%wb# = arith.subf %%in1, %%in2 : f32\n"
+        "    %%r1# = arith.subf %%wb#, %%in3 : f32\n");
+  static const char *const rs[2] = {"%r0#", "%r1#"};
+  body_select(e, sfx, r - 2, 2, rs, dt, jit__tensor_type(dt, r, yd).s);
+  int64_t y4[4] = {N, F, 2 * tH, OW};
+  return jit__emit_reshape_to(e, y.s, dt, r, yd, 4, y4, false);
+}
+
+jit__str jit__emit_conv_winograd(jit__emitter *e, const jit__node *n, const jit__gen_operand *xp,
+                                 const jit__gen_operand *wt) {
+  int64_t N = n->dims[0], F = n->dims[1], OH = n->dims[2], OW = n->dims[3];
+  int64_t C = xp->dims[1], Wp = xp->dims[3], tH = (OH + 1) / 2, Q = N * tH * Wp;
+  jit__str u = emit_rows(e, xp, tH);
+  int64_t ud[5] = {4, C, N, tH, Wp}, uq[3] = {4, C, Q};
+  jit__str uf = jit__emit_reshape_to(e, u.s, JIT__F32, 5, ud, 3, uq, false);
+  jit__str v = emit_filters(e, wt);
+  jit__str m = emit_products(e, uf.s, v.s, C, F, Q);
+  jit__str y = emit_output(e, m.s, n->dtype, N, F, tH, Wp, OW);
+  if (2 * tH == OH) return y;
+  int64_t yd[4] = {N, F, 2 * tH, OW}, offs[4] = {0, 0, 0, 0};
+  return slice(e, y.s, jit__tensor_type(n->dtype, 4, yd).s, 4, offs, n->dims,
+               jit__tensor_type(n->dtype, 4, n->dims).s);
+}
