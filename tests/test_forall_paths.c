@@ -58,6 +58,9 @@ static const conv_case kCases[] = {
     {"3x3 14x14", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 16, 3, 3, 14, 14, false, false, false},
     // ResNet's 3x3 with padding 1, smaller: K = 144, 34x36 out (34 = 2 x 17 rows).
     {"winograd pad 1", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 24, 3, 3, 34, 36, false, false, true},
+    // One pair of output rows (2 x 398 out, no padding): one transformed row per image.
+    {"winograd one row pair", W_(1, 1, 0, 0, 0, 0, 1, 1), 16, 16, 3, 3, 4, 400, false, false,
+     true},
 };
 
 // The convolution of case `cc` with batch n at `threads`, against ref_conv2d; and
@@ -146,6 +149,7 @@ CONV_TESTS(5, winograd_odd_rows)
 CONV_TESTS(6, winograd_uneven_padding)
 CONV_TESTS(7, winograd_too_small)
 CONV_TESTS(8, winograd_pad1)
+CONV_TESTS(9, winograd_one_row_pair)
 
 //===--- Attention: one chunk of heads per thread ----------------------------===//
 
