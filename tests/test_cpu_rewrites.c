@@ -303,7 +303,8 @@ Test(cpu_rewrites, run_time_mask_selects_drop) {
 }
 
 // A product computed into a heap buffer and copied, through a view, into an output
-// argument: SRC is what the copy reads, USE an extra use of the output before it.
+// argument: SRC is what the copy reads, USE an extra use of the output before it,
+// AFTER an op after it.
 static const char kResultCopy[] =
     "func.func @f(%x: memref<64x12xf32>, %out: memref<1x64x3x4xf32>) {\n"
     "  %cst = arith.constant 1.0 : f32\n"
@@ -314,31 +315,35 @@ static const char kResultCopy[] =
     " memref<64x12xf32> into memref<1x64x3x4xf32>\n"
     "  USE\n"
     "  memref.copy %e, %out : memref<1x64x3x4xf32> to memref<1x64x3x4xf32>\n"
+    "  AFTER\n"
     "  return\n"
     "}\n";
 
-static char *result_copy_text(const char *src, const char *use) {
-  size_t cap = sizeof kResultCopy + 128;
+static char *result_copy_text(const char *src, const char *use, const char *after) {
+  size_t cap = sizeof kResultCopy + 256;
   char *out = malloc(cap);
   cr_assert(out);
-  const char *s = strstr(kResultCopy, "SRC"), *u = strstr(kResultCopy, "USE");
-  cr_assert(s && u && s < u);
-  snprintf(out, cap, "%.*s%s%.*s%s%s", (int)(s - kResultCopy), kResultCopy, src,
-           (int)(u - s - 3), s + 3, use, u + 3);
+  const char *s = strstr(kResultCopy, "SRC"), *u = strstr(kResultCopy, "USE"),
+             *a = strstr(kResultCopy, "AFTER");
+  cr_assert(s && u && a && s < u && u < a);
+  snprintf(out, cap, "%.*s%s%.*s%s%.*s%s%s", (int)(s - kResultCopy), kResultCopy, src,
+           (int)(u - s - 3), s + 3, use, (int)(a - u - 3), u + 3, after, a + 5);
   return out;
 }
 
 Test(cpu_rewrites, result_written_in_its_output) {
   static const struct {
-    const char *src, *use;
+    const char *src, *use, *after;
     int want;
   } cases[] = {
-      {"%a", "", 1},
-      {"%x", "", 0},  // not a buffer the kernel made
-      {"%a", "%v = memref.load %out[%c0, %c0, %c0, %c0] : memref<1x64x3x4xf32>", 0},
+      {"%a", "", "", 1},
+      {"%x", "", "", 0},  // not a buffer the kernel made
+      {"%a", "%v = memref.load %out[%c0, %c0, %c0, %c0] : memref<1x64x3x4xf32>", "", 0},
+      // An op after the copy writes the buffer: it must not land in the output.
+      {"%a", "", "linalg.fill ins(%cst : f32) outs(%a : memref<64x12xf32>)", 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    char *text = result_copy_text(cases[i].src, cases[i].use);
+    char *text = result_copy_text(cases[i].src, cases[i].use, cases[i].after);
     MlirContext ctx = make_ctx();
     MlirModule m = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
     cr_assert(!mlirModuleIsNull(m), "the test module does not parse:\n%s", text);

@@ -471,8 +471,10 @@ int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu
 // the output's memory seen in the product's shape (a memref.reinterpret_cast, both
 // contiguous), and the copy, now of the output onto itself, goes. Only where the
 // argument is written by that copy alone, in the function's own block, after the
-// buffer was made there: jit_run refuses outputs that overlap inputs or each other,
-// so writing the output before the end changes nothing that is read.
+// buffer was made there, and followed by nothing but other outputs' copies (so no op
+// writes the buffer after its value was copied out): jit_run refuses outputs that
+// overlap inputs or each other, so writing the output before the end changes nothing
+// that is read.
 
 typedef struct place_walk {
   MlirOperation copies[16];
@@ -509,6 +511,12 @@ static MlirWalkResult find_result_copies(MlirOperation op, void *user) {
   if (!mlirValueIsABlockArgument(dst) || !mlirBlockEqual(mlirBlockArgumentGetOwner(dst), b) ||
       !contiguous_memref(mlirValueGetType(dst)) || !only_use(dst, op))
     return MlirWalkResultAdvance;
+  // Only other outputs' copies may follow (the emitter writes the outputs last): an op
+  // after it could write the buffer, which would then be the output.
+  for (MlirOperation o = mlirOperationGetNextInBlock(op); !mlirOperationIsNull(o);
+       o = mlirOperationGetNextInBlock(o))
+    if (!jit__cpu_op_is(o, "memref.copy") && !jit__cpu_op_is(o, "func.return"))
+      return MlirWalkResultAdvance;
   MlirOperation a = viewed_alloc(src, b);
   if (mlirOperationIsNull(a)) return MlirWalkResultAdvance;
   MlirType at = mlirValueGetType(mlirOperationGetResult(a, 0)), dt = mlirValueGetType(dst);
