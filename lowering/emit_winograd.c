@@ -77,11 +77,12 @@ static jit__str slice(jit__emitter *e, const char *x, const char *xt, int rank,
 // Body inputs in0 .. in<n-1> as f32 values named in v[i].
 static void body_f32(jit__emitter *e, const char *sfx, int n, jit__dtype dt, char v[][8]) {
   for (int i = 0; i < n; i++) {
-    snprintf(v[i], 8, "%%%s%d", jit__dtype_is_half(dt) ? "v" : "in", i);
-    if (jit__dtype_is_half(dt)) {
-      snprintf(v[i], 8, "%%v%d#", i);
-      bodyf(e, sfx, "    %%v%d# = arith.extf %%in%d : %s to f32\n", i, i, jit__dtype_str(dt));
+    if (!jit__dtype_is_half(dt)) {
+      snprintf(v[i], 8, "%%in%d", i);
+      continue;
     }
+    snprintf(v[i], 8, "%%v%d#", i);
+    bodyf(e, sfx, "    %%v%d# = arith.extf %%in%d : %s to f32\n", i, i, jit__dtype_str(dt));
   }
 }
 
