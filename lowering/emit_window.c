@@ -498,7 +498,7 @@ static jit_status emit_conv(jit__emitter *e, const jit__node *n, geom *g) {
   g->k[0] = (int)(w->nhwc ? wd[0] : wd[2]);
   g->k[1] = (int)(w->nhwc ? wd[1] : wd[3]);
   jit__str pname;
-  if (e->opt->conv_as_matmul && jit__conv_winograd_fits(e, n, wd)) {
+  if (jit__conv_winograd_fits(e, n, wd)) {
     // Pairs of output rows: an odd OH gets one more zero row below.
     jit__node rows = *n;
     rows.win.pad[1] += (int)(n->dims[2] % 2);

@@ -48,7 +48,8 @@ static void bodyf(jit__emitter *e, const char *sfx, const char *fmt, ...) {
 
 bool jit__conv_winograd_fits(const jit__emitter *e, const jit__node *n, const int64_t *wd) {
   const jit__window *w = &n->win;
-  if (!e->opt || !e->opt->conv_winograd || e->symbolic || w->nhwc || w->groups != 1)
+  if (!e->opt || !e->opt->conv_winograd || !e->opt->conv_as_matmul || e->symbolic ||
+      w->nhwc || w->groups != 1)
     return false;
   if (wd[2] != 3 || wd[3] != 3 || w->stride[0] != 1 || w->stride[1] != 1 ||
       w->dilation[0] != 1 || w->dilation[1] != 1)
