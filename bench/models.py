@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Two model blocks through libjitml and its peers, timed in one process.
+"""Two model blocks through libjitml and its peers, each cell timed in its own process.
 
 Blocks (weights from a seeded NumPy generator, the same arrays for everyone; no downloads):
   gpt2    GPT-2 small's decoder block: D 768, 12 heads, MLP 3072, pre-norm layer_norm,
@@ -26,9 +26,12 @@ apart; after one more warm call the median of n timed calls is the time, n = --r
 fewer so that a cell takes about --budget seconds (at least 3). Threads: libjitml
 Context(num_threads=t), ORT intra_op_num_threads=t, torch.set_num_threads(t). Every
 output is checked against eager float32: max |err| / max |eager| above 1e-3 is a FAIL
-(exit 1). ratio = best peer's time / jitml's time: above 1, libjitml is faster. The
-implementations take turns with a pause between them so that one's spinning OpenMP /
-thread-pool workers do not eat the next one's cores.
+(exit 1). ratio = best peer's time / jitml's time: above 1, libjitml is faster. Each
+cell runs in its own Python process (this script with --cell), one after the other:
+in one process, what earlier cells left behind (torch's and ORT's thread pools, a
+second OpenMP runtime) slowed libjitml's 2-thread GPT-2 cell by ~20 % (9.6 against
+7.95 ms run alone). --one-process runs them all here instead, with a pause between
+implementations so that one's spinning OpenMP / thread-pool workers sleep first.
 
 Run (peers from PyPI in a venv outside the checkout; libjitml built in build/):
   python3 -m venv /work/venv-peers
@@ -37,14 +40,16 @@ Run (peers from PyPI in a venv outside the checkout; libjitml built in build/):
 reachable, `pip install torch --index-url https://download.pytorch.org/whl/cpu` first.)
   JITML_LIBRARY=/work/main/build/libjitml.so PYTHONPATH=/work/main/python \\
       /work/venv-peers/bin/python bench/models.py [--quick] [--block gpt2|resnet]
-      [--threads 1,2] [--reps 20] [--budget 5]
+      [--threads 1,2] [--reps 20] [--budget 5] [--one-process]
 --quick runs GPT-2 at B=1 S=128 and ResNet at N=1 only. ONNX Runtime is skipped (a
 dash) when onnxruntime/onnx/onnxscript are missing; PyTorch is required.
 """
 import argparse
+import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -313,6 +318,48 @@ def max_err(y, ref, what, failures):
     return err
 
 
+def cell_argv(args, name, shape, threads, impl, onnx_path, out_path):
+    """The command line that runs one cell in a fresh process (main's --cell)."""
+    argv = [sys.executable, os.path.abspath(__file__), "--cell", name, impl,
+            ",".join(map(str, shape)), str(threads), "--onnx", onnx_path, "--out", out_path,
+            "--reps", str(args.reps), "--budget", str(args.budget),
+            "--attention", args.attention]
+    return argv
+
+
+def run_cell_process(args, name, shape, threads, impl, onnx_path, tmp):
+    """(first-call ms, median ms, n, output) of one cell, run in its own process."""
+    out_path = os.path.join(tmp, "%s-%s-%s-%d.npy" % (name, impl, "x".join(map(str, shape)),
+                                                       threads))
+    proc = subprocess.run(cell_argv(args, name, shape, threads, impl, onnx_path, out_path),
+                          stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit("models.py: the %s cell %s %s threads=%d failed (exit %d)" % (
+            impl, name, shape, threads, proc.returncode))
+    first, median, n = json.loads(proc.stdout.strip().splitlines()[-1])
+    return first, median, n, np.load(out_path)
+
+
+def cell_main(args):
+    """--cell: one (block, implementation, shape, threads) cell; prints [first, median,
+    n] as JSON and saves the output to --out."""
+    name, impl, shape, threads = args.cell
+    blk = BLOCKS[name]
+    shape, threads = tuple(int(v) for v in shape.split(",")), int(threads)
+    torch.set_num_interop_threads(1)
+    torch._inductor.config.freezing = True
+    if impl == "compiled":
+        inductor_startup()
+    w = blk["weights"]()
+    model = blk["module"](w).eval()
+    call, close = make_impl(impl, blk, w, model, args.onnx, threads)
+    first, median, n, y = run_cell(call, blk["inputs"](*shape), args.reps, args.budget)
+    close()
+    np.save(args.out, y)
+    print(json.dumps([first, median, n]))
+    return 0
+
+
 def bench_block(name, args, failures):
     blk = BLOCKS[name]
     w = blk["weights"]()
@@ -332,10 +379,14 @@ def bench_block(name, args, failures):
         for threads in args.threads:
             res = {}
             for impl in impls:
-                time.sleep(PAUSE_S)
-                call, close = make_impl(impl, blk, w, model, onnx_path, threads)
-                res[impl] = run_cell(call, arrays, args.reps, args.budget)
-                close()
+                if args.one_process:
+                    time.sleep(PAUSE_S)
+                    call, close = make_impl(impl, blk, w, model, onnx_path, threads)
+                    res[impl] = run_cell(call, arrays, args.reps, args.budget)
+                    close()
+                else:
+                    res[impl] = run_cell_process(args, name, shape, threads, impl,
+                                                 onnx_path, tmp.name)
                 print("  %s %s threads=%d %-8s first %9.1f ms  median %9.2f ms (n=%d)" % (
                     name, blk["label"](shape), threads, impl, *res[impl][:3]),
                     file=sys.stderr, flush=True)
@@ -388,21 +439,30 @@ def main():
     ap.add_argument("--attention", choices=("fused", "composed"), default="fused",
                     help="libjitml's GPT-2 attention: jit_attention (fused: key blocks "
                     "with a running max and sum) or matmul + softmax + matmul")
+    ap.add_argument("--one-process", action="store_true",
+                    help="run every cell in this process (default: each in its own)")
+    ap.add_argument("--cell", nargs=4, metavar=("BLOCK", "IMPL", "SHAPE", "THREADS"),
+                    help=argparse.SUPPRESS)  # one cell, for the runner
+    ap.add_argument("--onnx", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     global ATTENTION
     ATTENTION = args.attention
-    args.threads = [int(t) for t in args.threads.split(",")]
-    torch._inductor.config.freezing = True
     for log in ("torch.onnx", "torch.utils.cpp_extension"):  # "torchvision not installed"
         logging.getLogger(log).setLevel(logging.ERROR)
+    if args.cell:
+        return cell_main(args)
+    args.threads = [int(t) for t in args.threads.split(",")]
+    torch._inductor.config.freezing = True
     torch.set_num_interop_threads(1)
     print("libjitml %s (%s), torch %s, onnxruntime %s, numpy %s; %d cores; "
           "JITML_SHAPE_POLICY=%s" % (
               jitml.version(), jitml.library_path(), torch.__version__,
               ort.__version__ if ort else "-", np.__version__, os.cpu_count(),
               os.environ["JITML_SHAPE_POLICY"]))
-    print("torch.compile start-up (once per process, not in the cells): %.1f s"
-          % inductor_startup())
+    print("torch.compile start-up (once per process, not in the cells): %.1f s%s"
+          % (inductor_startup(), "" if args.one_process else
+             " (each cell's process pays its own, untimed)"))
     failures = []
     for name in args.block or ["gpt2", "resnet"]:
         bench_block(name, args, failures)
