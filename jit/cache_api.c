@@ -210,7 +210,7 @@ typedef struct jit__explain {
 
 static const char *const kSharedComponents[] = {
     "format", "backend", "target.triple", "target.cpu", "target.features",
-    "target.l2", "compiler", "build_id", "opt_level"};
+    "target.l2", "target.l3", "compiler", "build_id", "opt_level"};
 
 static bool jit__explain_visit(void *user, const jit__cache_entry *e, const char *path,
                                uint64_t size, int64_t atime) {

@@ -171,6 +171,11 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
              "JITML_CPU_L2: `%s` is not a size from 16K to 1024M (bytes, or a number with "
              "a K or M suffix); ignored",
              t->l2_ignored);
+  if (t->l3_ignored)
+    jit__log(ctx, JIT_LOG_WARNING,
+             "JITML_CPU_L3: `%s` is not a size from 16K to 1024M (bytes, or a number with "
+             "a K or M suffix); ignored",
+             t->l3_ignored);
   size_t cap = strlen(t->features) + 1024;
   ctx->target_text = malloc(cap);
   if (!ctx->target_text) {
@@ -179,9 +184,9 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   }
   int n = snprintf(ctx->target_text, cap,
                    "backend=cpu\ntarget.triple=%s\ntarget.cpu=%s\ntarget.features=%s\n"
-                   "target.l2=%ld\n"
+                   "target.l2=%ld\ntarget.l3=%ld\n"
                    "compiler=libjitml %s, LLVM %s\nbuild_id=%s\nopt_level=%d\nthreads=%d\n",
-                   t->triple, t->cpu, t->features, t->l2_bytes, jit_version(),
+                   t->triple, t->cpu, t->features, t->l2_bytes, t->l3_bytes, jit_version(),
                    JITML_LLVM_VERSION,
                    jit__library_build_id(), o.opt_level, jit__cpu_threads(o.num_threads));
   XXH128_canonical_t c;

@@ -288,7 +288,7 @@ jit__lower_options jit__cpu_lower_options(jit_context *ctx) {
   return (jit__lower_options){.opt_level = ctx->options.opt_level,
                               .dump_dir = dump && dump[0] ? dump : NULL,
                               .triple = t->triple, .cpu = t->cpu, .features = t->features,
-                              .l2_bytes = t->l2_bytes,
+                              .l2_bytes = t->l2_bytes, .l3_bytes = t->l3_bytes,
                               .num_threads = jit__cpu_threads(ctx->options.num_threads),
                               .pool = ctx->mlir_pool};
 }

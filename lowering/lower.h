@@ -228,6 +228,7 @@ typedef struct jit__lower_options {
   const char *cpu;
   const char *features;
   long l2_bytes;         // the target's L2 per core; 0 when unknown
+  long l3_bytes;         // the target's L3 (shared); 0 when unknown
   int num_threads;       // threads a kernel may use (jit__cpu_threads); 0 or 1: one
   jit__mlir_pool *pool;  // where CPU compiles get their MLIR context; NULL: a fresh one
   // A generic kernel (jit__compile_cpu_generic): the module has `?` dims, its

@@ -250,3 +250,25 @@ Test(cpu_plans, streams) {
   f.other = true;
   cr_expect(!jit__cpu_plan_stream(&f).stream, "a reduction reads its output back");
 }
+
+// With a known L3, stores stream only where all a kernel reads and writes takes a
+// quarter of it or more (the output stays cached for the next kernel otherwise); 8 MiB
+// of output at least, whatever the L3.
+Test(cpu_plans, streams_past_a_quarter_of_l3) {
+  int64_t mib = 1 << 20;
+  jit__cpu_stream_facts f = {.out_bytes = 12 * mib, .in_bytes = 12 * mib, .l3 = 480 * mib,
+                             .n_row = 1, .row_bytes = 3072, .row_input_bytes = 12 * mib};
+  cr_expect(!jit__cpu_plan_stream(&f).stream, "24 MiB against 480 MiB of L3");
+  cr_expect_eq(jit__cpu_plan_stream(&f).row_prefetch, 3072, "the row prefetch stays");
+  f.in_bytes = 108 * mib;  // 120 MiB: a quarter
+  cr_expect(jit__cpu_plan_stream(&f).stream, "120 MiB against 480 MiB of L3");
+  f.l3 = 32 * mib;
+  f.in_bytes = 0;
+  cr_expect(jit__cpu_plan_stream(&f).stream, "12 MiB out against 32 MiB of L3");
+  f.l3 = 0;
+  cr_expect(jit__cpu_plan_stream(&f).stream, "12 MiB out, L3 not known");
+  f.out_bytes = 4 * mib;
+  f.in_bytes = 500 * mib;
+  f.l3 = 480 * mib;
+  cr_expect(!jit__cpu_plan_stream(&f).stream, "4 MiB of output never streams");
+}

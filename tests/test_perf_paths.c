@@ -159,7 +159,11 @@ static bool host_avx512(void) { return false; }
 // (devices/cpu/cpu.c), 2 MiB unless the environment already gives a size (CTest runs
 // the suite again at 512 KiB and 1 MiB). Read back here with the library's grammar
 // (bytes, or a number with a K or M suffix).
-__attribute__((constructor)) static void pin_l2(void) { setenv("JITML_CPU_L2", "2M", 0); }
+// The L3 is pinned as well (32 MiB: a Zen 4 CCX's), which decides where stores stream.
+__attribute__((constructor)) static void pin_l2(void) {
+  setenv("JITML_CPU_L2", "2M", 0);
+  setenv("JITML_CPU_L3", "32M", 0);
+}
 
 static long host_l2(void) {
   const char *e = getenv("JITML_CPU_L2");
@@ -1859,6 +1863,21 @@ Test(perf_paths, cpu_l2_that_is_no_size_is_reported) {
   char warning[512] = "";
   jit_context *ctx = ctx_logged(1, keep_l2_warning, warning, JIT_LOG_WARNING);
   cr_expect(strstr(warning, "`lots`") != NULL, "warning: `%s`", warning);
+  jit_context_destroy(ctx);
+  check_dense(17, 100, 31, 1, TU_F32, 1, 2);
+}
+
+static void keep_l3_warning(void *user, jit_log_level level, const char *message) {
+  if (level == JIT_LOG_WARNING && strstr(message, "JITML_CPU_L3"))
+    snprintf(user, 512, "%s", message);
+}
+
+// JITML_CPU_L3 takes the same sizes: another is named in a warning and ignored.
+Test(perf_paths, cpu_l3_that_is_no_size_is_reported) {
+  setenv("JITML_CPU_L3", "480MB", 1);  // this test's own process reads the host once
+  char warning[512] = "";
+  jit_context *ctx = ctx_logged(1, keep_l3_warning, warning, JIT_LOG_WARNING);
+  cr_expect(strstr(warning, "`480MB`") != NULL, "warning: `%s`", warning);
   jit_context_destroy(ctx);
   check_dense(17, 100, 31, 1, TU_F32, 1, 2);
 }

@@ -93,9 +93,10 @@ static char *jit__features_without(char *host, const char *off, char **ignored) 
 // bytes, or a whole number with a K or M suffix (KiB, MiB), from 16K to 1024M. It is
 // part of every kernel's key, as the detected size is. Plans depend on it (cache
 // blocks, thread splits), so the test suite pins it and runs again with other sizes,
-// and a benchmark can ask what a host with another L2 would get. Returns the bytes,
-// or 0 for text that is not such a size.
-static long jit__parse_l2(const char *text) {
+// and a benchmark can ask what a host with another L2 would get. $JITML_CPU_L3 is the
+// same for the L3 (which decides where stores stream, plan_row_choice.c). Returns the
+// bytes, or 0 for text that is not such a size.
+static long jit__parse_cache_size(const char *text) {
   char *end = NULL;
   errno = 0;
   long long v = strtoll(text, &end, 10);
@@ -125,9 +126,19 @@ static void jit__llvm_init(void) {
 #endif
   const char *l2_env = getenv("JITML_CPU_L2");
   if (l2_env && *l2_env) {
-    long given = jit__parse_l2(l2_env);
+    long given = jit__parse_cache_size(l2_env);
     if (given > 0) jit__host.l2_bytes = given;
     else jit__host.l2_ignored = strdup(l2_env);  // for the process, like the rest
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  jit__host.l3_bytes = l3 > 0 ? l3 : 0;
+#endif
+  const char *l3_env = getenv("JITML_CPU_L3");
+  if (l3_env && *l3_env) {
+    long given = jit__parse_cache_size(l3_env);
+    if (given > 0) jit__host.l3_bytes = given;
+    else jit__host.l3_ignored = strdup(l3_env);
   }
 }
 

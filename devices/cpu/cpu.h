@@ -26,10 +26,15 @@ typedef struct jit__cpu_target {
   // L2 per core as the C library reads it, or as $JITML_CPU_L2 says (cpu.c); 0 when
   // unknown.
   long l2_bytes;
+  // L3 (all of it, shared by the cores) as the C library reads it, or as $JITML_CPU_L3
+  // says; 0 when unknown.
+  long l3_bytes;
   // Items of $JITML_CPU_FEATURES that turned nothing off (comma-separated), or NULL.
   const char *features_ignored;
   // $JITML_CPU_L2 when it is not a size cpu.c takes (then ignored), or NULL.
   const char *l2_ignored;
+  // $JITML_CPU_L3 likewise.
+  const char *l3_ignored;
 } jit__cpu_target;
 const jit__cpu_target *jit__cpu_host_target(void);
 // Initializes LLVM's native target once per process (pthread_once). Thread-safe.

@@ -22,7 +22,7 @@ typedef struct jit__cpu_host {
   int ptm, ptn; // register tile of plain f32 matmuls above 16 rows (no epilogue)
   int64_t l1;   // bytes of L1d per core
   int64_t l2;   // bytes of L2 per core
-  int64_t l3;   // bytes of L3 shared by the cores; 0 when not known (no plan reads it)
+  int64_t l3;   // bytes of L3 shared by the cores; 0 when not known (streaming stores)
   int cores;    // cores a kernel may use (the options' thread count)
 } jit__cpu_host;
 

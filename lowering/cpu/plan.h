@@ -158,6 +158,8 @@ typedef struct jit__cpu_stream_facts {
   bool other;               // an op that reads its output back, or that is not known
   int loose;                // generics outside the row loop
   int64_t out_bytes;        // bytes of all outputs
+  int64_t in_bytes;         // bytes of all inputs
+  int64_t l3;               // the host's L3; 0 when not known
   int n_row;                // row loops
   int64_t row_bytes;        // the last row loop's row
   int64_t row_input_bytes;  // the last row loop's whole input

@@ -341,12 +341,22 @@ typedef struct stream_walk {
   bool other;         // an op that reads its output back, or that this does not know
   int loose;          // generics outside the row loop
   int64_t out_bytes;  // bytes of all outputs
+  int64_t in_bytes;   // bytes of all inputs (the function's tensor arguments)
 } stream_walk;
 
 static MlirWalkResult find_streams(MlirOperation op, void *user) {
   stream_walk *s = user;
   MlirIdentifier id = mlirOperationGetName(op);
   MlirStringRef name = mlirIdentifierStr(id);
+  if (jit__cpu_op_is(op, "func.func")) {
+    MlirBlock entry = mlirRegionGetFirstBlock(mlirOperationGetRegion(op, 0));
+    for (intptr_t i = 0; !mlirBlockIsNull(entry) && i < mlirBlockGetNumArguments(entry); i++) {
+      MlirType t = mlirValueGetType(mlirBlockGetArgument(entry, i));
+      if (mlirTypeIsARankedTensor(t) && jit__cpu_static_shaped(t))
+        s->in_bytes += jit__cpu_shaped_bytes(t);
+    }
+    return MlirWalkResultAdvance;
+  }
   if (name.length > 7 && strncmp(name.data, "linalg.", 7) == 0) {
     if (jit__cpu_op_is(op, "linalg.fill") || jit__cpu_op_is(op, "linalg.yield") || jit__cpu_op_is(op, "linalg.index"))
       return MlirWalkResultAdvance;
@@ -375,10 +385,10 @@ static MlirWalkResult find_streams(MlirOperation op, void *user) {
 // Sets out->stream and out->row_prefetch (above) for the module `w` planned.
 void jit__cpu_plan_streams(const walk *w, MlirOperation module, jit__cpu_plan *out) {
   if (w->n_mm || strncmp(w->o->triple, "x86_64", 6) != 0) return;
-  stream_walk s = {w, false, 0, 0};
+  stream_walk s = {w, false, 0, 0, 0};
   mlirOperationWalk(module, find_streams, &s, MlirWalkPreOrder);
-  jit__cpu_stream_facts f = {s.other, s.loose, s.out_bytes, w->n_row, w->row_bytes,
-                             w->row_input_bytes};
+  jit__cpu_stream_facts f = {s.other, s.loose, s.out_bytes, s.in_bytes, w->o->l3_bytes,
+                             w->n_row, w->row_bytes, w->row_input_bytes};
   jit__cpu_stream_plan p = jit__cpu_plan_stream(&f);
   out->stream = p.stream;
   out->row_prefetch = p.row_prefetch;
