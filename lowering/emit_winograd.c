@@ -48,8 +48,8 @@ static void bodyf(jit__emitter *e, const char *sfx, const char *fmt, ...) {
 
 bool jit__conv_winograd_fits(const jit__emitter *e, const jit__node *n, const int64_t *wd) {
   const jit__window *w = &n->win;
-  if (!e->opt || !e->opt->conv_winograd || !e->opt->conv_as_matmul || e->symbolic ||
-      w->nhwc || w->groups != 1)
+  if (!e->opt || e->opt->conv_winograd_bytes <= 0 || !e->opt->conv_as_matmul ||
+      e->symbolic || w->nhwc || w->groups != 1)
     return false;
   if (wd[2] != 3 || wd[3] != 3 || w->stride[0] != 1 || w->stride[1] != 1 ||
       w->dilation[0] != 1 || w->dilation[1] != 1)
@@ -57,7 +57,19 @@ bool jit__conv_winograd_fits(const jit__emitter *e, const jit__node *n, const in
   // Few channels or few output positions (ResNet's 14x14): the transforms' passes,
   // the weight's above all, cost more than the products they save.
   int64_t F = wd[0], C = wd[1], OH = n->dims[2], OW = n->dims[3];
-  return C >= 16 && F >= 16 && OH >= 2 && OW >= 4 && OH * OW >= 784;
+  if (!(C >= 16 && F >= 16 && OH >= 2 && OW >= 4 && OH * OW >= 784)) return false;
+  // And U [4, C, Q] and M [4, F, Q] (f32) within the budget (the host's L2): each of the
+  // three products per column kw reads U and adds into all of M, so past L2 those
+  // passes go to memory. ResNet's 64 -> 64 at 56x56 on the Xeon (2 MiB of L2), the
+  // basic block at 1 / 2 threads: N = 1 (1.6 MiB) 3.54 / 2.01 ms against im2col's
+  // 3.83 / 2.20; N = 2 (3.2 MiB) 11.2 / 6.25 ms against 8.3 / 4.17; N = 8 39.9 / 19.6
+  // against 34.0 / 17.4.
+  return jit__conv_winograd_bytes(n->dims[0], C, F, OH, OW) <= e->opt->conv_winograd_bytes;
+}
+
+int64_t jit__conv_winograd_bytes(int64_t n, int64_t c, int64_t f, int64_t oh, int64_t ow) {
+  int64_t q = n * ((oh + 1) / 2) * (ow + 2);  // N tH Wp
+  return 4 * (c > f ? c : f) * q * 4;
 }
 
 // An extract_slice of `x` (type xt) at `offs` with `sizes` (all strides 1) into `to`.
