@@ -269,12 +269,14 @@ static jit__str padded_keys(jit__emitter *e, const char *x, const int64_t *xd,
 }
 
 // The block's scores masked: -inf for keys past T and after the causal limit, plus
-// the mask where there is one. `s` [B, S, block], `j` the block's first key.
+// the mask where there is one. `s` [B, S, block], `j` the block's first key, `qoff`
+// (empty: 0) the first query row's.
 // With `mblk` (a mask without batch dims: its [S or 1, block or 1] slice, f32) it is an
 // input of the generic, read through a map; else the mask is read with tensor.extract
 // (mask_read), which does not vectorize.
 static jit__str mask_block(jit__emitter *e, const att *a, const char *s, const int64_t *sd,
-                           const char *j, const char *mblk, const int64_t *mbd) {
+                           const char *j, const char *qoff, const char *mblk,
+                           const int64_t *mbd) {
   jit__text *tb = &e->tb;
   jit__str se = jit__value_name(e, false), sm = jit__value_name(e, false);
   jit__emit_empty(e, se.s, JIT__F32, 3, sd, NULL);
@@ -292,15 +294,17 @@ static jit__str mask_block(jit__emitter *e, const att *a, const char *s, const i
                    "    %%aok0 = arith.cmpi ult, %%atg, %%aT : index\n"
                    "    %%atl = arith.constant %lld : index\n"
                    "    %%atc = arith.minui %%atg, %%atl : index\n"
-                   "    %%amz = arith.constant 0.0 : f32\n",
+                   "    %%amz = arith.constant 0.0 : f32\n"
+                   "    %%amz0 = arith.constant 0 : index\n",
                    j, (long long)a->T, (long long)(a->T - 1));
   if (a->n->causal)
     jit__text_printf(tb,
                      "    %%aoff = arith.constant %lld : index\n"
-                     "    %%alim = arith.addi %%as, %%aoff : index\n"
+                     "    %%asg = arith.addi %%as, %s : index\n"
+                     "    %%alim = arith.addi %%asg, %%aoff : index\n"
                      "    %%acz = arith.cmpi sle, %%atg, %%alim : index\n"
                      "    %%aok = arith.andi %%aok0, %%acz : i1\n",
-                     (long long)(a->T - a->S));
+                     (long long)(a->T - a->S), qoff[0] ? qoff : "%amz0");
   else
     jit__text_printf(tb, "    %%aok = arith.andi %%aok0, %%aok0 : i1\n");
   const char *val = "%in0";
@@ -398,13 +402,17 @@ typedef struct att_blk {
   jit__str qs, kt, vp, mp;
   bool fast;
   int64_t mpd[2], Tm;
+  // The loop's query rows: S of them from row `qoff` (an index value; empty: row 0),
+  // and its keys up to `kub` (an index value; empty: Tp).
+  int64_t S;
+  jit__str qoff, kub;
 } att_blk;
 
 // The scf.for over blocks of keys (see the top) for k->B heads; returns o / l
 // [B, S, Dv] in the node's dtype.
 static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
   const jit__node *n = a->n;
-  int64_t B = k->B, S = a->S, D = a->D, Dv = a->Dv, BK = k->BK, Tp = k->Tp, Tm = k->Tm;
+  int64_t B = k->B, S = k->S, D = a->D, Dv = a->Dv, BK = k->BK, Tp = k->Tp, Tm = k->Tm;
   jit__text *tb = &e->tb;
   int64_t qd[3] = {B, S, D}, ktd[3] = {B, D, Tp}, vpd[3] = {B, Tp, Dv};
   int64_t mpd[2] = {k->mpd[0], k->mpd[1]};
@@ -425,8 +433,9 @@ static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
                    "  %s = arith.constant %lld : index\n"
                    "  %s:3 = scf.for %sj = %s to %s step %s iter_args(%sm = %s, %sl = %s, "
                    "%so = %s) -> (%s, %s, %s) {\n",
-                   lo.s, hi.s, (long long)Tp, step.s, (long long)BK, loop.s, pre, lo.s, hi.s,
-                   step.s, pre, m0.s, pre, l0.s, pre, o0.s, rty.s, rty.s, oty.s);
+                   lo.s, hi.s, (long long)Tp, step.s, (long long)BK, loop.s, pre, lo.s,
+                   k->kub.s[0] ? k->kub.s : hi.s, step.s, pre, m0.s, pre, l0.s, pre, o0.s,
+                   rty.s, rty.s, oty.s);
   // Block views, scores.
   int64_t kbd[3] = {B, D, BK}, vbd[3] = {B, BK, Dv};
   jit__str kb = jit__value_name(e, false), vb = jit__value_name(e, false);
@@ -444,15 +453,19 @@ static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
                    jit__tensor_type(JIT__F32, 3, sd).s, jit__tensor_type(JIT__F32, 3, sd).s);
   char jn[40];
   snprintf(jn, sizeof jn, "%sj", pre);
-  int64_t mbd[2] = {mpd[0], Tm == 1 ? 1 : BK};
+  // The mask's rows of this loop's queries (all of them, or one row broadcast), and
+  // its columns of this block.
+  bool rows = mpd[0] != 1 && mpd[0] != S;
+  int64_t mbd[2] = {mpd[0] == 1 ? 1 : S, Tm == 1 ? 1 : BK};
   jit__str mb_blk = mp;
-  if (fast && Tm != 1) {
+  if (fast && (Tm != 1 || rows)) {
     mb_blk = jit__value_name(e, false);
-    jit__text_printf(tb, "  %s = tensor.extract_slice %s[0, %s] [%lld, %lld] [1, 1] : %s to %s\n",
-                     mb_blk.s, mp.s, jn, (long long)mpd[0], (long long)BK,
+    jit__text_printf(tb, "  %s = tensor.extract_slice %s[%s, %s] [%lld, %lld] [1, 1] : %s to %s\n",
+                     mb_blk.s, mp.s, rows && k->qoff.s[0] ? k->qoff.s : "0",
+                     Tm != 1 ? jn : "0", (long long)mbd[0], (long long)mbd[1],
                      jit__tensor_type(JIT__F32, 2, mpd).s, jit__tensor_type(JIT__F32, 2, mbd).s);
   }
-  jit__str sm = mask_block(e, a, s.s, sd, jn, fast ? mb_blk.s : NULL, mbd);
+  jit__str sm = mask_block(e, a, s.s, sd, jn, k->qoff.s, fast ? mb_blk.s : NULL, mbd);
   // m' = max(m, rowmax s).
   jit__gen_operand smi = {sm.s, JIT__F32, 3, sd, {0}, NULL, NULL};
   jit__identity_map(&smi);
@@ -530,6 +543,80 @@ static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
   return finish_blocked(e, n, loop.s, od, rd);
 }
 
+// The key loop per head and per block of BQ queries, for k->B heads: loops over the
+// heads and the query blocks around emit_key_loop (B = 1, S = BQ), each step's o / l
+// inserted into [B, S, Dv] (the node's dtype; returned). A step's values ([1, BQ, BK]
+// scores, [1, BQ, Dv] sums, the head's K^T and V) stay in L2, where the key loop over
+// all heads and queries at once made each block's scores and sums [B, S, BK] and
+// [B, S, Dv] (GPT-2 at S = 512: 1.5 MiB each, passed over ~8 times per key block).
+// Causal: a query block's keys end at its last row's limit (the blocks after it,
+// wholly masked, are not visited).
+static jit__str emit_tiled(jit__emitter *e, const att *a, const att_blk *k, int64_t BQ) {
+  const jit__node *n = a->n;
+  int64_t B = k->B, S = a->S, D = a->D, Dv = a->Dv, Tp = k->Tp, BK = k->BK;
+  jit__text *tb = &e->tb;
+  int64_t od[3] = {B, S, Dv}, qd[3] = {B, S, D}, ktd[3] = {B, D, Tp}, vpd[3] = {B, Tp, Dv};
+  jit__str init = jit__value_name(e, false), c0 = jit__value_name(e, false),
+           c1 = jit__value_name(e, false), cb = jit__value_name(e, false),
+           cs = jit__value_name(e, false), cq = jit__value_name(e, false),
+           hl = jit__value_name(e, false), h = jit__value_name(e, false),
+           acc = jit__value_name(e, false), ql = jit__value_name(e, false),
+           qb = jit__value_name(e, false), acc2 = jit__value_name(e, false);
+  jit__emit_empty(e, init.s, n->dtype, 3, od, NULL);
+  jit__str oty = jit__tensor_type(n->dtype, 3, od);
+  jit__text_printf(tb,
+                   "  %s = arith.constant 0 : index\n  %s = arith.constant 1 : index\n"
+                   "  %s = arith.constant %lld : index\n  %s = arith.constant %lld : index\n"
+                   "  %s = arith.constant %lld : index\n"
+                   "  %s = scf.for %s = %s to %s step %s iter_args(%s = %s) -> (%s) {\n"
+                   "  %s = scf.for %s = %s to %s step %s iter_args(%s = %s) -> (%s) {\n",
+                   c0.s, c1.s, cb.s, (long long)B, cs.s, (long long)S, cq.s, (long long)BQ,
+                   hl.s, h.s, c0.s, cb.s, c1.s, acc.s, init.s, oty.s,
+                   ql.s, qb.s, c0.s, cs.s, cq.s, acc2.s, acc.s, oty.s);
+  att_blk k1 = *k;
+  k1.B = 1;
+  k1.S = BQ;
+  k1.qoff = qb;
+  const jit__str *whole[3] = {&k->qs, &k->kt, &k->vp};
+  jit__str *part[3] = {&k1.qs, &k1.kt, &k1.vp};
+  const int64_t *wd[3] = {qd, ktd, vpd};
+  for (int i = 0; i < 3; i++) {
+    int64_t pd[3] = {1, i == 0 ? BQ : wd[i][1], wd[i][2]};
+    jit__str sl = jit__value_name(e, false);
+    jit__text_printf(tb, "  %s = tensor.extract_slice %s[%s, %s, 0] [1, %lld, %lld] [1, 1, 1]"
+                         " : %s to %s\n",
+                     sl.s, whole[i]->s, h.s, i == 0 ? qb.s : "0", (long long)pd[1],
+                     (long long)pd[2], jit__tensor_type(JIT__F32, 3, wd[i]).s,
+                     jit__tensor_type(JIT__F32, 3, pd).s);
+    *part[i] = sl;
+  }
+  if (n->causal) {
+    // Keys up to the block's last query's limit, qb + BQ - 1 + T - S, in whole blocks.
+    int64_t c = BQ + a->T - a->S + BK - 1;
+    k1.kub = jit__value_name(e, false);
+    jit__text_printf(tb,
+                     "  %s = affine.min affine_map<(d0) -> (%lld, ((d0 %s %lld) floordiv %lld) "
+                     "* %lld)>(%s)\n",
+                     k1.kub.s, (long long)Tp, c < 0 ? "-" : "+", (long long)(c < 0 ? -c : c),
+                     (long long)BK, (long long)BK, qb.s);
+  }
+  jit__str r = emit_key_loop(e, a, &k1);
+  int64_t rd[3] = {1, BQ, Dv};
+  jit__str ins = jit__value_name(e, false);
+  jit__text_printf(tb,
+                   "  %s = tensor.insert_slice %s into %s[%s, %s, 0] [1, %lld, %lld] [1, 1, 1] :"
+                   " %s into %s\n  scf.yield %s : %s\n  }\n  scf.yield %s : %s\n  }\n",
+                   ins.s, r.s, acc2.s, h.s, qb.s, (long long)BQ, (long long)Dv,
+                   jit__tensor_type(n->dtype, 3, rd).s, oty.s, ins.s, oty.s, ql.s, oty.s);
+  return hl;
+}
+
+// The query block of emit_tiled for S queries, or 0 where S is not a multiple of one
+// (the key loop then takes every query at once).
+static int64_t query_block(int64_t S) {
+  return S % 64 == 0 ? 64 : S >= 64 && S % 32 == 0 ? 32 : 0;
+}
+
 static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
   const jit__node *n = a->n;
   int64_t B = 1;
@@ -563,9 +650,11 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
   int nc = th > 1 && B >= th && B % th == 0 && (!a->has_mask || fast) ? th : 1;
   int64_t od[3] = {B, S, Dv}, Bc = B / nc;
   att_blk k = {.B = Bc, .BK = BK, .Tp = Tp, .qs = qs, .kt = kt, .vp = vp, .mp = mp,
-               .fast = fast, .mpd = {mpd[0], mpd[1]}, .Tm = Tm};
+               .fast = fast, .mpd = {mpd[0], mpd[1]}, .Tm = Tm, .S = S};
+  // Per head and query block where the mask (if any) has no batch dims and S divides.
+  int64_t BQ = !a->has_mask || fast ? query_block(S) : 0;
   if (nc == 1) {
-    jit__str r = emit_key_loop(e, a, &k);
+    jit__str r = BQ ? emit_tiled(e, a, &k, BQ) : emit_key_loop(e, a, &k);
     jit__emit_reshape_to(e, r.s, n->dtype, 3, od, n->rank, n->dims, true);
     return NULL;
   }
@@ -590,7 +679,7 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
                      jit__tensor_type(JIT__F32, 3, cd).s);
     *part[i] = sl;
   }
-  jit__str r = emit_key_loop(e, a, &k);
+  jit__str r = BQ ? emit_tiled(e, a, &k, BQ) : emit_key_loop(e, a, &k);
   int64_t rd[3] = {Bc, S, Dv};
   jit__text_printf(tb,
                    "  scf.forall.in_parallel {\n"

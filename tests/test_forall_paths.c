@@ -179,14 +179,16 @@ CONV_TESTS(10, winograd_past_l2)
 //===--- Attention: one chunk of heads per thread ----------------------------===//
 
 // jit_attention over q [NB, H, S, D] (S = 37, T = 70: one whole key block and one
-// padded) at `threads`, causal or with a mask [S, T] (or [NB, 1, S, T], per batch
-// element: read at each head's index, so no chunks), against ref_attention; and
-// whether the kernel has the heads' forall (2 threads dividing the NB H heads, a mask
-// without batch dims).
+// padded; or S = 128 and 192, whole query blocks of 64, with T = 160 and 200) at
+// `threads`, causal or with a mask [S, T] (or [NB, 1, S, T], per batch element: read
+// at each head's index, so no chunks), against ref_attention; and whether the kernel
+// has the heads' forall (2 threads dividing the NB H heads, a mask without batch dims)
+// and, for S = 128 and 192, the loops per head and query block (emit_attention.c's
+// emit_tiled; not with a mask that differs per batch element).
 static void check_attention(DLDataType dt, int64_t NB, int64_t H, int mask_rank, int causal,
-                            int threads) {
+                            int threads, int64_t S, int64_t T) {
   bool f16 = tu_is_f16(dt);
-  const int64_t S = 37, T = 70, D = 16, Dv = 12, B = NB * H;
+  const int64_t D = 16, Dv = 12, B = NB * H;
   dump_begin();
   jit_context *ctx = ctx_threads(threads);
   jit_graph *g = tu_graph(ctx, "attention");
@@ -219,14 +221,20 @@ static void check_attention(DLDataType dt, int64_t NB, int64_t H, int mask_rank,
   if (f16) ref_round_f16_array(want, ny);
   DLTensor ins[4] = {tu_tensor(pq, dt, 4, dq), tu_tensor(pk, dt, 4, dk),
                      tu_tensor(pv, dt, 4, dv), tu_tensor(pm, dt, mask_rank, dmask)};
-  char what[128];
-  snprintf(what, sizeof what, "attention %s %lldx%lld heads, mask rank %d causal=%d threads=%d",
-           f16 ? "f16" : "f32", (long long)NB, (long long)H, mask_rank, causal, threads);
+  char what[160];
+  snprintf(what, sizeof what,
+           "attention %s %lldx%lld heads, S=%lld T=%lld, mask rank %d causal=%d threads=%d",
+           f16 ? "f16" : "f32", (long long)NB, (long long)H, (long long)S, (long long)T,
+           mask_rank, causal, threads);
   tu_run_check(g, ins, mask_rank ? 4 : 3, dt, 4, dy, want, f16 ? 1e-2 : 2e-5,
                f16 ? 5e-3 : 2e-6, NULL, what);
   bool chunks = threads > 1 && kThreadsSplit && B % threads == 0 && mask_rank != 4;
   cr_expect(dump_has("-00-graph.mlir", "scf.forall") == chunks, "%s: heads' forall %s", what,
             chunks ? "missing" : "where it must not be");
+  // (A mask [NB, 1, S, T] with NB = 1 has no batch dims to read per head.)
+  bool tiled = S % 64 == 0 && (mask_rank != 4 || NB == 1);  // o / l inserted per block
+  cr_expect(dump_has("-00-graph.mlir", "= tensor.insert_slice") == tiled,
+            "%s: loops per head and query block %s", what, tiled ? "missing" : "unexpected");
   free(qv), free(kv), free(vv), free(mv), free(want), free(pq), free(pk), free(pv), free(pm);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
@@ -234,12 +242,15 @@ static void check_attention(DLDataType dt, int64_t NB, int64_t H, int mask_rank,
 }
 
 // 2 x 6 heads (6 a thread at 2 threads), 1 x 1 (fewer than the threads), 1 x 5 (odd:
-// one loop), each at 1 and 2 threads.
+// one loop), each at 1 and 2 threads; S x T of 37 x 70, 128 x 160 and 192 x 200.
 static void check_attention_all(DLDataType dt, int mask_rank, int causal) {
   static const int64_t heads[3][2] = {{2, 6}, {1, 1}, {1, 5}};
-  for (int h = 0; h < 3; h++)
-    for (int threads = 1; threads <= 2; threads++)
-      check_attention(dt, heads[h][0], heads[h][1], mask_rank, causal, threads);
+  static const int64_t st[3][2] = {{37, 70}, {128, 160}, {192, 200}};
+  for (int s = 0; s < 3; s++)
+    for (int h = 0; h < 3; h++)
+      for (int threads = 1; threads <= 2; threads++)
+        check_attention(dt, heads[h][0], heads[h][1], mask_rank, causal, threads, st[s][0],
+                        st[s][1]);
 }
 
 Test(forall_paths, attention_causal_f32) { check_attention_all(TU_F32, 0, 1); }
