@@ -110,6 +110,18 @@ static long jit__parse_cache_size(const char *text) {
   return v >= (16 << 10) ? (long)v : 0;
 }
 
+// *bytes (as sysconf read it; below 0 when unknown, then 0) or, where $name is set,
+// the size it gives; text that is no size is kept in *ignored (for the process, like
+// the rest of the target) and the detected size stays.
+static void cache_size_from_env(const char *name, long *bytes, const char **ignored) {
+  if (*bytes < 0) *bytes = 0;
+  const char *env = getenv(name);
+  if (!env || !*env) return;
+  long given = jit__parse_cache_size(env);
+  if (given > 0) *bytes = given;
+  else *ignored = strdup(env);
+}
+
 static void jit__llvm_init(void) {
   LLVMInitializeNativeTarget();
   LLVMInitializeNativeAsmPrinter();
@@ -121,25 +133,13 @@ static void jit__llvm_init(void) {
                                              getenv("JITML_CPU_FEATURES"), &ignored);
   jit__host.features_ignored = ignored;
 #ifdef _SC_LEVEL2_CACHE_SIZE
-  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  jit__host.l2_bytes = l2 > 0 ? l2 : 0;
+  jit__host.l2_bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #endif
-  const char *l2_env = getenv("JITML_CPU_L2");
-  if (l2_env && *l2_env) {
-    long given = jit__parse_cache_size(l2_env);
-    if (given > 0) jit__host.l2_bytes = given;
-    else jit__host.l2_ignored = strdup(l2_env);  // for the process, like the rest
-  }
 #ifdef _SC_LEVEL3_CACHE_SIZE
-  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  jit__host.l3_bytes = l3 > 0 ? l3 : 0;
+  jit__host.l3_bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
 #endif
-  const char *l3_env = getenv("JITML_CPU_L3");
-  if (l3_env && *l3_env) {
-    long given = jit__parse_cache_size(l3_env);
-    if (given > 0) jit__host.l3_bytes = given;
-    else jit__host.l3_ignored = strdup(l3_env);
-  }
+  cache_size_from_env("JITML_CPU_L2", &jit__host.l2_bytes, &jit__host.l2_ignored);
+  cache_size_from_env("JITML_CPU_L3", &jit__host.l3_bytes, &jit__host.l3_ignored);
 }
 
 void jit__llvm_init_once(void) { pthread_once(&jit__llvm_once, jit__llvm_init); }
