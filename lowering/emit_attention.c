@@ -11,7 +11,9 @@
 //     l' = l a + rowsum p;    o' = o a + p v_blk
 //   then o / l. K (transposed) and V are copied once, padded to whole blocks; each
 //   block's products are linalg.batch_matmul, which the CPU strategy plans. Only
-//   [B, S, block] scores exist at a time, never [S, T]. A max that is still -inf
+//   [B, S, block] scores exist at a time, never [S, T]; where S comes in whole query
+//   blocks (and the mask has no batch dims) the loop runs per head and query block
+//   (emit_tiled), so a step's scores are [1, 64, block] and stay in L2. A max that is still -inf
 //   (every key so far masked) counts as 0 in the exponentials, so such rows add 0.
 //   composed (otherwise: GPU back ends, generic kernels with `?` sizes) — the scores
 //   [..., S, T] in f32, masked, their max, exp, sum, the product with v, the division:
