@@ -375,7 +375,7 @@ def bench_block(name, args, failures):
             blk, model, onnx_path))
     rows = []
     for shape in (blk["quick"] if args.quick else blk["shapes"]):
-        arrays = blk["inputs"](*shape)
+        arrays = blk["inputs"](*shape) if args.one_process else None
         for threads in args.threads:
             res = {}
             for impl in impls:
@@ -460,9 +460,11 @@ def main():
               jitml.version(), jitml.library_path(), torch.__version__,
               ort.__version__ if ort else "-", np.__version__, os.cpu_count(),
               os.environ["JITML_SHAPE_POLICY"]))
-    print("torch.compile start-up (once per process, not in the cells): %.1f s%s"
-          % (inductor_startup(), "" if args.one_process else
-             " (each cell's process pays its own, untimed)"))
+    if args.one_process:
+        print("torch.compile start-up (once per process, not in the cells): %.1f s"
+              % inductor_startup())
+    else:
+        print("torch.compile start-up: each cell's process pays its own, untimed")
     failures = []
     for name in args.block or ["gpt2", "resnet"]:
         bench_block(name, args, failures)

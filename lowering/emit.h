@@ -188,9 +188,6 @@ jit_status jit__emit_window(jit__emitter *e, const jit__node *n);  // emit_windo
 // Whether conv node `n` (weight dims wd) goes as Winograd F(2, 3); its value from the
 // padded x (OH rounded up to even rows) and the weight (emit_winograd.c).
 bool jit__conv_winograd_fits(const jit__emitter *e, const jit__node *n, const int64_t *wd);
-// Bytes of the larger of Winograd's U [4, C, Q] and M [4, F, Q] (f32, Q = N tH Wp) for
-// a 3x3 stride-1 convolution of N images, C channels and F filters to OH x OW.
-int64_t jit__conv_winograd_bytes(int64_t n, int64_t c, int64_t f, int64_t oh, int64_t ow);
 jit__str jit__emit_conv_winograd(jit__emitter *e, const jit__node *n, const jit__gen_operand *xp,
                                  const jit__gen_operand *wt);
 jit_status jit__emit_gather(jit__emitter *e, const jit__node *n);

@@ -296,12 +296,12 @@ static jit__str mask_block(jit__emitter *e, const att *a, const char *s, const i
                    "    %%aok0 = arith.cmpi ult, %%atg, %%aT : index\n"
                    "    %%atl = arith.constant %lld : index\n"
                    "    %%atc = arith.minui %%atg, %%atl : index\n"
-                   "    %%amz = arith.constant 0.0 : f32\n"
-                   "    %%amz0 = arith.constant 0 : index\n",
+                   "    %%amz = arith.constant 0.0 : f32\n",
                    j, (long long)a->T, (long long)(a->T - 1));
   if (a->n->causal)
     jit__text_printf(tb,
                      "    %%aoff = arith.constant %lld : index\n"
+                     "    %%amz0 = arith.constant 0 : index\n"
                      "    %%asg = arith.addi %%as, %s : index\n"
                      "    %%alim = arith.addi %%asg, %%aoff : index\n"
                      "    %%acz = arith.cmpi sle, %%atg, %%alim : index\n"
@@ -619,6 +619,12 @@ static int64_t query_block(int64_t S) {
   return S % 64 == 0 ? 64 : S >= 64 && S % 32 == 0 ? 32 : 0;
 }
 
+// o / l [k->B, S, Dv] for k->B heads: per head and query block of BQ (emit_tiled), or
+// with BQ = 0 the key loop over all of them at once.
+static jit__str key_loops(jit__emitter *e, const att *a, const att_blk *k, int64_t BQ) {
+  return BQ ? emit_tiled(e, a, k, BQ) : emit_key_loop(e, a, k);
+}
+
 static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
   const jit__node *n = a->n;
   int64_t B = 1;
@@ -656,7 +662,7 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
   // Per head and query block where the mask (if any) has no batch dims and S divides.
   int64_t BQ = !a->has_mask || fast ? query_block(S) : 0;
   if (nc == 1) {
-    jit__str r = BQ ? emit_tiled(e, a, &k, BQ) : emit_key_loop(e, a, &k);
+    jit__str r = key_loops(e, a, &k, BQ);
     jit__emit_reshape_to(e, r.s, n->dtype, 3, od, n->rank, n->dims, true);
     return NULL;
   }
@@ -681,7 +687,7 @@ static jit_status emit_blocked(jit__emitter *e, const att *a, int64_t BK) {
                      jit__tensor_type(JIT__F32, 3, cd).s);
     *part[i] = sl;
   }
-  jit__str r = BQ ? emit_tiled(e, a, &k, BQ) : emit_key_loop(e, a, &k);
+  jit__str r = key_loops(e, a, &k, BQ);
   int64_t rd[3] = {Bc, S, Dv};
   jit__text_printf(tb,
                    "  scf.forall.in_parallel {\n"

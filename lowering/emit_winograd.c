@@ -46,6 +46,13 @@ static void bodyf(jit__emitter *e, const char *sfx, const char *fmt, ...) {
   }
 }
 
+// Bytes of the larger of Winograd's U [4, C, Q] and M [4, F, Q] (f32, Q = N tH Wp) for
+// a 3x3 stride-1 convolution of N images, C channels and F filters to OH x OW.
+static int64_t winograd_bytes(int64_t n, int64_t c, int64_t f, int64_t oh, int64_t ow) {
+  int64_t q = n * ((oh + 1) / 2) * (ow + 2);  // N tH Wp
+  return 4 * (c > f ? c : f) * q * 4;
+}
+
 bool jit__conv_winograd_fits(const jit__emitter *e, const jit__node *n, const int64_t *wd) {
   const jit__window *w = &n->win;
   if (!e->opt || e->opt->conv_winograd_bytes <= 0 || !e->opt->conv_as_matmul ||
@@ -64,12 +71,7 @@ bool jit__conv_winograd_fits(const jit__emitter *e, const jit__node *n, const in
   // basic block at 1 / 2 threads: N = 1 (1.6 MiB) 3.54 / 2.01 ms against im2col's
   // 3.83 / 2.20; N = 2 (3.2 MiB) 11.2 / 6.25 ms against 8.3 / 4.17; N = 8 39.9 / 19.6
   // against 34.0 / 17.4.
-  return jit__conv_winograd_bytes(n->dims[0], C, F, OH, OW) <= e->opt->conv_winograd_bytes;
-}
-
-int64_t jit__conv_winograd_bytes(int64_t n, int64_t c, int64_t f, int64_t oh, int64_t ow) {
-  int64_t q = n * ((oh + 1) / 2) * (ow + 2);  // N tH Wp
-  return 4 * (c > f ? c : f) * q * 4;
+  return winograd_bytes(n->dims[0], C, F, OH, OW) <= e->opt->conv_winograd_bytes;
 }
 
 // An extract_slice of `x` (type xt) at `offs` with `sizes` (all strides 1) into `to`.

@@ -17,6 +17,17 @@
 
 #include "util.h"
 
+// The L2 that $JITML_CPU_L2 pins (bytes, or a number with a K or M suffix: the
+// library's grammar), or 0 when it pins none (the host's own L2 then decides).
+static long pinned_l2(void) {
+  const char *e = getenv("JITML_CPU_L2");
+  char *end = NULL;
+  long v = e ? strtol(e, &end, 10) : 0;
+  if (end && (*end == 'K' || *end == 'k')) v <<= 10;
+  if (end && (*end == 'M' || *end == 'm')) v <<= 20;
+  return v >= (16 << 10) ? v : 0;
+}
+
 // When set, contexts dump every stage's IR here, so a test can check which path the
 // strategy took.
 static char g_dump_dir[256];

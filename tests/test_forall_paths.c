@@ -70,18 +70,15 @@ static const conv_case kCases[] = {
 };
 
 // Whether case `cc` with batch n goes as Winograd: its rows U [4, C, N tH Wp] and sums
-// M [4, F, N tH Wp] (f32) within the L2 CTest pins (JITML_CPU_L2: 2M or 512K), as
+// M [4, F, N tH Wp] (f32) within the L2 that JITML_CPU_L2 pins (CTest: 2M, 512K), as
 // emit_winograd.c decides. -1 where no L2 is pinned (a hand run) and they take over
 // 256 KiB: the host's own L2 decides, and only the numbers are checked.
 static int winograd_expected(const conv_case *cc, int64_t n, int64_t oh, int64_t ow) {
   if (!cc->winograd) return 0;
   int64_t q = n * ((oh + 1) / 2) * (ow + 2), cf = cc->c > cc->f ? cc->c : cc->f;
-  int64_t bytes = 4 * cf * q * 4;
-  const char *l2 = getenv("JITML_CPU_L2");
+  int64_t bytes = 4 * cf * q * 4, l2 = pinned_l2();
   if (!l2) return bytes <= (256 << 10) ? 1 : -1;
-  int64_t budget = strcmp(l2, "2M") == 0 ? 2 << 20 : strcmp(l2, "512K") == 0 ? 512 << 10 : -1;
-  cr_assert(budget > 0, "JITML_CPU_L2=%s: this test knows 2M and 512K", l2);
-  return bytes <= budget;
+  return bytes <= l2;
 }
 
 // The convolution of case `cc` with batch n at `threads`, against ref_conv2d; and

@@ -166,12 +166,8 @@ __attribute__((constructor)) static void pin_l2(void) {
 }
 
 static long host_l2(void) {
-  const char *e = getenv("JITML_CPU_L2");
-  char *end = NULL;
-  long v = e ? strtol(e, &end, 10) : 0;
-  if (end && (*end == 'K' || *end == 'k')) v <<= 10;
-  if (end && (*end == 'M' || *end == 'm')) v <<= 20;
-  return v >= (16 << 10) ? v : 512 << 10;  // what the library assumes for an unknown L2
+  long v = pinned_l2();
+  return v ? v : 512 << 10;  // what the library assumes for an unknown L2
 }
 
 // Whether the L2 holds more than twice a 256 KiB B (lowering/cpu/ splits plain

@@ -387,7 +387,7 @@ void jit__cpu_plan_streams(const walk *w, MlirOperation module, jit__cpu_plan *o
   if (w->n_mm || strncmp(w->o->triple, "x86_64", 6) != 0) return;
   stream_walk s = {w, false, 0, 0, 0};
   mlirOperationWalk(module, find_streams, &s, MlirWalkPreOrder);
-  jit__cpu_stream_facts f = {s.other, s.loose, s.out_bytes, s.in_bytes, w->o->l3_bytes,
+  jit__cpu_stream_facts f = {s.other, s.loose, s.out_bytes, s.in_bytes, w->h.l3,
                              w->n_row, w->row_bytes, w->row_input_bytes};
   jit__cpu_stream_plan p = jit__cpu_plan_stream(&f);
   out->stream = p.stream;
