@@ -13,8 +13,11 @@
 //   block's products are linalg.batch_matmul, which the CPU strategy plans. Only
 //   [B, S, block] scores exist at a time, never [S, T]; where S comes in whole query
 //   blocks (and the mask has no batch dims) the loop runs per head and query block
-//   (emit_tiled), so a step's scores are [1, 64, block] and stay in L2. A max that is still -inf
-//   (every key so far masked) counts as 0 in the exponentials, so such rows add 0.
+//   (emit_tiled), so a step's scores are [1, 64, block] and stay in L2. A max that is
+//   still -inf (every key so far masked) counts as 0 in the exponentials, so such rows
+//   add 0. Not causal, and with a query block's scores over all keys within 256 KiB,
+//   there is no key loop: the block's [1, 64, T] scores, a softmax and one p v product
+//   (emit_rows), fewer passes than the key loop's per block of keys.
 //   composed (otherwise: GPU back ends, generic kernels with `?` sizes) — the scores
 //   [..., S, T] in f32, masked, their max, exp, sum, the product with v, the division:
 //   linalg.generic ops every back end lowers.
@@ -270,25 +273,23 @@ static jit__str padded_keys(jit__emitter *e, const char *x, const int64_t *xd,
   return p;
 }
 
-// The block's scores masked: -inf for keys past T and after the causal limit, plus
-// the mask where there is one. `s` [B, S, block], `j` the block's first key, `qoff`
-// (empty: 0) the first query row's.
+// The block's scores before q k^T is added: -inf for keys past T and after the causal
+// limit, else the mask (0 without one). The product accumulates into it, so the mask
+// costs no pass over the scores and their zero fill none either. `sd` [B, S, block],
+// `j` the block's first key, `qoff` (empty: 0) the first query row's.
 // With `mblk` (a mask without batch dims: its [S or 1, block or 1] slice, f32) it is an
 // input of the generic, read through a map; else the mask is read with tensor.extract
 // (mask_read), which does not vectorize.
-static jit__str mask_block(jit__emitter *e, const att *a, const char *s, const int64_t *sd,
-                           const char *j, const char *qoff, const char *mblk,
-                           const int64_t *mbd) {
+static jit__str mask_block(jit__emitter *e, const att *a, const int64_t *sd, const char *j,
+                           const char *qoff, const char *mblk, const int64_t *mbd) {
   jit__text *tb = &e->tb;
   jit__str se = jit__value_name(e, false), sm = jit__value_name(e, false);
   jit__emit_empty(e, se.s, JIT__F32, 3, sd, NULL);
-  jit__gen_operand si[2] = {{s, JIT__F32, 3, sd, {0}, NULL, NULL},
-                            {mblk, JIT__F32, 2, mbd, {0}, NULL, NULL}},
+  jit__gen_operand mi = {mblk, JIT__F32, 2, mbd, {0}, NULL, NULL},
                    so = {se.s, JIT__F32, 3, sd, {0}, NULL, NULL};
-  jit__identity_map(&si[0]);
-  if (mblk) si[1].map[0] = mbd[0] == 1 ? -1 : 1, si[1].map[1] = mbd[1] == 1 ? -1 : 2;
+  if (mblk) mi.map[0] = mbd[0] == 1 ? -1 : 1, mi.map[1] = mbd[1] == 1 ? -1 : 2;
   jit__identity_map(&so);
-  jit__emit_generic_open(e, sm.s, 3, "ppp", si, mblk ? 2 : 1, &so);
+  jit__emit_generic_open(e, sm.s, 3, "ppp", &mi, mblk ? 1 : 0, &so);
   jit__text_printf(tb,
                    "    %%ab = linalg.index 0 : index\n    %%as = linalg.index 1 : index\n"
                    "    %%at = linalg.index 2 : index\n    %%atg = arith.addi %s, %%at : index\n"
@@ -309,14 +310,12 @@ static jit__str mask_block(jit__emitter *e, const att *a, const char *s, const i
                      (long long)(a->T - a->S), qoff[0] ? qoff : "%amz0");
   else
     jit__text_printf(tb, "    %%aok = arith.andi %%aok0, %%aok0 : i1\n");
-  const char *val = "%in0";
+  const char *val = "%amz";
   if (mblk) {
-    jit__text_printf(tb, "    %%aw = arith.addf %%in0, %%in1 : f32\n");
-    val = "%aw";
+    val = "%in0";
   } else if (a->has_mask) {
     mask_read(e, a);
-    jit__text_printf(tb, "    %%aw = arith.addf %%in0, %%amv : f32\n");
-    val = "%aw";
+    val = "%amv";
   }
   jit__text_printf(tb,
                    "    %%ani = arith.constant %s : f32\n"
@@ -448,11 +447,6 @@ static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
                    jit__tensor_type(JIT__F32, 3, ktd).s, jit__tensor_type(JIT__F32, 3, kbd).s,
                    vb.s, vp.s, pre, (long long)B, (long long)BK, (long long)Dv,
                    jit__tensor_type(JIT__F32, 3, vpd).s, jit__tensor_type(JIT__F32, 3, vbd).s);
-  jit__str sz = jit__emit_filled_acc(e, "0.0", 3, sd, NULL), s = jit__value_name(e, false);
-  jit__text_printf(tb, "  %s = linalg.batch_matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
-                   s.s, qs.s, kb.s, jit__tensor_type(JIT__F32, 3, qd).s,
-                   jit__tensor_type(JIT__F32, 3, kbd).s, sz.s,
-                   jit__tensor_type(JIT__F32, 3, sd).s, jit__tensor_type(JIT__F32, 3, sd).s);
   char jn[40];
   snprintf(jn, sizeof jn, "%sj", pre);
   // The mask's rows of this loop's queries (all of them, or one row broadcast), and
@@ -467,7 +461,13 @@ static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
                      Tm != 1 ? jn : "0", (long long)mbd[0], (long long)mbd[1],
                      jit__tensor_type(JIT__F32, 2, mpd).s, jit__tensor_type(JIT__F32, 2, mbd).s);
   }
-  jit__str sm = mask_block(e, a, s.s, sd, jn, k->qoff.s, fast ? mb_blk.s : NULL, mbd);
+  // s = mask + q k^T, accumulated into the masked block.
+  jit__str s0 = mask_block(e, a, sd, jn, k->qoff.s, fast ? mb_blk.s : NULL, mbd);
+  jit__str sm = jit__value_name(e, false);
+  jit__text_printf(tb, "  %s = linalg.batch_matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                   sm.s, qs.s, kb.s, jit__tensor_type(JIT__F32, 3, qd).s,
+                   jit__tensor_type(JIT__F32, 3, kbd).s, s0.s,
+                   jit__tensor_type(JIT__F32, 3, sd).s, jit__tensor_type(JIT__F32, 3, sd).s);
   // m' = max(m, rowmax s).
   jit__gen_operand smi = {sm.s, JIT__F32, 3, sd, {0}, NULL, NULL};
   jit__identity_map(&smi);
@@ -545,6 +545,90 @@ static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
   return finish_blocked(e, n, loop.s, od, rd);
 }
 
+// The whole row of keys at once for k->S queries of k->B heads, where the scores
+// [B, S, Tp] stay small (emit_tiled's query blocks): s = q' K^T accumulated into the
+// masked block (mask_block at key 0), softmax over the keys as jit__emit_softmax writes
+// it (max, exp, sum and the division, which the CPU strategy fuses into one loop per
+// row), and o = p V, a product over all Tp keys. Against the key loop's ~8 passes per
+// block of 64 keys (a running max, sum and rescaled o), 12 heads x 64 with an [S, S]
+// mask, best of 60, 1 / 2 threads: S = 128 0.95 -> 0.71 / 0.64 -> 0.55 ms, S = 512
+// 12.4 -> 9.5 / 7.7 -> 5.7, S = 1024 56 -> 45 / 30 -> 22. Not causal: the key loop
+// skips the blocks past the limit, which this form would compute (S = 128 0.76 ->
+// 0.70 ms, but S = 256 2.3 -> 2.4 and S = 512 8.0 -> 9.5).
+static jit__str emit_rows(jit__emitter *e, const att *a, const att_blk *k, const char *dst) {
+  const jit__node *n = a->n;
+  int64_t B = k->B, S = k->S, D = a->D, Dv = a->Dv, Tp = k->Tp, Tm = k->Tm;
+  jit__text *tb = &e->tb;
+  int64_t qd[3] = {B, S, D}, ktd[3] = {B, D, Tp}, vpd[3] = {B, Tp, Dv};
+  int64_t sd[3] = {B, S, Tp}, od[3] = {B, S, Dv}, rd[2] = {B, S};
+  int64_t mpd[2] = {k->mpd[0], k->mpd[1]};
+  bool rows = mpd[0] != 1 && mpd[0] != S;
+  int64_t mbd[2] = {mpd[0] == 1 ? 1 : S, Tm == 1 ? 1 : Tp};
+  jit__str mb = k->mp;
+  if (k->fast && rows) {
+    mb = jit__value_name(e, false);
+    jit__text_printf(tb, "  %s = tensor.extract_slice %s[%s, 0] [%lld, %lld] [1, 1] : %s to %s\n",
+                     mb.s, k->mp.s, k->qoff.s[0] ? k->qoff.s : "0", (long long)mbd[0],
+                     (long long)mbd[1], jit__tensor_type(JIT__F32, 2, mpd).s,
+                     jit__tensor_type(JIT__F32, 2, mbd).s);
+  }
+  jit__str j0 = jit__emit_index_const(e, 0);
+  jit__str s0 = mask_block(e, a, sd, j0.s, k->qoff.s, k->fast ? mb.s : NULL, mbd);
+  jit__str sc = jit__value_name(e, false);
+  jit__str sty = jit__tensor_type(JIT__F32, 3, sd);
+  jit__text_printf(tb, "  %s = linalg.batch_matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                   sc.s, k->qs.s, k->kt.s, jit__tensor_type(JIT__F32, 3, qd).s,
+                   jit__tensor_type(JIT__F32, 3, ktd).s, s0.s, sty.s, sty.s);
+  // softmax(s) over the keys.
+  jit__gen_operand si = {sc.s, JIT__F32, 3, sd, {0}, NULL, NULL};
+  jit__identity_map(&si);
+  jit__str mx0 = jit__emit_filled_acc(e, kNegInf, 2, rd, NULL), mx = jit__value_name(e, false);
+  jit__gen_operand mxo = {mx0.s, JIT__F32, 2, rd, {0}, NULL, NULL};
+  jit__identity_map(&mxo);
+  jit__emit_generic(e, mx.s, 3, "ppr", &si, 1, &mxo, JIT__B_ACC_MAXNUM, NULL);
+  jit__gen_operand row = {mx.s, JIT__F32, 2, rd, {0}, NULL, NULL};
+  jit__identity_map(&row);
+  jit__str pe = jit__value_name(e, false), p = jit__value_name(e, false);
+  jit__emit_empty(e, pe.s, JIT__F32, 3, sd, NULL);
+  jit__gen_operand pin[2] = {si, row}, po = {pe.s, JIT__F32, 3, sd, {0}, NULL, NULL};
+  jit__identity_map(&po);
+  jit__emit_generic(e, p.s, 3, "ppp", pin, 2, &po, JIT__B_EXP_SUB, NULL);
+  jit__gen_operand pi = {p.s, JIT__F32, 3, sd, {0}, NULL, NULL};
+  jit__identity_map(&pi);
+  jit__str su0 = jit__emit_filled_acc(e, "0.0", 2, rd, NULL), su = jit__value_name(e, false);
+  jit__gen_operand suo = {su0.s, JIT__F32, 2, rd, {0}, NULL, NULL};
+  jit__identity_map(&suo);
+  jit__emit_generic(e, su.s, 3, "ppr", &pi, 1, &suo, JIT__B_ACC_SUM, NULL);
+  row.name = su.s;
+  jit__str ne = jit__value_name(e, false), pn = jit__value_name(e, false);
+  jit__emit_empty(e, ne.s, JIT__F32, 3, sd, NULL);
+  jit__gen_operand nin[2] = {pi, row}, no = {ne.s, JIT__F32, 3, sd, {0}, NULL, NULL};
+  jit__identity_map(&no);
+  jit__emit_generic(e, pn.s, 3, "ppp", nin, 2, &no, JIT__B_DIV, NULL);
+  // o = p V, into `dst` zeroed (a zero fill of a new tensor would be hoisted out of the
+  // loops and copied into a new buffer per block) or, without one, a new accumulator.
+  jit__str oty = jit__tensor_type(JIT__F32, 3, od), oz, o = jit__value_name(e, false);
+  if (dst) {
+    jit__str z = jit__value_name(e, false);
+    oz = jit__value_name(e, false);
+    jit__text_printf(tb, "  %s = arith.constant 0.0 : f32\n"
+                         "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n",
+                     z.s, oz.s, z.s, dst, oty.s, oty.s);
+  } else {
+    oz = jit__emit_filled_acc(e, "0.0", 3, od, NULL);
+  }
+  jit__text_printf(tb, "  %s = linalg.batch_matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
+                   o.s, pn.s, k->vp.s, sty.s, jit__tensor_type(JIT__F32, 3, vpd).s, oz.s,
+                   oty.s, oty.s);
+  if (jit__dtype_is_half(n->dtype)) return jit__emit_f16_result(e, o.s, 3, od, NULL, false);
+  return o;
+}
+
+// emit_rows' scores per query block: up to 256 KiB (GPT-2's 64 x 1024 keys).
+static bool rows_fit(const att *a, int64_t BQ, int64_t Tp) {
+  return !a->n->causal && BQ * Tp * 4 <= (256 << 10);
+}
+
 // The key loop per head and per block of BQ queries, for k->B heads: loops over the
 // heads and the query blocks around emit_key_loop (B = 1, S = BQ), each step's o / l
 // inserted into [B, S, Dv] (the node's dtype; returned). A step's values ([1, BQ, BK]
@@ -602,8 +686,22 @@ static jit__str emit_tiled(jit__emitter *e, const att *a, const att_blk *k, int6
                      k1.kub.s, (long long)Tp, c < 0 ? "-" : "+", (long long)(c < 0 ? -c : c),
                      (long long)BK, (long long)BK, qb.s);
   }
-  jit__str r = emit_key_loop(e, a, &k1);
   int64_t rd[3] = {1, BQ, Dv};
+  jit__str r;
+  if (rows_fit(a, BQ, Tp)) {
+    // An f32 result is accumulated in its place in the loop's tensor.
+    jit__str dst = {{0}};
+    if (n->dtype == JIT__F32) {
+      dst = jit__value_name(e, false);
+      jit__text_printf(tb, "  %s = tensor.extract_slice %s[%s, %s, 0] [1, %lld, %lld] [1, 1, 1]"
+                           " : %s to %s\n",
+                       dst.s, acc2.s, h.s, qb.s, (long long)BQ, (long long)Dv, oty.s,
+                       jit__tensor_type(JIT__F32, 3, rd).s);
+    }
+    r = emit_rows(e, a, &k1, dst.s[0] ? dst.s : NULL);
+  } else {
+    r = emit_key_loop(e, a, &k1);
+  }
   jit__str ins = jit__value_name(e, false);
   jit__text_printf(tb,
                    "  %s = tensor.insert_slice %s into %s[%s, %s, 0] [1, %lld, %lld] [1, 1, 1] :"

@@ -447,15 +447,19 @@ void jit__emit_generic_open(jit__emitter *e, const char *res, int n_loops, const
   jit__text_printf(tb, "], iterator_types = [");
   for (int l = 0; l < n_loops; l++)
     jit__text_printf(tb, "%s\"%s\"", l ? ", " : "", iters[l] == 'r' ? "reduction" : "parallel");
-  jit__text_printf(tb, "]%s} ins(", e->split_next ? ", jit_split" : "");
+  jit__text_printf(tb, "]%s}", e->split_next ? ", jit_split" : "");
   e->split_next = false;
-  for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%s%s", i ? ", " : "", ins[i].name);
-  jit__text_printf(tb, " : ");
-  for (int i = 0; i < n_in; i++)
-    jit__text_printf(tb, "%s%s", i ? ", " : "",
-                     jit__tensor_type(ins[i].dt, ins[i].rank, ins[i].dims).s);
+  if (n_in) {  // a generic of its indices alone has no ins
+    jit__text_printf(tb, " ins(");
+    for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%s%s", i ? ", " : "", ins[i].name);
+    jit__text_printf(tb, " : ");
+    for (int i = 0; i < n_in; i++)
+      jit__text_printf(tb, "%s%s", i ? ", " : "",
+                       jit__tensor_type(ins[i].dt, ins[i].rank, ins[i].dims).s);
+    jit__text_printf(tb, ")");
+  }
   jit__str out_ty = jit__tensor_type(out->dt, out->rank, out->dims);
-  jit__text_printf(tb, ") outs(%s : %s) {\n  ^bb0(", out->name, out_ty.s);
+  jit__text_printf(tb, " outs(%s : %s) {\n  ^bb0(", out->name, out_ty.s);
   for (int i = 0; i < n_in; i++) jit__text_printf(tb, "%%in%d: %s, ", i, elem_name(ins[i].dt));
   jit__text_printf(tb, "%%out: %s):\n", elem_name(out->dt));
 }

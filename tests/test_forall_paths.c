@@ -191,7 +191,7 @@ static void check_attention(DLDataType dt, int64_t NB, int64_t H, int mask_rank,
   jit_graph *g = tu_graph(ctx, "attention");
   int64_t dq[4] = {NB, H, S, D}, dk[4] = {NB, H, T, D}, dv[4] = {NB, H, T, Dv},
           dm[4] = {NB, 1, S, T}, dy[4] = {NB, H, S, Dv};
-  int64_t *dmask = mask_rank == 4 ? dm : dm + 2;
+  int64_t *dmask = dm + 4 - mask_rank;  // [NB, 1, S, T], [S, T] or [T]
   jit_value q = jit_input(g, "q", dt, 4, dq), k = jit_input(g, "k", dt, 4, dk),
             v = jit_input(g, "v", dt, 4, dv);
   jit_value m = mask_rank ? jit_input(g, "m", dt, mask_rank, dmask) : (jit_value){0};
@@ -206,9 +206,12 @@ static void check_attention(DLDataType dt, int64_t NB, int64_t H, int mask_rank,
   ref_rng_fill_signed(&rng, qv, nq);
   ref_rng_fill_signed(&rng, kv, nk);
   ref_rng_fill_signed(&rng, vv, nv);
-  // Masks that differ per batch element (mask_rank 4), each row's first key kept.
-  for (int64_t i = 0; i < nm; i++)
-    mv[i] = (i % T) && (i * 7 + i / (S * T)) % 5 == 0 ? -INFINITY : 0.25f * (float)(i % 3);
+  // Masks that differ per batch element (mask_rank 4), each row's first key kept; a
+  // mask [T] is every row's (the kernel reads the first T).
+  for (int64_t i = 0; i < nm; i++) {
+    int64_t j = mask_rank == 1 ? i % T : i;
+    mv[i] = (j % T) && (j * 7 + j / (S * T)) % 5 == 0 ? -INFINITY : 0.25f * (float)(j % 3);
+  }
   void *pq = tu_input_data(dt, qv, nq), *pk = tu_input_data(dt, kv, nk),
        *pv = tu_input_data(dt, vv, nv), *pm = tu_input_data(dt, mv, nm);
   for (int64_t b = 0; b < NB; b++)  // per batch element: its heads, its mask
@@ -232,6 +235,13 @@ static void check_attention(DLDataType dt, int64_t NB, int64_t H, int mask_rank,
   bool tiled = S % 64 == 0 && (mask_rank != 4 || NB == 1);  // o / l inserted per block
   cr_expect(dump_has("-00-graph.mlir", "= tensor.insert_slice") == tiled,
             "%s: loops per head and query block %s", what, tiled ? "missing" : "unexpected");
+  // Not causal, each query block's scores over all keys at once (emit_rows: [1, 64, T
+  // padded to whole blocks of 64]); causal, the key loop's blocks of 64.
+  char rows_ty[48];
+  snprintf(rows_ty, sizeof rows_ty, "tensor<1x64x%lldxf32>", (long long)((T + 63) / 64 * 64));
+  bool rows = tiled && !causal;
+  cr_expect(dump_has("-00-graph.mlir", rows_ty) == rows, "%s: scores per query block %s",
+            what, rows ? "missing" : "unexpected");
   free(qv), free(kv), free(vv), free(mv), free(want), free(pq), free(pk), free(pv), free(pm);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
@@ -254,3 +264,5 @@ Test(forall_paths, attention_causal_f32) { check_attention_all(TU_F32, 0, 1); }
 Test(forall_paths, attention_mask_f32) { check_attention_all(TU_F32, 2, 0); }
 Test(forall_paths, attention_mask_causal_f16) { check_attention_all(TU_F16, 2, 1); }
 Test(forall_paths, attention_batch_mask_f32) { check_attention_all(TU_F32, 4, 0); }
+Test(forall_paths, attention_key_mask_f32) { check_attention_all(TU_F32, 1, 0); }
+Test(forall_paths, attention_plain_f16) { check_attention_all(TU_F16, 0, 0); }
