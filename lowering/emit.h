@@ -185,11 +185,12 @@ jit_status jit__emit_reshape(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_matmul_int8(jit__emitter *e, const jit__node *n);  // emit_matmul.c
 jit_status jit__emit_window(jit__emitter *e, const jit__node *n);  // emit_window.c
-// Whether conv node `n` (weight dims wd) goes as Winograd F(2, 3); its value from the
-// padded x (OH rounded up to even rows) and the weight (emit_winograd.c).
-bool jit__conv_winograd_fits(const jit__emitter *e, const jit__node *n, const int64_t *wd);
+// The images per Winograd F(2, 3) pass of conv node `n` (weight dims wd): all N, 1 (a
+// loop over the images), or 0 (not Winograd); its value from the padded x (OH rounded
+// up to even rows) and the weight (emit_winograd.c).
+int64_t jit__conv_winograd_images(const jit__emitter *e, const jit__node *n, const int64_t *wd);
 jit__str jit__emit_conv_winograd(jit__emitter *e, const jit__node *n, const jit__gen_operand *xp,
-                                 const jit__gen_operand *wt);
+                                 const jit__gen_operand *wt, int64_t images);
 jit_status jit__emit_gather(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_index_copy(jit__emitter *e, const jit__node *n);  // emit_copy.c
 jit_status jit__emit_attention(jit__emitter *e, const jit__node *n);  // emit_attention.c

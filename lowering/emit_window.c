@@ -10,7 +10,7 @@
 //            pools); one parallel loop nest on every back end, where a tensor.pad
 //            would bufferize to a strided memref.copy (emit_copy.c says more).
 //   conv     the CPU's exact 3x3 stride-1 convolutions: Winograd F(2, 3) over rows
-//            (emit_winograd.c, where jit__conv_winograd_fits); other one-group ones on
+//            (emit_winograd.c, where jit__conv_winograd_images); other one-group ones on
 //            the CPU: im2col and a matmul (emit_conv_matmul); else
 //            loops (n, f, oh, ow | c, kh, kw) (NHWC: n, oh, ow, f | kh, kw, c) into an
 //            f32 accumulator: out + x * w. With groups the result is written as
@@ -508,14 +508,15 @@ static jit_status emit_conv(jit__emitter *e, const jit__node *n, geom *g) {
   g->k[0] = (int)(w->nhwc ? wd[0] : wd[2]);
   g->k[1] = (int)(w->nhwc ? wd[1] : wd[3]);
   jit__str pname;
-  if (jit__conv_winograd_fits(e, n, wd)) {
+  int64_t images = jit__conv_winograd_images(e, n, wd);
+  if (images > 0) {
     // Pairs of output rows: an odd OH gets one more zero row below.
     jit__node rows = *n;
     rows.win.pad[1] += (int)(n->dims[2] % 2);
     geom gw = *g;
     gw.n = &rows;
     jit__gen_operand xp = emit_pad(e, &x, &gw, "0.0", &pname);
-    set_value(e, jit__emit_conv_winograd(e, n, &xp, &wt).s);
+    set_value(e, jit__emit_conv_winograd(e, n, &xp, &wt, images).s);
     return NULL;
   }
   jit__gen_operand xp = emit_pad(e, &x, g, "0.0", &pname);

@@ -19,7 +19,8 @@
 // B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5;
 // 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1]: additions and halvings, so the f32 result stays
 // within a few ulps of the direct sum. All in f32; f16 and bf16 in and out are
-// converted in the first and last generics.
+// converted in the first and last generics. U and M are sized for L2: where the
+// batch's do not fit and one image's do, the images go one at a time (emit_images).
 //
 //===----------------------------------------------------------------------===//
 #include <stdarg.h>
@@ -53,25 +54,28 @@ static int64_t winograd_bytes(int64_t n, int64_t c, int64_t f, int64_t oh, int64
   return 4 * (c > f ? c : f) * q * 4;
 }
 
-bool jit__conv_winograd_fits(const jit__emitter *e, const jit__node *n, const int64_t *wd) {
+int64_t jit__conv_winograd_images(const jit__emitter *e, const jit__node *n, const int64_t *wd) {
   const jit__window *w = &n->win;
   if (!e->opt || e->opt->conv_winograd_bytes <= 0 || !e->opt->conv_as_matmul ||
       e->symbolic || w->nhwc || w->groups != 1)
-    return false;
+    return 0;
   if (wd[2] != 3 || wd[3] != 3 || w->stride[0] != 1 || w->stride[1] != 1 ||
       w->dilation[0] != 1 || w->dilation[1] != 1)
-    return false;
+    return 0;
   // Few channels or few output positions (ResNet's 14x14): the transforms' passes,
   // the weight's above all, cost more than the products they save.
   int64_t F = wd[0], C = wd[1], OH = n->dims[2], OW = n->dims[3];
-  if (!(C >= 16 && F >= 16 && OH >= 2 && OW >= 4 && OH * OW >= 784)) return false;
+  if (!(C >= 16 && F >= 16 && OH >= 2 && OW >= 4 && OH * OW >= 784)) return 0;
   // And U [4, C, Q] and M [4, F, Q] (f32) within the budget (the host's L2): each of the
   // three products per column kw reads U and adds into all of M, so past L2 those
   // passes go to memory. ResNet's 64 -> 64 at 56x56 on the Xeon (2 MiB of L2), the
   // basic block at 1 / 2 threads: N = 1 (1.6 MiB) 3.54 / 2.01 ms against im2col's
   // 3.83 / 2.20; N = 2 (3.2 MiB) 11.2 / 6.25 ms against 8.3 / 4.17; N = 8 39.9 / 19.6
-  // against 34.0 / 17.4.
-  return winograd_bytes(n->dims[0], C, F, OH, OW) <= e->opt->conv_winograd_bytes;
+  // against 34.0 / 17.4. Where one image fits and the batch does not, the images go
+  // one at a time (jit__emit_conv_winograd).
+  int64_t N = n->dims[0], budget = e->opt->conv_winograd_bytes;
+  if (winograd_bytes(N, C, F, OH, OW) <= budget) return N;
+  return winograd_bytes(1, C, F, OH, OW) <= budget ? 1 : 0;
 }
 
 // An extract_slice of `x` (type xt) at `offs` with `sizes` (all strides 1) into `to`.
@@ -101,10 +105,14 @@ static void body_f32(jit__emitter *e, const char *sfx, int n, jit__dtype dt, cha
   }
 }
 
-// Yields r[k] chosen by `linalg.index dim` among k = 0 .. n-1, as `dt`.
-static void body_select(jit__emitter *e, const char *sfx, int dim, int n,
+// Yields r[k] chosen by `linalg.index dim` (modulo `mod` where > 0) among k = 0 ..
+// n-1, as `dt`.
+static void body_select(jit__emitter *e, const char *sfx, int dim, int mod, int n,
                         const char *const *r, jit__dtype dt, const char *res_ty) {
-  bodyf(e, sfx, "    %%wi# = linalg.index %d : index\n", dim);
+  bodyf(e, sfx, "    %%wi%s# = linalg.index %d : index\n", mod > 0 ? "d" : "", dim);
+  if (mod > 0)
+    bodyf(e, sfx, "    %%wm# = arith.constant %d : index\n"
+                  "    %%wi# = arith.remui %%wid#, %%wm# : index\n", mod);
   const char *cur = r[0];
   char name[16];
   for (int k = 1; k < n; k++) {
@@ -136,12 +144,20 @@ static jit__str open_transform(jit__emitter *e, jit__dtype dt, int rank, const i
   return res;
 }
 
-// U [4, C, N, tH, Wp] from the padded x (rows of B^T d).
-static jit__str emit_rows(jit__emitter *e, const jit__gen_operand *xp, int64_t tH) {
+
+// U [4, C, N, tH, Wp] from the padded x (rows of B^T d), or from `x5`, x already
+// viewed as [N, C, tH + 1, 2, Wp] (an image's slice of that view of the batch: a
+// reshape of the image's slice itself would copy it).
+static jit__str emit_rows(jit__emitter *e, const jit__gen_operand *xp, int64_t tH,
+                          const char *x5) {
   int64_t N = xp->dims[0], C = xp->dims[1], Wp = xp->dims[3];
   jit__dtype dt = xp->dt;
   int64_t xd[5] = {N, C, tH + 1, 2, Wp}, sd[4] = {N, C, tH, Wp}, ud[5] = {4, C, N, tH, Wp};
-  jit__str xr = jit__emit_reshape_to(e, xp->name, dt, 4, xp->dims, 5, xd, false);
+  jit__str xr;
+  if (x5)
+    snprintf(xr.s, sizeof xr.s, "%s", x5);
+  else
+    xr = jit__emit_reshape_to(e, xp->name, dt, 4, xp->dims, 5, xd, false);
   jit__str xt = jit__tensor_type(dt, 5, xd), st = jit__tensor_type(dt, 4, sd);
   jit__str rows[4];  // x's rows 2t, 2t + 1, 2t + 2, 2t + 3
   for (int r = 0; r < 4; r++) {
@@ -162,7 +178,7 @@ static jit__str emit_rows(jit__emitter *e, const jit__gen_operand *xp, int64_t t
         "    %%r3# = arith.subf %s, %s : f32\n",
         v[0], v[2], v[1], v[2], v[2], v[1], v[1], v[3]);
   static const char *const r[4] = {"%r0#", "%r1#", "%r2#", "%r3#"};
-  body_select(e, sfx, 0, 4, r, JIT__F32, jit__tensor_type(JIT__F32, 5, ud).s);
+  body_select(e, sfx, 0, 0, 4, r, JIT__F32, jit__tensor_type(JIT__F32, 5, ud).s);
   return u;
 }
 
@@ -203,7 +219,7 @@ static jit__str emit_filters(jit__emitter *e, const jit__gen_operand *wt) {
         "    %%r2# = arith.mulf %%wd#, %%wh# : f32\n",
         g[0], g[2], g[1], g[1]);
   const char *const r[4] = {g[0], "%r1#", "%r2#", g[2]};
-  body_select(e, sfx, 1, 4, r, JIT__F32, jit__tensor_type(JIT__F32, 4, vd).s);
+  body_select(e, sfx, 1, 0, 4, r, JIT__F32, jit__tensor_type(JIT__F32, 4, vd).s);
   return v;
 }
 
@@ -262,14 +278,17 @@ static jit__str emit_products(jit__emitter *e, const char *u, const char *v, int
   return m;
 }
 
-// y [N, F, 2 tH, OW] of `dt` from M [4, F, N, tH, Wp] (A^T m, o from the index).
+// y [N, F, 2 tH, OW] of `dt` from M [4, F, N, tH, Wp] (A^T m, o from the index); with
+// `rows3` (one image, even OH) y [F, OH, OW], over loops (f, h, w) reading M at t = h / 2
+// (o = h mod 2): emit_images inserts that into the batch's result, which
+// eliminate-empty-tensors then has the generic write in place.
 static jit__str emit_output(jit__emitter *e, const char *m, jit__dtype dt, int64_t N,
-                            int64_t F, int64_t tH, int64_t Wp, int64_t OW) {
+                            int64_t F, int64_t tH, int64_t Wp, int64_t OW, bool rows3) {
   // Loops (n, f, t, o, w); one image: (f, t, o, w), so that threads split over f.
   int one = N == 1, r = 5 - one;
   int64_t m5[5] = {4, F, N, tH, Wp}, mq[3] = {4, F, N * tH * Wp};
   int64_t sd5[4] = {F, N, tH, OW}, sd1[3] = {F, tH, OW};
-  int64_t yd5[5] = {N, F, tH, 2, OW}, yd1[4] = {F, tH, 2, OW};
+  int64_t yd5[5] = {N, F, tH, 2, OW}, yd1[4] = {F, tH, 2, OW}, y3[3] = {F, 2 * tH, OW};
   const int64_t *sd = one ? sd1 : sd5, *yd = one ? yd1 : yd5;
   jit__str mr = jit__emit_reshape_to(e, m, JIT__F32, 3, mq, 5, m5, false);
   jit__str mt = jit__tensor_type(JIT__F32, 5, m5), st = jit__tensor_type(JIT__F32, r - 1, sd);
@@ -280,8 +299,9 @@ static jit__str emit_output(jit__emitter *e, const char *m, jit__dtype dt, int64
     parts[i] = slice(e, mr.s, mt.s, 5, offs, sizes, st.s);
     ins[i] = one ? (jit__gen_operand){parts[i].s, JIT__F32, 3, sd, {0, 1, 3}, NULL, NULL}
                  : (jit__gen_operand){parts[i].s, JIT__F32, 4, sd, {1, 0, 2, 4}, NULL, NULL};
+    if (rows3) ins[i].affine = "d0, d1 floordiv 2, d2";
   }
-  jit__str y = open_transform(e, dt, r, yd, ins, 4);
+  jit__str y = rows3 ? open_transform(e, dt, 3, y3, ins, 4) : open_transform(e, dt, r, yd, ins, 4);
   const char *sfx = y.s + 1;
   bodyf(e, sfx,
         "    %%wa# = arith.addf %%in0, %%in1 : f32\n"
@@ -289,23 +309,109 @@ static jit__str emit_output(jit__emitter *e, const char *m, jit__dtype dt, int64
         "    %%wb# = arith.subf %%in1, %%in2 : f32\n"
         "    %%r1# = arith.subf %%wb#, %%in3 : f32\n");
   static const char *const rs[2] = {"%r0#", "%r1#"};
-  body_select(e, sfx, r - 2, 2, rs, dt, jit__tensor_type(dt, r, yd).s);
+  if (rows3) {
+    body_select(e, sfx, 1, 2, 2, rs, dt, jit__tensor_type(dt, 3, y3).s);
+    return y;
+  }
+  body_select(e, sfx, r - 2, 0, 2, rs, dt, jit__tensor_type(dt, r, yd).s);
   int64_t y4[4] = {N, F, 2 * tH, OW};
   return jit__emit_reshape_to(e, y.s, dt, r, yd, 4, y4, false);
 }
 
-jit__str jit__emit_conv_winograd(jit__emitter *e, const jit__node *n, const jit__gen_operand *xp,
-                                 const jit__gen_operand *wt) {
+// The convolution of xp's N images (see the top). emit_images passes one image: `x5`
+// its view for emit_rows and, where OH is even, `rows3` (the result [F, OH, OW]).
+static jit__str emit_batch(jit__emitter *e, const jit__node *n, const jit__gen_operand *xp,
+                           const jit__gen_operand *wt, const char *x5, bool rows3) {
   int64_t N = n->dims[0], F = n->dims[1], OH = n->dims[2], OW = n->dims[3];
   int64_t C = xp->dims[1], Wp = xp->dims[3], tH = (OH + 1) / 2, Q = N * tH * Wp;
-  jit__str u = emit_rows(e, xp, tH);
+  jit__str u = emit_rows(e, xp, tH, x5);
   int64_t ud[5] = {4, C, N, tH, Wp}, uq[3] = {4, C, Q};
   jit__str uf = jit__emit_reshape_to(e, u.s, JIT__F32, 5, ud, 3, uq, false);
   jit__str v = emit_filters(e, wt);
   jit__str m = emit_products(e, uf.s, v.s, C, F, Q);
-  jit__str y = emit_output(e, m.s, n->dtype, N, F, tH, Wp, OW);
+  jit__str y = emit_output(e, m.s, n->dtype, N, F, tH, Wp, OW, rows3);
   if (2 * tH == OH) return y;
   int64_t yd[4] = {N, F, 2 * tH, OW}, offs[4] = {0, 0, 0, 0};
   return slice(e, y.s, jit__tensor_type(n->dtype, 4, yd).s, 4, offs, n->dims,
                jit__tensor_type(n->dtype, 4, n->dims).s);
+}
+
+// One image at a time, in an scf.for over the images that carries the result; with
+// threads, an scf.forall over equal chunks of the images around it (the strategy plans
+// what is inside for one thread), else the threads split each image's passes. ResNet's
+// 3x3, 64 channels at 56x56: one image's U and M take 1.6 MiB, eight images' 13 MiB.
+static jit__str emit_images(jit__emitter *e, const jit__node *n, const jit__gen_operand *xp,
+                            const jit__gen_operand *wt) {
+  jit__text *tb = &e->tb;
+  const int64_t *od = n->dims, *xd = xp->dims;
+  int64_t N = od[0];
+  int T = e->opt->forall_threads;
+  int64_t chunks = T > 1 && N % T == 0 ? T : 1, per = N / chunks;
+  int64_t cd[4] = {per, od[1], od[2], od[3]}, x1[4] = {1, xd[1], xd[2], xd[3]},
+          y1[4] = {1, od[1], od[2], od[3]};
+  jit__str oty = jit__tensor_type(n->dtype, 4, od), cty = jit__tensor_type(n->dtype, 4, cd);
+  jit__str init = jit__value_name(e, false);
+  jit__emit_empty(e, init.s, n->dtype, 4, od, NULL);
+  jit__str outer = {{0}}, it = {{0}}, n0 = {{0}}, start = init;
+  if (chunks > 1) {
+    outer = jit__value_name(e, false), it = jit__value_name(e, false);
+    n0 = jit__value_name(e, false), start = jit__value_name(e, false);
+    jit__str ci = jit__value_name(e, false);
+    jit__text_printf(tb,
+                     "  %s = scf.forall (%s) in (%lld) shared_outs(%s = %s) -> (%s) {\n"
+                     "  %s = affine.apply affine_map<(d0) -> (d0 * %lld)>(%s)\n"
+                     "  %s = tensor.extract_slice %s[%s, 0, 0, 0] [%lld, %lld, %lld, %lld] "
+                     "[1, 1, 1, 1] : %s to %s\n",
+                     outer.s, ci.s, (long long)chunks, it.s, init.s, oty.s, n0.s,
+                     (long long)per, ci.s, start.s, it.s, n0.s, (long long)cd[0],
+                     (long long)cd[1], (long long)cd[2], (long long)cd[3], oty.s, cty.s);
+  }
+  // The batch viewed as [N, C, tH + 1, 2, Wp] once, outside the loops.
+  int64_t tH = (od[2] + 1) / 2, F = od[1], OH = od[2], OW = od[3];
+  bool even = 2 * tH == OH;
+  int64_t x5d[5] = {N, xd[1], tH + 1, 2, xd[3]}, x51[5] = {1, xd[1], tH + 1, 2, xd[3]};
+  jit__str xall = jit__emit_reshape_to(e, xp->name, xp->dt, 4, xd, 5, x5d, false);
+  jit__str lo = jit__emit_index_const(e, 0), hi = jit__emit_index_const(e, per),
+           one = jit__emit_index_const(e, 1);
+  jit__str loop = jit__value_name(e, false), iv = jit__value_name(e, false),
+           acc = jit__value_name(e, false), img = iv;
+  jit__text_printf(tb, "  %s = scf.for %s = %s to %s step %s iter_args(%s = %s) -> (%s) {\n",
+                   loop.s, iv.s, lo.s, hi.s, one.s, acc.s, start.s, cty.s);
+  if (chunks > 1) {
+    img = jit__value_name(e, false);
+    jit__text_printf(tb, "  %s = arith.addi %s, %s : index\n", img.s, n0.s, iv.s);
+  }
+  jit__str xs = jit__value_name(e, false);
+  jit__text_printf(tb,
+                   "  %s = tensor.extract_slice %s[%s, 0, 0, 0, 0] [1, %lld, %lld, 2, %lld] "
+                   "[1, 1, 1, 1, 1] : %s to %s\n",
+                   xs.s, xall.s, img.s, (long long)xd[1], (long long)(tH + 1), (long long)xd[3],
+                   jit__tensor_type(xp->dt, 5, x5d).s, jit__tensor_type(xp->dt, 5, x51).s);
+  jit__node one_image = *n;
+  one_image.dims[0] = 1;
+  jit__gen_operand x1op = *xp;
+  x1op.dims = x1;
+  jit__str y = emit_batch(e, &one_image, &x1op, wt, xs.s, even);
+  int64_t r3[3] = {F, OH, OW};
+  jit__str yty = even ? jit__tensor_type(n->dtype, 3, r3) : jit__tensor_type(n->dtype, 4, y1);
+  jit__str next = jit__value_name(e, false);
+  jit__text_printf(tb,
+                   "  %s = tensor.insert_slice %s into %s[%s, 0, 0, 0] [1, %lld, %lld, %lld] "
+                   "[1, 1, 1, 1] : %s into %s\n  scf.yield %s : %s\n  }\n",
+                   next.s, y.s, acc.s, iv.s, (long long)od[1], (long long)od[2],
+                   (long long)od[3], yty.s, cty.s, next.s, cty.s);
+  if (chunks == 1) return loop;
+  jit__text_printf(tb,
+                   "  scf.forall.in_parallel {\n"
+                   "    tensor.parallel_insert_slice %s into %s[%s, 0, 0, 0] [%lld, %lld, %lld, "
+                   "%lld] [1, 1, 1, 1] : %s into %s\n  }\n  }\n",
+                   loop.s, it.s, n0.s, (long long)cd[0], (long long)cd[1], (long long)cd[2],
+                   (long long)cd[3], cty.s, oty.s);
+  return outer;
+}
+
+jit__str jit__emit_conv_winograd(jit__emitter *e, const jit__node *n, const jit__gen_operand *xp,
+                                 const jit__gen_operand *wt, int64_t images) {
+  return images == n->dims[0] ? emit_batch(e, n, xp, wt, NULL, false)
+                              : emit_images(e, n, xp, wt);
 }

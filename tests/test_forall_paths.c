@@ -63,22 +63,26 @@ static const conv_case kCases[] = {
     // One pair of output rows (2 x 398 out, no padding): one transformed row per image.
     {"winograd one row pair", W_(1, 1, 0, 0, 0, 0, 1, 1), 16, 16, 3, 3, 4, 400, false, false,
      true},
-    // 64 x 200 out: one image's transformed rows take 1.6 MiB (Winograd under a 2 MiB
-    // L2), three images' 4.7 MiB (im2col under any L2 the legs pin).
+    // 64 x 200 out: one image's transformed rows take 1.6 MiB, three images' 4.7 MiB:
+    // under a 2 MiB L2 one image at a time, under 512 KiB im2col.
     {"winograd past L2", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 16, 3, 3, 64, 200, false, false,
      true},
+    // 63 x 100 out (odd rows): one image's 835 KiB, one at a time under a 2 MiB L2.
+    {"winograd odd rows past L2", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 16, 3, 3, 63, 100, false,
+     false, true},
 };
 
-// Whether case `cc` with batch n goes as Winograd: its rows U [4, C, N tH Wp] and sums
-// M [4, F, N tH Wp] (f32) within the L2 that JITML_CPU_L2 pins (CTest: 2M, 512K), as
-// emit_winograd.c decides. -1 where no L2 is pinned (a hand run) and they take over
-// 256 KiB: the host's own L2 decides, and only the numbers are checked.
+// Whether case `cc` with batch n goes as Winograd, as emit_winograd.c decides: 1 for
+// the batch at once, where its rows U [4, C, N tH Wp] and sums M [4, F, N tH Wp] (f32)
+// fit the L2 that JITML_CPU_L2 pins (CTest: 2M, 512K); 2 for one image at a time,
+// where only one image's do; else 0. -1 where no L2 is pinned (a hand run) and they
+// take over 256 KiB: the host's own L2 decides, and only the numbers are checked.
 static int winograd_expected(const conv_case *cc, int64_t n, int64_t oh, int64_t ow) {
   if (!cc->winograd) return 0;
-  int64_t q = n * ((oh + 1) / 2) * (ow + 2), cf = cc->c > cc->f ? cc->c : cc->f;
-  int64_t bytes = 4 * cf * q * 4, l2 = pinned_l2();
-  if (!l2) return bytes <= (256 << 10) ? 1 : -1;
-  return bytes <= l2;
+  int64_t q = ((oh + 1) / 2) * (ow + 2), cf = cc->c > cc->f ? cc->c : cc->f;
+  int64_t image = 4 * cf * q * 4, l2 = pinned_l2();
+  if (!l2) return n * image <= (256 << 10) ? 1 : -1;
+  return n * image <= l2 ? 1 : image <= l2 ? 2 : 0;
 }
 
 // The convolution of case `cc` with batch n at `threads`, against ref_conv2d; and
@@ -143,17 +147,21 @@ static void check_case(const conv_case *cc, int64_t n, int threads, DLDataType d
   snprintf(wino_ir, sizeof wino_ir, "tensor<4x%lldx%lldxf32>, tensor<4x%lldx", (long long)cc->f,
            (long long)cc->c, (long long)cc->c);
   if (wino >= 0)
-    cr_expect(dump_has("-00-graph.mlir", wino_ir) == (wino == 1), "%s: Winograd's products %s",
+    cr_expect(dump_has("-00-graph.mlir", wino_ir) == (wino >= 1), "%s: Winograd's products %s",
               what, wino ? "missing" : "where they must not be");
+  if (wino == 2)  // the loop over the images
+    cr_expect(dump_has("-00-graph.mlir", "scf.for"), "%s: no loop over the images", what);
   free(xv), free(wv), free(want), free(px), free(pw);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
   dump_end();
 }
 
+// Batches 1 and 3; Winograd's also 4 (one image at a time: at 2 threads, two images
+// each in an scf.forall).
 static void check_all(int i, DLDataType dt) {
-  static const int64_t batches[] = {1, 3};
-  for (int b = 0; b < 2; b++)
+  static const int64_t batches[] = {1, 3, 4};
+  for (int b = 0; b < (kCases[i].winograd ? 3 : 2); b++)
     for (int threads = 1; threads <= 2; threads++) check_case(&kCases[i], batches[b], threads, dt);
 }
 
@@ -172,6 +180,7 @@ CONV_TESTS(7, winograd_too_small)
 CONV_TESTS(8, winograd_pad1)
 CONV_TESTS(9, winograd_one_row_pair)
 CONV_TESTS(10, winograd_past_l2)
+CONV_TESTS(11, winograd_odd_rows_past_l2)
 
 //===--- Attention: one chunk of heads per thread ----------------------------===//
 
