@@ -32,6 +32,10 @@ in one process, what earlier cells left behind (torch's and ORT's thread pools, 
 second OpenMP runtime) slowed libjitml's 2-thread GPT-2 cell by ~20 % (9.6 against
 7.95 ms run alone). --one-process runs them all here instead, with a pause between
 implementations so that one's spinning OpenMP / thread-pool workers sleep first.
+--rounds R runs every cell R times, each (shape, threads) group's implementations in
+turn and every other round in reverse order, and reports the median of the rounds'
+medians: on a VM whose speed drifts by 10-15 % over minutes, one run's ratios move by
+as much (ResNet N=8 at 1 thread: 0.77x, 0.68x, 0.77x in three runs).
 
 Run (peers from PyPI in a venv outside the checkout; libjitml built in build/):
   python3 -m venv /work/venv-peers
@@ -377,19 +381,24 @@ def bench_block(name, args, failures):
     for shape in (blk["quick"] if args.quick else blk["shapes"]):
         arrays = blk["inputs"](*shape) if args.one_process else None
         for threads in args.threads:
-            res = {}
-            for impl in impls:
-                if args.one_process:
-                    time.sleep(PAUSE_S)
-                    call, close = make_impl(impl, blk, w, model, onnx_path, threads)
-                    res[impl] = run_cell(call, arrays, args.reps, args.budget)
-                    close()
-                else:
-                    res[impl] = run_cell_process(args, name, shape, threads, impl,
-                                                 onnx_path, tmp.name)
-                print("  %s %s threads=%d %-8s first %9.1f ms  median %9.2f ms (n=%d)" % (
-                    name, blk["label"](shape), threads, impl, *res[impl][:3]),
-                    file=sys.stderr, flush=True)
+            rounds = {impl: [] for impl in impls}
+            for r in range(args.rounds):
+                # Every other round in reverse, so that a drift of the machine's speed
+                # within a round falls on every implementation alike.
+                for impl in impls if r % 2 == 0 else impls[::-1]:
+                    if args.one_process:
+                        time.sleep(PAUSE_S)
+                        call, close = make_impl(impl, blk, w, model, onnx_path, threads)
+                        cell = run_cell(call, arrays, args.reps, args.budget)
+                        close()
+                    else:
+                        cell = run_cell_process(args, name, shape, threads, impl,
+                                                onnx_path, tmp.name)
+                    rounds[impl].append(cell)
+                    print("  %s %s threads=%d %-8s round %d first %9.1f ms  median %9.2f ms "
+                          "(n=%d)" % (name, blk["label"](shape), threads, impl, r + 1,
+                                      *cell[:3]), file=sys.stderr, flush=True)
+            res = {impl: combine_rounds(cells) for impl, cells in rounds.items()}
             errs = {impl: max_err(r[3], res["eager"][3], "%s %s threads=%d %s" % (
                 name, blk["label"](shape), threads, impl), failures)
                 for impl, r in res.items()}
@@ -397,14 +406,21 @@ def bench_block(name, args, failures):
     print_table(blk["title"], rows, notes)
 
 
+def combine_rounds(cells):
+    """One cell's rounds as one: the first round's first call, the median of the
+    rounds' medians, the calls of all rounds, the first round's output."""
+    return (cells[0][0], statistics.median(c[1] for c in cells), sum(c[2] for c in cells),
+            cells[0][3])
+
+
 def fmt(res, impl, field):
     return "%.2f" % res[impl][field] if impl in res else "-"
 
 
 def print_table(title, rows, notes):
-    print("\n%s\nms per call (median of n calls); ratio = best peer / jitml (> 1: libjitml "
-          "faster); first call = compile + run (ms); err = max |y - eager|, eager in f32"
-          % title)
+    print("\n%s\nms per call (median of n calls; with --rounds, the median of the rounds' "
+          "medians); ratio = best peer / jitml (> 1: libjitml faster); first call = compile "
+          "+ run (ms, first round); err = max |y - eager|, eager in f32" % title)
     head = ("shape", "thr", "n", "jitml", "ort", "eager", "compiled", "ratio", "best",
             "1st jitml", "1st ort", "1st eager", "1st comp", "err jitml", "err ort",
             "err comp")
@@ -434,6 +450,9 @@ def main():
                     help="run this block (repeatable; default: both)")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--reps", type=int, default=20, help="timed calls per cell, at most")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of each cell, alternating the implementations' order; the "
+                         "median of their medians is reported (this VM drifts: use 3)")
     ap.add_argument("--budget", type=float, default=5.0,
                     help="seconds of timed calls per cell, about (n >= 3)")
     ap.add_argument("--attention", choices=("fused", "composed"), default="fused",
