@@ -15,9 +15,10 @@
 //   blocks (and the mask has no batch dims) the loop runs per head and query block
 //   (emit_tiled), so a step's scores are [1, 64, block] and stay in L2. A max that is
 //   still -inf (every key so far masked) counts as 0 in the exponentials, so such rows
-//   add 0. Not causal, and with a query block's scores over all keys within 256 KiB,
-//   there is no key loop: the block's [1, 64, T] scores, a softmax and one p v product
-//   (emit_rows), fewer passes than the key loop's per block of keys.
+//   add 0. Where a query block's scores over all keys take at most 256 KiB (and, if
+//   causal, T is at most two key blocks) there is no key loop: the block's [1, 64, T]
+//   scores, a softmax and one p v product (emit_rows), fewer passes than the key
+//   loop's per block of keys.
 //   composed (otherwise: GPU back ends, generic kernels with `?` sizes) — the scores
 //   [..., S, T] in f32, masked, their max, exp, sum, the product with v, the division:
 //   linalg.generic ops every back end lowers.
@@ -552,9 +553,9 @@ static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
 // row), and o = p V, a product over all Tp keys. Against the key loop's ~8 passes per
 // block of 64 keys (a running max, sum and rescaled o), 12 heads x 64 with an [S, S]
 // mask, best of 60, 1 / 2 threads: S = 128 0.95 -> 0.71 / 0.64 -> 0.55 ms, S = 512
-// 12.4 -> 9.5 / 7.7 -> 5.7, S = 1024 56 -> 45 / 30 -> 22. Not causal: the key loop
-// skips the blocks past the limit, which this form would compute (S = 128 0.76 ->
-// 0.70 ms, but S = 256 2.3 -> 2.4 and S = 512 8.0 -> 9.5).
+// 12.4 -> 9.5 / 7.7 -> 5.7, S = 1024 56 -> 45 / 30 -> 22. Causal only over few keys
+// (rows_fit): the key loop skips the blocks past the limit, which this form computes
+// (S = 256 2.3 -> 2.4 ms, S = 512 8.0 -> 9.5).
 static jit__str emit_rows(jit__emitter *e, const att *a, const att_blk *k, const char *dst) {
   const jit__node *n = a->n;
   int64_t B = k->B, S = k->S, D = a->D, Dv = a->Dv, Tp = k->Tp, Tm = k->Tm;
@@ -624,9 +625,12 @@ static jit__str emit_rows(jit__emitter *e, const att *a, const att_blk *k, const
   return o;
 }
 
-// emit_rows' scores per query block: up to 256 KiB (GPT-2's 64 x 1024 keys).
+// emit_rows' scores per query block: up to 256 KiB (GPT-2's 64 x 1024 keys); causal,
+// up to two key blocks, where the key loop skips little (12 heads x 64, 1 / 2 threads:
+// S = 64 0.28 -> 0.22 / 0.22 -> 0.18 ms, S = 128 0.77 -> 0.69 / 0.54 -> 0.50; S = 192
+// the same either way).
 static bool rows_fit(const att *a, int64_t BQ, int64_t Tp) {
-  return !a->n->causal && BQ * Tp * 4 <= (256 << 10);
+  return (!a->n->causal || Tp <= 128) && BQ * Tp * 4 <= (256 << 10);
 }
 
 // The key loop per head and per block of BQ queries, for k->B heads: loops over the
