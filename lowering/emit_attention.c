@@ -410,6 +410,19 @@ typedef struct att_blk {
   jit__str qoff, kub;
 } att_blk;
 
+// [B, S] of `x` [B, S, keys] (f32) reduced along the keys by `kind` from `init`.
+static jit__str reduce_rows(jit__emitter *e, const char *x, const int64_t *sd,
+                            jit__body_kind kind, const char *init) {
+  int64_t rd[2] = {sd[0], sd[1]};
+  jit__gen_operand xi = {x, JIT__F32, 3, sd, {0}, NULL, NULL};
+  jit__identity_map(&xi);
+  jit__str acc = jit__emit_filled_acc(e, init, 2, rd, NULL), r = jit__value_name(e, false);
+  jit__gen_operand ao = {acc.s, JIT__F32, 2, rd, {0}, NULL, NULL};
+  jit__identity_map(&ao);
+  jit__emit_generic(e, r.s, 3, "ppr", &xi, 1, &ao, kind, NULL);
+  return r;
+}
+
 // The scf.for over blocks of keys (see the top) for k->B heads; returns o / l
 // [B, S, Dv] in the node's dtype.
 static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
@@ -472,10 +485,7 @@ static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
   // m' = max(m, rowmax s).
   jit__gen_operand smi = {sm.s, JIT__F32, 3, sd, {0}, NULL, NULL};
   jit__identity_map(&smi);
-  jit__str mb0 = jit__emit_filled_acc(e, kNegInf, 2, rd, NULL), mb = jit__value_name(e, false);
-  jit__gen_operand mbo = {mb0.s, JIT__F32, 2, rd, {0}, NULL, NULL};
-  jit__identity_map(&mbo);
-  jit__emit_generic(e, mb.s, 3, "ppr", &smi, 1, &mbo, JIT__B_ACC_MAX, NULL);
+  jit__str mb = reduce_rows(e, sm.s, sd, JIT__B_ACC_MAX, kNegInf);
   char mname[40], lname[40], oname[40];
   snprintf(mname, sizeof mname, "%sm", pre);
   snprintf(lname, sizeof lname, "%sl", pre);
@@ -504,12 +514,7 @@ static jit__str emit_key_loop(jit__emitter *e, const att *a, const att_blk *k) {
   jit__identity_map(&ao);
   custom_generic(e, alpha.s, 2, "pp", ain, 3, &ao, kSafe, kNegInf);
   // l' = l alpha + rowsum p.
-  jit__gen_operand pi = {p.s, JIT__F32, 3, sd, {0}, NULL, NULL};
-  jit__identity_map(&pi);
-  jit__str ls0 = jit__emit_filled_acc(e, "0.0", 2, rd, NULL), ls = jit__value_name(e, false);
-  jit__gen_operand lso = {ls0.s, JIT__F32, 2, rd, {0}, NULL, NULL};
-  jit__identity_map(&lso);
-  jit__emit_generic(e, ls.s, 3, "ppr", &pi, 1, &lso, JIT__B_ACC_SUM, NULL);
+  jit__str ls = reduce_rows(e, p.s, sd, JIT__B_ACC_SUM, "0.0");
   jit__gen_operand row_l = {lname, JIT__F32, 2, rd, {0}, NULL, NULL},
                    row_a = {alpha.s, JIT__F32, 2, rd, {0}, NULL, NULL},
                    row_ls = {ls.s, JIT__F32, 2, rd, {0}, NULL, NULL};
@@ -583,10 +588,7 @@ static jit__str emit_rows(jit__emitter *e, const att *a, const att_blk *k, const
   // softmax(s) over the keys.
   jit__gen_operand si = {sc.s, JIT__F32, 3, sd, {0}, NULL, NULL};
   jit__identity_map(&si);
-  jit__str mx0 = jit__emit_filled_acc(e, kNegInf, 2, rd, NULL), mx = jit__value_name(e, false);
-  jit__gen_operand mxo = {mx0.s, JIT__F32, 2, rd, {0}, NULL, NULL};
-  jit__identity_map(&mxo);
-  jit__emit_generic(e, mx.s, 3, "ppr", &si, 1, &mxo, JIT__B_ACC_MAXNUM, NULL);
+  jit__str mx = reduce_rows(e, sc.s, sd, JIT__B_ACC_MAXNUM, kNegInf);
   jit__gen_operand row = {mx.s, JIT__F32, 2, rd, {0}, NULL, NULL};
   jit__identity_map(&row);
   jit__str pe = jit__value_name(e, false), p = jit__value_name(e, false);
@@ -596,10 +598,7 @@ static jit__str emit_rows(jit__emitter *e, const att *a, const att_blk *k, const
   jit__emit_generic(e, p.s, 3, "ppp", pin, 2, &po, JIT__B_EXP_SUB, NULL);
   jit__gen_operand pi = {p.s, JIT__F32, 3, sd, {0}, NULL, NULL};
   jit__identity_map(&pi);
-  jit__str su0 = jit__emit_filled_acc(e, "0.0", 2, rd, NULL), su = jit__value_name(e, false);
-  jit__gen_operand suo = {su0.s, JIT__F32, 2, rd, {0}, NULL, NULL};
-  jit__identity_map(&suo);
-  jit__emit_generic(e, su.s, 3, "ppr", &pi, 1, &suo, JIT__B_ACC_SUM, NULL);
+  jit__str su = reduce_rows(e, p.s, sd, JIT__B_ACC_SUM, "0.0");
   row.name = su.s;
   jit__str ne = jit__value_name(e, false), pn = jit__value_name(e, false);
   jit__emit_empty(e, ne.s, JIT__F32, 3, sd, NULL);
