@@ -320,8 +320,9 @@ typedef struct jit__emit_options {
   int forall_threads;
   // Exact NCHW 3x3 convolutions with stride 1 as Winograd F(2, 3) over rows
   // (emit_winograd.c) rather than im2col blocks, where the transformed rows and the
-  // products' sums take at most this many bytes each (jit__conv_winograd_fits); 0:
-  // never. conv_as_matmul kernels only.
+  // products' sums of the batch, or else of one image (then a loop over the images),
+  // take at most this many bytes each (jit__conv_winograd_images); 0: never.
+  // conv_as_matmul kernels only.
   int64_t conv_winograd_bytes;
   // Each tensor.empty gets an attribute of its own (`jit_e = N`), so that CSE does not
   // merge the inits of many results into one tensor, whose thousands of writers made
