@@ -31,6 +31,7 @@ typedef struct conv_case {
   bool blocked;          // f32 columns over 512 KiB: blocked whatever the pinned L2
   bool threads_only;     // blocked only in twice the budget: at 2 threads, 2 MiB L2
   bool winograd;         // as Winograd F(2, 3) where it fits L2 (winograd_expected)
+  bool images;           // past a 2 MiB L2 in batches of 3 and 4: one image at a time
 } conv_case;
 
 #define W_(s0, s1, p0, p1, p2, p3, d0, d1) {0, 0, 0, {s0, s1}, {p0, p1, p2, p3}, {d0, d1}, 1, 1}
@@ -38,38 +39,38 @@ typedef struct conv_case {
 static const conv_case kCases[] = {
     // A 3x3 with padding 1 and 8 channels (too few for Winograd): K = 72, 66x72 out
     // (66 = 2 x 3 x 11 rows).
-    {"3x3 pad 1", W_(1, 1, 1, 1, 1, 1, 1, 1), 8, 24, 3, 3, 66, 72, true, false, false},
+    {"3x3 pad 1", W_(1, 1, 1, 1, 1, 1, 1, 1), 8, 24, 3, 3, 66, 72, true, false, false, false},
     // 5x3, stride (2, 1), dilation (2, 1), uneven padding, 5 filters, prime input
     // sizes: 63x68 out (63 = 3^2 x 7 rows), K = 120.
-    {"5x3 stride 2x1 dilation 2x1", W_(2, 1, 1, 2, 0, 3, 2, 1), 8, 5, 5, 3, 131, 67, true, false, false},
+    {"5x3 stride 2x1 dilation 2x1", W_(2, 1, 1, 2, 0, 3, 2, 1), 8, 5, 5, 3, 131, 67, true, false, false, false},
     // Stride 2 both ways: 47x64 out (47 rows, a prime: one row a block), K = 63.
-    {"3x3 stride 2", W_(2, 2, 1, 1, 1, 1, 1, 1), 7, 9, 3, 3, 94, 128, true, false, false},
+    {"3x3 stride 2", W_(2, 2, 1, 1, 1, 1, 1, 1), 7, 9, 3, 3, 94, 128, true, false, false, false},
     // Columns of 36 KiB: whole, no loop.
-    {"3x3 small", W_(1, 1, 1, 1, 1, 1, 1, 1), 4, 6, 3, 3, 23, 25, false, false, false},
+    {"3x3 small", W_(1, 1, 1, 1, 1, 1, 1, 1), 4, 6, 3, 3, 23, 25, false, false, false, false},
     // ResNet's 256 channels at 14x14 (K = 2304): a block of 7 rows is 0.9 MB, over
     // the 512 KiB budget, and fewer rows make under 64 columns: blocks only where
     // threads double the budget.
-    {"3x3 256 channels 14x14", W_(1, 1, 1, 1, 1, 1, 1, 1), 256, 8, 3, 3, 14, 14, false, true, false},
+    {"3x3 256 channels 14x14", W_(1, 1, 1, 1, 1, 1, 1, 1), 256, 8, 3, 3, 14, 14, false, true, false, false},
     // Winograd: 29 x 31 out (odd rows: one zero row more below), no padding, 17
     // channels and 19 filters; 28 x 33 out with padding on two sides only.
-    {"winograd odd rows", W_(1, 1, 0, 0, 0, 0, 1, 1), 17, 19, 3, 3, 31, 33, false, false, true},
+    {"winograd odd rows", W_(1, 1, 0, 0, 0, 0, 1, 1), 17, 19, 3, 3, 31, 33, false, false, true, false},
     {"winograd uneven pad", W_(1, 1, 2, 0, 1, 0, 1, 1), 32, 16, 3, 3, 28, 34, false, false,
-     true},
+     true, false},
     // Under 784 positions (7 x 7): im2col, whole (28 KiB of columns: whole under any
     // budget down to a 128 KiB L2's, so on any host).
-    {"3x3 7x7", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 16, 3, 3, 7, 7, false, false, false},
+    {"3x3 7x7", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 16, 3, 3, 7, 7, false, false, false, false},
     // ResNet's 3x3 with padding 1, smaller: K = 144, 34x36 out (34 = 2 x 17 rows).
-    {"winograd pad 1", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 24, 3, 3, 34, 36, false, false, true},
+    {"winograd pad 1", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 24, 3, 3, 34, 36, false, false, true, false},
     // One pair of output rows (2 x 398 out, no padding): one transformed row per image.
     {"winograd one row pair", W_(1, 1, 0, 0, 0, 0, 1, 1), 16, 16, 3, 3, 4, 400, false, false,
-     true},
+     true, false},
     // 64 x 200 out: one image's transformed rows take 1.6 MiB, three images' 4.7 MiB:
     // under a 2 MiB L2 one image at a time, under 512 KiB im2col.
     {"winograd past L2", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 16, 3, 3, 64, 200, false, false,
-     true},
+     true, true},
     // 63 x 100 out (odd rows): one image's 835 KiB, one at a time under a 2 MiB L2.
     {"winograd odd rows past L2", W_(1, 1, 1, 1, 1, 1, 1, 1), 16, 16, 3, 3, 63, 100, false,
-     false, true},
+     false, true, true},
 };
 
 // Whether case `cc` with batch n goes as Winograd, as emit_winograd.c decides: 1 for
@@ -157,11 +158,11 @@ static void check_case(const conv_case *cc, int64_t n, int threads, DLDataType d
   dump_end();
 }
 
-// Batches 1 and 3; Winograd's also 4 (one image at a time: at 2 threads, two images
-// each in an scf.forall).
+// Batches 1 and 3; the cases one image at a time also 4 (at 2 threads, two images each
+// in an scf.forall).
 static void check_all(int i, DLDataType dt) {
   static const int64_t batches[] = {1, 3, 4};
-  for (int b = 0; b < (kCases[i].winograd ? 3 : 2); b++)
+  for (int b = 0; b < (kCases[i].images ? 3 : 2); b++)
     for (int threads = 1; threads <= 2; threads++) check_case(&kCases[i], batches[b], threads, dt);
 }
 
