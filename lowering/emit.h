@@ -113,6 +113,10 @@ int64_t jit__num_elements(int rank, const int64_t *dims);
 jit__str jit__value_name(jit__emitter *e, bool final);
 void jit__emit_empty(jit__emitter *e, const char *res, jit__dtype dt, int rank,
                        const int64_t *dims, const jit__dimval *dv);
+// `dst` (an f32 tensor of type `ty`) filled with `init`: an accumulator in place, such
+// as a loop's slice of its result (a fill of a fresh tensor in a loop is hoisted and
+// then copied into a new buffer per iteration).
+jit__str jit__emit_fill(jit__emitter *e, const char *init, const char *dst, const char *ty);
 jit__str jit__emit_filled_acc(jit__emitter *e, const char *init, int rank, const int64_t *dims,
                            const jit__dimval *dv);
 void jit__identity_map(jit__gen_operand *op);

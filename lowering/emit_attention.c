@@ -607,16 +607,9 @@ static jit__str emit_rows(jit__emitter *e, const att *a, const att_blk *k, const
   jit__emit_generic(e, pn.s, 3, "ppp", nin, 2, &no, JIT__B_DIV, NULL);
   // o = p V, into `dst` zeroed (a zero fill of a new tensor would be hoisted out of the
   // loops and copied into a new buffer per block) or, without one, a new accumulator.
-  jit__str oty = jit__tensor_type(JIT__F32, 3, od), oz, o = jit__value_name(e, false);
-  if (dst) {
-    jit__str z = jit__value_name(e, false);
-    oz = jit__value_name(e, false);
-    jit__text_printf(tb, "  %s = arith.constant 0.0 : f32\n"
-                         "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n",
-                     z.s, oz.s, z.s, dst, oty.s, oty.s);
-  } else {
-    oz = jit__emit_filled_acc(e, "0.0", 3, od, NULL);
-  }
+  jit__str oty = jit__tensor_type(JIT__F32, 3, od), o = jit__value_name(e, false);
+  jit__str oz = dst ? jit__emit_fill(e, "0.0", dst, oty.s)
+                    : jit__emit_filled_acc(e, "0.0", 3, od, NULL);
   jit__text_printf(tb, "  %s = linalg.batch_matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
                    o.s, pn.s, k->vp.s, sty.s, jit__tensor_type(JIT__F32, 3, vpd).s, oz.s,
                    oty.s, oty.s);

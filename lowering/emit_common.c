@@ -169,16 +169,19 @@ void jit__emit_empty(jit__emitter *e, const char *res, jit__dtype dt, int rank,
 }
 
 // An f32 tensor of `rank`/`dims` filled with `init` (a literal), for accumulators.
-jit__str jit__emit_filled_acc(jit__emitter *e, const char *init, int rank, const int64_t *dims,
-                           const jit__dimval *dv) {
-  jit__str empty = jit__value_name(e, false), cst = jit__value_name(e, false);
-  jit__str acc = jit__value_name(e, false);
-  jit__str ty = jit__tensor_type(JIT__F32, rank, dims);
-  jit__emit_empty(e, empty.s, JIT__F32, rank, dims, dv);
+jit__str jit__emit_fill(jit__emitter *e, const char *init, const char *dst, const char *ty) {
+  jit__str cst = jit__value_name(e, false), acc = jit__value_name(e, false);
   jit__text_printf(&e->tb, "  %s = arith.constant %s : f32\n", cst.s, init);
   jit__text_printf(&e->tb, "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n", acc.s, cst.s,
-            empty.s, ty.s, ty.s);
+            dst, ty, ty);
   return acc;
+}
+
+jit__str jit__emit_filled_acc(jit__emitter *e, const char *init, int rank, const int64_t *dims,
+                           const jit__dimval *dv) {
+  jit__str empty = jit__value_name(e, false);
+  jit__emit_empty(e, empty.s, JIT__F32, rank, dims, dv);
+  return jit__emit_fill(e, init, empty.s, jit__tensor_type(JIT__F32, rank, dims).s);
 }
 
 //===--- linalg.generic -----------------------------------------------------------===//

@@ -285,14 +285,13 @@ static jit__str emit_conv_nchw_blocked(jit__emitter *e, const jit__window *w, co
   // fresh tensor is loop-invariant, hoisted, and then copied into a new buffer per block
   // and again into the result (four copies of each block, 7 % of ResNet's 3x3 at N = 8).
   jit__str blk_ty = jit__tensor_type(JIT__F32, 2, rd);
-  jit__str dst = jit__value_name(e, false), zero = jit__value_name(e, false),
-           acc = jit__value_name(e, false);
+  jit__str dst = jit__value_name(e, false);
   jit__text_printf(&e->tb,
                    "  %s = tensor.extract_slice %s[%s, 0, %s] [1, %lld, %lld] [1, 1, 1] : %s "
-                   "to %s\n  %s = arith.constant 0.0 : f32\n"
-                   "  %s = linalg.fill ins(%s : f32) outs(%s : %s) -> %s\n",
+                   "to %s\n",
                    dst.s, it.s, img.s, col.s, (long long)F, (long long)(R * OW), acc_ty.s,
-                   blk_ty.s, zero.s, acc.s, zero.s, dst.s, blk_ty.s, blk_ty.s);
+                   blk_ty.s);
+  jit__str acc = jit__emit_fill(e, "0.0", dst.s, blk_ty.s);
   jit__str mm = jit__value_name(e, false), next = jit__value_name(e, false);
   jit__text_printf(&e->tb, "  %s = linalg.matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
                    mm.s, a, b.s, jit__tensor_type(a_dt, 2, fk).s,
