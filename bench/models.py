@@ -124,7 +124,7 @@ def gpt2_jitml(ctx, w):
     g = jitml.Graph(ctx, "gpt2_block")
     x = g.input("x", "float32", ("B", "S", D))
     mask = g.input("mask", "float32", ("S", "S"))
-    v = {n: g.input(n, "float32", w[n].shape) for n in GPT_NAMES}
+    v = {n: g.weight(n, "float32", w[n].shape) for n in GPT_NAMES}
 
     def heads(t, keys):  # [B, S, D] -> [B, H, S, D/H], or [B, H, D/H, S] for keys
         t = g.reshape(t, ("B", "S", HEADS, D // HEADS))
@@ -200,8 +200,8 @@ def resnet_inputs(n):
 def resnet_jitml(ctx, w):
     g = jitml.Graph(ctx, "resnet_basic_block")
     x = g.input("x", "float32", ("N", C, "H", "W"))
-    w1, b1 = g.input("w1", "float32", (C, C, 3, 3)), g.input("b1", "float32", (C, 1, 1))
-    w2, b2 = g.input("w2", "float32", (C, C, 3, 3)), g.input("b2", "float32", (C, 1, 1))
+    w1, b1 = g.weight("w1", "float32", (C, C, 3, 3)), g.weight("b1", "float32", (C, 1, 1))
+    w2, b2 = g.weight("w2", "float32", (C, C, 3, 3)), g.weight("b2", "float32", (C, 1, 1))
     h = g.relu(g.conv2d(x, w1, padding=1) + b1)
     g.output(g.relu(g.conv2d(h, w2, padding=1) + b2 + x))
     g.finalize()

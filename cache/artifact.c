@@ -23,7 +23,8 @@ enum {
   kTagPlan = 5,
   kTagNotes = 6,
   kTagPrograms = 7,
-  kTagCount = 8,
+  kTagPacked = 8,
+  kTagCount = 9,
 };
 
 enum { kEntryBytes = 64 };  // a plan kernel's entry field (jit__gpu_kernel.entry)
@@ -117,6 +118,12 @@ jit_status jit__art_encode(const jit__art *art, uint8_t **out_bytes, size_t *out
   *out_size = 0;
   if (!memchr(art->entry, 0, sizeof art->entry) || art->n_parts > JIT__ART_MAX_PARTS)
     return JIT_ERR(JIT_INTERNAL, "artifact: entry point or parts out of range");
+  if (art->n_packed > JIT__ART_MAX_PACKED)
+    return JIT_ERR(JIT_INTERNAL, "artifact: %u packed arguments", art->n_packed);
+  for (uint32_t i = 0; i < art->n_packed; i++)
+    if (art->packed[i].arg >= art->n_args || art->packed[i].tn == 0)
+      return JIT_ERR(JIT_INTERNAL, "artifact: packed argument %u of %u, panels %u",
+                     art->packed[i].arg, art->n_args, art->packed[i].tn);
   if (art->has_plan && !plan_ok(&art->plan))
     return JIT_ERR(JIT_INTERNAL, "artifact: a launch plan that points past its tables");
   for (uint32_t i = 0; i < art->n_outputs; i++)
@@ -131,6 +138,14 @@ jit_status jit__art_encode(const jit__art *art, uint8_t **out_bytes, size_t *out
   jit__bw_u32(&body, art->n_args);
   jit__bw_u32(&body, art->stack_bytes);
   put_built(&w, kTagArgs, &body);
+  if (art->n_packed) {
+    jit__bw_u32(&body, art->n_packed);
+    for (uint32_t i = 0; i < art->n_packed; i++) {
+      jit__bw_u32(&body, art->packed[i].arg);
+      jit__bw_u32(&body, art->packed[i].tn);
+    }
+    put_built(&w, kTagPacked, &body);
+  }
   jit__bw_u32(&body, art->n_outputs);
   for (uint32_t i = 0; i < art->n_outputs; i++) {
     const jit__art_shape *o = &art->outputs[i];
@@ -300,6 +315,15 @@ static read_result read_section(uint32_t tag, const uint8_t *p, uint64_t n, jit_
       return !r.bad && r.pos == r.len ? kReadOk : kReadBad;
     case kTagOutputs:
       return read_outputs(&r, out);
+    case kTagPacked:
+      out->n_packed = jit__br_u32(&r);
+      if (r.bad || out->n_packed > JIT__ART_MAX_PACKED) return kReadBad;
+      for (uint32_t i = 0; i < out->n_packed; i++) {
+        out->packed[i].arg = jit__br_u32(&r);
+        out->packed[i].tn = jit__br_u32(&r);
+        if (out->packed[i].tn == 0) return kReadBad;
+      }
+      return !r.bad && r.pos == r.len ? kReadOk : kReadBad;
     case kTagParts:
       return read_parts(&r, out) ? kReadOk : kReadBad;
     case kTagPlan:
@@ -350,6 +374,8 @@ jit_status jit__art_decode(const uint8_t *bytes, size_t size, jit__art *out) {
     if (rr == kReadBad) return bad(out, "a malformed section");
   }
   if (!seen[kTagArgs] || !seen[kTagOutputs]) return bad(out, "missing sections");
+  for (uint32_t i = 0; i < out->n_packed; i++)
+    if (out->packed[i].arg >= out->n_args) return bad(out, "a packed argument past the last");
   return NULL;
 }
 

@@ -23,7 +23,8 @@
 // argument count and that many u32 buffer indices), PROGRAMS (a generic kernel's, after
 // PLAN: u32 count, per op u32 op, u32 aux, i64 value; then a program {u32 at, u32 len}
 // per buffer's bytes, per kernel x 3 grid dims, and u32 sizes with a program each),
-// NOTES ("name=value" lines).
+// NOTES ("name=value" lines), PACKED (CPU: u32 count, per input that the kernel reads
+// as packed panels u32 argument, u32 panel width; jit__packed_arg in lowering/lower.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef JITML_CACHE_ARTIFACT_H_
@@ -42,6 +43,12 @@
 #define JIT__ART_VERSION 2
 #define JIT__ART_MAX_PARTS 4
 #define JIT__ART_ENTRY_MAX 64  // bytes of an entry point's name, with its NUL
+#define JIT__ART_MAX_PACKED 64  // = JIT__MAX_PACKED_ARGS
+
+typedef struct jit__art_packed {
+  uint32_t arg;  // an input the kernel reads as [N / tn][K][tn] panels
+  uint32_t tn;
+} jit__art_packed;
 
 typedef struct jit__art_shape {
   int32_t rank;
@@ -61,6 +68,8 @@ typedef struct jit__art {
   char entry[JIT__ART_ENTRY_MAX];       // "" when the target has none
   uint32_t n_args;                      // the kernel's arguments: inputs, then outputs
   uint32_t stack_bytes;                 // CPU: stack the kernel needs beyond its frame
+  uint32_t n_packed;                    // CPU: inputs read packed (jit_weight's)
+  jit__art_packed packed[JIT__ART_MAX_PACKED];
   uint32_t n_outputs;
   jit__art_shape *outputs;
   uint32_t n_parts;                     // 0: the payload is one part of kind `target`

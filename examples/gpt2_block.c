@@ -121,7 +121,8 @@ static jit_status build(jit_context *ctx, const weights *p, jit_graph **out) {
   int64_t dx[3] = {B, S, D}, dm[2] = {S, S};
   jit_value x = jit_input(g, "x", kF32, 3, dx), mask = jit_input(g, "mask", kF32, 2, dm);
   jit_value w[NW];
-  for (int i = 0; i < NW; i++) w[i] = jit_input(g, kNames[i], kF32, p->rank[i], p->shape[i]);
+  // Weights (jit_weight): the same data every call, so the CPU packs them once.
+  for (int i = 0; i < NW; i++) w[i] = jit_weight(g, kNames[i], kF32, p->rank[i], p->shape[i]);
 
   jit_value h = jit_layer_norm(g, x, w[LN1_G], w[LN1_B], 1e-5);
   jit_value q = heads(g, linear(g, h, w[WQ], w[BQ]), B, S);

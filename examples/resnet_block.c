@@ -117,8 +117,8 @@ static jit_status build(jit_context *ctx, jit_graph **out) {
   jit_window_params_init(&p);
   for (int i = 0; i < 4; i++) p.padding[i] = 1;
   jit_value x = jit_input(g, "x", kF32, 4, dx);
-  jit_value w1 = jit_input(g, "w1", kF32, 4, dw), b1 = jit_input(g, "b1", kF32, 3, db);
-  jit_value w2 = jit_input(g, "w2", kF32, 4, dw), b2 = jit_input(g, "b2", kF32, 3, db);
+  jit_value w1 = jit_weight(g, "w1", kF32, 4, dw), b1 = jit_weight(g, "b1", kF32, 3, db);
+  jit_value w2 = jit_weight(g, "w2", kF32, 4, dw), b2 = jit_weight(g, "b2", kF32, 3, db);
   jit_value y1 = jit_relu(g, jit_add(g, jit_conv2d(g, x, w1, &p), b1));
   jit_value y2 = jit_add(g, jit_add(g, jit_conv2d(g, y1, w2, &p), b2), x);
   jit_output(g, jit_relu(g, y2));

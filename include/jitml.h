@@ -302,6 +302,8 @@ typedef struct jit_stats {
                                  // or failed
   uint64_t remote_bytes_read;
   uint64_t remote_bytes_written;
+  uint64_t weight_packs;         // packed copies of weights made (jit_weight): one per
+                                 // weight, and again per new pointer or change
 } jit_stats;
 
 // Copies the context's counters into `out_stats` (whose struct_size the caller sets,
@@ -352,6 +354,19 @@ JIT_API int64_t jit_symbol(jit_graph *graph, const char *name);
 // the order of these calls.
 JIT_API jit_value jit_input(jit_graph *graph, const char *name, DLDataType dtype,
                             int rank, const int64_t *dims);
+// A graph input that holds a layer's weights: as jit_input, with a promise that the
+// data it is given stays the same from call to call (same pointer, same contents).
+// The CPU may then keep a re-laid-out copy of it, made on the first call, and read
+// that instead (an f32 [K, N] matrix multiplied from the right, for example, as the
+// panels its matrix products read: see docs/performance.md). A call with another data
+// pointer makes the copy again; after writing new values into the same memory, call
+// jit_graph_weights_changed. Any dtype and shape that jit_input takes.
+JIT_API jit_value jit_weight(jit_graph *graph, const char *name, DLDataType dtype,
+                             int rank, const int64_t *dims);
+// Says that the data behind `graph`'s weights (jit_weight) changed in place: the
+// copies made from them are made again on the next call. Safe to call while other
+// threads run the graph (their calls use the old or the new copy, whole).
+JIT_API void jit_graph_weights_changed(jit_graph *graph);
 // Marks `value` as the next output of the graph.
 JIT_API void jit_output(jit_graph *graph, jit_value value);
 // A rank-0 constant of `dtype` that broadcasts against any tensor. Infinities are

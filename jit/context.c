@@ -291,6 +291,7 @@ jit_status jit_context_stats(jit_context *ctx, jit_stats *out) {
   s.remote_puts_dropped = cs.remote.puts_dropped;
   s.remote_bytes_read = cs.remote.bytes_read;
   s.remote_bytes_written = cs.remote.bytes_written;
+  s.weight_packs = atomic_load(&ctx->weight_packs);
   memcpy(out, &s, size);
   return NULL;
 }

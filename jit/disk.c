@@ -75,6 +75,10 @@ static bool jit__entry_fits(const jit_graph *g, const jit_device *d, jit__entry 
             a->parts[0].kind == a->target && a->n_outputs == g->n_outputs &&
             (cpu ? a->entry[0] && a->n_args == g->n_inputs + g->n_outputs && !a->has_plan
                  : a->has_plan);
+  // Packed inputs: the graph's weights only (jit/weights.c keeps copies of those).
+  for (uint32_t i = 0; ok && cpu && i < a->n_packed; i++)
+    ok = a->packed[i].arg < g->n_inputs && g->nodes[g->inputs[a->packed[i].arg]].n.weight &&
+         (i == 0 || a->packed[i - 1].arg < a->packed[i].arg);
   const uint8_t *at = en->e.payload;
   for (uint32_t i = 0; ok && i < a->n_parts; i++) {
     en->images[i] = (jit__image){(jit__image_format)a->parts[i].kind, at, a->parts[i].size};
@@ -203,6 +207,9 @@ static bool jit__disk_load_as(jit_graph *g, const uint8_t key[16], jit__cpu_impl
   if (!jit__entry_get(g, ctx->devices[0], key, &en, out_shapes)) return false;
   jit_status s = jit__cpu_load_image(ctx, &en.images[0], en.art.entry, impl);
   impl->stack_bytes = en.art.stack_bytes;
+  impl->n_packed = en.art.n_packed;
+  for (uint32_t i = 0; i < en.art.n_packed; i++)
+    impl->packed[i] = (jit__packed_arg){en.art.packed[i].arg, en.art.packed[i].tn};
   jit__entry_release(&en);
   if (s) {
     jit__log(ctx, JIT_LOG_WARNING, "disk cache: loading a cached kernel failed (%s); "
@@ -233,7 +240,10 @@ bool jit__disk_load_uncounted(jit_graph *g, const uint8_t key[16], jit__cpu_impl
 
 void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs,
                      const jit__artifact *art, const jit__oshape *shapes) {
-  jit__art rec = {.n_args = art->n_args, .stack_bytes = art->stack_bytes};
+  jit__art rec = {.n_args = art->n_args, .stack_bytes = art->stack_bytes,
+                  .n_packed = art->n_packed};
+  for (uint32_t i = 0; i < art->n_packed; i++)
+    rec.packed[i] = (jit__art_packed){art->packed[i].arg, art->packed[i].tn};
   snprintf(rec.entry, sizeof rec.entry, "%s", art->entry);
   jit__image image = {JIT__IMAGE_HOST_OBJECT, art->object, art->object_size};
   jit__entry_put(g, g->ctx->devices[0], key, inputs, &rec, &image, 1, shapes);

@@ -582,6 +582,7 @@ void jit_graph_destroy(jit_graph *g) {
   free(g->outputs);
   free(g->symbols);
   jit_status_free(g->error);
+  jit__weights_free(g);
   jit__mlir_graph_free(g->mlir);
   free(g->name);
   free(g);
@@ -1274,6 +1275,9 @@ static void jit__fingerprint(jit_graph *g) {
     for (int k = 4; k < gn->n.n_operands; k++)  // zero points (axis says whose)
       XXH3_128bits_update(st, &gn->n.operands[k], sizeof(uint32_t));
     if (gn->n.op == JIT__OP_ATTENTION) XXH3_128bits_update(st, &gn->n.causal, sizeof(bool));
+    // A weight's kernels may read it packed: not the same kernels as a plain input's.
+    if (gn->n.op == JIT__OP_INPUT && gn->n.weight)
+      XXH3_128bits_update(st, &gn->n.weight, sizeof(bool));
     if (gn->n.op == JIT__OP_SLICE || gn->n.op == JIT__OP_PAD) {
       XXH3_128bits_update(st, &gn->n.span, offsetof(jit__span, lo_sym));
       if (gn->n.span.lo_sym || gn->n.span.hi_sym)  // jit_slice_symbolic's, after the rest
@@ -1307,6 +1311,7 @@ jit_status jit_graph_finalize(jit_graph *g) {
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has no outputs (call jit_output)",
                    g->name);
   JIT_PROPAGATE(jit__check_symbols_bound(g));
+  if (g->has_weights) JIT_PROPAGATE(jit__weights_init(g));
   jit__fingerprint(g);
   for (uint32_t i = 0; i < g->n_nodes; i++) g->has_gather |= g->nodes[i].n.op == JIT__OP_GATHER;
   g->finalized = true;

@@ -86,6 +86,7 @@ struct jit_context {
   jit_shape_policy policy;
   int specialize_after, max_specializations;
   atomic_uint_fast64_t generic_runs, generic_compiles, specializations, spec_failures;
+  atomic_uint_fast64_t weight_packs;  // jit/weights.c
   // Bounded kernel memory (run.c, jit__evict), guarded by mu: the limits, the
   // unloadable kernels loaded and their bytes, the pinned ones (generic kernels), the
   // use clock; and how many were unloaded.
@@ -151,6 +152,12 @@ struct jit_graph {
   char *generic_why;    // why, when it failed (malloc'ed)
   uint32_t n_specialized;
   bool spec_limit_logged;
+  // Weights (jit_weight; jit/weights.c): per input, its packed copy where a kernel
+  // reads one (NULL until finalize, and for graphs without weights), and the count
+  // of jit_graph_weights_changed calls.
+  bool has_weights;
+  struct jit__wpack *wpacks;
+  atomic_uint_fast64_t weights_gen;
 };
 
 // Infers node `i`'s concrete shape from its operands' concrete shapes (`shapes` holds
@@ -336,7 +343,21 @@ typedef struct jit__cpu_impl {
                                 // (its entry's last argument); NULL: exact code
   jit__dev_executable *code;    // the loaded object when owned here (unloadable)
   uint64_t code_bytes;          // its size
+  uint32_t n_packed;            // inputs it reads as packed panels (jit/weights.c)
+  jit__packed_arg packed[JIT__MAX_PACKED_ARGS];
 } jit__cpu_impl;
+
+//===--- Weights (jit/weights.c) ------------------------------------------===//
+
+// At finalize, for a graph with weights: its per-input packed copies (none made yet).
+jit_status jit__weights_init(jit_graph *g);
+void jit__weights_free(jit_graph *g);
+// Before kernel `im` runs: points args[i] at the packed copy of each input i it reads
+// packed (made now where missing or stale), each held for reading until
+// jit__weights_release. JIT_RESOURCE_EXHAUSTED when a copy cannot be made.
+jit_status jit__weights_acquire(jit_graph *g, const jit__cpu_impl *im, const DLTensor *inputs,
+                                void **args);
+void jit__weights_release(jit_graph *g, const jit__cpu_impl *im);
 
 // A node graph as the MLIR module jit_graph_to_mlir gives (jit/graph_mlir.c).
 jit_status jit__mlir_export(const jit_graph *g, char **out_text);

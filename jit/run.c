@@ -330,6 +330,8 @@ static jit_status jit__compile_and_load(jit_graph *g, const DLTensor *inputs,
   jit__image image = {JIT__IMAGE_HOST_OBJECT, art.object, art.object_size};
   s = jit__cpu_load_image(ctx, &image, art.entry, impl);
   impl->stack_bytes = art.stack_bytes;
+  impl->n_packed = art.n_packed;
+  memcpy(impl->packed, art.packed, sizeof impl->packed);
   if (!s) jit__disk_store(g, key, inputs, &art, oshapes);
   jit__artifact_release(&art);
   return s;
@@ -999,7 +1001,13 @@ static jit_status jit__call(jit_graph *g, jit__kernel *k, const DLTensor *inputs
   for (uint32_t j = 0; j < g->n_outputs; j++)
     args[g->n_inputs + j] = (char *)outputs[j].data + outputs[j].byte_offset;
   args[n_args] = (void *)im->dims;
+  jit_status ws = im->n_packed ? jit__weights_acquire(g, im, inputs, args) : NULL;
+  if (ws) {
+    if (args != stack_args) free(args);
+    return ws;
+  }
   im->fn(args);
+  if (im->n_packed) jit__weights_release(g, im);
   if (args != stack_args) free(args);
   atomic_fetch_add_explicit(&g->ctx->runs, 1, memory_order_relaxed);
   if (im->dims) jit__count_generic_run(g, k);

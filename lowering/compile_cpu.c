@@ -606,6 +606,9 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   jit__stage_end(out, "bufferize", &t);
   if (options->opt_level > 0) {
     int64_t stack = 0;
+    if (options->weights && !options->generic)
+      out->n_packed = (uint32_t)jit__cpu_prepack_weights(
+          ctx, mop, func_name, options->weights, n_args, out->packed, JIT__MAX_PACKED_ARGS);
     jit__cpu_results_in_place(ctx, mop);
     jit__cpu_stack_buffers(ctx, mop, &plan, &stack);
     out->stack_bytes = (uint32_t)stack;
@@ -742,7 +745,17 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
   JIT_RETURN_IF_ERROR(jit__emit_mlir_with(graph, func_name, &eo, &text), "emitting MLIR");
   jit__lower_options o = *options;
   o.generic = false;
-  return jit__compile_text(graph, func_name, &o, text, t0, out);
+  // Weights (jit_weight), per argument: the kernel may read them packed.
+  bool *weights = NULL;
+  for (uint32_t i = 0; i < graph->n_inputs; i++) {
+    if (!graph->nodes[graph->inputs[i]].weight) continue;
+    if (!weights && !(weights = calloc(graph->n_inputs + graph->n_outputs, sizeof(bool)))) break;
+    weights[i] = true;
+  }
+  o.weights = weights;
+  jit_status s = jit__compile_text(graph, func_name, &o, text, t0, out);
+  free(weights);
+  return s;
 }
 
 jit_status jit__compile_cpu_generic(const jit__lgraph *graph,

@@ -83,6 +83,14 @@ char *jit__cpu_generic_script(MlirContext ctx, MlirOperation module,
 int jit__cpu_stack_buffers(MlirContext ctx, MlirOperation module, const jit__cpu_plan *plan,
                            int64_t *bytes);
 
+// After one-shot bufferization, for the inputs of `func_name` that `weights` marks:
+// where every use of one is the packing of a matmul's B panels, the kernel reads a
+// packed copy passed in its place instead (lowering/cpu/prepack.c). Fills out[] (at
+// most max_out) and returns the number of such inputs.
+int jit__cpu_prepack_weights(MlirContext ctx, MlirOperation module, const char *func_name,
+                             const bool *weights, uint32_t n_inputs, jit__packed_arg *out,
+                             int max_out);
+
 // After one-shot bufferization: an output argument written by one memref.copy from
 // a heap buffer the kernel made (or a reshaped view of it) gets the buffer's writes
 // directly (the buffer becomes a view of the output; lowering/cpu/ says when).

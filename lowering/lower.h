@@ -197,6 +197,7 @@ typedef struct jit__node {
   jit__window win;            // conv2d, pools
   jit__span span;             // slice, pad
   bool causal;                // attention
+  bool weight;                // inputs: declared with jit_weight (lowering/cpu/prepack.c)
 } jit__node;
 
 // A specialized graph: nodes in topological order with concrete dims.
@@ -234,7 +235,19 @@ typedef struct jit__lower_options {
   // A generic kernel (jit__compile_cpu_generic): the module has `?` dims, its
   // arguments are memrefs with run-time sizes (see jit__artifact for the entry).
   bool generic;
+  // Per argument (inputs, then outputs; NULL: none): a weight, whose packed panels the
+  // runtime may pass in its place (lowering/cpu/prepack.c, jit__artifact.packed).
+  const bool *weights;
 } jit__lower_options;
+
+// An input the kernel reads as panels packed ahead of the call (lowering/cpu/prepack.c):
+// argument `arg`, a K x N f32 matrix, laid out [N / tn][K][tn] (element (k, n) at
+// ((n / tn) * K + k) * tn + n % tn).
+typedef struct jit__packed_arg {
+  uint32_t arg;
+  uint32_t tn;
+} jit__packed_arg;
+#define JIT__MAX_PACKED_ARGS 64
 
 // What a compile produces: object code for the host CPU whose entry point is
 // `void <entry>(void **args)`, args = inputs then outputs, each a pointer to the
@@ -250,6 +263,10 @@ typedef struct jit__artifact {
   // Bytes of stack buffers the kernel puts on the calling thread's stack (packed B
   // blocks, scratch rows: lowering/cpu/), at most; jit_run checks the thread has them.
   uint32_t stack_bytes;
+  // Inputs the kernel reads packed (only jit_weight inputs): the caller passes each as
+  // jit__packed_arg says instead of the row-major matrix.
+  uint32_t n_packed;
+  jit__packed_arg packed[JIT__MAX_PACKED_ARGS];
   // Where the compile spent its time (ms), for logs and benchmarks.
   double ms_mlir;         // context, parse, fusion, tiling/vectorization, to LLVM dialect
   double ms_llvm_opt;     // translation to LLVM IR and LLVM's passes

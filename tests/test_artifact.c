@@ -137,6 +137,35 @@ Test(artifact, round_trip_of_every_section) {
   free(bytes);
 }
 
+// A CPU kernel that reads two of its inputs as packed panels (jit_weight) says so in
+// its record; a record naming an argument past the kernel's is refused both ways.
+Test(artifact, packed_inputs_round_trip) {
+  jit__art a;
+  memset(&a, 0, sizeof a);
+  a.target = JIT__PAYLOAD_CPU_OBJECT;
+  snprintf(a.entry, sizeof a.entry, "jit_k");
+  a.n_args = 4;
+  a.n_packed = 2;
+  a.packed[0] = (jit__art_packed){1, 64};
+  a.packed[1] = (jit__art_packed){2, 32};
+  size_t n = 0;
+  uint8_t *bytes = encode(&a, &n);
+  jit__art b;
+  jit_status s = jit__art_decode(bytes, n, &b);
+  cr_assert_null(s, "decode: %s", s ? jit_status_message(s) : "");
+  cr_expect_eq(b.n_packed, 2);
+  cr_expect(b.packed[0].arg == 1 && b.packed[0].tn == 64);
+  cr_expect(b.packed[1].arg == 2 && b.packed[1].tn == 32);
+  jit__art_release(&b);
+  free(bytes);
+  a.packed[1].arg = 4;  // past the 4 arguments
+  uint8_t *bad = NULL;
+  s = jit__art_encode(&a, &bad, &n);
+  cr_expect_not_null(s, "encoded a packed argument past the last");
+  jit_status_free(s);
+  free(bad);
+}
+
 // The smallest record (a CPU kernel of no outputs, no entry point, no parts) decodes
 // to exactly that, with nothing allocated that a caller could misread.
 Test(artifact, minimal_record) {

@@ -9,7 +9,8 @@
 // hot bindings remembered in a cache directory and warmed up by a restarted context
 // while threads run them; two "machines" sharing a real redis-server (the fleet tier's
 // push thread, breaker and shared connection) from eight threads, then the server
-// killed under them.
+// killed under them; a weight's packed copy (jit/weights.c) remade under threads that
+// alternate between two weight buffers while another says the weights changed.
 // Results are checked against plain C. Exits 0 when all is well. CTest runs it in every
 // build; .ci/run runs it in a -DJITML_TSAN=ON build.
 //
@@ -114,6 +115,84 @@ static void on_threads(jit_graph *g, void *(*fn)(void *)) {
     pthread_create(&t[i], NULL, fn, &jobs[i]);
   }
   for (int i = 0; i < kThreads; i++) pthread_join(t[i], NULL);
+}
+
+// Packed weights: [64, 256] x [256, 384] takes the packed path on AVX2 and AVX-512
+// (whatever it takes, the results are checked); four threads alternate between two
+// weight buffers, so each call may remake the copy that another just read, while the
+// main thread calls jit_graph_weights_changed.
+enum { WM = 64, WK = 256, WN = 384 };
+static float WX[WM * WK], WB[2][WK * WN], WY[2][WM * WN];
+
+static void *weight_runner(void *arg) {
+  jit_graph *g = ((job *)arg)->g;
+  float *y = malloc(sizeof(float) * WM * WN);
+  int64_t sx[2] = {WM, WK}, sw[2] = {WK, WN}, sy[2] = {WM, WN};
+  for (int i = 0; i < 8 && y; i++) {
+    int b = (i + ((job *)arg)->index) % 2;
+    DLTensor in[2] = {{WX, {kDLCPU, 0}, 2, kF32, sx, NULL, 0},
+                      {WB[b], {kDLCPU, 0}, 2, kF32, sw, NULL, 0}};
+    DLTensor out = {y, {kDLCPU, 0}, 2, kF32, sy, NULL, 0};
+    jit_status s = jit_run(g, in, 2, &out, 1);
+    if (s) {
+      fail("jit_run (weights)", s);
+      break;
+    }
+    for (int j = 0; j < WM * WN; j++)
+      if (fabsf(y[j] - WY[b][j]) > 1e-3f) {
+        fail("result (weights)", NULL);
+        break;
+      }
+  }
+  free(y);
+  return NULL;
+}
+
+static void weights(void) {
+  for (int i = 0; i < WM * WK; i++) WX[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < WK * WN; i++) WB[b][i] = (float)((i * (5 + b)) % 11) / 11.0f - 0.5f;
+  for (int b = 0; b < 2; b++)
+    for (int r = 0; r < WM; r++)
+      for (int c = 0; c < WN; c++) {
+        double acc = 0;
+        for (int k = 0; k < WK; k++) acc += (double)WX[r * WK + k] * WB[b][k * WN + c];
+        WY[b][r * WN + c] = (float)acc;
+      }
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";
+  o.shape_policy = JIT_SHAPE_POLICY_EXACT;
+  jit_context *ctx = NULL;
+  jit_graph *g = NULL;
+  jit_status s = jit_context_create(&o, &ctx);
+  if (!s) s = jit_graph_create(ctx, "weights", &g);
+  if (s) {
+    fail("weights context", s);
+    jit_context_destroy(ctx);
+    return;
+  }
+  int64_t dx[2] = {WM, WK}, dw[2] = {WK, WN};
+  jit_value x = jit_input(g, "x", kF32, 2, dx);
+  jit_output(g, jit_matmul(g, x, jit_weight(g, "w", kF32, 2, dw)));
+  if ((s = jit_graph_finalize(g))) {
+    fail("weights finalize", s);
+  } else {
+    pthread_t t[kThreads];
+    job jobs[kThreads];
+    for (int i = 0; i < kThreads; i++) {
+      jobs[i] = (job){g, i};
+      pthread_create(&t[i], NULL, weight_runner, &jobs[i]);
+    }
+    for (int i = 0; i < 50; i++) jit_graph_weights_changed(g);
+    for (int i = 0; i < kThreads; i++) pthread_join(t[i], NULL);
+    jit_stats st = {.struct_size = sizeof st};
+    jit_context_stats(ctx, &st);
+    printf("thread_stress: weights: %llu runs, %llu packed copies made\n",
+           (unsigned long long)st.runs, (unsigned long long)st.weight_packs);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
 }
 
 // Hot bindings across a restart, in a cache directory: a first context makes bindings
@@ -265,6 +344,7 @@ int main(void) {
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
   hot_restart();
+  weights();
 #if JITML_HAVE_HIREDIS
   fleet();
 #endif

@@ -136,6 +136,8 @@ bool jit__cpu_batch_b_transposed(MlirOperation bm);
 MlirOperation jit__cpu_epilogue_of(MlirOperation mm);
 // The op making `v`, or a null op for a block argument.
 MlirOperation jit__cpu_producer(MlirValue v);
+// `v` is an arith.constant integer (an index); its value in *out.
+bool jit__cpu_const_index(MlirValue v, int64_t *out);
 
 //===--- Rows and elementwise ops (plan_rows.c) --------------------------===//
 

@@ -194,3 +194,14 @@ MlirOperation jit__cpu_producer(MlirValue v) {
   if (!mlirValueIsAOpResult(v)) return (MlirOperation){NULL};
   return mlirOpResultGetOwner(v);
 }
+
+bool jit__cpu_const_index(MlirValue v, int64_t *out) {
+  if (!mlirValueIsAOpResult(v)) return false;
+  MlirOperation d = mlirOpResultGetOwner(v);
+  if (!jit__cpu_op_is(d, "arith.constant")) return false;
+  MlirAttribute a =
+      mlirOperationGetAttributeByName(d, mlirStringRefCreateFromCString("value"));
+  if (mlirAttributeIsNull(a) || !mlirAttributeIsAInteger(a)) return false;
+  *out = mlirIntegerAttrGetValueInt(a);
+  return true;
+}

@@ -29,17 +29,6 @@
 // copies go through every lowering). Every other loop is marked unroll.disable: the
 // pass otherwise sizes each loop of the kernel, ~7 % of the compile.
 
-static bool const_index(MlirValue v, int64_t *out) {
-  if (!mlirValueIsAOpResult(v)) return false;
-  MlirOperation d = mlirOpResultGetOwner(v);
-  if (!jit__cpu_op_is(d, "arith.constant")) return false;
-  MlirAttribute a =
-      mlirOperationGetAttributeByName(d, mlirStringRefCreateFromCString("value"));
-  if (mlirAttributeIsNull(a) || !mlirAttributeIsAInteger(a)) return false;
-  *out = mlirIntegerAttrGetValueInt(a);
-  return true;
-}
-
 typedef struct unroll_walk {
   MlirStringRef name;         // "loop_annotation"
   MlirAttribute off, by2, by4;  // unroll.disable, count 2, count 4
@@ -55,9 +44,9 @@ static MlirWalkResult find_k_loops(MlirOperation op, void *user) {
        o = mlirOperationGetNextInBlock(o))
     fma = jit__cpu_op_is(o, "vector.fma");
   int64_t lb, ub, step, count = 0;
-  if (fma && const_index(mlirOperationGetOperand(op, 0), &lb) &&
-      const_index(mlirOperationGetOperand(op, 1), &ub) &&
-      const_index(mlirOperationGetOperand(op, 2), &step) && step > 0 && ub > lb) {
+  if (fma && jit__cpu_const_index(mlirOperationGetOperand(op, 0), &lb) &&
+      jit__cpu_const_index(mlirOperationGetOperand(op, 1), &ub) &&
+      jit__cpu_const_index(mlirOperationGetOperand(op, 2), &step) && step > 0 && ub > lb) {
     int64_t trips = (ub - lb + step - 1) / step;
     count = trips % 4 == 0 ? 4 : trips % 2 == 0 ? 2 : 0;
     if (trips <= count) count = 0;

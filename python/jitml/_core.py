@@ -394,14 +394,29 @@ class Graph:
         or 'int32'/'int64' for the indices of gather (which they alone may feed), or a
         NumPy/torch dtype; shape a sequence of ints and str symbol names, e.g.
         ("N", 784)."""
+        return self._declare(_L.jit_input, name, dtype, shape)
+
+    def _declare(self, fn, name, dtype, shape):
         dt = _dl_dtype(dtype)
         dims = [self.symbol(d) if isinstance(d, str) else int(d) for d in shape]
         arr = (ctypes.c_int64 * max(1, len(dims)))(*dims)
-        v = self._value(_L.jit_input(self._handle(), name.encode(), dt, len(dims), arr),
+        v = self._value(fn(self._handle(), name.encode(), dt, len(dims), arr),
                         _dtype_name(dtype))
         self._input_names.append(name)
         self._input_dtypes.append(v.dtype)
         return v
+
+    def weight(self, name, dtype, shape):
+        """An input holding a layer's weights (jit_weight): the array passed for it
+        keeps its contents from call to call, so the CPU may keep a re-laid-out copy
+        of it (made on the first call; again for another array). After writing new
+        values into the same array, call weights_changed()."""
+        return self._declare(_L.jit_weight, name, dtype, shape)
+
+    def weights_changed(self):
+        """The arrays passed for this graph's weights were written in place: the copies
+        made from them are made again on the next call."""
+        _L.jit_graph_weights_changed(self._handle())
 
     def scalar(self, value, dtype=float32):
         """A rank-0 constant that broadcasts against any tensor."""

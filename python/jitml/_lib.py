@@ -89,7 +89,7 @@ class jit_stats(ctypes.Structure):
             "specializations_pending", "kernels_unloaded", "remote_hits",
             "remote_misses", "remote_errors", "remote_skipped", "remote_rejected",
             "remote_puts", "remote_puts_dropped", "remote_bytes_read",
-            "remote_bytes_written")
+            "remote_bytes_written", "weight_packs")
     ]
 
 
@@ -202,6 +202,9 @@ def _prototypes(lib):
     _fn(lib, "jit_symbol", ctypes.c_int64, [c_graph_p, ctypes.c_char_p])
     _fn(lib, "jit_input", jit_value,
         [c_graph_p, ctypes.c_char_p, DLDataType, ctypes.c_int, i64p])
+    _fn(lib, "jit_weight", jit_value,
+        [c_graph_p, ctypes.c_char_p, DLDataType, ctypes.c_int, i64p])
+    _fn(lib, "jit_graph_weights_changed", None, [c_graph_p])
     _fn(lib, "jit_output", None, [c_graph_p, jit_value])
     _fn(lib, "jit_scalar", jit_value, [c_graph_p, ctypes.c_double, DLDataType])
     for name in ("matmul", "add", "sub", "mul", "div", "maximum", "minimum", "pow",
