@@ -244,8 +244,11 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
     case JIT__OP_INPUT: {
       char name[256];
       jit__rd_name(r, name, sizeof name);
+      while (*r->p == ' ') r->p++;
+      bool weight = *r->p == 'w';  // a jit_weight (later records only)
+      if (weight) r->p++;
       if (r->bad) return (jit_value){0};
-      return jit_input(g, name, dl, rank, dims);
+      return (weight ? jit_weight : jit_input)(g, name, dl, rank, dims);
     }
     case JIT__OP_SCALAR: return jit_scalar(g, scalar, dl);
     case JIT__OP_MATMUL: return jit_matmul(g, a, b);
@@ -449,7 +452,8 @@ jit_status jit_graph_from_mlir_file(jit_context *ctx, const char *path,
 // node and output, every name hex-encoded so that the string needs no escapes:
 //   s <name>                                   a symbol, in creation order
 //   n <op> <dtype> <operand0> <operand1> <rank> <axis> <keepdims> <scalar bits>
-//     <dims...> [<reshape's asked dims...>] [<transpose's perm...>] [<input name>]
+//     <dims...> [<reshape's asked dims...>] [<transpose's perm...>] [<input name> [w]]
+//     (w: declared with jit_weight)
 //   o <node>                                   an output
 // jit_graph_from_mlir rebuilds that graph with the builder and uses it instead of the
 // text only if the rebuilt graph has the recorded fingerprint AND its export
@@ -518,6 +522,7 @@ static void jit__graph_record(const jit_graph *g, jit__text *b) {
                        w->groups, (int)w->count_pad);
     }
     if (n->op == JIT__OP_INPUT) jit__hexname(b, gn->name ? gn->name : "");
+    if (n->op == JIT__OP_INPUT && n->weight) jit__text_printf(b, " w");
   }
   for (uint32_t j = 0; j < g->n_outputs; j++) jit__text_printf(b, ";o %u", g->outputs[j]);
 }

@@ -155,6 +155,32 @@ Test(weights, disk_hits_read_packed_weights) {
   free(w);
 }
 
+// jit_graph_to_mlir records which inputs are weights: the graph read back is the same
+// node graph (same kernels, packed weights) and gives the same results.
+Test(weights, mlir_round_trip_keeps_weights) {
+  const int64_t M = 128, K = 768, N = 3072;
+  jit_context *ctx = ctx_threads(1);
+  jit_graph *g = dense(ctx, K, N, false);
+  char *text = NULL;
+  TU_OK(jit_graph_to_mlir(g, &text));
+  jit_graph *back = NULL;
+  TU_OK(jit_graph_from_mlir(ctx, text, strlen(text), NULL, &back));
+  float *x = filled(M * K, 21), *w = filled(K * N, 22);
+  run_check(g, x, w, NULL, M, K, N, "built");
+  jit_stats st = get_stats(ctx);
+  run_check(back, x, w, NULL, M, K, N, "read back");
+  jit_stats st2 = get_stats(ctx);
+  cr_expect_eq(st2.compiles, st.compiles, "the graph read back compiled its own kernel");
+  if (getenv("JITML_CPU_L2"))
+    cr_expect_eq(st2.weight_packs, st.weight_packs + 1, "no packed copy for the graph read back");
+  jit_string_free(text);
+  free(x);
+  free(w);
+  jit_graph_destroy(back);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+}
+
 typedef struct racer {
   jit_graph *g;
   const float *x, *w[2];
