@@ -121,7 +121,8 @@ jit_status jit__art_encode(const jit__art *art, uint8_t **out_bytes, size_t *out
   if (art->n_packed > JIT__ART_MAX_PACKED)
     return JIT_ERR(JIT_INTERNAL, "artifact: %u packed arguments", art->n_packed);
   for (uint32_t i = 0; i < art->n_packed; i++)
-    if (art->packed[i].arg >= art->n_args || art->packed[i].tn == 0)
+    if (art->packed[i].arg >= art->n_args || art->packed[i].tn == 0 ||
+        art->packed[i].transposed > 1)
       return JIT_ERR(JIT_INTERNAL, "artifact: packed argument %u of %u, panels %u",
                      art->packed[i].arg, art->n_args, art->packed[i].tn);
   if (art->has_plan && !plan_ok(&art->plan))
@@ -143,6 +144,7 @@ jit_status jit__art_encode(const jit__art *art, uint8_t **out_bytes, size_t *out
     for (uint32_t i = 0; i < art->n_packed; i++) {
       jit__bw_u32(&body, art->packed[i].arg);
       jit__bw_u32(&body, art->packed[i].tn);
+      jit__bw_u32(&body, art->packed[i].transposed);
     }
     put_built(&w, kTagPacked, &body);
   }
@@ -321,7 +323,8 @@ static read_result read_section(uint32_t tag, const uint8_t *p, uint64_t n, jit_
       for (uint32_t i = 0; i < out->n_packed; i++) {
         out->packed[i].arg = jit__br_u32(&r);
         out->packed[i].tn = jit__br_u32(&r);
-        if (out->packed[i].tn == 0) return kReadBad;
+        out->packed[i].transposed = jit__br_u32(&r);
+        if (out->packed[i].tn == 0 || out->packed[i].transposed > 1) return kReadBad;
       }
       return !r.bad && r.pos == r.len ? kReadOk : kReadBad;
     case kTagParts:

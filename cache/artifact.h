@@ -24,7 +24,8 @@
 // PLAN: u32 count, per op u32 op, u32 aux, i64 value; then a program {u32 at, u32 len}
 // per buffer's bytes, per kernel x 3 grid dims, and u32 sizes with a program each),
 // NOTES ("name=value" lines), PACKED (CPU: u32 count, per input that the kernel reads
-// as packed panels u32 argument, u32 panel width; jit__packed_arg in lowering/lower.h).
+// as packed panels u32 argument, u32 panel width, u32 transposed; jit__packed_arg in
+// lowering/lower.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef JITML_CACHE_ARTIFACT_H_
@@ -46,8 +47,9 @@
 #define JIT__ART_MAX_PACKED 64  // = JIT__MAX_PACKED_ARGS
 
 typedef struct jit__art_packed {
-  uint32_t arg;  // an input the kernel reads as [N / tn][K][tn] panels
+  uint32_t arg;         // an input the kernel reads as [N / tn][K][tn] panels
   uint32_t tn;
+  uint32_t transposed;  // 1: the input is W [N, K], the panels are of B = W^T
 } jit__art_packed;
 
 typedef struct jit__art_shape {

@@ -209,7 +209,8 @@ static bool jit__disk_load_as(jit_graph *g, const uint8_t key[16], jit__cpu_impl
   impl->stack_bytes = en.art.stack_bytes;
   impl->n_packed = en.art.n_packed;
   for (uint32_t i = 0; i < en.art.n_packed; i++)
-    impl->packed[i] = (jit__packed_arg){en.art.packed[i].arg, en.art.packed[i].tn};
+    impl->packed[i] = (jit__packed_arg){en.art.packed[i].arg, en.art.packed[i].tn,
+                                        en.art.packed[i].transposed != 0};
   jit__entry_release(&en);
   if (s) {
     jit__log(ctx, JIT_LOG_WARNING, "disk cache: loading a cached kernel failed (%s); "
@@ -243,7 +244,8 @@ void jit__disk_store(jit_graph *g, const uint8_t key[16], const DLTensor *inputs
   jit__art rec = {.n_args = art->n_args, .stack_bytes = art->stack_bytes,
                   .n_packed = art->n_packed};
   for (uint32_t i = 0; i < art->n_packed; i++)
-    rec.packed[i] = (jit__art_packed){art->packed[i].arg, art->packed[i].tn};
+    rec.packed[i] = (jit__art_packed){art->packed[i].arg, art->packed[i].tn,
+                                      art->packed[i].transposed};
   snprintf(rec.entry, sizeof rec.entry, "%s", art->entry);
   jit__image image = {JIT__IMAGE_HOST_OBJECT, art->object, art->object_size};
   jit__entry_put(g, g->ctx->devices[0], key, inputs, &rec, &image, 1, shapes);

@@ -2,7 +2,7 @@
 //
 // A kernel may read a weight (jit_weight) as the panels its matrix products read,
 // [N / tn][K][tn] (lowering/cpu/prepack.c), instead of packing them from the [K, N]
-// matrix on every call; its record lists those inputs (jit__cpu_impl.packed). The copy
+// matrix (or the [N, K] matrix W of B = W^T) on every call; its record lists those inputs (jit__cpu_impl.packed). The copy
 // is the graph's, one per input, shared by every kernel of the graph: made on the
 // first call that needs it and again when the call's data pointer, the panel width or
 // the graph's weights generation (jit_graph_weights_changed) is not the copy's. A call
@@ -22,6 +22,7 @@ typedef struct jit__wpack {
   const void *src;    // the data the copy was made from (NULL: none made)
   uint64_t gen;       // g->weights_gen when it was made
   uint32_t tn;        // its panel width
+  bool tr;            // made from W [N, K] as the panels of B = W^T
   float *panels;      // [N / tn][K][tn], 64-byte aligned
   size_t bytes;
 } jit__wpack;
@@ -67,8 +68,8 @@ void jit__weights_free(jit_graph *g) {
 // (Re)makes wp's copy of `t` (K x N f32) as panels of tn columns. Caller holds the
 // lock for writing.
 static jit_status jit__pack(jit_graph *g, uint32_t i, jit__wpack *wp, const DLTensor *t,
-                            const float *src, uint32_t tn, uint64_t gen) {
-  int64_t K = t->shape[0], N = t->shape[1];
+                            const float *src, uint32_t tn, bool tr, uint64_t gen) {
+  int64_t K = t->shape[tr ? 1 : 0], N = t->shape[tr ? 0 : 1];
   size_t bytes = (size_t)K * (size_t)N * sizeof(float);
   if (!wp->panels || wp->bytes != bytes) {
     free(wp->panels);
@@ -80,11 +81,20 @@ static jit_status jit__pack(jit_graph *g, uint32_t i, jit__wpack *wp, const DLTe
                      "jit_run: graph `%s`: no memory for the packed copy of weight %u "
                      "(%zu bytes)", g->name, i, bytes);
   }
-  for (int64_t p = 0; p < N / tn; p++)
-    for (int64_t k = 0; k < K; k++)
-      memcpy(wp->panels + ((size_t)p * K + k) * tn, src + (size_t)k * N + (size_t)p * tn,
-             tn * sizeof(float));
+  for (int64_t p = 0; p < N / tn; p++) {
+    float *panel = wp->panels + (size_t)p * K * tn;
+    if (!tr) {
+      for (int64_t k = 0; k < K; k++)
+        memcpy(panel + (size_t)k * tn, src + (size_t)k * N + (size_t)p * tn, tn * sizeof(float));
+      continue;
+    }
+    for (uint32_t j = 0; j < tn; j++) {  // W's row p * tn + j is the panel's column j
+      const float *row = src + ((size_t)p * tn + j) * K;
+      for (int64_t k = 0; k < K; k++) panel[(size_t)k * tn + j] = row[k];
+    }
+  }
   wp->src = src;
+  wp->tr = tr;
   wp->gen = gen;
   wp->tn = tn;
   atomic_fetch_add_explicit(&g->ctx->weight_packs, 1, memory_order_relaxed);
@@ -106,10 +116,11 @@ jit_status jit__weights_acquire(jit_graph *g, const jit__cpu_impl *im, const DLT
   // on each other: a call waits for a copy only holding copies of earlier inputs.
   for (uint32_t j = 0; j < im->n_packed; j++) {
     uint32_t i = im->packed[j].arg, tn = im->packed[j].tn;
+    bool tr = im->packed[j].transposed;
     const DLTensor *t = &inputs[i];
     jit__wpack *wp = g->wpacks && i < g->n_inputs ? &g->wpacks[i] : NULL;
     if (!wp || !wp->live || t->ndim != 2 || t->dtype.code != kDLFloat || t->dtype.bits != 32 ||
-        t->shape[1] % tn != 0 || (j > 0 && im->packed[j - 1].arg >= i)) {
+        t->shape[tr ? 0 : 1] % tn != 0 || (j > 0 && im->packed[j - 1].arg >= i)) {
       jit__release_first(g, im, j);
       return JIT_ERR(JIT_INTERNAL,
                      "jit_run: graph `%s`: its kernel reads input %u as packed panels of "
@@ -120,12 +131,12 @@ jit_status jit__weights_acquire(jit_graph *g, const jit__cpu_impl *im, const DLT
     for (;;) {
       uint64_t gen = atomic_load_explicit(&g->weights_gen, memory_order_acquire);
       pthread_rwlock_rdlock(&wp->lock);
-      if (wp->src == src && wp->gen == gen && wp->tn == tn) break;  // held for reading
+      if (wp->src == src && wp->gen == gen && wp->tn == tn && wp->tr == tr) break;  // read-held
       pthread_rwlock_unlock(&wp->lock);
       pthread_rwlock_wrlock(&wp->lock);
       jit_status s = NULL;
-      if (!(wp->src == src && wp->gen == gen && wp->tn == tn))
-        s = jit__pack(g, i, wp, t, src, tn, gen);
+      if (!(wp->src == src && wp->gen == gen && wp->tn == tn && wp->tr == tr))
+        s = jit__pack(g, i, wp, t, src, tn, tr, gen);
       pthread_rwlock_unlock(&wp->lock);
       if (s) {
         jit__release_first(g, im, j);

@@ -241,11 +241,13 @@ typedef struct jit__lower_options {
 } jit__lower_options;
 
 // An input the kernel reads as panels packed ahead of the call (lowering/cpu/prepack.c):
-// argument `arg`, a K x N f32 matrix, laid out [N / tn][K][tn] (element (k, n) at
-// ((n / tn) * K + k) * tn + n % tn).
+// argument `arg` is a matmul's B, a K x N f32 matrix, or with `transposed` its W, an
+// N x K matrix with B = W^T; the kernel reads B laid out [N / tn][K][tn] (element
+// (k, n) at ((n / tn) * K + k) * tn + n % tn).
 typedef struct jit__packed_arg {
   uint32_t arg;
   uint32_t tn;
+  bool transposed;
 } jit__packed_arg;
 #define JIT__MAX_PACKED_ARGS 64
 

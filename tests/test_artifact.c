@@ -146,16 +146,16 @@ Test(artifact, packed_inputs_round_trip) {
   snprintf(a.entry, sizeof a.entry, "jit_k");
   a.n_args = 4;
   a.n_packed = 2;
-  a.packed[0] = (jit__art_packed){1, 64};
-  a.packed[1] = (jit__art_packed){2, 32};
+  a.packed[0] = (jit__art_packed){1, 64, 0};
+  a.packed[1] = (jit__art_packed){2, 32, 1};
   size_t n = 0;
   uint8_t *bytes = encode(&a, &n);
   jit__art b;
   jit_status s = jit__art_decode(bytes, n, &b);
   cr_assert_null(s, "decode: %s", s ? jit_status_message(s) : "");
   cr_expect_eq(b.n_packed, 2);
-  cr_expect(b.packed[0].arg == 1 && b.packed[0].tn == 64);
-  cr_expect(b.packed[1].arg == 2 && b.packed[1].tn == 32);
+  cr_expect(b.packed[0].arg == 1 && b.packed[0].tn == 64 && !b.packed[0].transposed);
+  cr_expect(b.packed[1].arg == 2 && b.packed[1].tn == 32 && b.packed[1].transposed == 1);
   jit__art_release(&b);
   free(bytes);
   a.packed[1].arg = 4;  // past the 4 arguments

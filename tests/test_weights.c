@@ -25,14 +25,18 @@ static jit_context *ctx_threads(int threads) {
   return ctx;
 }
 
-// y = x W (fused: gelu(x W + b)) with W a weight; M symbolic.
+// Whether the graphs below take W as [N, K] and multiply by its transpose (the layout of
+// PyTorch's nn.Linear), set per test.
+static bool g_tr;
+
+// y = x W (fused: gelu(x W + b)) with W a weight, or x W^T (g_tr); M symbolic.
 static jit_graph *dense(jit_context *ctx, int64_t K, int64_t N, bool fused) {
   jit_graph *g = tu_graph(ctx, "dense");
   int64_t m = jit_symbol(g, "M");
-  int64_t xd[2] = {m, K}, wd[2] = {K, N}, bd[1] = {N};
+  int64_t xd[2] = {m, K}, wd[2] = {g_tr ? N : K, g_tr ? K : N}, bd[1] = {N};
   jit_value x = jit_input(g, "x", TU_F32, 2, xd);
   jit_value w = jit_weight(g, "w", TU_F32, 2, wd);
-  jit_value y = jit_matmul(g, x, w);
+  jit_value y = jit_matmul(g, x, g_tr ? jit_transpose(g, w, (int[]){1, 0}) : w);
   if (fused) y = jit_gelu_erf(g, jit_add(g, y, jit_input(g, "b", TU_F32, 1, bd)));
   jit_output(g, y);
   TU_OK(jit_graph_finalize(g));
@@ -44,7 +48,8 @@ static void reference(const float *x, const float *w, const float *b, int64_t M,
   for (int64_t i = 0; i < M; i++)
     for (int64_t j = 0; j < N; j++) {
       double acc = 0;
-      for (int64_t k = 0; k < K; k++) acc += (double)x[i * K + k] * w[k * N + j];
+      for (int64_t k = 0; k < K; k++)
+        acc += (double)x[i * K + k] * (g_tr ? w[j * K + k] : w[k * N + j]);
       if (b) {
         acc += b[j];
         acc = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0)));
@@ -56,7 +61,7 @@ static void reference(const float *x, const float *w, const float *b, int64_t M,
 // Runs `g` on (x, w[, b]) and checks y against the reference.
 static void run_check(jit_graph *g, const float *x, const float *w, const float *b, int64_t M,
                       int64_t K, int64_t N, const char *what) {
-  int64_t xd[2] = {M, K}, wd[2] = {K, N}, bd[1] = {N}, yd[2] = {M, N};
+  int64_t xd[2] = {M, K}, wd[2] = {g_tr ? N : K, g_tr ? K : N}, bd[1] = {N}, yd[2] = {M, N};
   float *y = tu_malloc((size_t)(M * N) * sizeof(float));
   float *want = tu_malloc((size_t)(M * N) * sizeof(float));
   DLTensor in[3] = {tu_tensor((void *)x, TU_F32, 2, xd), tu_tensor((void *)w, TU_F32, 2, wd),
@@ -80,7 +85,7 @@ static float *filled(int64_t n, uint64_t seed) {
 // Shapes with 1, primes and non-multiples of the panel width (32 or 64 columns),
 // and ones that pack (N a multiple of 64, enough rows): all equal the reference, with
 // one thread and two, plain and with a fused epilogue.
-Test(weights, products_equal_the_reference) {
+static void products_equal_the_reference(void) {
   static const int64_t shapes[][3] = {{1, 7, 5},     {13, 64, 100},  {1, 768, 3072},
                                       {37, 384, 448}, {64, 256, 320}, {127, 768, 2304},
                                       {96, 1024, 512}};
@@ -92,8 +97,9 @@ Test(weights, products_equal_the_reference) {
         jit_graph *g = dense(ctx, K, N, fused);
         float *x = filled(M * K, 1 + s), *w = filled(K * N, 100 + s), *b = filled(N, 7);
         char what[96];
-        snprintf(what, sizeof what, "%lldx%lldx%lld, %d thread(s)%s", (long long)M,
-                 (long long)K, (long long)N, threads, fused ? ", gelu(xW + b)" : "");
+        snprintf(what, sizeof what, "%lldx%lldx%lld, %d thread(s)%s%s", (long long)M,
+                 (long long)K, (long long)N, threads, g_tr ? ", W^T" : "",
+                 fused ? ", gelu(xW + b)" : "");
         for (int rep = 0; rep < 2; rep++) run_check(g, x, w, fused ? b : NULL, M, K, N, what);
         free(x);
         free(w);
@@ -104,11 +110,17 @@ Test(weights, products_equal_the_reference) {
     }
 }
 
+Test(weights, products_equal_the_reference) { products_equal_the_reference(); }
+Test(weights, transposed_products_equal_the_reference) {
+  g_tr = true;
+  products_equal_the_reference();
+}
+
 // 128 x 768 x 3072 takes the packed path at 1 and 2 threads on any AVX2 or AVX-512
 // host with a 2 MiB L2 (CTest pins it): one copy for many calls; a new pointer or
 // jit_graph_weights_changed after writing the same memory makes it again, and the
-// results follow the new values.
-Test(weights, copies_follow_the_data) {
+// results follow the new values. W^T as well.
+static void copies_follow_the_data(void) {
   const int64_t M = 128, K = 768, N = 3072;
   for (int threads = 1; threads <= 2; threads++) {
     jit_context *ctx = ctx_threads(threads);
@@ -133,6 +145,12 @@ Test(weights, copies_follow_the_data) {
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
   }
+}
+
+Test(weights, copies_follow_the_data) { copies_follow_the_data(); }
+Test(weights, transposed_copies_follow_the_data) {
+  g_tr = true;
+  copies_follow_the_data();
 }
 
 // A kernel loaded from the disk cache still reads the weight packed (its record says

@@ -21,9 +21,12 @@
 //       sizes: [nc / tn, kc, tn], strides: [K * tn, tn, 1]
 //
 // that the readers of %buf after L1 (the register tiles' panel subviews) take, and
-// drops L1. It is done for an argument only when every one of its uses is such a
-// packing: the kernel then reads B in no other way, and its record says the argument
-// is packed (jit__artifact.packed). Anything else keeps the packing in the kernel.
+// drops L1. Where B is W^T for a weight W [N, K] (plan_packed's b_tr), the packing
+// reads L x L tiles of W and transposes them in registers (match_site_tr); the view is
+// the same, of W's memory, which the runtime then fills from W^T. It is done for an
+// argument only when every one of its uses is such a packing, all of one form: the
+// kernel then reads B in no other way, and its record says the argument is packed
+// (jit__artifact.packed). Anything else keeps the packing in the kernel.
 //
 //===----------------------------------------------------------------------===//
 #include "lowering/cpu/internal.h"
@@ -42,8 +45,10 @@
 
 typedef struct site {
   MlirOperation read, l1, l2, panel;  // the packing's read, loops and panel subview
+  MlirOperation l3;                   // W^T packings: the loop over a panel's columns
   MlirValue buf;                      // the packed buffer it fills
   int64_t tn;                         // its panels' width
+  bool tr;                            // B is W^T: the read is of W [N, K]
 } site;
 
 // scf.for `loop` runs lb, lb + step, ... below ub, all constants.
@@ -135,7 +140,7 @@ static bool sum_terms(MlirAffineExpr e, int n_dims, int64_t *count, int n) {
 static int uses_of_iv(MlirValue v, MlirValue iv, const site *s, int depth) {
   if (mlirValueEqual(v, iv)) return 1;
   if (!defined_within(v, s->l1) || mlirValueEqual(v, iv_of(s->l1)) ||
-      mlirValueEqual(v, iv_of(s->l2)))
+      mlirValueEqual(v, iv_of(s->l2)) || (s->tr && mlirValueEqual(v, iv_of(s->l3))))
     return 0;  // the other loop's variable, or a value of the whole packing
   if (depth > 6 || !mlirValueIsAOpResult(v)) return -1;
   MlirOperation d = mlirOpResultGetOwner(v);
@@ -169,8 +174,10 @@ static int uses_of_iv(MlirValue v, MlirValue iv, const site *s, int depth) {
 static MlirValue first_value(MlirValue v, const site *s, bool make, int depth) {
   if (depth > 6) return (MlirValue){NULL};
   if (mlirValueEqual(v, iv_of(s->l1))) return mlirOperationGetOperand(s->l1, 0);
-  if (mlirValueEqual(v, iv_of(s->l2))) {
-    MlirValue lb = mlirOperationGetOperand(s->l2, 0);
+  for (int i = 0; i < (s->tr ? 2 : 1); i++) {
+    MlirOperation loop = i ? s->l3 : s->l2;
+    if (!mlirValueEqual(v, iv_of(loop))) continue;
+    MlirValue lb = mlirOperationGetOperand(loop, 0);
     return defined_within(lb, s->l1) ? (MlirValue){NULL} : lb;
   }
   if (!defined_within(v, s->l1)) return v;
@@ -192,6 +199,60 @@ static MlirValue first_value(MlirValue v, const site *s, bool make, int depth) {
   for (intptr_t i = 0; i < n; i++) mlirOperationSetOperand(c, i, ops[i]);
   mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(s->l1), s->l1, c);
   return mlirOperationGetResult(c, 0);
+}
+
+// Whether `write` (in the packing loops of `s`) writes the panel %buf[p(%l1), 0, 0]
+// [1, kc, w] of a static buffer [nc / w, kc, w] (nc = L1's bound); sets s->panel, buf.
+static bool panel_of(site *s, MlirOperation write, int64_t ub1, int64_t ub2, int64_t w) {
+  MlirValue pv = mlirOperationGetOperand(write, 1);
+  if (!mlirValueIsAOpResult(pv)) return false;
+  s->panel = mlirOpResultGetOwner(pv);
+  const int64_t dyn = mlirShapedTypeGetDynamicStrideOrOffset();
+  const int64_t offs[3] = {dyn, 0, 0}, sizes[3] = {1, ub2, w}, ones[3] = {1, 1, 1};
+  if (!jit__cpu_op_is(s->panel, "memref.subview") ||
+      !mlirOperationEqual(mlirOperationGetParentOperation(s->panel), s->l1) ||
+      mlirOperationGetNumOperands(s->panel) != 2 ||
+      !i64_attr_is(s->panel, "static_offsets", 3, offs) ||
+      !i64_attr_is(s->panel, "static_sizes", 3, sizes) ||
+      !i64_attr_is(s->panel, "static_strides", 3, ones))
+    return false;
+  // Its panel index: a map of L1's variable alone (p = %l1 / w: the buffer's panels
+  // follow L1's steps, which the whole-panel bounds below make exact).
+  MlirValue pi = mlirOperationGetOperand(s->panel, 1);
+  if (!mlirValueIsAOpResult(pi)) return false;
+  MlirOperation pio = mlirOpResultGetOwner(pi);
+  if (!jit__cpu_op_is(pio, "affine.apply") || mlirOperationGetNumOperands(pio) != 1 ||
+      !mlirValueEqual(mlirOperationGetOperand(pio, 0), iv_of(s->l1)))
+    return false;
+  if (!div_of_dim(mlirAffineMapAttrGetValue(mlirOperationGetAttributeByName(
+                      pio, mlirStringRefCreateFromCString("map"))),
+                  w))
+    return false;
+  s->buf = mlirOperationGetOperand(s->panel, 0);
+  if (!mlirValueIsAOpResult(s->buf)) return false;
+  MlirOperation a = mlirOpResultGetOwner(s->buf);
+  MlirType bt = mlirValueGetType(s->buf);
+  if (!(jit__cpu_op_is(a, "memref.alloc") || jit__cpu_op_is(a, "memref.alloca")) ||
+      mlirOperationGetNumOperands(a) != 0 || !mlirShapedTypeHasStaticShape(bt) ||
+      mlirShapedTypeGetRank(bt) != 3 ||
+      !mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(bt)) ||
+      mlirShapedTypeGetDimSize(bt, 0) * w != ub1 || mlirShapedTypeGetDimSize(bt, 1) != ub2 ||
+      mlirShapedTypeGetDimSize(bt, 2) != w)
+    return false;
+  return true;
+}
+
+// Whether B's row index `row` is row0 + %k (L2's variable) and its column `col` col0 +
+// %p (+ %j, L3's, for W^T), both known at the first steps.
+static bool indices_ok(const site *s, MlirValue row, MlirValue col) {
+  MlirValue i1 = iv_of(s->l1), i2 = iv_of(s->l2);
+  int want3 = s->tr ? 1 : 0;
+  return uses_of_iv(row, i2, s, 0) == 1 && uses_of_iv(row, i1, s, 0) == 0 &&
+         uses_of_iv(col, i1, s, 0) == 1 && uses_of_iv(col, i2, s, 0) == 0 &&
+         (!s->tr || (uses_of_iv(row, iv_of(s->l3), s, 0) == 0 &&
+                     uses_of_iv(col, iv_of(s->l3), s, 0) == want3)) &&
+         !mlirValueIsNull(first_value(row, s, false, 0)) &&
+         !mlirValueIsNull(first_value(col, s, false, 0));
 }
 
 // Whether `read`, a use of B (a K x N f32 argument), is the read of a packing as the
@@ -247,52 +308,88 @@ static bool match_site(MlirOperation read, MlirValue B, int64_t N, int64_t *tn, 
           jit__cpu_op_is(o, "affine.apply") || jit__cpu_op_is(o, "arith.addi") ||
           jit__cpu_op_is(o, "arith.constant") || jit__cpu_op_is(o, "scf.yield")))
       return false;
-  // The panel: subview %buf[p(%l1), 0, 0] [1, kc, w] [1, 1, 1] of a static buffer
-  // [nc / w, kc, w] with nc = L1's bound, kc = L2's.
-  MlirValue pv = mlirOperationGetOperand(write, 1);
-  if (!mlirValueIsAOpResult(pv)) return false;
-  s->panel = mlirOpResultGetOwner(pv);
-  const int64_t dyn = mlirShapedTypeGetDynamicStrideOrOffset();
-  const int64_t offs[3] = {dyn, 0, 0}, sizes[3] = {1, ub2, w}, ones[3] = {1, 1, 1};
-  if (!jit__cpu_op_is(s->panel, "memref.subview") ||
-      !mlirOperationEqual(mlirOperationGetParentOperation(s->panel), s->l1) ||
-      mlirOperationGetNumOperands(s->panel) != 2 ||
-      !i64_attr_is(s->panel, "static_offsets", 3, offs) ||
-      !i64_attr_is(s->panel, "static_sizes", 3, sizes) ||
-      !i64_attr_is(s->panel, "static_strides", 3, ones))
-    return false;
-  // Its panel index: a map of L1's variable alone (p = %l1 / w: the buffer's panels
-  // follow L1's steps, which the whole-panel bounds below make exact).
-  MlirValue pi = mlirOperationGetOperand(s->panel, 1);
-  if (!mlirValueIsAOpResult(pi)) return false;
-  MlirOperation pio = mlirOpResultGetOwner(pi);
-  if (!jit__cpu_op_is(pio, "affine.apply") || mlirOperationGetNumOperands(pio) != 1 ||
-      !mlirValueEqual(mlirOperationGetOperand(pio, 0), iv_of(s->l1)))
-    return false;
-  if (!div_of_dim(mlirAffineMapAttrGetValue(mlirOperationGetAttributeByName(
-                      pio, mlirStringRefCreateFromCString("map"))),
-                  w))
-    return false;
-  s->buf = mlirOperationGetOperand(s->panel, 0);
-  if (!mlirValueIsAOpResult(s->buf)) return false;
-  MlirOperation a = mlirOpResultGetOwner(s->buf);
-  MlirType bt = mlirValueGetType(s->buf);
-  if (!(jit__cpu_op_is(a, "memref.alloc") || jit__cpu_op_is(a, "memref.alloca")) ||
-      mlirOperationGetNumOperands(a) != 0 || !mlirShapedTypeHasStaticShape(bt) ||
-      mlirShapedTypeGetRank(bt) != 3 ||
-      !mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(bt)) ||
-      mlirShapedTypeGetDimSize(bt, 0) * w != ub1 || mlirShapedTypeGetDimSize(bt, 1) != ub2 ||
-      mlirShapedTypeGetDimSize(bt, 2) != w || ub2 % r != 0)
-    return false;
+  if (!panel_of(s, write, ub1, ub2, w) || ub2 % r != 0) return false;
   // The read's row is row0 + %k, its column col0 + %p, both known at the first steps.
-  MlirValue row = mlirOperationGetOperand(read, 1), col = mlirOperationGetOperand(read, 2);
-  MlirValue i1 = iv_of(s->l1), i2 = iv_of(s->l2);
-  if (uses_of_iv(row, i2, s, 0) != 1 || uses_of_iv(row, i1, s, 0) != 0 ||
-      uses_of_iv(col, i1, s, 0) != 1 || uses_of_iv(col, i2, s, 0) != 0 ||
-      mlirValueIsNull(first_value(row, s, false, 0)) ||
-      mlirValueIsNull(first_value(col, s, false, 0)))
+  if (!indices_ok(s, mlirOperationGetOperand(read, 1), mlirOperationGetOperand(read, 2)))
     return false;
   *tn = s->tn = w;
+  return true;
+}
+
+// Whether `op` may sit in a W^T packing's innermost loop: index arithmetic and the
+// in-register transpose of the tile read.
+static bool transpose_op(MlirOperation op) {
+  static const char *const ok[] = {"affine.apply",       "arith.addi",       "arith.constant",
+                                   "vector.extract",     "vector.shuffle",   "vector.transpose",
+                                   "vector.shape_cast",
+                                   "vector.to_elements", "vector.from_elements", "scf.yield"};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+    if (jit__cpu_op_is(op, ok[i])) return true;
+  return false;
+}
+
+// As match_site, for B = W^T read from W [N, K] (plan_packed's b_tr): L x L tiles of W,
+// transposed in registers, written into a panel at [%k, %j]:
+//   L1 scf.for %p = 0 to nc step tn { %panel = subview %buf[%p / tn, 0, 0] [1, kc, tn]
+//     L2 scf.for %k = 0 to kc step L {  L3 scf.for %j = 0 to tn step L {
+//       %t = vector.transfer_read %W[col(%p, %j), row(%k)] : vector<L x L>
+//       (vector.extract / shuffle / transpose ...)
+//       vector.transfer_write %tt, %panel[%k, %j] } } }
+static bool match_site_tr(MlirOperation read, MlirValue W, int64_t N, int64_t *tn, site *s) {
+  memset(s, 0, sizeof *s);
+  s->tr = true;
+  if (!jit__cpu_op_is(read, "vector.transfer_read") || mlirOperationGetNumOperands(read) != 4 ||
+      !mlirValueEqual(mlirOperationGetOperand(read, 0), W) ||
+      !all_true(mlirOperationGetAttributeByName(read, mlirStringRefCreateFromCString("in_bounds")), 2))
+    return false;
+  MlirType vt = mlirValueGetType(mlirOperationGetResult(read, 0));
+  MlirAttribute pm =
+      mlirOperationGetAttributeByName(read, mlirStringRefCreateFromCString("permutation_map"));
+  if (!mlirTypeIsAVector(vt) || mlirShapedTypeGetRank(vt) != 2 || mlirAttributeIsNull(pm) ||
+      !mlirAttributeIsAAffineMap(pm) || !mlirAffineMapIsIdentity(mlirAffineMapAttrGetValue(pm)))
+    return false;
+  int64_t L = mlirShapedTypeGetDimSize(vt, 0);
+  if (mlirShapedTypeGetDimSize(vt, 1) != L) return false;
+  s->read = read;
+  s->l3 = mlirOperationGetParentOperation(read);
+  s->l2 = mlirOperationGetParentOperation(s->l3);
+  s->l1 = mlirOperationGetParentOperation(s->l2);
+  int64_t lb3, ub3, st3, lb2, ub2, st2, lb1, ub1, st1;
+  if (!const_loop(s->l3, &lb3, &ub3, &st3) || lb3 != 0 || st3 != L ||
+      !const_loop(s->l2, &lb2, &ub2, &st2) || lb2 != 0 || st2 != L ||
+      !const_loop(s->l1, &lb1, &ub1, &st1) || lb1 != 0 || st1 != ub3 ||
+      (*tn && ub3 != *tn) || N % ub3 != 0 || ub3 % L != 0 || ub2 % L != 0)
+    return false;
+  // The innermost loop: this read, one write into the panel at [%k, %j], transposes.
+  MlirOperation write = {NULL};
+  MlirBlock b3 = mlirOperationGetBlock(read);
+  for (MlirOperation o = mlirBlockGetFirstOperation(b3); !mlirOperationIsNull(o);
+       o = mlirOperationGetNextInBlock(o)) {
+    if (mlirOperationEqual(o, read) || transpose_op(o)) continue;
+    if (!jit__cpu_op_is(o, "vector.transfer_write") || !mlirOperationIsNull(write)) return false;
+    write = o;
+  }
+  if (mlirOperationIsNull(write) || mlirOperationGetNumOperands(write) != 4 ||
+      !mlirValueEqual(mlirOperationGetOperand(write, 2), iv_of(s->l2)) ||
+      !mlirValueEqual(mlirOperationGetOperand(write, 3), iv_of(s->l3)) ||
+      !all_true(mlirOperationGetAttributeByName(write, mlirStringRefCreateFromCString("in_bounds")), 2))
+    return false;
+  // L2 holds L3 and index ops; L1 L2, the panel and index ops.
+  for (int level = 0; level < 2; level++) {
+    MlirOperation loop = level ? s->l1 : s->l2, inner = level ? s->l2 : s->l3;
+    MlirBlock b = mlirRegionGetFirstBlock(mlirOperationGetRegion(loop, 0));
+    for (MlirOperation o = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(o);
+         o = mlirOperationGetNextInBlock(o))
+      if (!(mlirOperationEqual(o, inner) || (level && jit__cpu_op_is(o, "memref.subview")) ||
+            jit__cpu_op_is(o, "affine.apply") || jit__cpu_op_is(o, "arith.addi") ||
+            jit__cpu_op_is(o, "arith.constant") || jit__cpu_op_is(o, "scf.yield")))
+        return false;
+  }
+  if (!panel_of(s, write, ub1, ub2, ub3)) return false;
+  // W's row is B's column: col0 + %p + %j; W's column B's row: row0 + %k.
+  if (!indices_ok(s, mlirOperationGetOperand(read, 2), mlirOperationGetOperand(read, 1)))
+    return false;
+  *tn = s->tn = ub3;
   return true;
 }
 
@@ -321,8 +418,9 @@ static MlirNamedAttribute named(MlirContext ctx, const char *n, MlirAttribute a)
 // L1; returns the view.
 static MlirValue packed_view(MlirContext ctx, const site *s, MlirValue B, int64_t K,
                              int64_t tn) {
-  MlirValue row0 = first_value(mlirOperationGetOperand(s->read, 1), s, true, 0);
-  MlirValue col0 = first_value(mlirOperationGetOperand(s->read, 2), s, true, 0);
+  // B's first row and column (W^T: W's column and row).
+  MlirValue row0 = first_value(mlirOperationGetOperand(s->read, s->tr ? 2 : 1), s, true, 0);
+  MlirValue col0 = first_value(mlirOperationGetOperand(s->read, s->tr ? 1 : 2), s, true, 0);
   MlirLocation loc = mlirOperationGetLocation(s->l1);
   MlirBlock b = mlirOperationGetBlock(s->l1);
   char text[160];
@@ -438,17 +536,24 @@ static bool collect_sites(prepack *pp, MlirValue B, uint32_t arg) {
       !mlirShapedTypeHasStaticShape(t) || !mlirTypeIsAF32(mlirShapedTypeGetElementType(t)) ||
       !mlirAffineMapIsIdentity(mlirMemRefTypeGetAffineMap(t)))
     return false;
-  int64_t N = mlirShapedTypeGetDimSize(t, 1), tn = 0;
+  int64_t tn = 0;
   int n0 = pp->n;
-  for (MlirOpOperand u = mlirValueGetFirstUse(B); !mlirOpOperandIsNull(u);
-       u = mlirOpOperandGetNextUse(u)) {
-    if (pp->n == MAX_SITES || !match_site(mlirOpOperandGetOwner(u), B, N, &tn, &pp->s[pp->n])) {
-      pp->n = n0;
-      return false;
+  // Every use the same form: B itself (N its columns), or W with B = W^T (N its rows).
+  for (int tr = 0; tr < 2; tr++) {
+    int64_t N = mlirShapedTypeGetDimSize(t, tr ? 0 : 1);
+    bool all = true;
+    for (MlirOpOperand u = mlirValueGetFirstUse(B); !mlirOpOperandIsNull(u) && all;
+         u = mlirOpOperandGetNextUse(u)) {
+      MlirOperation read = mlirOpOperandGetOwner(u);
+      all = pp->n < MAX_SITES && (tr ? match_site_tr(read, B, N, &tn, &pp->s[pp->n])
+                                     : match_site(read, B, N, &tn, &pp->s[pp->n]));
+      if (all) pp->owner[pp->n++] = arg;
     }
-    pp->owner[pp->n++] = arg;
+    if (all && pp->n > n0) return true;
+    pp->n = n0;
+    tn = 0;
   }
-  return pp->n > n0;
+  return false;
 }
 
 // Drops every live site's packing loop, its panels then read from B's packed view, and
@@ -459,7 +564,8 @@ static void rewrite(MlirContext ctx, prepack *pp, MlirBlock entry) {
     if (!pp->in[pp->owner[i]]) continue;
     MlirValue B = mlirBlockGetArgument(entry, pp->owner[i]);
     MlirType bt = mlirValueGetType(B);
-    views[i] = packed_view(ctx, &pp->s[i], B, mlirShapedTypeGetDimSize(bt, 0), pp->s[i].tn);
+    views[i] = packed_view(ctx, &pp->s[i], B, mlirShapedTypeGetDimSize(bt, pp->s[i].tr ? 1 : 0),
+                           pp->s[i].tn);
   }
   for (int r = 0; r < pp->n_readers; r++)
     mlirOperationSetOperand(pp->readers[r], 0, views[pp->reader_site[r]]);
@@ -540,10 +646,9 @@ int jit__cpu_prepack_weights(MlirContext ctx, MlirOperation module, const char *
   n = 0;
   for (uint32_t i = 0; i < n_args; i++)
     if (in[i]) {
-      int64_t tn = 0;
-      for (int j = 0; j < pp->n && !tn; j++)
-        if (pp->owner[j] == i) tn = pp->s[j].tn;
-      out[n++] = (jit__packed_arg){i, (uint32_t)tn};
+      int j = 0;
+      while (pp->owner[j] != i) j++;
+      out[n++] = (jit__packed_arg){i, (uint32_t)pp->s[j].tn, pp->s[j].tr};
     }
 done:
   free(pp);
