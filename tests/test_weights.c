@@ -86,9 +86,10 @@ static float *filled(int64_t n, uint64_t seed) {
 // and ones that pack (N a multiple of 64, enough rows): all equal the reference, with
 // one thread and two, plain and with a fused epilogue.
 static void products_equal_the_reference(void) {
-  static const int64_t shapes[][3] = {{1, 7, 5},     {13, 64, 100},  {1, 768, 3072},
-                                      {37, 384, 448}, {64, 256, 320}, {127, 768, 2304},
-                                      {96, 1024, 512}};
+  // 64 x 3072 x 768: blocks of k (kc < K), so the panels' views start at rows > 0.
+  static const int64_t shapes[][3] = {{1, 7, 5},       {13, 64, 100},  {1, 768, 3072},
+                                      {37, 384, 448},   {64, 256, 320}, {127, 768, 2304},
+                                      {96, 1024, 512},  {64, 3072, 768}};
   for (int threads = 1; threads <= 2; threads++)
     for (int fused = 0; fused <= 1; fused++) {
       jit_context *ctx = ctx_threads(threads);
