@@ -1311,7 +1311,7 @@ jit_status jit_graph_finalize(jit_graph *g) {
     return JIT_ERR(JIT_INVALID_ARGUMENT, "graph `%s` has no outputs (call jit_output)",
                    g->name);
   JIT_PROPAGATE(jit__check_symbols_bound(g));
-  if (g->has_weights) JIT_PROPAGATE(jit__weights_init(g));
+  JIT_PROPAGATE(jit__weights_init(g));
   jit__fingerprint(g);
   for (uint32_t i = 0; i < g->n_nodes; i++) g->has_gather |= g->nodes[i].n.op == JIT__OP_GATHER;
   g->finalized = true;

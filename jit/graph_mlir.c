@@ -159,6 +159,18 @@ static bool jit__rd_end(jit__rd *r) {
   return *r->p == 0;
 }
 
+// An input's name, then `w` for a jit_weight (later records only).
+static jit_value jit__replay_input(jit_graph *g, jit__rd *r, DLDataType dl, int rank,
+                                   const int64_t *dims) {
+  char name[256];
+  jit__rd_name(r, name, sizeof name);
+  while (*r->p == ' ') r->p++;
+  bool weight = *r->p == 'w';
+  if (weight) r->p++;
+  if (r->bad) return (jit_value){0};
+  return (weight ? jit_weight : jit_input)(g, name, dl, rank, dims);
+}
+
 static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   int op = (int)jit__rd_int(r), dt = (int)jit__rd_int(r), nops = (int)jit__rd_int(r);
   long long o0 = jit__rd_int(r), o1 = jit__rd_int(r);
@@ -241,15 +253,7 @@ static jit_value jit__replay_node(jit_graph *g, jit__rd *r) {
   double scalar;
   memcpy(&scalar, &bits, sizeof scalar);
   switch ((jit__op)op) {
-    case JIT__OP_INPUT: {
-      char name[256];
-      jit__rd_name(r, name, sizeof name);
-      while (*r->p == ' ') r->p++;
-      bool weight = *r->p == 'w';  // a jit_weight (later records only)
-      if (weight) r->p++;
-      if (r->bad) return (jit_value){0};
-      return (weight ? jit_weight : jit_input)(g, name, dl, rank, dims);
-    }
+    case JIT__OP_INPUT: return jit__replay_input(g, r, dl, rank, dims);
     case JIT__OP_SCALAR: return jit_scalar(g, scalar, dl);
     case JIT__OP_MATMUL: return jit_matmul(g, a, b);
     case JIT__OP_ADD: return jit_add(g, a, b);

@@ -155,7 +155,6 @@ struct jit_graph {
   // Weights (jit_weight; jit/weights.c): per input, its packed copy where a kernel
   // reads one (NULL until finalize, and for graphs without weights), and the count
   // of jit_graph_weights_changed calls.
-  bool has_weights;
   struct jit__wpack *wpacks;
   atomic_uint_fast64_t weights_gen;
 };
@@ -349,7 +348,7 @@ typedef struct jit__cpu_impl {
 
 //===--- Weights (jit/weights.c) ------------------------------------------===//
 
-// At finalize, for a graph with weights: its per-input packed copies (none made yet).
+// At finalize: a graph with weights gets its per-input packed copies (none made yet).
 jit_status jit__weights_init(jit_graph *g);
 void jit__weights_free(jit_graph *g);
 // Before kernel `im` runs: points args[i] at the packed copy of each input i it reads

@@ -32,7 +32,6 @@ jit_value jit_weight(jit_graph *g, const char *name, DLDataType dtype, int rank,
   jit_value v = jit_input(g, name, dtype, rank, dims);
   if (v.id == 0) return v;
   g->nodes[v.id - 1].n.weight = true;
-  g->has_weights = true;
   return v;
 }
 
@@ -41,6 +40,9 @@ void jit_graph_weights_changed(jit_graph *g) {
 }
 
 jit_status jit__weights_init(jit_graph *g) {
+  bool any = false;
+  for (uint32_t i = 0; i < g->n_inputs && !any; i++) any = g->nodes[g->inputs[i]].n.weight;
+  if (!any) return NULL;
   g->wpacks = calloc(g->n_inputs, sizeof(jit__wpack));
   if (!g->wpacks) return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "graph `%s`: out of memory", g->name);
   for (uint32_t i = 0; i < g->n_inputs; i++) {
@@ -101,13 +103,13 @@ static jit_status jit__pack(jit_graph *g, uint32_t i, jit__wpack *wp, const DLTe
   return NULL;
 }
 
-void jit__weights_release(jit_graph *g, const jit__cpu_impl *im) {
-  for (uint32_t j = 0; j < im->n_packed; j++)
-    pthread_rwlock_unlock(&g->wpacks[im->packed[j].arg].lock);
-}
-
+// Releases the first n copies of `im`'s list.
 static void jit__release_first(jit_graph *g, const jit__cpu_impl *im, uint32_t n) {
   for (uint32_t j = 0; j < n; j++) pthread_rwlock_unlock(&g->wpacks[im->packed[j].arg].lock);
+}
+
+void jit__weights_release(jit_graph *g, const jit__cpu_impl *im) {
+  jit__release_first(g, im, im->n_packed);
 }
 
 jit_status jit__weights_acquire(jit_graph *g, const jit__cpu_impl *im, const DLTensor *inputs,
@@ -119,12 +121,13 @@ jit_status jit__weights_acquire(jit_graph *g, const jit__cpu_impl *im, const DLT
     bool tr = im->packed[j].transposed;
     const DLTensor *t = &inputs[i];
     jit__wpack *wp = g->wpacks && i < g->n_inputs ? &g->wpacks[i] : NULL;
-    if (!wp || !wp->live || t->ndim != 2 || t->dtype.code != kDLFloat || t->dtype.bits != 32 ||
-        t->shape[tr ? 0 : 1] % tn != 0 || (j > 0 && im->packed[j - 1].arg >= i)) {
+    // The record's list was checked when it was loaded (jit__entry_fits: weights, in
+    // argument order) and the input against its declaration; the panels must tile it.
+    if (!wp || !wp->live || t->shape[tr ? 0 : 1] % tn != 0) {
       jit__release_first(g, im, j);
       return JIT_ERR(JIT_INTERNAL,
                      "jit_run: graph `%s`: its kernel reads input %u as packed panels of "
-                     "%u, which that input cannot be (not a weight, or not f32 [K, N])",
+                     "%u, which that input cannot be (not a weight, or not whole panels)",
                      g->name, i, tn);
     }
     const float *src = (const float *)((const char *)t->data + t->byte_offset);

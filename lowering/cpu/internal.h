@@ -138,6 +138,13 @@ MlirOperation jit__cpu_epilogue_of(MlirOperation mm);
 MlirOperation jit__cpu_producer(MlirValue v);
 // `v` is an arith.constant integer (an index); its value in *out.
 bool jit__cpu_const_index(MlirValue v, int64_t *out);
+MlirNamedAttribute jit__cpu_named(MlirContext ctx, const char *name, MlirAttribute a);
+// Makes `memref.reinterpret_cast %src` to sizes/strides (rank dims) at offset `offset`
+// (a null value: 0; a plain row-major view then has the identity layout), before
+// `before`.
+MlirOperation jit__cpu_reinterpret_cast(MlirContext ctx, MlirOperation before, MlirValue src,
+                                        MlirValue offset, int rank, const int64_t *sizes,
+                                        const int64_t *strides);
 
 //===--- Rows and elementwise ops (plan_rows.c) --------------------------===//
 

@@ -205,3 +205,42 @@ bool jit__cpu_const_index(MlirValue v, int64_t *out) {
   *out = mlirIntegerAttrGetValueInt(a);
   return true;
 }
+
+MlirOperation jit__cpu_reinterpret_cast(MlirContext ctx, MlirOperation before, MlirValue src,
+                                        MlirValue offset, int rank, const int64_t *sizes,
+                                        const int64_t *strides) {
+  int64_t dyn = mlirShapedTypeGetDynamicStrideOrOffset(), off = mlirValueIsNull(offset) ? 0 : dyn;
+  MlirAttribute layout = mlirStridedLayoutAttrGet(ctx, off, rank, strides);
+  MlirType t = mlirMemRefTypeGet(mlirShapedTypeGetElementType(mlirValueGetType(src)), rank,
+                                 sizes, layout, mlirAttributeGetNull());
+  // An identity layout where the view is the source's own row-major shape.
+  int64_t step = 1;
+  bool plain = mlirValueIsNull(offset);
+  for (int d = rank - 1; d >= 0 && plain; d--) {
+    plain = strides[d] == step;
+    step *= sizes[d];
+  }
+  if (plain)
+    t = mlirMemRefTypeContiguousGet(mlirShapedTypeGetElementType(t), rank, sizes,
+                                    mlirAttributeGetNull());
+  MlirOperationState st = mlirOperationStateGet(
+      mlirStringRefCreateFromCString("memref.reinterpret_cast"), mlirOperationGetLocation(before));
+  MlirValue ops[2] = {src, offset};
+  mlirOperationStateAddOperands(&st, plain ? 1 : 2, ops);
+  mlirOperationStateAddResults(&st, 1, &t);
+  int32_t seg[4] = {1, plain ? 0 : 1, 0, 0};
+  MlirNamedAttribute attrs[4] = {
+      jit__cpu_named(ctx, "operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, seg)),
+      jit__cpu_named(ctx, "static_offsets", mlirDenseI64ArrayGet(ctx, 1, &off)),
+      jit__cpu_named(ctx, "static_sizes", mlirDenseI64ArrayGet(ctx, rank, sizes)),
+      jit__cpu_named(ctx, "static_strides", mlirDenseI64ArrayGet(ctx, rank, strides)),
+  };
+  mlirOperationStateAddAttributes(&st, 4, attrs);
+  MlirOperation view = mlirOperationCreate(&st);
+  mlirBlockInsertOwnedOperationBefore(mlirOperationGetBlock(before), before, view);
+  return view;
+}
+
+MlirNamedAttribute jit__cpu_named(MlirContext ctx, const char *name, MlirAttribute a) {
+  return mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString(name)), a);
+}

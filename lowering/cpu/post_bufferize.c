@@ -529,29 +529,15 @@ int jit__cpu_results_in_place(MlirContext ctx, MlirOperation module) {
     MlirValue buf = mlirOperationGetResult(a, 0);
     MlirType t = mlirValueGetType(buf);
     int rank = (int)mlirShapedTypeGetRank(t);
-    int64_t sizes[JIT_MAX_RANK + 2], strides[JIT_MAX_RANK + 2], offset = 0, step = 1;
+    int64_t sizes[JIT_MAX_RANK + 2], strides[JIT_MAX_RANK + 2], step = 1;
     if (rank > JIT_MAX_RANK + 2) continue;
     for (int d = rank - 1; d >= 0; d--) {
       sizes[d] = mlirShapedTypeGetDimSize(t, d);
       strides[d] = step;
       step *= sizes[d];
     }
-    MlirOperationState st = mlirOperationStateGet(
-        mlirStringRefCreateFromCString("memref.reinterpret_cast"), mlirOperationGetLocation(a));
-    mlirOperationStateAddOperands(&st, 1, &dst);
-    mlirOperationStateAddResults(&st, 1, &t);
-    int32_t seg[4] = {1, 0, 0, 0};
-#define NAMED(n, v) mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString(n)), v)
-    MlirNamedAttribute attrs[4] = {
-        NAMED("operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, seg)),
-        NAMED("static_offsets", mlirDenseI64ArrayGet(ctx, 1, &offset)),
-        NAMED("static_sizes", mlirDenseI64ArrayGet(ctx, rank, sizes)),
-        NAMED("static_strides", mlirDenseI64ArrayGet(ctx, rank, strides)),
-    };
-#undef NAMED
-    mlirOperationStateAddAttributes(&st, 4, attrs);
-    MlirOperation view = mlirOperationCreate(&st);
-    mlirBlockInsertOwnedOperationAfter(mlirOperationGetBlock(a), a, view);
+    MlirOperation view = jit__cpu_reinterpret_cast(ctx, mlirOperationGetNextInBlock(a), dst,
+                                                   (MlirValue){NULL}, rank, sizes, strides);
     mlirValueReplaceAllUsesOfWith(buf, mlirOperationGetResult(view, 0));
     mlirOperationDestroy(a);
     mlirOperationDestroy(copy);

@@ -410,9 +410,6 @@ static bool panel_reader(MlirOperation op, int64_t kc, int64_t tn) {
          strides[0] == tn && strides[1] == 1 && mlirShapedTypeIsDynamicStrideOrOffset(offset);
 }
 
-static MlirNamedAttribute named(MlirContext ctx, const char *n, MlirAttribute a) {
-  return mlirNamedAttributeGet(mlirIdentifierGet(ctx, mlirStringRefCreateFromCString(n)), a);
-}
 
 // Puts the packed view of argument `B` (K x N, panels of tn) for site `s` ahead of its
 // L1; returns the view.
@@ -433,31 +430,16 @@ static MlirValue packed_view(MlirContext ctx, const site *s, MlirValue B, int64_
   MlirValue ops[2] = {col0, row0};
   mlirOperationStateAddOperands(&st, 2, ops);
   mlirOperationStateAddResults(&st, 1, &index);
-  MlirNamedAttribute ma = named(ctx, "map", map);
+  MlirNamedAttribute ma = jit__cpu_named(ctx, "map", map);
   mlirOperationStateAddAttributes(&st, 1, &ma);
   MlirOperation off = mlirOperationCreate(&st);
   mlirBlockInsertOwnedOperationBefore(b, s->l1, off);
 
   MlirType bt = mlirValueGetType(s->buf);
   int64_t sizes[3] = {mlirShapedTypeGetDimSize(bt, 0), mlirShapedTypeGetDimSize(bt, 1), tn};
-  int64_t strides[3] = {K * tn, tn, 1}, dyn = mlirShapedTypeGetDynamicStrideOrOffset();
-  MlirAttribute layout = mlirStridedLayoutAttrGet(ctx, dyn, 3, strides);
-  MlirType vt = mlirMemRefTypeGet(mlirShapedTypeGetElementType(bt), 3, sizes, layout,
-                                  mlirAttributeGetNull());
-  st = mlirOperationStateGet(mlirStringRefCreateFromCString("memref.reinterpret_cast"), loc);
-  MlirValue vops[2] = {B, mlirOperationGetResult(off, 0)};
-  mlirOperationStateAddOperands(&st, 2, vops);
-  mlirOperationStateAddResults(&st, 1, &vt);
-  int32_t seg[4] = {1, 1, 0, 0};
-  MlirNamedAttribute attrs[4] = {
-      named(ctx, "operandSegmentSizes", mlirDenseI32ArrayGet(ctx, 4, seg)),
-      named(ctx, "static_offsets", mlirDenseI64ArrayGet(ctx, 1, &dyn)),
-      named(ctx, "static_sizes", mlirDenseI64ArrayGet(ctx, 3, sizes)),
-      named(ctx, "static_strides", mlirDenseI64ArrayGet(ctx, 3, strides)),
-  };
-  mlirOperationStateAddAttributes(&st, 4, attrs);
-  MlirOperation view = mlirOperationCreate(&st);
-  mlirBlockInsertOwnedOperationBefore(b, s->l1, view);
+  int64_t strides[3] = {K * tn, tn, 1};
+  MlirOperation view = jit__cpu_reinterpret_cast(ctx, s->l1, B, mlirOperationGetResult(off, 0),
+                                                 3, sizes, strides);
   return mlirOperationGetResult(view, 0);
 }
 
