@@ -189,10 +189,12 @@ jit_status jit__emit_reshape(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_matmul(jit__emitter *e, const jit__node *n);
 jit_status jit__emit_matmul_int8(jit__emitter *e, const jit__node *n);  // emit_matmul.c
 jit_status jit__emit_window(jit__emitter *e, const jit__node *n);  // emit_window.c
-// The images per Winograd F(2, 3) pass of conv node `n` (weight dims wd): all N, 1 (a
-// loop over the images), or 0 (not Winograd); its value from the padded x (OH rounded
-// up to even rows) and the weight (emit_winograd.c).
+// The images per Winograd F(m, 3) pass of conv node `n` (weight dims wd): all N, 1 (a
+// loop over the images), or 0 (not Winograd); its value from the padded x (m (tH + 1)
+// rows, tH = ceil(OH / m)) and the weight (emit_winograd.c). m, the output rows per
+// tile, is jit__conv_winograd_rows(OH): 2 or 4.
 int64_t jit__conv_winograd_images(const jit__emitter *e, const jit__node *n, const int64_t *wd);
+int jit__conv_winograd_rows(int64_t oh);
 jit__str jit__emit_conv_winograd(jit__emitter *e, const jit__node *n, const jit__gen_operand *xp,
                                  const jit__gen_operand *wt, int64_t images);
 jit_status jit__emit_gather(jit__emitter *e, const jit__node *n);

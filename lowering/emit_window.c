@@ -9,7 +9,7 @@
 //            clamped indices and selects the pad value outside x (zero; -inf for max
 //            pools); one parallel loop nest on every back end, where a tensor.pad
 //            would bufferize to a strided memref.copy (emit_copy.c says more).
-//   conv     the CPU's exact 3x3 stride-1 convolutions: Winograd F(2, 3) over rows
+//   conv     the CPU's exact 3x3 stride-1 convolutions: Winograd F(4, 3) or F(2, 3) over rows
 //            (emit_winograd.c, where jit__conv_winograd_images); other one-group ones on
 //            the CPU: im2col and a matmul (emit_conv_matmul); else
 //            loops (n, f, oh, ow | c, kh, kw) (NHWC: n, oh, ow, f | kh, kw, c) into an
@@ -509,9 +509,11 @@ static jit_status emit_conv(jit__emitter *e, const jit__node *n, geom *g) {
   jit__str pname;
   int64_t images = jit__conv_winograd_images(e, n, wd);
   if (images > 0) {
-    // Pairs of output rows: an odd OH gets one more zero row below.
+    // Tiles of m output rows read m (tH + 1) rows of x: an OH that is not a multiple
+    // of m gets zero rows below, and m = 4 two more (the view's last tile).
+    int64_t oh = n->dims[2], m = jit__conv_winograd_rows(oh), th = (oh + m - 1) / m;
     jit__node rows = *n;
-    rows.win.pad[1] += (int)(n->dims[2] % 2);
+    rows.win.pad[1] += (int)(m * (th + 1) - 2 - oh);
     geom gw = *g;
     gw.n = &rows;
     jit__gen_operand xp = emit_pad(e, &x, &gw, "0.0", &pname);

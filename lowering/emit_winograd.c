@@ -1,26 +1,39 @@
-//===--- emit_winograd.c - 3x3 convolutions as Winograd F(2, 3) over rows ---===//
+//===--- emit_winograd.c - 3x3 convolutions as Winograd F(m, 3) over rows ---===//
 //
 // Exact NCHW convolutions with a 3x3 kernel, stride 1 and no dilation (ResNet's), on
-// the CPU: Winograd's F(2, 3) along the output rows and a shifted read along the
-// columns, so that 2 output rows take 4 x 3 products per column where the im2col
-// matmul takes 2 x 9, and nothing is copied into columns.
+// the CPU: Winograd's F(m, 3) along the output rows and a shifted read along the
+// columns, so that m output rows take (m + 2) x 3 products per column where the
+// im2col matmul takes m x 9, and nothing is copied into columns. m = 4 (4.5 products
+// an output against 9) where its tiles of 4 rows waste no more than pairs would
+// (jit__conv_winograd_rows), else m = 2 (6 an output).
 //
-// With x padded to [N, C, Hp, Wp] (Hp = 2 tH + 2 rows for tH = ceil(OH / 2) pairs of
-// output rows; an odd OH gets one more zero row) and q = (n, t, w) flattened, Q =
-// N tH Wp of them:
-//   rows     U[i, c, q]  = (B^T d)_i over x's rows 2t .. 2t + 3 (one generic; the rows
-//            come from four slices of x viewed as [N, C, tH + 1, 2, Wp]);
+// With x padded to [N, C, Hp, Wp] (Hp = m (tH + 1) rows for tH = ceil(OH / m) tiles of
+// output rows: zero rows below where OH is not a multiple of m, and with m = 4 two
+// more for the view) and q = (n, t, w) flattened, Q = N tH Wp of them (a = m + 2):
+//   rows     U[i, c, q]  = (B^T d)_i over x's rows m t .. m t + m + 1 (one generic;
+//            the rows come from a slices of x viewed as [N, C, tH + 1, m, Wp]);
 //   filters  V[kw, i, f, c] = (G g)_i over the weight's three rows, per column kw;
 //   product  M[i, f, q]  = sum_kw V[kw, i] U[i, :, q + kw] (three batched matmuls over
 //            i into one accumulator; B a shifted slice of U, so no copy: an output at
 //            w < OW reads U at w + kw <= OW + 1 < Wp, inside its own row, and the last
 //            two q, whose reads would pass U's end, are columns w >= OW left out);
-//   output   y[n, f, 2t + o, w] = (A^T m)_o for w < OW (one generic, o from linalg.index).
-// B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5;
-// 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1]: additions and halvings, so the f32 result stays
-// within a few ulps of the direct sum. All in f32; f16 and bf16 in and out are
-// converted in the first and last generics. U and M are sized for L2: where the
-// batch's do not fit and one image's do, the images go one at a time (emit_images).
+//   output   y[n, f, h, w] = (A^T m)_o at t = h / m, o = h mod m, for h < OH and
+//            w < OW (one generic over y's own loops, o from linalg.index, which the
+//            bias, residual and relu after the convolution fuse into).
+// F(2, 3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5;
+// .5 -.5 .5; 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1]: additions and halvings, so the f32
+// result stays within a few ulps of the direct sum.
+// F(4, 3): the points 0, 1, -1, 1/2, -2 (and infinity), which round less than the
+// usual 0, +-1, +-2 (in the tests' sums the largest error went 2.7e-5 -> 1.5e-5),
+// B^T's rows scaled to small integers (their factors moved into G):
+// B^T = [2 -3 -4 3 2 0; 0 -2 1 5 2 0; 0 -2 5 -1 -2 0; 0 2 1 -2 -1 0; 0 1 -2 -1 2 0;
+// 0 2 -3 -4 3 2], G = [1/2 0 0; 1/6 1/6 1/6; 1/6 -1/6 1/6; 16/15 8/15 4/15; 1/30 -1/15
+// 2/15; 0 0 1/2], A^T = [1 1 1 1 1 0; 0 1 -1 1/2 -2 0; 0 1 1 1/4 4 0; 0 1 -1 1/8 -8 1].
+// Its results differ from the direct sum by up to ~3x F(2, 3)'s (1.5e-5 over 144-term
+// sums of values in [-1, 1], F(2, 3) ~5e-6), as any F(4, 3) does. All in f32; f16
+// and bf16 in and out are converted in the first and last generics. U and M are sized
+// for L2: where the batch's do not fit and one image's do, the images go one at a time
+// (emit_images).
 //
 //===----------------------------------------------------------------------===//
 #include <stdarg.h>
@@ -47,11 +60,20 @@ static void bodyf(jit__emitter *e, const char *sfx, const char *fmt, ...) {
   }
 }
 
-// Bytes of the larger of Winograd's U [4, C, Q] and M [4, F, Q] (f32, Q = N tH Wp) for
-// a 3x3 stride-1 convolution of N images, C channels and F filters to OH x OW.
+// Output rows per tile, m of F(m, 3): 4 (6 transformed rows per 4 output rows: 4.5
+// products per output row and column) or 2 (4 per 2: 6), whichever takes fewer
+// transformed rows over OH (2 on a tie: its transforms are cheaper).
+int jit__conv_winograd_rows(int64_t oh) {
+  return 6 * ((oh + 3) / 4) < 4 * ((oh + 1) / 2) ? 4 : 2;
+}
+
+// Bytes of the larger of Winograd's U [m + 2, C, Q] and M [m + 2, F, Q] (f32, Q =
+// N tH Wp) for a 3x3 stride-1 convolution of N images, C channels and F filters to
+// OH x OW.
 static int64_t winograd_bytes(int64_t n, int64_t c, int64_t f, int64_t oh, int64_t ow) {
-  int64_t q = n * ((oh + 1) / 2) * (ow + 2);  // N tH Wp
-  return 4 * (c > f ? c : f) * q * 4;
+  int m = jit__conv_winograd_rows(oh);
+  int64_t q = n * ((oh + m - 1) / m) * (ow + 2);  // N tH Wp
+  return (m + 2) * (c > f ? c : f) * q * 4;
 }
 
 int64_t jit__conv_winograd_images(const jit__emitter *e, const jit__node *n, const int64_t *wd) {
@@ -145,46 +167,90 @@ static jit__str open_transform(jit__emitter *e, jit__dtype dt, int rank, const i
 }
 
 
-// U [4, C, N, tH, Wp] from the padded x (rows of B^T d), or from `x5`, x already
-// viewed as [N, C, tH + 1, 2, Wp] (an image's slice of that view of the batch: a
+// U [m + 2, C, N, tH, Wp] from the padded x (rows of B^T d), or from `x5`, x already
+// viewed as [N, C, tH + 1, m, Wp] (an image's slice of that view of the batch: a
 // reshape of the image's slice itself would copy it).
-static jit__str emit_rows(jit__emitter *e, const jit__gen_operand *xp, int64_t tH,
+static jit__str emit_rows(jit__emitter *e, const jit__gen_operand *xp, int m, int64_t tH,
                           const char *x5) {
   int64_t N = xp->dims[0], C = xp->dims[1], Wp = xp->dims[3];
+  int a = m + 2;
   jit__dtype dt = xp->dt;
-  int64_t xd[5] = {N, C, tH + 1, 2, Wp}, sd[4] = {N, C, tH, Wp}, ud[5] = {4, C, N, tH, Wp};
+  int64_t xd[5] = {N, C, tH + 1, m, Wp}, sd[4] = {N, C, tH, Wp}, ud[5] = {a, C, N, tH, Wp};
   jit__str xr;
   if (x5)
     snprintf(xr.s, sizeof xr.s, "%s", x5);
   else
     xr = jit__emit_reshape_to(e, xp->name, dt, 4, xp->dims, 5, xd, false);
   jit__str xt = jit__tensor_type(dt, 5, xd), st = jit__tensor_type(dt, 4, sd);
-  jit__str rows[4];  // x's rows 2t, 2t + 1, 2t + 2, 2t + 3
-  for (int r = 0; r < 4; r++) {
-    int64_t offs[5] = {0, 0, r / 2, r % 2, 0}, sizes[5] = {N, C, tH, 1, Wp};
+  jit__str rows[6];  // x's rows m t .. m t + m + 1
+  jit__gen_operand ins[6];
+  for (int r = 0; r < a; r++) {
+    int64_t offs[5] = {0, 0, r / m, r % m, 0}, sizes[5] = {N, C, tH, 1, Wp};
     rows[r] = slice(e, xr.s, xt.s, 5, offs, sizes, st.s);
-  }
-  jit__gen_operand ins[4];
-  for (int r = 0; r < 4; r++)
     ins[r] = (jit__gen_operand){rows[r].s, dt, 4, sd, {2, 1, 3, 4}, NULL, NULL};
-  jit__str u = open_transform(e, JIT__F32, 5, ud, ins, 4);
-  char v[4][8];
+  }
+  jit__str u = open_transform(e, JIT__F32, 5, ud, ins, a);
+  char v[6][8];
   const char *sfx = u.s + 1;
-  body_f32(e, sfx, 4, dt, v);
-  bodyf(e, sfx,
-        "    %%r0# = arith.subf %s, %s : f32\n"
-        "    %%r1# = arith.addf %s, %s : f32\n"
-        "    %%r2# = arith.subf %s, %s : f32\n"
-        "    %%r3# = arith.subf %s, %s : f32\n",
-        v[0], v[2], v[1], v[2], v[2], v[1], v[1], v[3]);
-  static const char *const r[4] = {"%r0#", "%r1#", "%r2#", "%r3#"};
-  body_select(e, sfx, 0, 0, 4, r, JIT__F32, jit__tensor_type(JIT__F32, 5, ud).s);
+  body_f32(e, sfx, a, dt, v);
+  if (m == 2)
+    bodyf(e, sfx,
+          "    %%r0# = arith.subf %s, %s : f32\n"
+          "    %%r1# = arith.addf %s, %s : f32\n"
+          "    %%r2# = arith.subf %s, %s : f32\n"
+          "    %%r3# = arith.subf %s, %s : f32\n",
+          v[0], v[2], v[1], v[2], v[2], v[1], v[1], v[3]);
+  else  // B^T's rows (points 0, 1, -1, 1/2, -2): 2 (d0 + d4) + 3 (d3 - d1) - 4 d2,
+        // 2 (d4 - d1) + d2 + 5 d3, 5 d2 - d3 - 2 (d1 + d4), 2 (d1 - d3) + (d2 - d4),
+        // (d1 - d3) - 2 (d2 - d4), 2 (d1 + d5) + 3 (d4 - d2) - 4 d3
+    bodyf(e, sfx,
+          "    %%k2# = arith.constant 2.0 : f32\n"
+          "    %%k3# = arith.constant 3.0 : f32\n"
+          "    %%k4# = arith.constant 4.0 : f32\n"
+          "    %%k5# = arith.constant 5.0 : f32\n"
+          "    %%a0# = arith.addf %s, %s : f32\n"
+          "    %%a1# = arith.subf %s, %s : f32\n"
+          "    %%a2# = arith.mulf %%k2#, %%a0# : f32\n"
+          "    %%a3# = arith.mulf %%k3#, %%a1# : f32\n"
+          "    %%a4# = arith.mulf %%k4#, %s : f32\n"
+          "    %%a5# = arith.addf %%a2#, %%a3# : f32\n"
+          "    %%r0# = arith.subf %%a5#, %%a4# : f32\n"
+          "    %%b0# = arith.subf %s, %s : f32\n"
+          "    %%b1# = arith.mulf %%k2#, %%b0# : f32\n"
+          "    %%b2# = arith.mulf %%k5#, %s : f32\n"
+          "    %%b3# = arith.addf %%b1#, %s : f32\n"
+          "    %%r1# = arith.addf %%b3#, %%b2# : f32\n"
+          "    %%c0# = arith.addf %s, %s : f32\n"
+          "    %%c1# = arith.mulf %%k2#, %%c0# : f32\n"
+          "    %%c2# = arith.mulf %%k5#, %s : f32\n"
+          "    %%c3# = arith.subf %%c2#, %s : f32\n"
+          "    %%r2# = arith.subf %%c3#, %%c1# : f32\n"
+          "    %%e0# = arith.subf %s, %s : f32\n"
+          "    %%e1# = arith.subf %s, %s : f32\n"
+          "    %%e2# = arith.mulf %%k2#, %%e0# : f32\n"
+          "    %%e3# = arith.mulf %%k2#, %%e1# : f32\n"
+          "    %%r3# = arith.addf %%e2#, %%e1# : f32\n"
+          "    %%r4# = arith.subf %%e0#, %%e3# : f32\n"
+          "    %%f0# = arith.addf %s, %s : f32\n"
+          "    %%f1# = arith.subf %s, %s : f32\n"
+          "    %%f2# = arith.mulf %%k2#, %%f0# : f32\n"
+          "    %%f3# = arith.mulf %%k3#, %%f1# : f32\n"
+          "    %%f4# = arith.mulf %%k4#, %s : f32\n"
+          "    %%f5# = arith.addf %%f2#, %%f3# : f32\n"
+          "    %%r5# = arith.subf %%f5#, %%f4# : f32\n",
+          v[0], v[4], v[3], v[1], v[2],          // r0
+          v[4], v[1], v[3], v[2],                // r1
+          v[1], v[4], v[2], v[3],                // r2
+          v[1], v[3], v[2], v[4],                // r3, r4
+          v[1], v[5], v[4], v[2], v[3]);         // r5
+  static const char *const r[6] = {"%r0#", "%r1#", "%r2#", "%r3#", "%r4#", "%r5#"};
+  body_select(e, sfx, 0, 0, a, r, JIT__F32, jit__tensor_type(JIT__F32, 5, ud).s);
   return u;
 }
 
-// V [3, 4, F, C] from the weight [F, C, 3, 3] (rows of G g, per column kw).
-static jit__str emit_filters(jit__emitter *e, const jit__gen_operand *wt) {
-  int64_t F = wt->dims[0], C = wt->dims[1], vd[4] = {3, 4, F, C};
+// V [3, m + 2, F, C] from the weight [F, C, 3, 3] (rows of G g, per column kw).
+static jit__str emit_filters(jit__emitter *e, const jit__gen_operand *wt, int m) {
+  int64_t F = wt->dims[0], C = wt->dims[1], vd[4] = {3, m + 2, F, C};
   // The weight's taps first ([F C, 9] transposed, which the strategy does in
   // registers), so that the transform reads rows of (f, c) rather than every ninth
   // element (a 256 x 256 weight: 0.74 ms read with stride 9).
@@ -210,136 +276,195 @@ static jit__str emit_filters(jit__emitter *e, const jit__gen_operand *wt) {
   char g[3][8];
   const char *sfx = v.s + 1;
   body_f32(e, sfx, 3, wt->dt, g);
+  if (m == 2) {
+    bodyf(e, sfx,
+          "    %%wh# = arith.constant 0.5 : f32\n"
+          "    %%wa# = arith.addf %s, %s : f32\n"
+          "    %%wb# = arith.addf %%wa#, %s : f32\n"
+          "    %%wd# = arith.subf %%wa#, %s : f32\n"
+          "    %%r1# = arith.mulf %%wb#, %%wh# : f32\n"
+          "    %%r2# = arith.mulf %%wd#, %%wh# : f32\n",
+          g[0], g[2], g[1], g[1]);
+    const char *const r[4] = {g[0], "%r1#", "%r2#", g[2]};
+    body_select(e, sfx, 1, 0, 4, r, JIT__F32, jit__tensor_type(JIT__F32, 4, vd).s);
+    return v;
+  }
+  // G's rows (B^T's scaled to integers): g0 / 2, (g0 + g1 + g2) / 6, (g0 - g1 + g2) /
+  // 6, (16 g0 + 8 g1 + 4 g2) / 15, (g0 - 2 g1 + 4 g2) / 30, g2 / 2.
   bodyf(e, sfx,
-        "    %%wh# = arith.constant 0.5 : f32\n"
+        "    %%h# = arith.constant 0.5 : f32\n"
+        "    %%q6# = arith.constant 0.16666666666666667 : f32\n"
+        "    %%k2# = arith.constant 2.0 : f32\n"
+        "    %%k4# = arith.constant 4.0 : f32\n"
+        "    %%q15# = arith.constant 0.26666666666666667 : f32\n"
+        "    %%q30# = arith.constant 0.033333333333333333 : f32\n"
+        "    %%r0# = arith.mulf %s, %%h# : f32\n"
         "    %%wa# = arith.addf %s, %s : f32\n"
         "    %%wb# = arith.addf %%wa#, %s : f32\n"
         "    %%wd# = arith.subf %%wa#, %s : f32\n"
-        "    %%r1# = arith.mulf %%wb#, %%wh# : f32\n"
-        "    %%r2# = arith.mulf %%wd#, %%wh# : f32\n",
-        g[0], g[2], g[1], g[1]);
-  const char *const r[4] = {g[0], "%r1#", "%r2#", g[2]};
-  body_select(e, sfx, 1, 0, 4, r, JIT__F32, jit__tensor_type(JIT__F32, 4, vd).s);
+        "    %%r1# = arith.mulf %%wb#, %%q6# : f32\n"
+        "    %%r2# = arith.mulf %%wd#, %%q6# : f32\n"
+        "    %%x0# = arith.mulf %%k4#, %s : f32\n"
+        "    %%x1# = arith.mulf %%k2#, %s : f32\n"
+        "    %%x2# = arith.addf %%x0#, %%x1# : f32\n"
+        "    %%x3# = arith.addf %%x2#, %s : f32\n"
+        "    %%r3# = arith.mulf %%x3#, %%q15# : f32\n"
+        "    %%y0# = arith.mulf %%k4#, %s : f32\n"
+        "    %%y1# = arith.mulf %%k2#, %s : f32\n"
+        "    %%y2# = arith.subf %s, %%y1# : f32\n"
+        "    %%y3# = arith.addf %%y2#, %%y0# : f32\n"
+        "    %%r4# = arith.mulf %%y3#, %%q30# : f32\n"
+        "    %%r5# = arith.mulf %s, %%h# : f32\n",
+        g[0], g[0], g[2], g[1], g[1], g[0], g[1], g[2], g[2], g[1], g[0], g[2]);
+  const char *const r[6] = {"%r0#", "%r1#", "%r2#", "%r3#", "%r4#", "%r5#"};
+  body_select(e, sfx, 1, 0, 6, r, JIT__F32, jit__tensor_type(JIT__F32, 4, vd).s);
   return v;
 }
 
 // Sum over kw of V[kw] (batched over i) times U's columns [start + kw, start + kw + n):
-// M's columns [start, start + n), [4, F, n], from a zero accumulator of its own.
-static jit__str emit_chain(jit__emitter *e, const char *u, const char *v, int64_t C, int64_t F,
-                           int64_t Q, int64_t start, int64_t n) {
-  int64_t uq[3] = {4, C, Q}, sd[3] = {4, F, n}, vd[4] = {3, 4, F, C};
-  int64_t ad[3] = {4, F, C}, bd[3] = {4, C, n};
+// M's columns [start, start + n), [a, F, n] (a = m + 2), from a zero accumulator of
+// its own.
+static jit__str emit_chain(jit__emitter *e, const char *u, const char *v, int64_t a, int64_t C,
+                           int64_t F, int64_t Q, int64_t start, int64_t n) {
+  int64_t uq[3] = {a, C, Q}, sd[3] = {a, F, n}, vd[4] = {3, a, F, C};
+  int64_t ad[3] = {a, F, C}, bd[3] = {a, C, n};
   jit__str st = jit__tensor_type(JIT__F32, 3, sd), at = jit__tensor_type(JIT__F32, 3, ad);
   jit__str bt = jit__tensor_type(JIT__F32, 3, bd), vt = jit__tensor_type(JIT__F32, 4, vd);
   jit__str ut = jit__tensor_type(JIT__F32, 3, uq);
   jit__str s = jit__emit_filled_acc(e, "0.0", 3, sd, NULL);
   for (int kw = 0; kw < 3; kw++) {
-    int64_t ao[4] = {kw, 0, 0, 0}, as[4] = {1, 4, F, C}, bo[3] = {0, 0, start + kw};
-    jit__str a = slice(e, v, vt.s, 4, ao, as, at.s);
+    int64_t ao[4] = {kw, 0, 0, 0}, as[4] = {1, a, F, C}, bo[3] = {0, 0, start + kw};
+    jit__str va = slice(e, v, vt.s, 4, ao, as, at.s);
     jit__str b = slice(e, u, ut.s, 3, bo, bd, bt.s);
     jit__str mm = jit__value_name(e, false);
     jit__text_printf(&e->tb,
                      "  %s = linalg.batch_matmul ins(%s, %s : %s, %s) outs(%s : %s) -> %s\n",
-                     mm.s, a.s, b.s, at.s, bt.s, s.s, st.s, st.s);
+                     mm.s, va.s, b.s, at.s, bt.s, s.s, st.s, st.s);
     s = mm;
   }
   return s;
 }
 
-// `part` [4, F, n] into m [4, F, Q] at column `start`.
-static jit__str insert_cols(jit__emitter *e, const char *part, const char *m, int64_t F,
-                            int64_t Q, int64_t start, int64_t n) {
-  int64_t md[3] = {4, F, Q}, sd[3] = {4, F, n};
+// `part` [a, F, n] into m [a, F, Q] at column `start`.
+static jit__str insert_cols(jit__emitter *e, const char *part, const char *m, int64_t a,
+                            int64_t F, int64_t Q, int64_t start, int64_t n) {
+  int64_t md[3] = {a, F, Q}, sd[3] = {a, F, n};
   jit__str r = jit__value_name(e, false);
   jit__text_printf(&e->tb,
-                   "  %s = tensor.insert_slice %s into %s[0, 0, %lld] [4, %lld, %lld] "
+                   "  %s = tensor.insert_slice %s into %s[0, 0, %lld] [%lld, %lld, %lld] "
                    "[1, 1, 1] : %s into %s\n",
-                   r.s, part, m, (long long)start, (long long)F, (long long)n,
+                   r.s, part, m, (long long)start, (long long)a, (long long)F, (long long)n,
                    jit__tensor_type(JIT__F32, 3, sd).s, jit__tensor_type(JIT__F32, 3, md).s);
   return r;
 }
 
-// M [4, F, Q]: its first L = Q - 2 columns as emit_chain's products (the last two are
+// M [a, F, Q]: its first L = Q - 2 columns as emit_chain's products (the last two are
 // never read). The strategy runs a column rest that is not whole vectors one column at
 // a time, so the columns go as whole register tiles of 32 and one last chain of 16 or
 // 32 that ends at L (overlapping the tiles' last columns, which it writes again with
 // the same sums).
-static jit__str emit_products(jit__emitter *e, const char *u, const char *v, int64_t C,
-                              int64_t F, int64_t Q) {
-  int64_t L = Q - 2, md[3] = {4, F, Q};
+static jit__str emit_products(jit__emitter *e, const char *u, const char *v, int64_t a,
+                              int64_t C, int64_t F, int64_t Q) {
+  int64_t L = Q - 2, md[3] = {a, F, Q};
   int64_t whole = L / 32 * 32, rest = L - whole, tail = rest <= 16 ? 16 : 32;
   if (L < 32) whole = 0, rest = tail = L;
   jit__str m = jit__value_name(e, false);
   jit__emit_empty(e, m.s, JIT__F32, 3, md, NULL);
-  if (whole) m = insert_cols(e, emit_chain(e, u, v, C, F, Q, 0, whole).s, m.s, F, Q, 0, whole);
+  if (whole)
+    m = insert_cols(e, emit_chain(e, u, v, a, C, F, Q, 0, whole).s, m.s, a, F, Q, 0, whole);
   if (rest)
-    m = insert_cols(e, emit_chain(e, u, v, C, F, Q, L - tail, tail).s, m.s, F, Q, L - tail,
-                    tail);
+    m = insert_cols(e, emit_chain(e, u, v, a, C, F, Q, L - tail, tail).s, m.s, a, F, Q,
+                    L - tail, tail);
   return m;
 }
 
-// y [N, F, 2 tH, OW] of `dt` from M [4, F, N, tH, Wp] (A^T m, o from the index); with
-// `rows3` (one image, even OH) y [F, OH, OW], over loops (f, h, w) reading M at t = h / 2
-// (o = h mod 2): emit_images inserts that into the batch's result, which
-// eliminate-empty-tensors then has the generic write in place.
-static jit__str emit_output(jit__emitter *e, const char *m, jit__dtype dt, int64_t N,
-                            int64_t F, int64_t tH, int64_t Wp, int64_t OW, bool rows3) {
-  // Loops (n, f, t, o, w); one image: (f, t, o, w), so that threads split over f.
-  int one = N == 1, r = 5 - one;
-  int64_t m5[5] = {4, F, N, tH, Wp}, mq[3] = {4, F, N * tH * Wp};
-  int64_t sd5[4] = {F, N, tH, OW}, sd1[3] = {F, tH, OW};
-  int64_t yd5[5] = {N, F, tH, 2, OW}, yd1[4] = {F, tH, 2, OW}, y3[3] = {F, 2 * tH, OW};
-  const int64_t *sd = one ? sd1 : sd5, *yd = one ? yd1 : yd5;
+// y [N, F, OH, OW] of `dt` from M [m + 2, F, N, tH, Wp] (A^T m) over loops (n, f, h,
+// w) reading M at t = h / m (o = h mod m): a result its consumer's elementwise ops
+// fuse into (the threads split its first dim of more than one: f where N = 1). With
+// `rows3` (one image) y [F, OH, OW] over loops (f, h, w): emit_images inserts that
+// into the batch's result, which eliminate-empty-tensors then has the generic write in
+// place.
+static jit__str emit_output(jit__emitter *e, const char *m, int tm, jit__dtype dt, int64_t N,
+                            int64_t F, int64_t tH, int64_t Wp, int64_t OH, int64_t OW,
+                            bool rows3) {
+  int a = tm + 2, r = rows3 ? 3 : 4;
+  int64_t m5[5] = {a, F, N, tH, Wp}, mq[3] = {a, F, N * tH * Wp};
+  int64_t sd4[4] = {F, N, tH, OW}, sd3[3] = {F, tH, OW};
+  int64_t yd4[4] = {N, F, OH, OW}, yd3[3] = {F, OH, OW};
+  const int64_t *sd = rows3 ? sd3 : sd4, *yd = rows3 ? yd3 : yd4;
   jit__str mr = jit__emit_reshape_to(e, m, JIT__F32, 3, mq, 5, m5, false);
-  jit__str mt = jit__tensor_type(JIT__F32, 5, m5), st = jit__tensor_type(JIT__F32, r - 1, sd);
-  jit__gen_operand ins[4];
-  jit__str parts[4];
-  for (int i = 0; i < 4; i++) {
+  jit__str mt = jit__tensor_type(JIT__F32, 5, m5), st = jit__tensor_type(JIT__F32, r, sd);
+  jit__gen_operand ins[6];
+  jit__str parts[6];
+  char map[48];
+  if (rows3)
+    snprintf(map, sizeof map, "d0, d1 floordiv %d, d2", tm);
+  else
+    snprintf(map, sizeof map, "d1, d0, d2 floordiv %d, d3", tm);
+  for (int i = 0; i < a; i++) {
     int64_t offs[5] = {i, 0, 0, 0, 0}, sizes[5] = {1, F, N, tH, OW};
     parts[i] = slice(e, mr.s, mt.s, 5, offs, sizes, st.s);
-    ins[i] = one ? (jit__gen_operand){parts[i].s, JIT__F32, 3, sd, {0, 1, 3}, NULL, NULL}
-                 : (jit__gen_operand){parts[i].s, JIT__F32, 4, sd, {1, 0, 2, 4}, NULL, NULL};
-    if (rows3) ins[i].affine = "d0, d1 floordiv 2, d2";
+    ins[i] = (jit__gen_operand){parts[i].s, JIT__F32, r, sd, {0}, NULL, map};
   }
-  jit__str y = rows3 ? open_transform(e, dt, 3, y3, ins, 4) : open_transform(e, dt, r, yd, ins, 4);
+  jit__str y = open_transform(e, dt, r, yd, ins, a);
   const char *sfx = y.s + 1;
-  bodyf(e, sfx,
-        "    %%wa# = arith.addf %%in0, %%in1 : f32\n"
-        "    %%r0# = arith.addf %%wa#, %%in2 : f32\n"
-        "    %%wb# = arith.subf %%in1, %%in2 : f32\n"
-        "    %%r1# = arith.subf %%wb#, %%in3 : f32\n");
-  static const char *const rs[2] = {"%r0#", "%r1#"};
-  if (rows3) {
-    body_select(e, sfx, 1, 2, 2, rs, dt, jit__tensor_type(dt, 3, y3).s);
-    return y;
-  }
-  body_select(e, sfx, r - 2, 0, 2, rs, dt, jit__tensor_type(dt, r, yd).s);
-  int64_t y4[4] = {N, F, 2 * tH, OW};
-  return jit__emit_reshape_to(e, y.s, dt, r, yd, 4, y4, false);
+  if (tm == 2)
+    bodyf(e, sfx,
+          "    %%wa# = arith.addf %%in0, %%in1 : f32\n"
+          "    %%r0# = arith.addf %%wa#, %%in2 : f32\n"
+          "    %%wb# = arith.subf %%in1, %%in2 : f32\n"
+          "    %%r1# = arith.subf %%wb#, %%in3 : f32\n");
+  else  // A^T's rows: m0 + (m1 + m2) + (m3 + m4), (m1 - m2) + m3 / 2 - 2 m4, (m1 + m2)
+        // + m3 / 4 + 4 m4, (m1 - m2) + m3 / 8 - 8 m4 + m5
+    bodyf(e, sfx,
+          "    %%k2# = arith.constant 2.0 : f32\n"
+          "    %%k4# = arith.constant 4.0 : f32\n"
+          "    %%k8# = arith.constant 8.0 : f32\n"
+          "    %%h2# = arith.constant 0.5 : f32\n"
+          "    %%h4# = arith.constant 0.25 : f32\n"
+          "    %%h8# = arith.constant 0.125 : f32\n"
+          "    %%p12# = arith.addf %%in1, %%in2 : f32\n"
+          "    %%m12# = arith.subf %%in1, %%in2 : f32\n"
+          "    %%p34# = arith.addf %%in3, %%in4 : f32\n"
+          "    %%wa# = arith.addf %%in0, %%p12# : f32\n"
+          "    %%r0# = arith.addf %%wa#, %%p34# : f32\n"
+          "    %%b3# = arith.mulf %%h2#, %%in3 : f32\n"
+          "    %%b4# = arith.mulf %%k2#, %%in4 : f32\n"
+          "    %%b5# = arith.subf %%b3#, %%b4# : f32\n"
+          "    %%r1# = arith.addf %%m12#, %%b5# : f32\n"
+          "    %%c3# = arith.mulf %%h4#, %%in3 : f32\n"
+          "    %%c4# = arith.mulf %%k4#, %%in4 : f32\n"
+          "    %%c5# = arith.addf %%c3#, %%c4# : f32\n"
+          "    %%r2# = arith.addf %%p12#, %%c5# : f32\n"
+          "    %%d3# = arith.mulf %%h8#, %%in3 : f32\n"
+          "    %%d4# = arith.mulf %%k8#, %%in4 : f32\n"
+          "    %%d5# = arith.subf %%d3#, %%d4# : f32\n"
+          "    %%d6# = arith.addf %%m12#, %%d5# : f32\n"
+          "    %%r3# = arith.addf %%d6#, %%in5 : f32\n");
+  static const char *const rs[4] = {"%r0#", "%r1#", "%r2#", "%r3#"};
+  body_select(e, sfx, r - 2, tm, tm, rs, dt, jit__tensor_type(dt, r, yd).s);
+  return y;
 }
 
 // The convolution of xp's N images (see the top). emit_images passes one image: `x5`
 // its view for emit_rows, `vt` the filters' transform (made once, before its loop) and,
-// where OH is even, `rows3` (the result [F, OH, OW]).
+// `rows3` (the result [F, OH, OW]).
 static jit__str emit_batch(jit__emitter *e, const jit__node *n, const jit__gen_operand *xp,
                            const jit__gen_operand *wt, const char *x5, const char *vt,
                            bool rows3) {
   int64_t N = n->dims[0], F = n->dims[1], OH = n->dims[2], OW = n->dims[3];
-  int64_t C = xp->dims[1], Wp = xp->dims[3], tH = (OH + 1) / 2, Q = N * tH * Wp;
-  jit__str u = emit_rows(e, xp, tH, x5);
-  int64_t ud[5] = {4, C, N, tH, Wp}, uq[3] = {4, C, Q};
+  int m = jit__conv_winograd_rows(OH), a = m + 2;
+  int64_t C = xp->dims[1], Wp = xp->dims[3], tH = (OH + m - 1) / m, Q = N * tH * Wp;
+  jit__str u = emit_rows(e, xp, m, tH, x5);
+  int64_t ud[5] = {a, C, N, tH, Wp}, uq[3] = {a, C, Q};
   jit__str uf = jit__emit_reshape_to(e, u.s, JIT__F32, 5, ud, 3, uq, false);
   jit__str v;
   if (vt)
     snprintf(v.s, sizeof v.s, "%s", vt);
   else
-    v = emit_filters(e, wt);
-  jit__str m = emit_products(e, uf.s, v.s, C, F, Q);
-  jit__str y = emit_output(e, m.s, n->dtype, N, F, tH, Wp, OW, rows3);
-  if (2 * tH == OH) return y;
-  int64_t yd[4] = {N, F, 2 * tH, OW}, offs[4] = {0, 0, 0, 0};
-  return slice(e, y.s, jit__tensor_type(n->dtype, 4, yd).s, 4, offs, n->dims,
-               jit__tensor_type(n->dtype, 4, n->dims).s);
+    v = emit_filters(e, wt, m);
+  jit__str mm = emit_products(e, uf.s, v.s, a, C, F, Q);
+  return emit_output(e, mm.s, m, n->dtype, N, F, tH, Wp, OH, OW, rows3);
 }
 
 // One image at a time, in an scf.for over the images that carries the result; with
@@ -353,8 +478,7 @@ static jit__str emit_images(jit__emitter *e, const jit__node *n, const jit__gen_
   int64_t N = od[0];
   int T = e->opt->forall_threads;
   int64_t chunks = T > 1 && N % T == 0 ? T : 1, per = N / chunks;
-  int64_t cd[4] = {per, od[1], od[2], od[3]}, x1[4] = {1, xd[1], xd[2], xd[3]},
-          y1[4] = {1, od[1], od[2], od[3]};
+  int64_t cd[4] = {per, od[1], od[2], od[3]}, x1[4] = {1, xd[1], xd[2], xd[3]};
   jit__str oty = jit__tensor_type(n->dtype, 4, od), cty = jit__tensor_type(n->dtype, 4, cd);
   jit__str init = jit__value_name(e, false);
   jit__emit_empty(e, init.s, n->dtype, 4, od, NULL);
@@ -374,10 +498,10 @@ static jit__str emit_images(jit__emitter *e, const jit__node *n, const jit__gen_
   }
   // The filters' transform and the batch viewed as [N, C, tH + 1, 2, Wp] once, outside
   // the loops (the transform was not hoisted: made per image, 2 % of the time).
-  jit__str vt = emit_filters(e, wt);
-  int64_t tH = (od[2] + 1) / 2, F = od[1], OH = od[2], OW = od[3];
-  bool even = 2 * tH == OH;
-  int64_t x5d[5] = {N, xd[1], tH + 1, 2, xd[3]}, x51[5] = {1, xd[1], tH + 1, 2, xd[3]};
+  int m = jit__conv_winograd_rows(od[2]);
+  jit__str vt = emit_filters(e, wt, m);
+  int64_t tH = (od[2] + m - 1) / m, F = od[1], OH = od[2], OW = od[3];
+  int64_t x5d[5] = {N, xd[1], tH + 1, m, xd[3]}, x51[5] = {1, xd[1], tH + 1, m, xd[3]};
   jit__str xall = jit__emit_reshape_to(e, xp->name, xp->dt, 4, xd, 5, x5d, false);
   jit__str lo = jit__emit_index_const(e, 0), hi = jit__emit_index_const(e, per),
            one = jit__emit_index_const(e, 1);
@@ -391,17 +515,17 @@ static jit__str emit_images(jit__emitter *e, const jit__node *n, const jit__gen_
   }
   jit__str xs = jit__value_name(e, false);
   jit__text_printf(tb,
-                   "  %s = tensor.extract_slice %s[%s, 0, 0, 0, 0] [1, %lld, %lld, 2, %lld] "
+                   "  %s = tensor.extract_slice %s[%s, 0, 0, 0, 0] [1, %lld, %lld, %d, %lld] "
                    "[1, 1, 1, 1, 1] : %s to %s\n",
-                   xs.s, xall.s, img.s, (long long)xd[1], (long long)(tH + 1), (long long)xd[3],
+                   xs.s, xall.s, img.s, (long long)xd[1], (long long)(tH + 1), m, (long long)xd[3],
                    jit__tensor_type(xp->dt, 5, x5d).s, jit__tensor_type(xp->dt, 5, x51).s);
   jit__node one_image = *n;
   one_image.dims[0] = 1;
   jit__gen_operand x1op = *xp;
   x1op.dims = x1;
-  jit__str y = emit_batch(e, &one_image, &x1op, wt, xs.s, vt.s, even);
+  jit__str y = emit_batch(e, &one_image, &x1op, wt, xs.s, vt.s, true);
   int64_t r3[3] = {F, OH, OW};
-  jit__str yty = even ? jit__tensor_type(n->dtype, 3, r3) : jit__tensor_type(n->dtype, 4, y1);
+  jit__str yty = jit__tensor_type(n->dtype, 3, r3);
   jit__str next = jit__value_name(e, false);
   jit__text_printf(tb,
                    "  %s = tensor.insert_slice %s into %s[%s, 0, 0, 0] [1, %lld, %lld, %lld] "

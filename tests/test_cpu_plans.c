@@ -213,6 +213,32 @@ Test(cpu_plans, elementwise_tiles) {
   cr_expect(!ew(AVX512, 1, 3, 1000, false, -1).skip);
 }
 
+// The split goes to the first loop of more than one step ([1, 64, 56, 56]: the 64), and
+// a heavy body (many ops an element: Winograd's output transform with its epilogue, a
+// gelu_erf with its bias) splits from 2^16 elements rather than 2^20.
+Test(cpu_plans, elementwise_split_loop) {
+  jit__cpu_host h = jit__cpu_host_make(AVX512, 512 << 10, 2);
+  jit__cpu_ew_shape s = {.nl = 4, .ext = {1, 64, 56, 56}, .tl = -1};
+  jit__cpu_ew_plan p = jit__cpu_plan_elementwise(&s, &h, 2);
+  cr_expect(!p.par, "200 K elements of a light body stay on one thread");
+  s.heavy = true;
+  p = jit__cpu_plan_elementwise(&s, &h, 2);
+  cr_expect(p.par && p.pd == 1 && p.e0 == 32, "par %d pd %d e0 %lld", p.par, p.pd,
+            (long long)p.e0);
+  cr_expect_eq(p.sizes[0], 0);  // the unit loop is not tiled
+  cr_expect_eq(p.sizes[3], 0);  // 56 columns: under 4 vectors
+  s = (jit__cpu_ew_shape){.nl = 2, .ext = {1, 1 << 21}, .tl = -1};  // only the last loop
+  p = jit__cpu_plan_elementwise(&s, &h, 2);
+  cr_expect(p.par && p.pd == 1 && p.e0 == 1 << 20 && p.sizes[1] == 64);
+  s = (jit__cpu_ew_shape){.nl = 2, .ext = {63, 1100}, .tl = -1, .heavy = true};  // 69 K
+  cr_expect(!jit__cpu_plan_elementwise(&s, &h, 2).par, "63 rows do not split in two");
+  s.ext[0] = 64;
+  cr_expect(jit__cpu_plan_elementwise(&s, &h, 2).par);
+  s.ext[1] = 1000;  // 64,000 elements: under 2^16
+  cr_expect(!jit__cpu_plan_elementwise(&s, &h, 2).par);
+  cr_expect(!jit__cpu_plan_elementwise(&s, &h, 1).par);
+}
+
 // A transposed read (test_perf_paths transpose_tiles): L x L tiles, partial ones peeled.
 Test(cpu_plans, transpose_tiles) {
   jit__cpu_ew_plan p = ew(AVX512, 1, 1000, 37, false, 0);

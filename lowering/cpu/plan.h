@@ -136,13 +136,15 @@ typedef struct jit__cpu_ew_shape {
   int tl;                           // the loop walking an input's contiguous dim when
                                     // that is not the last (a transposed read), or -1
   bool follow_split;                // split like the batch before it (walk's ew_split)
+  bool heavy;                       // a body of many ops (a transform, fused epilogues)
 } jit__cpu_ew_shape;
 
 // How it is tiled. Thread-compatible.
 typedef struct jit__cpu_ew_plan {
   bool skip;                        // left as it is
-  bool par;                         // the outer loop split across the threads
-  int64_t e0;                       // one thread's share of the outer loop
+  bool par;                         // loop pd split across the threads
+  int pd;                           // the loop split: the first of more than one step
+  int64_t e0;                       // one thread's share of loop pd
   int n_loops;                      // loops tiled below (0: none)
   int64_t sizes[JIT_MAX_RANK + 2];  // the inner tile per loop (0: not tiled)
   bool peel[JIT_MAX_RANK + 2];      // that loop's last tile is partial: peeled

@@ -15,10 +15,13 @@ jit__cpu_row_plan jit__cpu_plan_row(int64_t d0, int64_t numel, int threads) {
   return p;
 }
 
-// The outer loop is split across the threads from 2^20 elements (2^18 for a
-// reduction; see the matmul bound), or when it follows a batch split the same way;
-// a reduction on one thread is left as it is (its inner loops stay as they are). The
-// inner tile: V lanes of the last dim (4 vector registers), 1 elsewhere.
+// The outer loop (an elementwise op's first of more than one step: [1, 64, 56, 56]
+// splits its 64) is split across the threads from 2^20 elements (2^18 for a
+// reduction; see the matmul bound), from 2^16 for a heavy body (Winograd's output
+// transform with its consumers fused in: 30 ops an element), or when it follows a
+// batch split the same way; a reduction on one thread is left as it is (its inner
+// loops stay as they are). The inner tile: V lanes of the last dim (4 vector
+// registers), 1 elsewhere.
 jit__cpu_ew_plan jit__cpu_plan_elementwise(const jit__cpu_ew_shape *s, const jit__cpu_host *h,
                                            int threads) {
   jit__cpu_ew_plan p = {0};
@@ -31,15 +34,19 @@ jit__cpu_ew_plan jit__cpu_plan_elementwise(const jit__cpu_ew_shape *s, const jit
     p.skip = true;
     return p;
   }
-  p.par = T > 1 && nl >= (red ? 2 : 1) && ext[0] % T == 0 && ext[0] >= T &&
-          (numel >= (red ? (1 << 18) : (1 << 20)) || s->follow_split);
-  p.e0 = p.par ? ext[0] / T : ext[0];
+  int pd = 0;
+  while (!red && pd < nl - 1 && ext[pd] == 1) pd++;
+  p.pd = pd;
+  p.par = T > 1 && nl >= (red ? 2 : 1) && ext[pd] % T == 0 && ext[pd] >= T &&
+          (numel >= (red ? (1 << 18) : (1 << 20)) || s->follow_split ||
+           (s->heavy && numel >= (1 << 16)));
+  p.e0 = p.par ? ext[pd] / T : ext[pd];
   if (red) {
     p.skip = !p.par;
     return p;
   }
   int64_t V = 4 * h->lanes;
-  int64_t last = nl == 1 ? p.e0 : ext[nl - 1];
+  int64_t last = pd == nl - 1 ? p.e0 : ext[nl - 1];
   int64_t vl = last > V ? V : 0;
   // An input whose contiguous dim another loop walks (a transpose): tiles of L x L
   // (L = lanes), each read as L rows of L contiguous elements and transposed in
@@ -48,7 +55,7 @@ jit__cpu_ew_plan jit__cpu_plan_elementwise(const jit__cpu_ew_shape *s, const jit
   int tl = s->tl;
   int64_t L = h->lanes;
   for (int l = 0; l < nl; l++) {
-    int64_t e = l == 0 ? p.e0 : ext[l];
+    int64_t e = l == pd ? p.e0 : ext[l];
     p.sizes[l] = l == nl - 1 ? vl : (e > 1 ? 1 : 0);
     if (tl >= 0 && (l == tl || l == nl - 1)) p.sizes[l] = e > L ? L : 0;
     p.n_loops += p.sizes[l] != 0;

@@ -154,6 +154,20 @@ static bool broadcasts_last(MlirOperation g, int nl) {
   return false;
 }
 
+// Ops in generic `g`'s body from which it is heavy (jit__cpu_plan_elementwise): more
+// than an elementwise chain's such as gelu_erf's (~25 with its bias), as Winograd's
+// output transform with its epilogue fused in (~35).
+enum { kHeavyBody = 24 };
+
+static int body_ops(MlirOperation g) {
+  MlirBlock b = mlirRegionGetFirstBlock(mlirOperationGetRegion(g, 0));
+  int n = 0;
+  for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);
+       op = mlirOperationGetNextInBlock(op))
+    n++;
+  return n;
+}
+
 // Reduction `g` (nl loops) split across the threads as plan `p` says.
 static void emit_reduction(walk *w, MlirOperation g, int nl, const jit__cpu_ew_plan *p) {
   jit__text *sb = &w->sb;
@@ -203,9 +217,10 @@ static void emit_elementwise(walk *w, MlirOperation g, const jit__cpu_ew_shape *
   if (p->par) {
     w->parallel = true;
     sb_printf(sb, "  %%ewt%d, %%ewf%d = transform.structured.tile_using_forall %%ew%d "
-                  "tile_sizes [%lld",
-              i, i, i, (long long)p->e0);
-    for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+                  "tile_sizes [",
+              i, i, i);
+    for (int l = 0; l < nl; l++)
+      sb_printf(sb, "%s%lld", l ? ", " : "", (long long)(l == p->pd ? p->e0 : 0));
     sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
     src = "%ewt";
   }
@@ -319,7 +334,8 @@ static void plan_generic_threads(walk *w, MlirOperation g) {
   bool hint = !mlirAttributeIsNull(
       mlirOperationGetAttributeByName(g, mlirStringRefCreateFromCString("jit_split")));
   jit__cpu_ew_shape es = {.nl = nl, .reduction = n_red != 0,
-                          .follow_split = w->ew_split || hint};
+                          .follow_split = w->ew_split || hint,
+                          .heavy = body_ops(g) >= kHeavyBody};
   for (int l = 0; l < nl; l++) es.ext[l] = ext[l];
   es.tl = nl >= 2 && !n_red ? jit__cpu_transposed_loop(g, nl) : -1;
   jit__cpu_ew_plan p = jit__cpu_plan_elementwise(&es, &w->h, w->threads);
