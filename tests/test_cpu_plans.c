@@ -213,7 +213,7 @@ Test(cpu_plans, elementwise_tiles) {
   cr_expect(!ew(AVX512, 1, 3, 1000, false, -1).skip);
 }
 
-// The split goes to the first loop of more than one step ([1, 64, 56, 56]: the 64), and
+// The split goes to the first loop that the threads divide ([1, 64, 56, 56]: the 64), and
 // a heavy body (many ops an element: Winograd's output transform with its epilogue, a
 // gelu_erf with its bias) splits from 2^16 elements rather than 2^20.
 Test(cpu_plans, elementwise_split_loop) {
@@ -230,10 +230,15 @@ Test(cpu_plans, elementwise_split_loop) {
   s = (jit__cpu_ew_shape){.nl = 2, .ext = {1, 1 << 21}, .tl = -1};  // only the last loop
   p = jit__cpu_plan_elementwise(&s, &h, 2);
   cr_expect(p.par && p.pd == 1 && p.e0 == 1 << 20 && p.sizes[1] == 64);
+  // 63 rows do not split in two: the next loop does; neither of [63, 1101] does.
   s = (jit__cpu_ew_shape){.nl = 2, .ext = {63, 1100}, .tl = -1, .heavy = true};  // 69 K
-  cr_expect(!jit__cpu_plan_elementwise(&s, &h, 2).par, "63 rows do not split in two");
+  p = jit__cpu_plan_elementwise(&s, &h, 2);
+  cr_expect(p.par && p.pd == 1 && p.e0 == 550 && p.sizes[1] == 64 && p.peel[1]);
+  s.ext[1] = 1101;
+  cr_expect(!jit__cpu_plan_elementwise(&s, &h, 2).par);
   s.ext[0] = 64;
-  cr_expect(jit__cpu_plan_elementwise(&s, &h, 2).par);
+  p = jit__cpu_plan_elementwise(&s, &h, 2);
+  cr_expect(p.par && p.pd == 0 && p.e0 == 32);
   s.ext[1] = 1000;  // 64,000 elements: under 2^16
   cr_expect(!jit__cpu_plan_elementwise(&s, &h, 2).par);
   cr_expect(!jit__cpu_plan_elementwise(&s, &h, 1).par);

@@ -15,13 +15,14 @@ jit__cpu_row_plan jit__cpu_plan_row(int64_t d0, int64_t numel, int threads) {
   return p;
 }
 
-// The outer loop (an elementwise op's first of more than one step: [1, 64, 56, 56]
-// splits its 64) is split across the threads from 2^20 elements (2^18 for a
-// reduction; see the matmul bound), from 2^16 for a heavy body (Winograd's output
-// transform with its consumers fused in: 30 ops an element), or when it follows a
-// batch split the same way; a reduction on one thread is left as it is (its inner
-// loops stay as they are). The inner tile: V lanes of the last dim (4 vector
-// registers), 1 elsewhere.
+// One loop is split across the threads (an elementwise op's first that they divide:
+// [1, 64, 56, 56] splits its 64, [9, 4096] its 4096 at 2 threads; a reduction's first)
+// from 2^20 elements (2^18 for a reduction; see the matmul bound), from 2^16 for a
+// heavy body (Winograd's output transform with its consumers fused in: 30 ops an
+// element; a generic left to LLVM's scalar code), or when it follows a batch split
+// the same way, or the emitter asks (jit_split: Winograd's other transforms); a
+// reduction on one thread is left as it is (its inner loops stay as they are). The
+// inner tile: V lanes of the last dim (4 vector registers), 1 elsewhere.
 jit__cpu_ew_plan jit__cpu_plan_elementwise(const jit__cpu_ew_shape *s, const jit__cpu_host *h,
                                            int threads) {
   jit__cpu_ew_plan p = {0};
@@ -34,8 +35,15 @@ jit__cpu_ew_plan jit__cpu_plan_elementwise(const jit__cpu_ew_shape *s, const jit
     p.skip = true;
     return p;
   }
+  // The loop split: a reduction's first; else the first that the threads divide (its
+  // first of more than one step where none does: not split).
   int pd = 0;
   while (!red && pd < nl - 1 && ext[pd] == 1) pd++;
+  for (int l = pd; !red && T > 1 && l < nl; l++)
+    if (ext[l] >= T && ext[l] % T == 0) {
+      pd = l;
+      break;
+    }
   p.pd = pd;
   p.par = T > 1 && nl >= (red ? 2 : 1) && ext[pd] % T == 0 && ext[pd] >= T &&
           (numel >= (red ? (1 << 18) : (1 << 20)) || s->follow_split ||

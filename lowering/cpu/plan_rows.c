@@ -168,8 +168,9 @@ static int body_ops(MlirOperation g) {
   return n;
 }
 
-// Reduction `g` (nl loops) split across the threads as plan `p` says.
-static void emit_reduction(walk *w, MlirOperation g, int nl, const jit__cpu_ew_plan *p) {
+// Reduction `g` (nl loops), or a generic left to LLVM, split across the threads as plan
+// `p` says (loop p->pd), and nothing else.
+static void emit_split(walk *w, MlirOperation g, int nl, const jit__cpu_ew_plan *p) {
   jit__text *sb = &w->sb;
   int i = w->n_rd++;
   jit__cpu_set_tag(w->ctx, g, "jit_rd", i);
@@ -178,9 +179,10 @@ static void emit_reduction(walk *w, MlirOperation g, int nl, const jit__cpu_ew_p
             "  %%rd%d = transform.structured.match ops{[\"linalg.generic\"]} attributes "
             "{jit_rd = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
             "  %%rdt%d, %%rdf%d = transform.structured.tile_using_forall %%rd%d "
-            "tile_sizes [%lld",
-            i, i, i, i, i, (long long)p->e0);
-  for (int l = 1; l < nl; l++) sb_printf(sb, ", 0");
+            "tile_sizes [",
+            i, i, i, i, i);
+  for (int l = 0; l < nl; l++)
+    sb_printf(sb, "%s%lld", l ? ", " : "", (long long)(l == p->pd ? p->e0 : 0));
   sb_printf(sb, "] : (" ANY ") -> (" ANY ", " ANY ")\n");
 }
 
@@ -288,19 +290,20 @@ static bool has_strided_map(MlirOperation g) {
 
 static void plan_generic_threads(walk *w, MlirOperation g) {
   // A body that reads a tensor at computed indices (a window's padding, emit_window.c)
-  // does not vectorize as an elementwise op: its loops are left to LLVM.
-  // So does one that reads an operand at strided positions (a window's im2col copy):
-  // vectorize takes projected permutations only.
-  bool extract = false;
-  mlirOperationWalk(g, find_extract, &extract, MlirWalkPreOrder);
-  if (extract) return;
-  if (has_strided_map(g)) return;
+  // does not vectorize as an elementwise op: its loops are left to LLVM, split across
+  // the threads where it is large enough (as a heavy body: scalar code). So does one
+  // that reads an operand at strided positions (a window's im2col copy, Winograd's
+  // output transform at h / m): vectorize takes projected permutations only.
+  bool loose = false;
+  mlirOperationWalk(g, find_extract, &loose, MlirWalkPreOrder);
+  loose = loose || has_strided_map(g);
   for (int f = 0; f < w->n_fused; f++)
     if (mlirOperationEqual(w->fused[f], g)) return;
   for (int f = 0; f < w->n_taken_t; f++)
     if (mlirOperationEqual(w->taken_t[f], g)) return;
   if (is_claimed(w, g)) return;
   if (jit__cpu_is_row_root(g)) {
+    if (loose) return;
     plan_row(w, g);
     return;
   }
@@ -335,12 +338,16 @@ static void plan_generic_threads(walk *w, MlirOperation g) {
       mlirOperationGetAttributeByName(g, mlirStringRefCreateFromCString("jit_split")));
   jit__cpu_ew_shape es = {.nl = nl, .reduction = n_red != 0,
                           .follow_split = w->ew_split || hint,
-                          .heavy = body_ops(g) >= kHeavyBody};
+                          .heavy = loose || body_ops(g) >= kHeavyBody};
   for (int l = 0; l < nl; l++) es.ext[l] = ext[l];
   es.tl = nl >= 2 && !n_red ? jit__cpu_transposed_loop(g, nl) : -1;
   jit__cpu_ew_plan p = jit__cpu_plan_elementwise(&es, &w->h, w->threads);
   if (p.skip) return;
-  if (n_red) emit_reduction(w, g, nl, &p);
+  if (loose) {
+    if (p.par && !n_red) emit_split(w, g, nl, &p);
+    return;
+  }
+  if (n_red) emit_split(w, g, nl, &p);
   else emit_elementwise(w, g, &es, &p);
 }
 
