@@ -196,8 +196,9 @@ static jit__cpu_ew_plan ew(const char *features, int threads, int64_t rows, int6
 }
 
 // An elementwise chain (test_perf_paths elementwise_chain): rows of 4 vectors, the
-// partial last one peeled; split across 2 threads over 2^20 elements (2048x513), not
-// below (256x513); nothing planned under 64 elements.
+// partial last one peeled; split across 2 threads from 2^16 elements (128x513), not
+// below (127x513 is 65,151, and 127 rows do not split in two: nor do 513 columns);
+// nothing planned under 64 elements.
 Test(cpu_plans, elementwise_tiles) {
   jit__cpu_ew_plan p = ew(AVX512, 2, 2048, 513, false, -1);
   cr_expect(!p.skip && p.par);
@@ -206,23 +207,21 @@ Test(cpu_plans, elementwise_tiles) {
   cr_expect_eq(p.sizes[0] * 1000 + p.sizes[1], 1064);
   cr_expect(!p.peel[0] && p.peel[1]);
   cr_expect_eq(ew(AVX2, 2, 2048, 513, false, -1).sizes[1], 32);
-  p = ew(AVX512, 2, 256, 513, false, -1);
+  p = ew(AVX512, 2, 128, 513, false, -1);
+  cr_expect(p.par && p.e0 == 64);
+  p = ew(AVX512, 2, 126, 513, false, -1);  // 64,638 elements
   cr_expect(!p.par);
-  cr_expect_eq(p.e0, 256);
+  cr_expect_eq(p.e0, 126);
   cr_expect(ew(AVX512, 1, 1, 37, false, -1).skip);
   cr_expect(!ew(AVX512, 1, 3, 1000, false, -1).skip);
 }
 
-// The split goes to the first loop that the threads divide ([1, 64, 56, 56]: the 64), and
-// a heavy body (many ops an element: Winograd's output transform with its epilogue, a
-// gelu_erf with its bias) splits from 2^16 elements rather than 2^20.
+// The split goes to the first loop that the threads divide: [1, 64, 56, 56] its 64,
+// [63, 1100] its 1100; [63, 1101] none.
 Test(cpu_plans, elementwise_split_loop) {
   jit__cpu_host h = jit__cpu_host_make(AVX512, 512 << 10, 2);
   jit__cpu_ew_shape s = {.nl = 4, .ext = {1, 64, 56, 56}, .tl = -1};
   jit__cpu_ew_plan p = jit__cpu_plan_elementwise(&s, &h, 2);
-  cr_expect(!p.par, "200 K elements of a light body stay on one thread");
-  s.heavy = true;
-  p = jit__cpu_plan_elementwise(&s, &h, 2);
   cr_expect(p.par && p.pd == 1 && p.e0 == 32, "par %d pd %d e0 %lld", p.par, p.pd,
             (long long)p.e0);
   cr_expect_eq(p.sizes[0], 0);  // the unit loop is not tiled
@@ -230,8 +229,7 @@ Test(cpu_plans, elementwise_split_loop) {
   s = (jit__cpu_ew_shape){.nl = 2, .ext = {1, 1 << 21}, .tl = -1};  // only the last loop
   p = jit__cpu_plan_elementwise(&s, &h, 2);
   cr_expect(p.par && p.pd == 1 && p.e0 == 1 << 20 && p.sizes[1] == 64);
-  // 63 rows do not split in two: the next loop does; neither of [63, 1101] does.
-  s = (jit__cpu_ew_shape){.nl = 2, .ext = {63, 1100}, .tl = -1, .heavy = true};  // 69 K
+  s = (jit__cpu_ew_shape){.nl = 2, .ext = {63, 1100}, .tl = -1};  // 69 K
   p = jit__cpu_plan_elementwise(&s, &h, 2);
   cr_expect(p.par && p.pd == 1 && p.e0 == 550 && p.sizes[1] == 64 && p.peel[1]);
   s.ext[1] = 1101;
@@ -242,6 +240,8 @@ Test(cpu_plans, elementwise_split_loop) {
   s.ext[1] = 1000;  // 64,000 elements: under 2^16
   cr_expect(!jit__cpu_plan_elementwise(&s, &h, 2).par);
   cr_expect(!jit__cpu_plan_elementwise(&s, &h, 1).par);
+  s.follow_split = true;  // as the emitter asks (jit_split), whatever the size
+  cr_expect(jit__cpu_plan_elementwise(&s, &h, 2).par);
 }
 
 // A transposed read (test_perf_paths transpose_tiles): L x L tiles, partial ones peeled.

@@ -1155,9 +1155,12 @@ Test(perf_paths, elementwise_chain) {
   check_chain(1, 1, 1);
   check_chain(1, 37, 1);
   check_chain(3, 1000, 1);
-  check_chain(256, 513, 2);
-  check_chain(2048, 513, 2);     // over 2^20 elements: split over threads
+  check_chain(127, 513, 2);      // under 2^16 elements: one thread
+  check_chain(256, 513, 2);      // from 2^16: rows split over threads
+  check_chain(2048, 513, 2);
   check_chain(2, 600001, 2);
+  check_chain(7, 20000, 2);      // 7 rows do not split in two: the columns do
+  check_chain(1, 131072, 2);     // one row: its columns split
 }
 
 // x + c and gelu(x * c) with c of shape (M, 1): c is read once per row and broadcast

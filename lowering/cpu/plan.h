@@ -136,7 +136,6 @@ typedef struct jit__cpu_ew_shape {
   int tl;                           // the loop walking an input's contiguous dim when
                                     // that is not the last (a transposed read), or -1
   bool follow_split;                // split like the batch before it (walk's ew_split)
-  bool heavy;                       // a body of many ops (a transform, fused epilogues)
 } jit__cpu_ew_shape;
 
 // How it is tiled. Thread-compatible.

@@ -17,12 +17,14 @@ jit__cpu_row_plan jit__cpu_plan_row(int64_t d0, int64_t numel, int threads) {
 
 // One loop is split across the threads (an elementwise op's first that they divide:
 // [1, 64, 56, 56] splits its 64, [9, 4096] its 4096 at 2 threads; a reduction's first)
-// from 2^20 elements (2^18 for a reduction; see the matmul bound), from 2^16 for a
-// heavy body (Winograd's output transform with its consumers fused in: 30 ops an
-// element; a generic left to LLVM's scalar code), or when it follows a batch split
-// the same way, or the emitter asks (jit_split: Winograd's other transforms); a
-// reduction on one thread is left as it is (its inner loops stay as they are). The
+// from 2^16 elements (2^18 for a reduction; see the matmul bound), or when it follows
+// a batch split the same way, or the emitter asks (jit_split: Winograd's transforms);
+// a reduction on one thread is left as it is (its inner loops stay as they are). The
 // inner tile: V lanes of the last dim (4 vector registers), 1 elsewhere.
+// relu(a * b + c) at 2 threads, one split against none (medians, with Python's call):
+// 2^14 elements 9.9 / 8.4 us, 2^16 15.7 / 14.4, 2^17 20.6 / 85, 2^18 57 / 185, 2^19 176
+// / 351; GPT-2's attention at S = 128, whose head transposes and scaling are [12, 128,
+// 64] (98 K), 0.44 -> 0.35 ms with 2^16 rather than 2^20 as before.
 jit__cpu_ew_plan jit__cpu_plan_elementwise(const jit__cpu_ew_shape *s, const jit__cpu_host *h,
                                            int threads) {
   jit__cpu_ew_plan p = {0};
@@ -46,8 +48,7 @@ jit__cpu_ew_plan jit__cpu_plan_elementwise(const jit__cpu_ew_shape *s, const jit
     }
   p.pd = pd;
   p.par = T > 1 && nl >= (red ? 2 : 1) && ext[pd] % T == 0 && ext[pd] >= T &&
-          (numel >= (red ? (1 << 18) : (1 << 20)) || s->follow_split ||
-           (s->heavy && numel >= (1 << 16)));
+          (numel >= (red ? (1 << 18) : (1 << 16)) || s->follow_split);
   p.e0 = p.par ? ext[pd] / T : ext[pd];
   if (red) {
     p.skip = !p.par;

@@ -154,20 +154,6 @@ static bool broadcasts_last(MlirOperation g, int nl) {
   return false;
 }
 
-// Ops in generic `g`'s body from which it is heavy (jit__cpu_plan_elementwise): more
-// than an elementwise chain's such as gelu_erf's (~25 with its bias), as Winograd's
-// output transform with its epilogue fused in (~35).
-enum { kHeavyBody = 24 };
-
-static int body_ops(MlirOperation g) {
-  MlirBlock b = mlirRegionGetFirstBlock(mlirOperationGetRegion(g, 0));
-  int n = 0;
-  for (MlirOperation op = mlirBlockGetFirstOperation(b); !mlirOperationIsNull(op);
-       op = mlirOperationGetNextInBlock(op))
-    n++;
-  return n;
-}
-
 // Reduction `g` (nl loops), or a generic left to LLVM, split across the threads as plan
 // `p` says (loop p->pd), and nothing else.
 static void emit_split(walk *w, MlirOperation g, int nl, const jit__cpu_ew_plan *p) {
@@ -291,7 +277,7 @@ static bool has_strided_map(MlirOperation g) {
 static void plan_generic_threads(walk *w, MlirOperation g) {
   // A body that reads a tensor at computed indices (a window's padding, emit_window.c)
   // does not vectorize as an elementwise op: its loops are left to LLVM, split across
-  // the threads where it is large enough (as a heavy body: scalar code). So does one
+  // the threads where it is large enough (and not tiled). So does one
   // that reads an operand at strided positions (a window's im2col copy, Winograd's
   // output transform at h / m): vectorize takes projected permutations only.
   bool loose = false;
@@ -337,8 +323,7 @@ static void plan_generic_threads(walk *w, MlirOperation g) {
   bool hint = !mlirAttributeIsNull(
       mlirOperationGetAttributeByName(g, mlirStringRefCreateFromCString("jit_split")));
   jit__cpu_ew_shape es = {.nl = nl, .reduction = n_red != 0,
-                          .follow_split = w->ew_split || hint,
-                          .heavy = loose || body_ops(g) >= kHeavyBody};
+                          .follow_split = w->ew_split || hint};
   for (int l = 0; l < nl; l++) es.ext[l] = ext[l];
   es.tl = nl >= 2 && !n_red ? jit__cpu_transposed_loop(g, nl) : -1;
   jit__cpu_ew_plan p = jit__cpu_plan_elementwise(&es, &w->h, w->threads);
