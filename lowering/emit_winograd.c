@@ -127,30 +127,44 @@ static void body_f32(jit__emitter *e, const char *sfx, int n, jit__dtype dt, cha
   }
 }
 
-// Yields r[k] chosen by `linalg.index dim` (modulo `mod` where > 0) among k = 0 ..
-// n-1, as `dt`.
-static void body_select(jit__emitter *e, const char *sfx, int dim, int mod, int n,
-                        const char *const *r, jit__dtype dt, const char *res_ty) {
-  bodyf(e, sfx, "    %%wi%s# = linalg.index %d : index\n", mod > 0 ? "d" : "", dim);
-  if (mod > 0)
-    bodyf(e, sfx, "    %%wm# = arith.constant %d : index\n"
-                  "    %%wi# = arith.remui %%wid#, %%wm# : index\n", mod);
-  const char *cur = r[0];
-  char name[16];
-  for (int k = 1; k < n; k++) {
+// Yields, as `dt`, sum_j k[o][j] v[j] over the n values v, o (one of n_o) from
+// `linalg.index dim` (modulo `mod` where > 0): each coefficient is selected by o
+// before the products, so an element takes n products whatever n_o (the loops inside
+// o's hoist the selects), where the sums of every o selected after took ~20 ops.
+static void body_coef_sum(jit__emitter *e, const char *sfx, int dim, int mod, int n_o,
+                          const double (*k)[6], int n, char v[][8], jit__dtype dt,
+                          const char *res_ty) {
+  bodyf(e, sfx, "    %%wi# = linalg.index %d : index\n", dim);
+  const char *o = "%wi#";
+  if (mod > 0) {
+    bodyf(e, sfx, "    %%wn# = arith.constant %d : index\n"
+                  "    %%wo# = arith.remui %%wi#, %%wn# : index\n", mod);
+    o = "%wo#";
+  }
+  for (int r = 1; r < n_o; r++)
     bodyf(e, sfx,
           "    %%wk%d# = arith.constant %d : index\n"
-          "    %%wc%d# = arith.cmpi eq, %%wi#, %%wk%d# : index\n"
-          "    %%ws%d# = arith.select %%wc%d#, %s, %s : f32\n",
-          k, k, k, k, k, k, r[k], cur);
-    snprintf(name, sizeof name, "%%ws%d#", k);
-    cur = name;
+          "    %%we%d# = arith.cmpi eq, %s, %%wk%d# : index\n",
+          r, r, r, o, r);
+  for (int j = 0; j < n; j++) {
+    for (int r = 0; r < n_o; r++) {
+      bodyf(e, sfx, "    %%q%d_%d# = arith.constant %.17e : f32\n", j, r, k[r][j]);
+      if (r)
+        bodyf(e, sfx, "    %%c%d_%d# = arith.select %%we%d#, %%q%d_%d#, %%%c%d_%d# : f32\n",
+              j, r, r, j, r, r == 1 ? 'q' : 'c', j, r - 1);
+    }
+    bodyf(e, sfx, "    %%t%d# = arith.mulf %%%c%d_%d#, %s : f32\n", j, n_o > 1 ? 'c' : 'q',
+          j, n_o - 1, v[j]);
+    if (j == 1) bodyf(e, sfx, "    %%s1# = arith.addf %%t0#, %%t1# : f32\n");
+    if (j > 1) bodyf(e, sfx, "    %%s%d# = arith.addf %%s%d#, %%t%d# : f32\n", j, j - 1, j);
   }
+  char res[16];
+  snprintf(res, sizeof res, n > 1 ? "%%s%d#" : "%%t0#", n - 1);
   if (jit__dtype_is_half(dt)) {
-    bodyf(e, sfx, "    %%wy# = arith.truncf %s : f32 to %s\n", cur, jit__dtype_str(dt));
-    cur = "%wy#";
+    bodyf(e, sfx, "    %%wy# = arith.truncf %s : f32 to %s\n", res, jit__dtype_str(dt));
+    snprintf(res, sizeof res, "%%wy#");
   }
-  bodyf(e, sfx, "    linalg.yield %s : %s\n  } -> %s\n", cur, jit__dtype_str(dt), res_ty);
+  bodyf(e, sfx, "    linalg.yield %s : %s\n  } -> %s\n", res, jit__dtype_str(dt), res_ty);
 }
 
 // The head of a transform: a generic over the loops of its new result (`dt`, dims),
@@ -288,48 +302,16 @@ static jit__str emit_filters(jit__emitter *e, const jit__gen_operand *wt, int m)
   char g[3][8];
   const char *sfx = v.s + 1;
   body_f32(e, sfx, 3, wt->dt, g);
-  if (m == 2) {
-    bodyf(e, sfx,
-          "    %%wh# = arith.constant 0.5 : f32\n"
-          "    %%wa# = arith.addf %s, %s : f32\n"
-          "    %%wb# = arith.addf %%wa#, %s : f32\n"
-          "    %%wd# = arith.subf %%wa#, %s : f32\n"
-          "    %%r1# = arith.mulf %%wb#, %%wh# : f32\n"
-          "    %%r2# = arith.mulf %%wd#, %%wh# : f32\n",
-          g[0], g[2], g[1], g[1]);
-    const char *const r[4] = {g[0], "%r1#", "%r2#", g[2]};
-    body_select(e, sfx, 1, 0, 4, r, JIT__F32, jit__tensor_type(JIT__F32, 4, vd).s);
-    return v;
-  }
-  // G's rows (B^T's scaled to integers): g0 / 2, (g0 + g1 + g2) / 6, (g0 - g1 + g2) /
-  // 6, (16 g0 + 8 g1 + 4 g2) / 15, (g0 - 2 g1 + 4 g2) / 30, g2 / 2.
-  bodyf(e, sfx,
-        "    %%h# = arith.constant 0.5 : f32\n"
-        "    %%q6# = arith.constant 0.16666666666666667 : f32\n"
-        "    %%k2# = arith.constant 2.0 : f32\n"
-        "    %%k4# = arith.constant 4.0 : f32\n"
-        "    %%q15# = arith.constant 0.26666666666666667 : f32\n"
-        "    %%q30# = arith.constant 0.033333333333333333 : f32\n"
-        "    %%r0# = arith.mulf %s, %%h# : f32\n"
-        "    %%wa# = arith.addf %s, %s : f32\n"
-        "    %%wb# = arith.addf %%wa#, %s : f32\n"
-        "    %%wd# = arith.subf %%wa#, %s : f32\n"
-        "    %%r1# = arith.mulf %%wb#, %%q6# : f32\n"
-        "    %%r2# = arith.mulf %%wd#, %%q6# : f32\n"
-        "    %%x0# = arith.mulf %%k4#, %s : f32\n"
-        "    %%x1# = arith.mulf %%k2#, %s : f32\n"
-        "    %%x2# = arith.addf %%x0#, %%x1# : f32\n"
-        "    %%x3# = arith.addf %%x2#, %s : f32\n"
-        "    %%r3# = arith.mulf %%x3#, %%q15# : f32\n"
-        "    %%y0# = arith.mulf %%k4#, %s : f32\n"
-        "    %%y1# = arith.mulf %%k2#, %s : f32\n"
-        "    %%y2# = arith.subf %s, %%y1# : f32\n"
-        "    %%y3# = arith.addf %%y2#, %%y0# : f32\n"
-        "    %%r4# = arith.mulf %%y3#, %%q30# : f32\n"
-        "    %%r5# = arith.mulf %s, %%h# : f32\n",
-        g[0], g[0], g[2], g[1], g[1], g[0], g[1], g[2], g[2], g[1], g[0], g[2]);
-  const char *const r[6] = {"%r0#", "%r1#", "%r2#", "%r3#", "%r4#", "%r5#"};
-  body_select(e, sfx, 1, 0, 6, r, JIT__F32, jit__tensor_type(JIT__F32, 4, vd).s);
+  // G's rows; F(4, 3)'s divided by the factors that made B^T's integers (see the top).
+  static const double kG2[4][6] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  static const double kG4[6][6] = {{1.0 / 2, 0, 0},
+                                   {1.0 / 6, 1.0 / 6, 1.0 / 6},
+                                   {1.0 / 6, -1.0 / 6, 1.0 / 6},
+                                   {16.0 / 15, 8.0 / 15, 4.0 / 15},
+                                   {1.0 / 30, -1.0 / 15, 2.0 / 15},
+                                   {0, 0, 1.0 / 2}};
+  body_coef_sum(e, sfx, 1, 0, m + 2, m == 2 ? kG2 : kG4, 3, g, JIT__F32,
+                jit__tensor_type(JIT__F32, 4, vd).s);
   return v;
 }
 
@@ -420,41 +402,16 @@ static jit__str emit_output(jit__emitter *e, const char *m, int tm, jit__dtype d
   }
   jit__str y = open_transform(e, dt, r, yd, ins, a);
   const char *sfx = y.s + 1;
-  if (tm == 2)
-    bodyf(e, sfx,
-          "    %%wa# = arith.addf %%in0, %%in1 : f32\n"
-          "    %%r0# = arith.addf %%wa#, %%in2 : f32\n"
-          "    %%wb# = arith.subf %%in1, %%in2 : f32\n"
-          "    %%r1# = arith.subf %%wb#, %%in3 : f32\n");
-  else  // A^T's rows: m0 + (m1 + m2) + (m3 + m4), (m1 - m2) + m3 / 2 - 2 m4, (m1 + m2)
-        // + m3 / 4 + 4 m4, (m1 - m2) + m3 / 8 - 8 m4 + m5
-    bodyf(e, sfx,
-          "    %%k2# = arith.constant 2.0 : f32\n"
-          "    %%k4# = arith.constant 4.0 : f32\n"
-          "    %%k8# = arith.constant 8.0 : f32\n"
-          "    %%h2# = arith.constant 0.5 : f32\n"
-          "    %%h4# = arith.constant 0.25 : f32\n"
-          "    %%h8# = arith.constant 0.125 : f32\n"
-          "    %%p12# = arith.addf %%in1, %%in2 : f32\n"
-          "    %%m12# = arith.subf %%in1, %%in2 : f32\n"
-          "    %%p34# = arith.addf %%in3, %%in4 : f32\n"
-          "    %%wa# = arith.addf %%in0, %%p12# : f32\n"
-          "    %%r0# = arith.addf %%wa#, %%p34# : f32\n"
-          "    %%b3# = arith.mulf %%h2#, %%in3 : f32\n"
-          "    %%b4# = arith.mulf %%k2#, %%in4 : f32\n"
-          "    %%b5# = arith.subf %%b3#, %%b4# : f32\n"
-          "    %%r1# = arith.addf %%m12#, %%b5# : f32\n"
-          "    %%c3# = arith.mulf %%h4#, %%in3 : f32\n"
-          "    %%c4# = arith.mulf %%k4#, %%in4 : f32\n"
-          "    %%c5# = arith.addf %%c3#, %%c4# : f32\n"
-          "    %%r2# = arith.addf %%p12#, %%c5# : f32\n"
-          "    %%d3# = arith.mulf %%h8#, %%in3 : f32\n"
-          "    %%d4# = arith.mulf %%k8#, %%in4 : f32\n"
-          "    %%d5# = arith.subf %%d3#, %%d4# : f32\n"
-          "    %%d6# = arith.addf %%m12#, %%d5# : f32\n"
-          "    %%r3# = arith.addf %%d6#, %%in5 : f32\n");
-  static const char *const rs[4] = {"%r0#", "%r1#", "%r2#", "%r3#"};
-  body_select(e, sfx, r - 2, tm, tm, rs, dt, jit__tensor_type(dt, r, yd).s);
+  // A^T's rows.
+  static const double kAt2[2][6] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+  static const double kAt4[4][6] = {{1, 1, 1, 1, 1, 0},
+                                    {0, 1, -1, 0.5, -2, 0},
+                                    {0, 1, 1, 0.25, 4, 0},
+                                    {0, 1, -1, 0.125, -8, 1}};
+  char v[6][8];
+  for (int i = 0; i < a; i++) snprintf(v[i], sizeof v[i], "%%in%d", i);
+  body_coef_sum(e, sfx, r - 2, tm, tm, tm == 2 ? kAt2 : kAt4, a, v, dt,
+                jit__tensor_type(dt, r, yd).s);
   return y;
 }
 
