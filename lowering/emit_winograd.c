@@ -10,8 +10,8 @@
 // With x padded to [N, C, Hp, Wp] (Hp = m (tH + 1) rows for tH = ceil(OH / m) tiles of
 // output rows: zero rows below where OH is not a multiple of m, and with m = 4 two
 // more for the view) and q = (n, t, w) flattened, Q = N tH Wp of them (a = m + 2):
-//   rows     U[i, c, q]  = (B^T d)_i over x's rows m t .. m t + m + 1 (one generic;
-//            the rows come from a slices of x viewed as [N, C, tH + 1, m, Wp]);
+//   rows     U[i, c, q]  = (B^T d)_i over x's rows m t .. m t + m + 1 (a generic per
+//            i; the rows come from a slices of x viewed as [N, C, tH + 1, m, Wp]);
 //   filters  V[kw, i, f, c] = (G g)_i over the weight's three rows, per column kw;
 //   product  M[i, f, q]  = sum_kw V[kw, i] U[i, :, q + kw] (three batched matmuls over
 //            i into one accumulator; B a shifted slice of U, so no copy: an output at
