@@ -158,6 +158,81 @@ Test(bf16, layer_norm_conv_cast) {
   jit_context_destroy(ctx);
 }
 
+// 3x3 stride-1 convolutions the CPU runs as Winograd over rows (emit_winograd.c: 16
+// channels and filters, 784 output positions or more): 30 x 30 out with padding 1
+// (F(4, 3), 30 rows in tiles of 4) and 5 x 160 out without (F(2, 3)), the bf16 rows
+// widened in the first transform and the result rounded in the last, at 1 and 2
+// threads.
+Test(bf16, winograd_conv) {
+  static const struct {
+    int64_t h, w, pad;
+  } kShapes[2] = {{30, 30, 1}, {7, 162, 0}};
+  for (int s = 0; s < 2; s++) {
+    for (int threads = 1; threads <= 2; threads++) {
+      jit_options o;
+      jit_options_init(&o);
+      o.num_threads = threads;
+      o.cache_dir = "";
+      o.shape_policy = JIT_SHAPE_POLICY_EXACT;
+      jit_context *ctx = NULL;
+      TU_OK(jit_context_create(&o, &ctx));
+      jit_graph *g = tu_graph(ctx, "bf16_winograd");
+      int64_t P = kShapes[s].pad, dx[4] = {1, 16, kShapes[s].h, kShapes[s].w},
+              dw[4] = {16, 16, 3, 3};
+      int64_t od[4] = {1, 16, dx[2] + 2 * P - 2, dx[3] + 2 * P - 2};
+      jit_window_params p;
+      jit_window_params_init(&p);
+      for (int i = 0; i < 4; i++) p.padding[i] = (int)P;
+      jit_value x = jit_input(g, "x", TU_BF16, 4, dx), w = jit_input(g, "w", TU_BF16, 4, dw);
+      jit_output(g, jit_conv2d(g, x, w, &p));
+      TU_OK(jit_graph_finalize(g));
+      ref_rng rng;
+      ref_rng_seed(&rng, 11 + (uint64_t)s);
+      int64_t nx = ref_numel(4, dx), nw = ref_numel(4, dw), ny = ref_numel(4, od);
+      float *xv = randoms(&rng, nx), *wv = randoms(&rng, nw), *want = tu_malloc((size_t)ny * 4);
+      uint16_t *px = bf16_data(xv, nx), *pw = bf16_data(wv, nw);
+      int q = (int)P;
+      ref_window rw = {0, 0, 0, {1, 1}, {q, q, q, q}, {1, 1}, 1, 0};
+      ref_conv2d(&rw, xv, dx, wv, dw, want);
+      DLTensor ins[2] = {tu_tensor(px, TU_BF16, 4, dx), tu_tensor(pw, TU_BF16, 4, dw)};
+      char what[64];
+      snprintf(what, sizeof what, "bf16 winograd %lldx%lld threads=%d", (long long)od[2],
+               (long long)od[3], threads);
+      // Sums of 144 products of values in [-1, 1] (up to ~10), rounded to 8 bits once.
+      run_check(g, ins, 2, 4, od, want, 1e-2, 2e-2, what);
+      free(xv), free(wv), free(want), free(px), free(pw);
+      jit_graph_destroy(g);
+      jit_context_destroy(ctx);
+    }
+  }
+}
+
+// Transposes of bf16 whose tiles would be transposed in registers (a [256, 9] one
+// aborted the process in LLVM's x86 backend): exact, any shape.
+Test(bf16, transposes) {
+  static const int64_t kShapes[][2] = {{256, 9}, {9, 256}, {37, 1000}, {64, 64}, {1, 17}};
+  for (int s = 0; s < 5; s++) {
+    jit_context *ctx = tu_context_policy(JIT_SHAPE_POLICY_EXACT);
+    jit_graph *g = tu_graph(ctx, "bf16_transpose");
+    int64_t d[2] = {kShapes[s][0], kShapes[s][1]}, t[2] = {d[1], d[0]};
+    int perm[2] = {1, 0};
+    jit_output(g, jit_transpose(g, jit_input(g, "x", TU_BF16, 2, d), perm));
+    TU_OK(jit_graph_finalize(g));
+    ref_rng rng;
+    ref_rng_seed(&rng, 40 + (uint64_t)s);
+    int64_t n = d[0] * d[1];
+    float *xv = randoms(&rng, n), *want = tu_malloc((size_t)n * 4);
+    uint16_t *px = bf16_data(xv, n);
+    for (int64_t i = 0; i < d[0]; i++)
+      for (int64_t j = 0; j < d[1]; j++) want[j * d[0] + i] = xv[i * d[1] + j];
+    DLTensor in = tu_tensor(px, TU_BF16, 2, d);
+    run_check(g, &in, 1, 2, t, want, 0, 0, "bf16 transpose");
+    free(xv), free(want), free(px);
+    jit_graph_destroy(g);
+    jit_context_destroy(ctx);
+  }
+}
+
 // f32 -> bf16 rounds to nearest even (ties, overflow to inf, NaN), bf16 -> f32 exact.
 Test(bf16, cast_rounding) {
   jit_context *ctx = tu_context();

@@ -274,6 +274,17 @@ static bool has_strided_map(MlirOperation g) {
   return false;
 }
 
+// Whether an operand of `g` holds bf16: its transposed tiles would shuffle bfloat
+// vectors, on which LLVM's x86 backend aborts ("Do not know how to soft promote this
+// operator's operand": a [256, 9] transpose killed the process).
+static bool has_bf16(MlirOperation g) {
+  for (intptr_t k = 0; k < mlirOperationGetNumOperands(g); k++) {
+    MlirType t = mlirValueGetType(mlirOperationGetOperand(g, k));
+    if (mlirTypeIsAShaped(t) && mlirTypeIsABF16(mlirShapedTypeGetElementType(t))) return true;
+  }
+  return false;
+}
+
 static void plan_generic_threads(walk *w, MlirOperation g) {
   // A body that reads a tensor at computed indices (a window's padding, emit_window.c)
   // does not vectorize as an elementwise op: its loops are left to LLVM, split across
@@ -325,7 +336,7 @@ static void plan_generic_threads(walk *w, MlirOperation g) {
   jit__cpu_ew_shape es = {.nl = nl, .reduction = n_red != 0,
                           .follow_split = w->ew_split || hint};
   for (int l = 0; l < nl; l++) es.ext[l] = ext[l];
-  es.tl = nl >= 2 && !n_red ? jit__cpu_transposed_loop(g, nl) : -1;
+  es.tl = nl >= 2 && !n_red && !has_bf16(g) ? jit__cpu_transposed_loop(g, nl) : -1;
   jit__cpu_ew_plan p = jit__cpu_plan_elementwise(&es, &w->h, w->threads);
   if (p.skip) return;
   if (loose) {
