@@ -115,18 +115,6 @@ static jit__str slice(jit__emitter *e, const char *x, const char *xt, int rank,
   return r;
 }
 
-// Body inputs in0 .. in<n-1> as f32 values named in v[i].
-static void body_f32(jit__emitter *e, const char *sfx, int n, jit__dtype dt, char v[][8]) {
-  for (int i = 0; i < n; i++) {
-    if (!jit__dtype_is_half(dt)) {
-      snprintf(v[i], 8, "%%in%d", i);
-      continue;
-    }
-    snprintf(v[i], 8, "%%v%d#", i);
-    bodyf(e, sfx, "    %%v%d# = arith.extf %%in%d : %s to f32\n", i, i, jit__dtype_str(dt));
-  }
-}
-
 // Yields, as `dt`, sum_j k[o][j] v[j] over the n values v, o (one of n_o) from
 // `linalg.index dim` (modulo `mod` where > 0): each coefficient is selected by o
 // before the products, so an element takes n products whatever n_o (the loops inside
@@ -303,7 +291,7 @@ static jit__str emit_filters(jit__emitter *e, const jit__gen_operand *wt, int m)
   jit__str v = open_transform(e, JIT__F32, 4, vd, ins, 3);
   char g[3][8];
   const char *sfx = v.s + 1;
-  body_f32(e, sfx, 3, JIT__F32, g);
+  for (int k = 0; k < 3; k++) snprintf(g[k], sizeof g[k], "%%in%d", k);  // f32 taps
   // G's rows; F(4, 3)'s divided by the factors that made B^T's integers (see the top).
   static const double kG2[4][6] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
   static const double kG4[6][6] = {{1.0 / 2, 0, 0},
