@@ -558,6 +558,7 @@ static jit_status jit__cpu_tile_exact(MlirContext ctx, MlirModule module,
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "out of memory");
   }
   jit__stage_end(out, "plan", t);
+  jit__dump_op(options, func_name, "02-planned.mlir", mop);
   if (options->dump_dir)
     jit__dump_text(options, func_name, "03-transform-script.mlir", plan->script,
                    strlen(plan->script));

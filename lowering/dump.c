@@ -5,6 +5,8 @@
 //   00-graph.mlir              the graph as emitted or imported (dims may be `?`)
 //   01-specialized.mlir        one function on static tensors, destination-passing
 //   02-fused.mlir              after elementwise fusion          (opt_level >= 1)
+//   02-planned.mlir            the ops tagged for the plan       (exact kernels)
+//   03-transform-script.mlir   the plan's transform script       (opt_level >= 1)
 //   03-tiled-vectorized.mlir   after the matmul transform script (opt_level >= 1)
 //   04-bufferized.mlir         on memrefs (at opt_level 0 after our matmul-to-loops pass)
 //   05-llvm-dialect.mlir       the LLVM dialect

@@ -388,6 +388,44 @@ static void check_norm(DLDataType dt, int rms) {
   jit_context_destroy(ctx);
 }
 
+// layer_norm of a residual after a rank-3 matmul, h = x W + x, x [B, S, C]: at B = S = 1
+// elementwise fusion's reshapes left the mean read as (d0, d1) -> (0, 0, 0), which the
+// CPU plan vectorized and the compile failed on ("Attempted to vectorize, but failed"),
+// GPT-2's block at B = S = 1 among such graphs. C = 1 (no row loop), 67 and 256.
+Test(norm, layer_norm_after_matmul) {
+  ref_rng rng;
+  ref_rng_seed(&rng, 907);
+  jit_context *ctx = tu_context();
+  static const int64_t bs[][2] = {{1, 1}, {1, 5}, {3, 1}, {2, 7}};
+  static const int64_t cols[] = {1, 67, 256};
+  for (int ci = 0; ci < 3; ci++) {
+    for (int k = 0; k < 4; k++) {
+      int64_t C = cols[ci], d[3] = {bs[k][0], bs[k][1], C}, dw[2] = {C, C};
+      jit_graph *g = tu_graph(ctx, "layer_norm_after_matmul");
+      jit_value x = jit_input(g, "x", TU_F32, 3, d), w = jit_input(g, "w", TU_F32, 2, dw);
+      jit_value h = jit_add(g, jit_matmul(g, x, w), x);
+      jit_output(g, jit_layer_norm(g, h, (jit_value){0}, (jit_value){0}, 1e-5));
+      TU_OK(jit_graph_finalize(g));
+      int64_t n = ref_numel(3, d), dh[3];
+      float *xv = tu_malloc((size_t)n * 4), *wv = tu_malloc((size_t)(C * C) * 4);
+      float *hv = tu_malloc((size_t)n * 4), *want = tu_malloc((size_t)n * 4);
+      ref_rng_fill(&rng, xv, n, -1.0f, 1.0f);
+      ref_rng_fill(&rng, wv, C * C, -0.1f, 0.1f);
+      cr_assert_eq(ref_matmul(xv, 3, d, wv, 2, dw, hv, dh), 3);
+      for (int64_t i = 0; i < n; i++) hv[i] += xv[i];
+      ref_norm_rows(hv, n / C, C, NULL, NULL, 1e-5, 0, want);
+      DLTensor ins[2] = {tu_tensor(xv, TU_F32, 3, d), tu_tensor(wv, TU_F32, 2, dw)};
+      char what[96];
+      snprintf(what, sizeof what, "layer_norm(x W + x) B=%lld S=%lld C=%lld",
+               (long long)d[0], (long long)d[1], (long long)C);
+      tu_run_check(g, ins, 2, TU_F32, 3, d, want, 1e-4, 1e-4, NULL, what);
+      free(xv), free(wv), free(hv), free(want);
+      jit_graph_destroy(g);
+    }
+  }
+  jit_context_destroy(ctx);
+}
+
 Test(norm, layer_norm_f32) { check_norm(TU_F32, 0); }
 Test(norm, layer_norm_f16) { check_norm(TU_F16, 0); }
 Test(norm, rms_norm_f32) { check_norm(TU_F32, 1); }

@@ -265,6 +265,9 @@ static bool has_strided_map(MlirOperation g) {
   for (intptr_t i = 0; !mlirAttributeIsNull(maps) && i < mlirArrayAttrGetNumElements(maps);
        i++) {
     MlirAffineMap m = mlirAffineMapAttrGetValue(mlirArrayAttrGetElement(maps, i));
+    // More results than loops (a [1, 1, 1] mean read as (d0, d1) -> (0, 0, 0), which
+    // elementwise fusion's reshapes leave): no projected permutation either.
+    if (mlirAffineMapGetNumResults(m) > mlirAffineMapGetNumDims(m)) return true;
     for (intptr_t r = 0; r < mlirAffineMapGetNumResults(m); r++) {
       MlirAffineExpr x = mlirAffineMapGetResult(m, r);
       bool zero = mlirAffineExprIsAConstant(x) && mlirAffineConstantExprGetValue(x) == 0;
