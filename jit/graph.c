@@ -1374,8 +1374,13 @@ jit_value jit_layer_norm(jit_graph *g, jit_value x, jit_value weight, jit_value 
       !jit__check_affine(g, "layer_norm", "bias", x, bias))
     return (jit_value){0};
   DLDataType dt = jit__dl_of(jit__value(g, x));
-  jit_value d = jit_sub(g, x, jit_reduce_mean(g, x, -1, 1));
-  jit_value var = jit_reduce_mean(g, jit_mul(g, d, d), -1, 1);
+  // x - mean twice, one node per consumer: elementwise fusion takes a producer with
+  // one use only, so a shared one stayed a tensor, which the CPU's row loop wrote and
+  // read back (4 passes over each row instead of 3). layer_norm 4096x768 on a Zen 4
+  // at 1 thread, interleaved: 0.59-0.64 ms against 0.76-0.99 (oneDNN 0.66-0.71).
+  jit_value mean = jit_reduce_mean(g, x, -1, 1);
+  jit_value d = jit_sub(g, x, mean), d2 = jit_sub(g, x, mean);
+  jit_value var = jit_reduce_mean(g, jit_mul(g, d2, d2), -1, 1);
   jit_value inv = jit_rsqrt(g, jit_add(g, var, jit_scalar(g, eps, dt)));
   return jit__affine(g, jit_mul(g, d, inv), weight, bias);
 }
