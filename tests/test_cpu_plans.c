@@ -69,13 +69,16 @@ Test(cpu_plans, masked_narrow_n) {
   cr_expect_gt(p.kc, 0, "k blocks on AVX2");
 }
 
-// Small M is GEMV-like: no packing, k blocks of ~8 rows, split over N by B's bytes.
+// Small M is GEMV-like: no packing, k blocks of 8 rows (16 on AVX-512 from 2 rows of
+// A), split over N by B's bytes.
 Test(cpu_plans, small_m) {
   jit__cpu_mm_plan p = plan(AVX512, 2 << 20, 2, 1, 768, 3072);
   cr_expect(p.small_m);
   cr_expect(!p.packed);
   cr_expect_eq(p.kc, 8);
   cr_expect_eq(p.split, 1);
+  cr_expect_eq(plan(AVX512, 1 << 20, 1, 8, 768, 3072).kc, 16, "AVX-512 from 2 rows: 16");
+  cr_expect_eq(plan(AVX2, 1 << 20, 1, 8, 768, 3072).kc, 8);
   p = plan(AVX512, 2 << 20, 2, 7, 784, 256);
   cr_expect_eq(p.split, -1, "the MLP example's 0.8 MiB of B stays on one thread");
 }

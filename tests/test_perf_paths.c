@@ -260,14 +260,18 @@ Test(perf_paths, small_m_split_over_k) {
   check_dense_path_dt(1, 768, 3072, 2, TU_F32, 0, 0, "split N");
 }
 
-// Small M walks B in k blocks of ~8 rows: a divisor of K near 8, or none for prime K.
+// Small M walks B in k blocks of ~8 rows (~16 on AVX-512 from 2 rows of A): a divisor
+// of K near that, or none for prime K.
 Test(perf_paths, small_m_k_blocks) {
   check_dense_path(1, 768, 3072, 1, "blocks [0, 0, 8]");
-  check_dense_path(5, 1001, 200, 1, "blocks [0, 0, 7]");
+  check_dense_path(5, 1001, 200, 1, AVX512("blocks [0, 0, 7]", "blocks [0, 0, 13]"));
   check_dense_path(13, 1009, 100, 1, "blocks [0, 0, 0]");
-  check_dense_path_act(9, 390, 301, 1, 1, 2, "blocks [0, 0, 6]");  // epilogue apart
+  check_dense_path_act(9, 390, 301, 1, 1, 2,  // epilogue apart
+                       AVX512("blocks [0, 0, 6]", "blocks [0, 0, 15]"));
   // 17 rows with B over half of L2: too few rows to pack B, so GEMV-like too.
-  check_dense_path(17, 768, 3072, 1, "17x768x3072, threads split none, blocks [0, 256, 8]");
+  check_dense_path(17, 768, 3072, 1,
+                   AVX512("17x768x3072, threads split none, blocks [0, 256, 8]",
+                          "17x768x3072, threads split none, blocks [0, 256, 16]"));
   check_dense_path(17, 100, 64, 1, "17x100x64, threads split none, blocks [0, 0, 0]");
 }
 
@@ -303,15 +307,16 @@ Test(perf_paths, small_m_narrow_n_masked) {
 }
 
 Test(perf_paths, small_m_n_blocks) {
-  check_dense_path(8, 768, 3072, 1, "blocks [0, 512, 8]");
-  check_dense_path(8, 768, 3072, 2, "blocks [0, 512, 8]");  // 1536 columns a thread
+  check_dense_path(8, 768, 3072, 1, AVX512("blocks [0, 512, 8]", "blocks [0, 512, 16]"));
+  check_dense_path(8, 768, 3072, 2,  // 1536 columns a thread
+                   AVX512("blocks [0, 512, 8]", "blocks [0, 512, 16]"));
   // N split at the last whole tile first (odd_n_split_in_two): 960 (992) and 40 (8).
-  check_dense_path(16, 200, 1000, 1, AVX512("blocks [0, 496, 8]", "blocks [0, 192, 8]"));
+  check_dense_path(16, 200, 1000, 1, AVX512("blocks [0, 496, 8]", "blocks [0, 192, 20]"));
   check_dense_path(11, 97, 2053, 1, "matmul 1: 11x97x5, threads split none, blocks [0, 0, 0]");
   // gelu(xW+b); on AVX-512 N is split at 1984 (31 x 64; the epilogue then runs apart).
   check_dense_path_act(6, 300, 2000, 1, 1, 2,
                        AVX512("blocks [0, 400, 6]", "matmul 0: 6x300x1984, threads split none, "
-                                                    "blocks [0, 496, 6]"));
+                                                    "blocks [0, 496, 15]"));
 }
 
 // B packed into panels (plan_packed): B too large for L2, enough rows to reuse it.

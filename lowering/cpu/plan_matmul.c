@@ -207,8 +207,15 @@ static void mm_blocks(const jit__cpu_mm_shape *s, const jit__cpu_host *h, jit__c
     mc = nc = 0;
     // k blocks of ~8 rows: as many concurrent streams of B as the prefetcher follows
     // well. At 16 rows, 1x768x3072 took 172-199 us vs 152-156 (8 rows), 8x768x3072
-    // 680 vs 520 us; 4 and 12 rows were no better than 8.
-    kc = jit__cpu_pick_block(K, 8, 1);
+    // 680 vs 520 us; 4 and 12 rows were no better than 8 (measured on the Zen 3 VM
+    // with AVX2 code). With AVX-512 code on a Zen 4, from 2 rows of A, 16 rows of B:
+    // each k block loads and stores the register tiles' sums, M rows of C whose lines
+    // 12-16 KiB apart share L1 sets, and 16 halve those passes (one thread, medians of
+    // 31 interleaved: 2x768x3072 1.04x, 3x 1.13x, 5x 1.11x, 8x 1.09x, 12x 1.03x,
+    // 16x768x3072 1.24x, 16x1024x4096 1.48x; at 2 threads 8x768x3072 1.04x,
+    // 16x768x3072 1.15x; 1x768x3072 the same, 32 no better than 16). Not measured
+    // on an Intel AVX-512 host.
+    kc = jit__cpu_pick_block(K, h->lanes == 16 && M >= 2 ? 16 : 8, 1);
     // Each k block reads and writes the thread's rows of C, so they are kept in half of
     // L1 by n blocks when they would not fit: 8x768x3072 at 2 threads (a C half of 48
     // KiB) took 430-440 us with n blocks of 512 vs 490-650 us without (1 thread: the
