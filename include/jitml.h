@@ -150,6 +150,19 @@ typedef enum jit_isolation {
   JIT_ISOLATION_ALL = 3,
 } jit_isolation;
 
+// How CPU kernels compute convolutions (jit_conv2d). AUTO: a 3x3 stride-1 one-group
+// NCHW convolution whose transformed rows fit the host's L2 runs as Winograd F(4, 3)
+// or F(2, 3) over rows (fewer multiplications, results within ~1e-5 relative of the
+// exact sums, ~3x a plain f32 sum's rounding: README, support table note 3); every
+// other one as im2col + matmul. IM2COL: every convolution as im2col + matmul, each
+// output a plain sum of its C x KH x KW products. Part of the kernel key.
+// $JITML_CONV_ALGORITHM=auto|im2col overrides the option. GPU backends and generic
+// kernels never use Winograd.
+typedef enum jit_conv_algorithm {
+  JIT_CONV_ALGORITHM_AUTO = 0,
+  JIT_CONV_ALGORITHM_IM2COL = 1,
+} jit_conv_algorithm;
+
 typedef struct jit_options {
   // sizeof(jit_options), set by jit_options_init. Lets the struct grow.
   size_t struct_size;
@@ -251,6 +264,9 @@ typedef struct jit_options {
   // $JITML_REMOTE_SIGNING_KEY; "" or unset: entries are pushed unsigned. A missing,
   // malformed or group/other-readable file is JIT_INVALID_ARGUMENT. Read once.
   const char *remote_signing_key;
+  // Convolutions on the CPU (jit_conv_algorithm, above); JIT_CONV_ALGORITHM_AUTO by
+  // default.
+  jit_conv_algorithm conv_algorithm;
 } jit_options;
 
 // Fills `options` with defaults. Always call it before setting fields.

@@ -69,10 +69,29 @@ static jit_status jit__check_option_ranges(const jit_options *o) {
   if (o->remote_lock_wait_ms < -1 || o->remote_lock_wait_ms > 3600000)
     return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_create: options.remote_lock_wait_ms "
                    "is %d, not in [-1, 3600000]", o->remote_lock_wait_ms);
+  if ((int)o->conv_algorithm < JIT_CONV_ALGORITHM_AUTO ||
+      (int)o->conv_algorithm > JIT_CONV_ALGORITHM_IM2COL)
+    return JIT_ERR(JIT_INVALID_ARGUMENT, "jit_context_create: options.conv_algorithm is %d, "
+                   "not a jit_conv_algorithm", (int)o->conv_algorithm);
   if (o->cache_allow_shared_readonly != 0 && o->cache_allow_shared_readonly != 1)
     return JIT_ERR(JIT_INVALID_ARGUMENT,
                    "jit_context_create: options.cache_allow_shared_readonly is %d, not 0 "
                    "or 1", o->cache_allow_shared_readonly);
+  return NULL;
+}
+
+// $JITML_CONV_ALGORITHM (auto or im2col), when set, in place of options.conv_algorithm.
+static jit_status jit__conv_algorithm_env(jit_options *o) {
+  const char *env = getenv("JITML_CONV_ALGORITHM");
+  if (!env || !env[0]) return NULL;
+  if (strcasecmp(env, "auto") == 0) {
+    o->conv_algorithm = JIT_CONV_ALGORITHM_AUTO;
+  } else if (strcasecmp(env, "im2col") == 0) {
+    o->conv_algorithm = JIT_CONV_ALGORITHM_IM2COL;
+  } else {
+    return JIT_ERR(JIT_INVALID_ARGUMENT,
+                   "jit_context_create: JITML_CONV_ALGORITHM is `%s`, not auto or im2col", env);
+  }
   return NULL;
 }
 
@@ -134,6 +153,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
     o.struct_size = sizeof(o);
   }
   JIT_PROPAGATE(jit__check_option_ranges(&o));
+  JIT_PROPAGATE(jit__conv_algorithm_env(&o));
   if (!o.log_fn) {
     const char *env = getenv("JITML_LOG");
     static const char *levels[] = {"error", "warning", "info", "debug"};
@@ -189,6 +209,9 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
                    t->triple, t->cpu, t->features, t->l2_bytes, t->l3_bytes, jit_version(),
                    JITML_LLVM_VERSION,
                    jit__library_build_id(), o.opt_level, jit__cpu_threads(o.num_threads));
+  // Only where it is not the default: the keys of existing caches stay as they were.
+  if (n > 0 && (size_t)n < cap && o.conv_algorithm == JIT_CONV_ALGORITHM_IM2COL)
+    n += snprintf(ctx->target_text + n, cap - (size_t)n, "conv_algorithm=im2col\n");
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, XXH3_128bits(ctx->target_text, n > 0 ? (size_t)n : 0));
   memcpy(ctx->target_hash, c.digest, sizeof(ctx->target_hash));

@@ -121,10 +121,10 @@ static void jit__hex_field(jit__text *t, const char *name, const char *value) {
 static void jit__request_head(jit_context *ctx, const char *mode, const char *entry,
                               const DLTensor *inputs, int n_inputs, size_t length,
                               jit__text *t) {
-  jit__text_printf(t, "jitml-worker 2\nmode %s\n", mode);
+  jit__text_printf(t, "jitml-worker 3\nmode %s\n", mode);
   jit__hex_field(t, "entry", entry);
-  jit__text_printf(t, "opt_level %d\nthreads %d\n", ctx->options.opt_level,
-                   ctx->options.num_threads);
+  jit__text_printf(t, "opt_level %d\nthreads %d\nconv_algorithm %d\n", ctx->options.opt_level,
+                   ctx->options.num_threads, (int)ctx->options.conv_algorithm);
   jit__hex_field(t, "cache_dir", jit__cache_dir(ctx->cache));
   jit__text_printf(t, "inputs %d\n", n_inputs);
   for (int i = 0; i < n_inputs; i++) {

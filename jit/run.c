@@ -290,7 +290,9 @@ jit__lower_options jit__cpu_lower_options(jit_context *ctx) {
                               .triple = t->triple, .cpu = t->cpu, .features = t->features,
                               .l2_bytes = t->l2_bytes, .l3_bytes = t->l3_bytes,
                               .num_threads = jit__cpu_threads(ctx->options.num_threads),
-                              .pool = ctx->mlir_pool};
+                              .pool = ctx->mlir_pool,
+                              .conv_im2col = ctx->options.conv_algorithm ==
+                                             JIT_CONV_ALGORITHM_IM2COL};
 }
 
 void jit__count_compile(jit_context *ctx, const jit_graph *g, const char *what,

@@ -742,7 +742,7 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
                           .conv_block_bytes = l2 / 4 < JIT__CONV_BLOCK_BYTES
                                                   ? l2 / 4 : JIT__CONV_BLOCK_BYTES,
                           .forall_threads = options->num_threads,
-                          .conv_winograd_bytes = l2};
+                          .conv_winograd_bytes = options->conv_im2col ? 0 : l2};
   JIT_RETURN_IF_ERROR(jit__emit_mlir_with(graph, func_name, &eo, &text), "emitting MLIR");
   jit__lower_options o = *options;
   o.generic = false;

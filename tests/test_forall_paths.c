@@ -202,6 +202,86 @@ CONV_TESTS(10, winograd_past_l2)
 CONV_TESTS(11, winograd_odd_rows_past_l2)
 CONV_TESTS(12, winograd_five_rows)
 
+// jit_options.conv_algorithm: under IM2COL a convolution that AUTO takes as Winograd
+// ("winograd pad 1", F(4, 3) at 34 output rows) has no Winograd products in its kernel
+// and stays within the plain f32 bound (no 3x); under AUTO the products are there
+// where winograd_expected says. Out-of-range values and a bad $JITML_CONV_ALGORITHM
+// are JIT_INVALID_ARGUMENT.
+static void check_conv_algorithm(jit_conv_algorithm algo, const char *env) {
+  const conv_case *cc = &kCases[8];
+  ref_rng rng;
+  ref_rng_seed(&rng, 5100 + (uint64_t)algo);
+  dump_begin();
+  if (env) setenv("JITML_CONV_ALGORITHM", env, 1);
+  jit_options o;
+  jit_options_init(&o);
+  o.num_threads = 1;
+  o.cache_dir = "";
+  o.dump_ir_dir = g_dump_dir;
+  o.conv_algorithm = env ? JIT_CONV_ALGORITHM_AUTO : algo;
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  unsetenv("JITML_CONV_ALGORITHM");
+  jit_graph *g = tu_graph(ctx, "conv");
+  int64_t dx[4] = {1, cc->c, cc->h, cc->wd}, dw[4] = {cc->f, cc->c, cc->kh, cc->kw}, dy[4];
+  jit_window_params p;
+  jit_window_params_init(&p);
+  memcpy(p.stride, cc->w.stride, sizeof p.stride);
+  memcpy(p.padding, cc->w.pad, sizeof p.padding);
+  memcpy(p.dilation, cc->w.dilation, sizeof p.dilation);
+  jit_value x = jit_input(g, "x", TU_F32, 4, dx), w = jit_input(g, "w", TU_F32, 4, dw);
+  jit_output(g, jit_conv2d(g, x, w, &p));
+  TU_OK(jit_graph_finalize(g));
+  ref_window_dims(&cc->w, dx, dw, dy);
+  int64_t nx = ref_numel(4, dx), nw = ref_numel(4, dw), ny = ref_numel(4, dy);
+  float *xv = tu_malloc((size_t)nx * 4), *wv = tu_malloc((size_t)nw * 4),
+        *want = tu_malloc((size_t)ny * 4);
+  ref_rng_fill_signed(&rng, xv, nx);
+  ref_rng_fill_signed(&rng, wv, nw);
+  ref_conv2d(&cc->w, xv, dx, wv, dw, want);
+  DLTensor ins[2] = {tu_tensor(xv, TU_F32, 4, dx), tu_tensor(wv, TU_F32, 4, dw)};
+  bool im2col = algo == JIT_CONV_ALGORITHM_IM2COL;
+  double k_scale = (double)(cc->c * cc->kh * cc->kw) / 144.0;
+  tu_run_check(g, ins, 2, TU_F32, 4, dy, want, 2e-5, (im2col ? 1e-5 : 3e-5) * k_scale, NULL,
+               im2col ? "conv_algorithm im2col" : "conv_algorithm auto");
+  char wino_ir[96];
+  snprintf(wino_ir, sizeof wino_ir, "tensor<6x%lldx%lldxf32>, tensor<6x%lldx", (long long)cc->f,
+           (long long)cc->c, (long long)cc->c);
+  bool wino = dump_has("-00-graph.mlir", wino_ir);
+  if (im2col)
+    cr_expect(!wino, "conv_algorithm im2col%s: Winograd's products in the kernel",
+              env ? " ($JITML_CONV_ALGORITHM)" : "");
+  else if (winograd_expected(cc, 1, dy[2], dy[3]) >= 0)
+    cr_expect(wino == (winograd_expected(cc, 1, dy[2], dy[3]) >= 1),
+              "conv_algorithm auto: Winograd's products %s", wino ? "unexpected" : "missing");
+  free(xv), free(wv), free(want);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  dump_end();
+}
+
+Test(forall_paths, conv_algorithm) {
+  check_conv_algorithm(JIT_CONV_ALGORITHM_AUTO, NULL);
+  check_conv_algorithm(JIT_CONV_ALGORITHM_IM2COL, NULL);
+  check_conv_algorithm(JIT_CONV_ALGORITHM_IM2COL, "IM2COL");  // the variable overrides
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";
+  o.conv_algorithm = (jit_conv_algorithm)2;
+  jit_context *ctx = NULL;
+  jit_status s = jit_context_create(&o, &ctx);
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "options.conv_algorithm");
+  jit_status_free(s);
+  o.conv_algorithm = JIT_CONV_ALGORITHM_AUTO;
+  setenv("JITML_CONV_ALGORITHM", "winograd", 1);
+  s = jit_context_create(&o, &ctx);
+  unsetenv("JITML_CONV_ALGORITHM");
+  TU_EXPECT_CODE(s, JIT_INVALID_ARGUMENT);
+  TU_EXPECT_MSG(s, "JITML_CONV_ALGORITHM");
+  jit_status_free(s);
+}
+
 //===--- Attention: one chunk of heads per thread ----------------------------===//
 
 // jit_attention over q [NB, H, S, D] (S = 37, T = 70: one whole key block and one

@@ -6,11 +6,12 @@
 // the kernel. A crash or a hang here costs the caller a status, not its process.
 //
 // Request on stdin (one per run), text lines then the MLIR bytes:
-//   jitml-worker 2
+//   jitml-worker 3
 //   mode import|compile
 //   entry <hex of the name>|-
 //   opt_level <n>
 //   threads <n>
+//   conv_algorithm <n>            (jit_conv_algorithm)
 //   cache_dir <hex of the path>|- (compile: the caller's cache directory)
 //   inputs <k>                    (compile: k lines follow)
 //   <code> <bits> <rank> <d0> ... (one per input: DLPack dtype code and bits (f32, f16,
@@ -34,7 +35,7 @@ enum { kMaxInputs = 4096 };
 
 typedef struct request {
   char mode[16], entry[512], cache_dir[8192];
-  int opt_level, threads, n_inputs;
+  int opt_level, threads, conv_algorithm, n_inputs;
   DLTensor *inputs;
   int64_t (*dims)[JIT_MAX_RANK];
   char *text;
@@ -77,11 +78,11 @@ static int unhex(char *s) {
 // Reads the request; false on anything malformed.
 static int read_request(request *r) {
   int version = 0;
-  if (scanf("jitml-worker %d mode %15s entry %511s opt_level %d threads %d cache_dir %8191s "
-            "inputs %d",
-            &version, r->mode, r->entry, &r->opt_level, &r->threads, r->cache_dir,
-            &r->n_inputs) != 7 ||
-      version != 2 || r->n_inputs < 0 || r->n_inputs > kMaxInputs || !unhex(r->entry) ||
+  if (scanf("jitml-worker %d mode %15s entry %511s opt_level %d threads %d conv_algorithm %d "
+            "cache_dir %8191s inputs %d",
+            &version, r->mode, r->entry, &r->opt_level, &r->threads, &r->conv_algorithm,
+            r->cache_dir, &r->n_inputs) != 8 ||
+      version != 3 || r->n_inputs < 0 || r->n_inputs > kMaxInputs || !unhex(r->entry) ||
       !unhex(r->cache_dir))
     return 0;
   r->inputs = calloc((size_t)r->n_inputs + 1, sizeof *r->inputs);
@@ -116,6 +117,7 @@ int main(void) {
   jit_options_init(&o);
   o.opt_level = r.opt_level;
   o.num_threads = r.threads;
+  o.conv_algorithm = (jit_conv_algorithm)r.conv_algorithm;  // checked by the context
   o.cache_dir = compile && strcmp(r.cache_dir, "-") ? r.cache_dir : "";
   o.remote_cache = "";  // the caller pushes what the worker stores (jit__cache_publish)
   o.shape_policy = JIT_SHAPE_POLICY_EXACT;
