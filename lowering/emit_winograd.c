@@ -76,6 +76,8 @@ static int64_t winograd_bytes(int64_t n, int64_t c, int64_t f, int64_t oh, int64
   return (m + 2) * (c > f ? c : f) * q * 4;
 }
 
+#define JIT__WINOGRAD_MIN_BYTES (2 << 20)
+
 int64_t jit__conv_winograd_images(const jit__emitter *e, const jit__node *n, const int64_t *wd) {
   const jit__window *w = &n->win;
   if (!e->opt || e->opt->conv_winograd_bytes <= 0 || !e->opt->conv_as_matmul ||
@@ -95,7 +97,13 @@ int64_t jit__conv_winograd_images(const jit__emitter *e, const jit__node *n, con
   // 3.83 / 2.20; N = 2 (3.2 MiB) 11.2 / 6.25 ms against 8.3 / 4.17; N = 8 39.9 / 19.6
   // against 34.0 / 17.4. Where one image fits and the batch does not, the images go
   // one at a time (jit__emit_conv_winograd).
+  // The budget is at least 2 MiB: on a Zen 4 (1 MiB of L2, a fast L3) F(4, 3) past
+  // L2 still won, 1 thread, 64 -> 64 at N = 1: 56x56 (1.2 MiB) 1.34 against im2col's
+  // 2.25 ms, 64x64 (1.6 MiB) 1.82 against 2.94, 72x72 (2 MiB) 2.57 against 3.91, 88x88
+  // (3 MiB) 4.06 against 6.73; N = 8 at 56x56 one image at a time 12.6 against 20.6 ms
+  // (2 threads 5.96 against 10.4). Not raised past 2 MiB: the Xeon's numbers above.
   int64_t N = n->dims[0], budget = e->opt->conv_winograd_bytes;
+  if (budget < JIT__WINOGRAD_MIN_BYTES) budget = JIT__WINOGRAD_MIN_BYTES;
   if (winograd_bytes(N, C, F, OH, OW) <= budget) return N;
   return winograd_bytes(1, C, F, OH, OW) <= budget ? 1 : 0;
 }
