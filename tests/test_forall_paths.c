@@ -101,16 +101,13 @@ static int winograd_expected(const conv_case *cc, int64_t n, int64_t oh, int64_t
   return n * image <= l2 ? 1 : image <= l2 ? 2 : 0;
 }
 
-// The convolution of case `cc` with batch n at `threads`, against ref_conv2d; and
-// whether its kernel has the block loop (where `cc` says it must).
-static void check_case(const conv_case *cc, int64_t n, int threads, DLDataType dt) {
-  bool f16 = tu_is_f16(dt);
-  ref_rng rng;
-  ref_rng_seed(&rng, 5000 + (uint64_t)n * 3 + (uint64_t)threads + (f16 ? 17u : 0u));
-  dump_begin();
-  jit_context *ctx = ctx_threads(threads);
+// The graph of case `cc`'s convolution with batch n, its dims into dx, dw and dy.
+static jit_graph *conv_graph(jit_context *ctx, const conv_case *cc, int64_t n, DLDataType dt,
+                             int64_t dx[4], int64_t dw[4], int64_t dy[4]) {
   jit_graph *g = tu_graph(ctx, "conv");
-  int64_t dx[4] = {n, cc->c, cc->h, cc->wd}, dw[4] = {cc->f, cc->c, cc->kh, cc->kw}, dy[4];
+  int64_t x4[4] = {n, cc->c, cc->h, cc->wd}, w4[4] = {cc->f, cc->c, cc->kh, cc->kw};
+  memcpy(dx, x4, sizeof x4);
+  memcpy(dw, w4, sizeof w4);
   jit_window_params p;
   jit_window_params_init(&p);
   memcpy(p.stride, cc->w.stride, sizeof p.stride);
@@ -120,14 +117,38 @@ static void check_case(const conv_case *cc, int64_t n, int threads, DLDataType d
   jit_output(g, jit_conv2d(g, x, w, &p));
   TU_OK(jit_graph_finalize(g));
   ref_window_dims(&cc->w, dx, dw, dy);
+  return g;
+}
+
+// Its inputs filled from `rng` as `dt` (*px, *pw; *xv, *wv the same values as f32), and
+// ref_conv2d's result on those in *want (each malloc'ed).
+static void conv_data(ref_rng *rng, const conv_case *cc, DLDataType dt, const int64_t *dx,
+                      const int64_t *dw, const int64_t *dy, float **xv, float **wv,
+                      void **px, void **pw, float **want) {
   int64_t nx = ref_numel(4, dx), nw = ref_numel(4, dw), ny = ref_numel(4, dy);
-  float *xv = tu_malloc((size_t)nx * 4), *wv = tu_malloc((size_t)nw * 4),
-        *want = tu_malloc((size_t)ny * 4);
-  ref_rng_fill_signed(&rng, xv, nx);
-  ref_rng_fill_signed(&rng, wv, nw);
-  void *px = tu_input_data(dt, xv, nx), *pw = tu_input_data(dt, wv, nw);
-  ref_conv2d(&cc->w, xv, dx, wv, dw, want);
-  if (f16) ref_round_f16_array(want, ny);
+  *xv = tu_malloc((size_t)nx * 4), *wv = tu_malloc((size_t)nw * 4);
+  *want = tu_malloc((size_t)ny * 4);
+  ref_rng_fill_signed(rng, *xv, nx);
+  ref_rng_fill_signed(rng, *wv, nw);
+  *px = tu_input_data(dt, *xv, nx);  // rounds *xv to dt's values
+  *pw = tu_input_data(dt, *wv, nw);
+  ref_conv2d(&cc->w, *xv, dx, *wv, dw, *want);
+}
+
+// The convolution of case `cc` with batch n at `threads`, against ref_conv2d; and
+// whether its kernel has the block loop (where `cc` says it must).
+static void check_case(const conv_case *cc, int64_t n, int threads, DLDataType dt) {
+  bool f16 = tu_is_f16(dt);
+  ref_rng rng;
+  ref_rng_seed(&rng, 5000 + (uint64_t)n * 3 + (uint64_t)threads + (f16 ? 17u : 0u));
+  dump_begin();
+  jit_context *ctx = ctx_threads(threads);
+  int64_t dx[4], dw[4], dy[4];
+  jit_graph *g = conv_graph(ctx, cc, n, dt, dx, dw, dy);
+  float *xv, *wv, *want;
+  void *px, *pw;
+  conv_data(&rng, cc, dt, dx, dw, dy, &xv, &wv, &px, &pw, &want);
+  if (f16) ref_round_f16_array(want, ref_numel(4, dy));
   DLTensor ins[2] = {tu_tensor(px, dt, 4, dx), tu_tensor(pw, dt, 4, dw)};
   char what[160];
   snprintf(what, sizeof what, "%s %s N=%lld threads=%d", cc->name, f16 ? "f16" : "f32",
@@ -224,24 +245,12 @@ static void check_conv_algorithm(jit_conv_algorithm algo, const char *env) {
   jit_context *ctx = NULL;
   TU_OK(jit_context_create(&o, &ctx));
   unsetenv("JITML_CONV_ALGORITHM");
-  jit_graph *g = tu_graph(ctx, "conv");
-  int64_t dx[4] = {1, cc->c, cc->h, cc->wd}, dw[4] = {cc->f, cc->c, cc->kh, cc->kw}, dy[4];
-  jit_window_params p;
-  jit_window_params_init(&p);
-  memcpy(p.stride, cc->w.stride, sizeof p.stride);
-  memcpy(p.padding, cc->w.pad, sizeof p.padding);
-  memcpy(p.dilation, cc->w.dilation, sizeof p.dilation);
-  jit_value x = jit_input(g, "x", TU_F32, 4, dx), w = jit_input(g, "w", TU_F32, 4, dw);
-  jit_output(g, jit_conv2d(g, x, w, &p));
-  TU_OK(jit_graph_finalize(g));
-  ref_window_dims(&cc->w, dx, dw, dy);
-  int64_t nx = ref_numel(4, dx), nw = ref_numel(4, dw), ny = ref_numel(4, dy);
-  float *xv = tu_malloc((size_t)nx * 4), *wv = tu_malloc((size_t)nw * 4),
-        *want = tu_malloc((size_t)ny * 4);
-  ref_rng_fill_signed(&rng, xv, nx);
-  ref_rng_fill_signed(&rng, wv, nw);
-  ref_conv2d(&cc->w, xv, dx, wv, dw, want);
-  DLTensor ins[2] = {tu_tensor(xv, TU_F32, 4, dx), tu_tensor(wv, TU_F32, 4, dw)};
+  int64_t dx[4], dw[4], dy[4];
+  jit_graph *g = conv_graph(ctx, cc, 1, TU_F32, dx, dw, dy);
+  float *xv, *wv, *want;
+  void *px, *pw;
+  conv_data(&rng, cc, TU_F32, dx, dw, dy, &xv, &wv, &px, &pw, &want);
+  DLTensor ins[2] = {tu_tensor(px, TU_F32, 4, dx), tu_tensor(pw, TU_F32, 4, dw)};
   bool im2col = algo == JIT_CONV_ALGORITHM_IM2COL;
   double k_scale = (double)(cc->c * cc->kh * cc->kw) / 144.0;
   tu_run_check(g, ins, 2, TU_F32, 4, dy, want, 2e-5, (im2col ? 1e-5 : 3e-5) * k_scale, NULL,
@@ -256,7 +265,7 @@ static void check_conv_algorithm(jit_conv_algorithm algo, const char *env) {
   else if (winograd_expected(cc, 1, dy[2], dy[3]) >= 0)
     cr_expect(wino == (winograd_expected(cc, 1, dy[2], dy[3]) >= 1),
               "conv_algorithm auto: Winograd's products %s", wino ? "unexpected" : "missing");
-  free(xv), free(wv), free(want);
+  free(xv), free(wv), free(want), free(px), free(pw);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
   dump_end();
