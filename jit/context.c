@@ -80,18 +80,22 @@ static jit_status jit__check_option_ranges(const jit_options *o) {
   return NULL;
 }
 
+int jit__env_choice(const char *value, const char *const *names, int n) {
+  for (int i = 0; value && i < n; i++)
+    if (strcasecmp(value, names[i]) == 0) return i;
+  return -1;
+}
+
 // $JITML_CONV_ALGORITHM (auto or im2col), when set, in place of options.conv_algorithm.
 static jit_status jit__conv_algorithm_env(jit_options *o) {
+  static const char *const names[] = {"auto", "im2col"};  // jit_conv_algorithm's order
   const char *env = getenv("JITML_CONV_ALGORITHM");
   if (!env || !env[0]) return NULL;
-  if (strcasecmp(env, "auto") == 0) {
-    o->conv_algorithm = JIT_CONV_ALGORITHM_AUTO;
-  } else if (strcasecmp(env, "im2col") == 0) {
-    o->conv_algorithm = JIT_CONV_ALGORITHM_IM2COL;
-  } else {
+  int found = jit__env_choice(env, names, 2);
+  if (found < 0)
     return JIT_ERR(JIT_INVALID_ARGUMENT,
                    "jit_context_create: JITML_CONV_ALGORITHM is `%s`, not auto or im2col", env);
-  }
+  o->conv_algorithm = (jit_conv_algorithm)found;
   return NULL;
 }
 
@@ -156,12 +160,11 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   JIT_PROPAGATE(jit__conv_algorithm_env(&o));
   if (!o.log_fn) {
     const char *env = getenv("JITML_LOG");
-    static const char *levels[] = {"error", "warning", "info", "debug"};
-    for (int i = 0; env && i < 4; i++) {
-      if (strcasecmp(env, levels[i]) == 0) {
-        o.log_fn = jit__log_to_stderr;
-        o.log_level = (jit_log_level)i;
-      }
+    static const char *const levels[] = {"error", "warning", "info", "debug"};
+    int i = jit__env_choice(env, levels, 4);
+    if (i >= 0) {
+      o.log_fn = jit__log_to_stderr;
+      o.log_level = (jit_log_level)i;
     }
   }
 

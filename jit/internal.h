@@ -205,6 +205,9 @@ void jit__evict(jit_context *ctx);
 // Reads options.shape_policy, $JITML_SHAPE_POLICY and the AUTO limits into `ctx`;
 // JIT_INVALID_ARGUMENT naming the field or variable.
 jit_status jit__shape_options(jit_context *ctx, const jit_options *o);
+// The index of `value` among the n `names` (case-insensitive), or -1: the values of
+// the JITML_* variables that name an enumerator (context.c).
+int jit__env_choice(const char *value, const char *const *names, int n);
 // The policy a new binding of `g` on device `d` gets: EXACT where there is no generic
 // kernel to be had (no symbols, a graph from MLIR, a GPU, a generic compile that failed).
 jit_shape_policy jit__policy_of(jit_graph *g, const jit_device *d);

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <xxhash.h>
 
@@ -47,9 +46,7 @@ jit_status jit__shape_options(jit_context *ctx, const jit_options *o) {
   ctx->policy = o->shape_policy;
   const char *env = getenv("JITML_SHAPE_POLICY");
   if (env && env[0]) {
-    int found = -1;
-    for (int i = 0; i < 3; i++)
-      if (strcasecmp(env, kPolicyNames[i]) == 0) found = i;
+    int found = jit__env_choice(env, kPolicyNames, 3);
     if (found < 0)
       return JIT_ERR(JIT_INVALID_ARGUMENT,
                      "jit_context_create: JITML_SHAPE_POLICY is `%s`, not auto, exact or "
