@@ -271,6 +271,60 @@ static void check_conv_algorithm(jit_conv_algorithm algo, const char *env) {
   dump_end();
 }
 
+// The disk cache keeps the two algorithms' kernels apart: with one cache directory,
+// an IM2COL context after an AUTO one compiles its own kernel (no Winograd products in
+// it) rather than loading AUTO's, and each finds its own entry afterwards.
+static void conv_cached(const char *cache, jit_conv_algorithm algo, bool want_compiled) {
+  const conv_case *cc = &kCases[8];
+  ref_rng rng;
+  ref_rng_seed(&rng, 5200);
+  dump_begin();
+  jit_options o;
+  jit_options_init(&o);
+  o.num_threads = 1;
+  o.cache_dir = cache;
+  o.dump_ir_dir = g_dump_dir;
+  o.conv_algorithm = algo;
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  int64_t dx[4], dw[4], dy[4];
+  jit_graph *g = conv_graph(ctx, cc, 1, TU_F32, dx, dw, dy);
+  float *xv, *wv, *want;
+  void *px, *pw;
+  conv_data(&rng, cc, TU_F32, dx, dw, dy, &xv, &wv, &px, &pw, &want);
+  DLTensor ins[2] = {tu_tensor(px, TU_F32, 4, dx), tu_tensor(pw, TU_F32, 4, dw)};
+  bool im2col = algo == JIT_CONV_ALGORITHM_IM2COL;
+  const char *what = im2col ? "cached conv, im2col" : "cached conv, auto";
+  double k_scale = (double)(cc->c * cc->kh * cc->kw) / 144.0;
+  tu_run_check(g, ins, 2, TU_F32, 4, dy, want, 2e-5, (im2col ? 1e-5 : 3e-5) * k_scale, NULL,
+               what);
+  jit_stats st = {.struct_size = sizeof st};
+  TU_OK(jit_context_stats(ctx, &st));
+  cr_expect(st.compiles == (want_compiled ? 1u : 0u) && st.disk_hits == (want_compiled ? 0u : 1u),
+            "%s: %llu compiles and %llu disk hits, want %s", what,
+            (unsigned long long)st.compiles, (unsigned long long)st.disk_hits,
+            want_compiled ? "a compile (no entry of its own yet)" : "a disk hit");
+  char wino_ir[96];
+  snprintf(wino_ir, sizeof wino_ir, "tensor<6x%lldx%lldxf32>, tensor<6x%lldx", (long long)cc->f,
+           (long long)cc->c, (long long)cc->c);
+  if (want_compiled && im2col)
+    cr_expect(!dump_has("-00-graph.mlir", wino_ir), "%s: Winograd's products", what);
+  free(xv), free(wv), free(want), free(px), free(pw);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  dump_end();
+}
+
+Test(forall_paths, conv_algorithm_disk_keys) {
+  char cache[] = "/tmp/jitml-test-convkeys-XXXXXX";
+  cr_assert(mkdtemp(cache));
+  conv_cached(cache, JIT_CONV_ALGORITHM_AUTO, true);
+  conv_cached(cache, JIT_CONV_ALGORITHM_IM2COL, true);
+  conv_cached(cache, JIT_CONV_ALGORITHM_IM2COL, false);
+  conv_cached(cache, JIT_CONV_ALGORITHM_AUTO, false);
+  nftw(cache, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 Test(forall_paths, conv_algorithm) {
   check_conv_algorithm(JIT_CONV_ALGORITHM_AUTO, NULL);
   check_conv_algorithm(JIT_CONV_ALGORITHM_IM2COL, NULL);
