@@ -344,8 +344,7 @@ static const char kUnrollK[] =
 // Whether `op` converts to or from bf16 (sets *user, a bool, and stops).
 static MlirWalkResult jit__find_bf16(MlirOperation op, void *user) {
   MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
-  bool conv = (name.length == 11 && !memcmp(name.data, "arith.extf", 10)) ||
-              (name.length == 12 && !memcmp(name.data, "arith.truncf", 12)) ||
+  bool conv = (name.length == 12 && !memcmp(name.data, "arith.truncf", 12)) ||
               (name.length == 10 && !memcmp(name.data, "arith.extf", 10));
   if (!conv) return MlirWalkResultAdvance;
   for (intptr_t i = 0; i < mlirOperationGetNumResults(op) + mlirOperationGetNumOperands(op); i++) {
