@@ -521,6 +521,9 @@ static jit_status jit__cpu_tile_generic(MlirContext ctx, MlirModule module,
                    strlen(plan->script));
   if ((status = jit__apply_script(ctx, module, plan->script, "generic tiling", diag)))
     return status;
+  if (jit__cpu_inline_outlined(mop) < 0)
+    return JIT_ERR(JIT_INTERNAL, "generic tiling: a matmul the script outlined was not put "
+                   "back into the kernel");
   if (jit__cpu_fold_iter_slices(mop) > 0 &&
       (status = jit__apply_script(ctx, module, jit__cpu_generic_hoist_script(),
                                   "hoisting generic accumulators", diag)))

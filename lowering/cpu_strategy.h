@@ -75,6 +75,11 @@ void jit__cpu_plan_free(jit__cpu_plan *plan);
 char *jit__cpu_generic_script(MlirContext ctx, MlirOperation module,
                               const jit__lower_options *o, int *n_ops, int *threads);
 
+// Puts back the functions that jit__cpu_generic_script's loop.outline made
+// (jit_outlined_*, one call each) at their calls and erases them; returns how many,
+// -1 when one is left (not called from the kernel).
+int jit__cpu_inline_outlined(MlirOperation module);
+
 // After one-shot bufferization (before deallocations are placed): replaces the heap
 // allocation of each packed-B buffer of `plan` made once per call or per thread, and
 // of each small scratch buffer made inside loops, by a stack allocation at the top of

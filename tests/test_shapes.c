@@ -688,6 +688,92 @@ Test(shapes, compile_generic_prewarms) {
   jit_context_destroy(ctx);
 }
 
+// A generic kernel at 2 threads: each matmul's scf.forall is outlined while the script
+// tiles the next one (lowering/cpu/generic.c) and put back afterwards: the dumped
+// script outlines, the tiled module has one function left, and the results match
+// x W1 + b1, then times W2, at sizes on both row paths (few rows and 32 or more).
+static bool text_of(const char *dir, const char *suffix, char *buf, size_t size) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "cat %s/*%s 2>/dev/null", dir, suffix);
+  FILE *f = popen(cmd, "r");
+  if (!f) return false;
+  size_t n = fread(buf, 1, size - 1, f);
+  buf[n] = 0;
+  pclose(f);
+  return n > 0;
+}
+
+static int count_of(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle)) n++;
+  return n;
+}
+
+Test(shapes, generic_outlined_matmuls_put_back) {
+  char dir[] = "/tmp/jitml-test-outline-XXXXXX";
+  cr_assert(mkdtemp(dir));
+  jit_options o;
+  jit_options_init(&o);
+  o.cache_dir = "";
+  o.shape_policy = JIT_SHAPE_POLICY_GENERIC;
+  o.num_threads = 2;
+  o.dump_ir_dir = dir;
+  jit_context *ctx = NULL;
+  TU_OK(jit_context_create(&o, &ctx));
+  enum { K = 256, H = 192, N = 67 };
+  jit_graph *g = tu_graph(ctx, "two");
+  int64_t m = jit_symbol(g, "M");
+  int64_t dx[2] = {m, K}, dw1[2] = {K, H}, db1[1] = {H}, dw2[2] = {H, N};
+  jit_value x = jit_input(g, "x", TU_F32, 2, dx), w1 = jit_input(g, "w1", TU_F32, 2, dw1);
+  jit_value b1 = jit_input(g, "b1", TU_F32, 1, db1), w2 = jit_input(g, "w2", TU_F32, 2, dw2);
+  jit_output(g, jit_matmul(g, jit_add(g, jit_matmul(g, x, w1), b1), w2));
+  TU_OK(jit_graph_finalize(g));
+  TU_OK(jit_graph_compile_generic(g));
+  static char text[1 << 20];
+  cr_assert(text_of(dir, "-03-transform-script.mlir", text, sizeof text), "no script dumped");
+  int outlines = count_of(text, "transform.loop.outline");
+#if defined(__SANITIZE_ADDRESS__)
+  cr_expect_eq(outlines, 0, "ASan builds run kernels on one thread: no forall to outline");
+#else
+  cr_expect(outlines >= 2, "%d matmuls outlined, want both on the path for many rows",
+            outlines);
+#endif
+  cr_assert(text_of(dir, "-03-tiled-vectorized.mlir", text, sizeof text), "no module dumped");
+  cr_expect_eq(count_of(text, "func.func @"), 1, "functions left after the script");
+  cr_expect_eq(count_of(text, "jit_outlined_"), 0, "an outlined matmul was not put back");
+  ref_rng rng;
+  ref_rng_seed(&rng, 7100);
+  const int64_t rows[] = {1, 7, 31, 32, 45, 97};
+  for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+    int64_t M = rows[r], ax[2] = {M, K}, ah[2] = {M, H}, ay[2] = {M, N}, dc[2];
+    size_t f = sizeof(float);
+    float *xv = tu_malloc(f * (size_t)(M * K)), *w1v = tu_malloc(f * K * H);
+    float *b1v = tu_malloc(f * H), *w2v = tu_malloc(f * H * N);
+    float *t = tu_malloc(f * (size_t)(M * H)), *h = tu_malloc(f * (size_t)(M * H));
+    float *want = tu_malloc(f * (size_t)(M * N));
+    ref_rng_fill_signed(&rng, xv, M * K);
+    ref_rng_fill_signed(&rng, w1v, K * H);
+    ref_rng_fill_signed(&rng, b1v, H);
+    ref_rng_fill_signed(&rng, w2v, H * N);
+    ref_matmul(xv, 2, ax, w1v, 2, dw1, t, dc);
+    ref_binary(REF_ADD, t, 2, ah, b1v, 1, db1, h);
+    ref_matmul(h, 2, ah, w2v, 2, dw2, want, dc);
+    DLTensor in[4] = {tu_tensor(xv, TU_F32, 2, ax), tu_tensor(w1v, TU_F32, 2, dw1),
+                      tu_tensor(b1v, TU_F32, 1, db1), tu_tensor(w2v, TU_F32, 2, dw2)};
+    char what[64];
+    snprintf(what, sizeof what, "outlined generic kernel, M = %lld", (long long)M);
+    tu_run_check(g, in, 4, TU_F32, 2, ay, want, 1e-4, 1e-3, NULL, what);
+    free(xv), free(w1v), free(b1v), free(w2v), free(t), free(h), free(want);
+  }
+  cr_expect_eq(stats(ctx).generic_runs, sizeof rows / sizeof *rows,
+               "runs not on the generic kernel");
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  char rm[96];
+  snprintf(rm, sizeof rm, "rm -rf %s", dir);
+  cr_expect_eq(system(rm), 0);
+}
+
 //===--- Explain ---------------------------------------------------------===//
 
 static void expect_explain(jit_graph *g, int64_t m, const char *needle) {
