@@ -225,15 +225,37 @@ CONV_TESTS(10, winograd_past_l2)
 CONV_TESTS(11, winograd_odd_rows_past_l2)
 CONV_TESTS(12, winograd_five_rows)
 
-// jit_options.conv_algorithm: under IM2COL a convolution that AUTO takes as Winograd
-// ("winograd pad 1", F(4, 3) at 34 output rows) has no Winograd products in its kernel
-// and stays within the plain f32 bound (no 3x); under AUTO the products are there
-// where winograd_expected says. Out-of-range values and a bad $JITML_CONV_ALGORITHM
-// are JIT_INVALID_ARGUMENT.
-static void check_conv_algorithm(jit_conv_algorithm algo, const char *env) {
+// Runs "winograd pad 1" (F(4, 3) at 34 output rows) in `ctx` against ref_conv2d,
+// within the plain f32 bound for `im2col` (3x that for Winograd's sums); its output
+// dims into dy. Returns whether the kernel dumped to g_dump_dir has Winograd's
+// products (false when none was compiled).
+static bool run_conv_algorithm(jit_context *ctx, uint64_t seed, bool im2col, const char *what,
+                               int64_t dy[4]) {
   const conv_case *cc = &kCases[8];
   ref_rng rng;
-  ref_rng_seed(&rng, 5100 + (uint64_t)algo);
+  ref_rng_seed(&rng, seed);
+  int64_t dx[4], dw[4];
+  jit_graph *g = conv_graph(ctx, cc, 1, TU_F32, dx, dw, dy);
+  float *xv, *wv, *want;
+  void *px, *pw;
+  conv_data(&rng, cc, TU_F32, dx, dw, dy, &xv, &wv, &px, &pw, &want);
+  DLTensor ins[2] = {tu_tensor(px, TU_F32, 4, dx), tu_tensor(pw, TU_F32, 4, dw)};
+  double k_scale = (double)(cc->c * cc->kh * cc->kw) / 144.0;
+  tu_run_check(g, ins, 2, TU_F32, 4, dy, want, 2e-5, (im2col ? 1e-5 : 3e-5) * k_scale, NULL,
+               what);
+  free(xv), free(wv), free(want), free(px), free(pw);
+  jit_graph_destroy(g);
+  char wino_ir[96];
+  snprintf(wino_ir, sizeof wino_ir, "tensor<6x%lldx%lldxf32>, tensor<6x%lldx", (long long)cc->f,
+           (long long)cc->c, (long long)cc->c);
+  return dump_has("-00-graph.mlir", wino_ir);
+}
+
+// jit_options.conv_algorithm: under IM2COL a convolution that AUTO takes as Winograd
+// has no Winograd products in its kernel and stays within the plain f32 bound; under
+// AUTO the products are there where winograd_expected says. Out-of-range values and a
+// bad $JITML_CONV_ALGORITHM are JIT_INVALID_ARGUMENT.
+static void check_conv_algorithm(jit_conv_algorithm algo, const char *env) {
   dump_begin();
   if (env) setenv("JITML_CONV_ALGORITHM", env, 1);
   jit_options o;
@@ -245,28 +267,17 @@ static void check_conv_algorithm(jit_conv_algorithm algo, const char *env) {
   jit_context *ctx = NULL;
   TU_OK(jit_context_create(&o, &ctx));
   unsetenv("JITML_CONV_ALGORITHM");
-  int64_t dx[4], dw[4], dy[4];
-  jit_graph *g = conv_graph(ctx, cc, 1, TU_F32, dx, dw, dy);
-  float *xv, *wv, *want;
-  void *px, *pw;
-  conv_data(&rng, cc, TU_F32, dx, dw, dy, &xv, &wv, &px, &pw, &want);
-  DLTensor ins[2] = {tu_tensor(px, TU_F32, 4, dx), tu_tensor(pw, TU_F32, 4, dw)};
   bool im2col = algo == JIT_CONV_ALGORITHM_IM2COL;
-  double k_scale = (double)(cc->c * cc->kh * cc->kw) / 144.0;
-  tu_run_check(g, ins, 2, TU_F32, 4, dy, want, 2e-5, (im2col ? 1e-5 : 3e-5) * k_scale, NULL,
-               im2col ? "conv_algorithm im2col" : "conv_algorithm auto");
-  char wino_ir[96];
-  snprintf(wino_ir, sizeof wino_ir, "tensor<6x%lldx%lldxf32>, tensor<6x%lldx", (long long)cc->f,
-           (long long)cc->c, (long long)cc->c);
-  bool wino = dump_has("-00-graph.mlir", wino_ir);
+  int64_t dy[4];
+  bool wino = run_conv_algorithm(ctx, 5100 + (uint64_t)algo, im2col,
+                                 im2col ? "conv_algorithm im2col" : "conv_algorithm auto", dy);
+  int expected = winograd_expected(&kCases[8], 1, dy[2], dy[3]);
   if (im2col)
     cr_expect(!wino, "conv_algorithm im2col%s: Winograd's products in the kernel",
               env ? " ($JITML_CONV_ALGORITHM)" : "");
-  else if (winograd_expected(cc, 1, dy[2], dy[3]) >= 0)
-    cr_expect(wino == (winograd_expected(cc, 1, dy[2], dy[3]) >= 1),
-              "conv_algorithm auto: Winograd's products %s", wino ? "unexpected" : "missing");
-  free(xv), free(wv), free(want), free(px), free(pw);
-  jit_graph_destroy(g);
+  else if (expected >= 0)
+    cr_expect(wino == (expected >= 1), "conv_algorithm auto: Winograd's products %s",
+              wino ? "unexpected" : "missing");
   jit_context_destroy(ctx);
   dump_end();
 }
@@ -275,9 +286,6 @@ static void check_conv_algorithm(jit_conv_algorithm algo, const char *env) {
 // an IM2COL context after an AUTO one compiles its own kernel (no Winograd products in
 // it) rather than loading AUTO's, and each finds its own entry afterwards.
 static void conv_cached(const char *cache, jit_conv_algorithm algo, bool want_compiled) {
-  const conv_case *cc = &kCases[8];
-  ref_rng rng;
-  ref_rng_seed(&rng, 5200);
   dump_begin();
   jit_options o;
   jit_options_init(&o);
@@ -287,30 +295,17 @@ static void conv_cached(const char *cache, jit_conv_algorithm algo, bool want_co
   o.conv_algorithm = algo;
   jit_context *ctx = NULL;
   TU_OK(jit_context_create(&o, &ctx));
-  int64_t dx[4], dw[4], dy[4];
-  jit_graph *g = conv_graph(ctx, cc, 1, TU_F32, dx, dw, dy);
-  float *xv, *wv, *want;
-  void *px, *pw;
-  conv_data(&rng, cc, TU_F32, dx, dw, dy, &xv, &wv, &px, &pw, &want);
-  DLTensor ins[2] = {tu_tensor(px, TU_F32, 4, dx), tu_tensor(pw, TU_F32, 4, dw)};
   bool im2col = algo == JIT_CONV_ALGORITHM_IM2COL;
   const char *what = im2col ? "cached conv, im2col" : "cached conv, auto";
-  double k_scale = (double)(cc->c * cc->kh * cc->kw) / 144.0;
-  tu_run_check(g, ins, 2, TU_F32, 4, dy, want, 2e-5, (im2col ? 1e-5 : 3e-5) * k_scale, NULL,
-               what);
+  int64_t dy[4];
+  bool wino = run_conv_algorithm(ctx, 5200, im2col, what, dy);
   jit_stats st = {.struct_size = sizeof st};
   TU_OK(jit_context_stats(ctx, &st));
   cr_expect(st.compiles == (want_compiled ? 1u : 0u) && st.disk_hits == (want_compiled ? 0u : 1u),
             "%s: %llu compiles and %llu disk hits, want %s", what,
             (unsigned long long)st.compiles, (unsigned long long)st.disk_hits,
             want_compiled ? "a compile (no entry of its own yet)" : "a disk hit");
-  char wino_ir[96];
-  snprintf(wino_ir, sizeof wino_ir, "tensor<6x%lldx%lldxf32>, tensor<6x%lldx", (long long)cc->f,
-           (long long)cc->c, (long long)cc->c);
-  if (want_compiled && im2col)
-    cr_expect(!dump_has("-00-graph.mlir", wino_ir), "%s: Winograd's products", what);
-  free(xv), free(wv), free(want), free(px), free(pw);
-  jit_graph_destroy(g);
+  if (want_compiled && im2col) cr_expect(!wino, "%s: Winograd's products", what);
   jit_context_destroy(ctx);
   dump_end();
 }
