@@ -550,6 +550,12 @@ static void tile_big_static(generic_walk *w, MlirOperation op) {
   w->n_big++;
 }
 
+// Writes the vectorize ops held back so far (writer) into the script.
+static void flush_late(generic_walk *w) {
+  if (w->late.len) jit__text_append(&w->sb, w->late.p, w->late.len);
+  w->late.len = 0;
+}
+
 static MlirWalkResult visit(MlirOperation op, void *user) {
   generic_walk *w = user;
   tile_big_static(w, op);
@@ -590,9 +596,7 @@ static MlirWalkResult visit(MlirOperation op, void *user) {
                forall);
   if (forall[0] && w->outlined < JIT__MAX_OUTLINED) {
     // Finished: its vectorize ops, then the forall into a function (writer says why).
-    if (w->late.len) sb_printf(&w->sb, "%s", w->late.p);
-    w->late.len = 0;
-    if (w->late.p) w->late.p[0] = 0;
+    flush_late(w);
     sb_printf(&w->sb, "  %%o%d, %%oc%d = transform.loop.outline %s {func_name = \"%s%d\"} "
               ": (" ANY ") -> (" ANY ", " ANY ")\n", w->outlined, w->outlined, forall,
               kOutlinedPrefix, w->outlined);
@@ -614,7 +618,7 @@ char *jit__cpu_generic_script(MlirContext ctx, MlirOperation module,
             "transform.named_sequence @__transform_main(%%root: " ANY
             " {transform.readonly}) {\n");
   mlirOperationWalk(module, visit, &w, MlirWalkPreOrder);
-  if (w.late.len) sb_printf(&w.sb, "%s", w.late.p);
+  flush_late(&w);
   w.sb.oom |= w.late.oom;
   free(w.late.p);
   sb_printf(&w.sb,
@@ -665,13 +669,11 @@ static bool is_outlined_name(MlirStringRef s) {
   return s.length > n && !memcmp(s.data, kOutlinedPrefix, n);
 }
 
-// The symbol name of top-level `op` in *name; false when it has none.
-static bool sym_name_of(MlirOperation op, MlirStringRef *name) {
-  MlirAttribute sym =
-      mlirOperationGetAttributeByName(op, mlirStringRefCreateFromCString("sym_name"));
-  if (mlirAttributeIsNull(sym) || !mlirAttributeIsAString(sym)) return false;
-  *name = mlirStringAttrGetValue(sym);
-  return true;
+// Whether top-level `op` is one of the outlined functions.
+static bool is_outlined_func(MlirOperation op) {
+  MlirAttribute sym = mlirOperationGetAttributeByName(op, mlirSymbolTableGetSymbolAttributeName());
+  return !mlirAttributeIsNull(sym) && mlirAttributeIsAString(sym) &&
+         is_outlined_name(mlirStringAttrGetValue(sym));
 }
 
 static MlirWalkResult find_outlined_call(MlirOperation op, void *user) {
@@ -693,20 +695,13 @@ static MlirWalkResult find_outlined_call(MlirOperation op, void *user) {
 int jit__cpu_inline_outlined(MlirOperation module) {
   outlined_calls calls = {.n = 0};
   mlirOperationWalk(module, find_outlined_call, &calls, MlirWalkPreOrder);
-  MlirBlock top = mlirRegionGetFirstBlock(mlirOperationGetRegion(module, 0));
+  MlirSymbolTable table = mlirSymbolTableCreate(module);
   int done = 0;
   for (int i = 0; i < calls.n; i++) {
-    MlirOperation call = calls.ops[i], fn = {NULL};
-    MlirStringRef name = mlirFlatSymbolRefAttrGetValue(
-        mlirOperationGetAttributeByName(call, mlirStringRefCreateFromCString("callee")));
-    MlirStringRef sym;
-    for (MlirOperation op = mlirBlockGetFirstOperation(top); !mlirOperationIsNull(op);
-         op = mlirOperationGetNextInBlock(op)) {
-      if (sym_name_of(op, &sym) && mlirStringRefEqual(sym, name)) {
-        fn = op;
-        break;
-      }
-    }
+    MlirOperation call = calls.ops[i];
+    MlirOperation fn = mlirSymbolTableLookup(
+        table, mlirFlatSymbolRefAttrGetValue(mlirOperationGetAttributeByName(
+                   call, mlirStringRefCreateFromCString("callee"))));
     if (mlirOperationIsNull(fn)) continue;
     MlirBlock body = mlirRegionGetFirstBlock(mlirOperationGetRegion(fn, 0));
     for (intptr_t a = 0; a < mlirBlockGetNumArguments(body); a++)
@@ -723,12 +718,13 @@ int jit__cpu_inline_outlined(MlirOperation module) {
       mlirValueReplaceAllUsesOfWith(mlirOperationGetResult(call, r),
                                     mlirOperationGetOperand(ret, r));
     mlirOperationDestroy(call);
-    mlirOperationDestroy(fn);
+    mlirSymbolTableErase(table, fn);
     done++;
   }
-  MlirStringRef sym;
+  mlirSymbolTableDestroy(table);
+  MlirBlock top = mlirRegionGetFirstBlock(mlirOperationGetRegion(module, 0));
   for (MlirOperation op = mlirBlockGetFirstOperation(top); !mlirOperationIsNull(op);
        op = mlirOperationGetNextInBlock(op))
-    if (sym_name_of(op, &sym) && is_outlined_name(sym)) return -1;  // not called
+    if (is_outlined_func(op)) return -1;  // not called where the script left it
   return done;
 }
