@@ -19,7 +19,7 @@
 
 // The L2 that $JITML_CPU_L2 pins (bytes, or a number with a K or M suffix: the
 // library's grammar), or 0 when it pins none (the host's own L2 then decides).
-static long pinned_l2(void) {
+static inline long pinned_l2(void) {
   const char *e = getenv("JITML_CPU_L2");
   char *end = NULL;
   long v = e ? strtol(e, &end, 10) : 0;
@@ -34,7 +34,8 @@ static char g_dump_dir[256];
 
 // A context for `threads` threads whose log messages of `level` and up (none when `fn`
 // is NULL) go to fn(user, ...).
-static jit_context *ctx_logged(int threads, jit_log_fn fn, void *user, jit_log_level level) {
+static inline jit_context *ctx_logged(int threads, jit_log_fn fn, void *user,
+                                      jit_log_level level) {
   jit_options o;
   jit_options_init(&o);
   o.num_threads = threads;
@@ -48,30 +49,31 @@ static jit_context *ctx_logged(int threads, jit_log_fn fn, void *user, jit_log_l
   return ctx;
 }
 
-static jit_context *ctx_threads(int threads) {
+static inline jit_context *ctx_threads(int threads) {
   return ctx_logged(threads, NULL, NULL, JIT_LOG_ERROR);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+static inline int rm_entry(const char *path, const struct stat *sb, int flag,
+                           struct FTW *ftw) {
   (void)sb, (void)flag, (void)ftw;
   return remove(path);
 }
 
 // Contexts made by ctx_threads between these two dump every stage of every kernel into
 // a fresh temporary directory, removed by dump_end.
-static void dump_begin(void) {
+static inline void dump_begin(void) {
   snprintf(g_dump_dir, sizeof g_dump_dir, "/tmp/jitml-test-paths-XXXXXX");
   cr_assert(mkdtemp(g_dump_dir));
 }
 
-static void dump_end(void) {
+static inline void dump_end(void) {
   nftw(g_dump_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   g_dump_dir[0] = 0;
 }
 
 // The text (its first 256 KiB) of the `index`-th dumped stage `suffix` of the kernels
 // compiled while g_dump_dir was set, in a static buffer; NULL past the last.
-static const char *dump_text(const char *suffix, int index) {
+static inline const char *dump_text(const char *suffix, int index) {
   DIR *d = opendir(g_dump_dir);
   cr_assert(d, "cannot open %s", g_dump_dir);
   static char buf[1 << 18];
@@ -94,7 +96,7 @@ static const char *dump_text(const char *suffix, int index) {
 
 // Whether the dumped stage `suffix` of a kernel compiled while g_dump_dir was set
 // holds `needle`.
-static bool dump_has(const char *suffix, const char *needle) {
+static inline bool dump_has(const char *suffix, const char *needle) {
   const char *text;
   for (int i = 0; (text = dump_text(suffix, i)); i++)
     if (strstr(text, needle)) return true;

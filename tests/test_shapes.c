@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "paths.h"
 #include "util.h"
 
 static jit_stats stats(jit_context *ctx) {
@@ -692,17 +693,6 @@ Test(shapes, compile_generic_prewarms) {
 // tiles the next one (lowering/cpu/generic.c) and put back afterwards: the dumped
 // script outlines, the tiled module has one function left, and the results match
 // x W1 + b1, then times W2, at sizes on both row paths (few rows and 32 or more).
-static bool text_of(const char *dir, const char *suffix, char *buf, size_t size) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "cat %s/*%s 2>/dev/null", dir, suffix);
-  FILE *f = popen(cmd, "r");
-  if (!f) return false;
-  size_t n = fread(buf, 1, size - 1, f);
-  buf[n] = 0;
-  pclose(f);
-  return n > 0;
-}
-
 static int count_of(const char *text, const char *needle) {
   int n = 0;
   for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle)) n++;
@@ -710,14 +700,13 @@ static int count_of(const char *text, const char *needle) {
 }
 
 Test(shapes, generic_outlined_matmuls_put_back) {
-  char dir[] = "/tmp/jitml-test-outline-XXXXXX";
-  cr_assert(mkdtemp(dir));
+  dump_begin();
   jit_options o;
   jit_options_init(&o);
   o.cache_dir = "";
   o.shape_policy = JIT_SHAPE_POLICY_GENERIC;
   o.num_threads = 2;
-  o.dump_ir_dir = dir;
+  o.dump_ir_dir = g_dump_dir;
   jit_context *ctx = NULL;
   TU_OK(jit_context_create(&o, &ctx));
   enum { K = 256, H = 192, N = 67 };
@@ -729,14 +718,16 @@ Test(shapes, generic_outlined_matmuls_put_back) {
   jit_output(g, jit_matmul(g, jit_add(g, jit_matmul(g, x, w1), b1), w2));
   TU_OK(jit_graph_finalize(g));
   TU_OK(jit_graph_compile_generic(g));
-  static char text[1 << 20];
-  cr_assert(text_of(dir, "-03-transform-script.mlir", text, sizeof text), "no script dumped");
+  const char *text = dump_text("-03-transform-script.mlir", 0);
+  cr_assert(text, "no script dumped");
   // Every forall is outlined: both matmuls on the path for many rows where kernels
   // run on 2 threads (not in sanitizer builds, nor without libomp: no forall then).
   int outlines = count_of(text, "transform.loop.outline");
   int foralls = count_of(text, "transform.structured.tile_using_forall");
   cr_expect_eq(outlines, foralls, "%d of %d scf.forall loops outlined", outlines, foralls);
-  cr_assert(text_of(dir, "-03-tiled-vectorized.mlir", text, sizeof text), "no module dumped");
+  text = dump_text("-03-tiled-vectorized.mlir", 0);
+  cr_assert(text, "no module dumped");
+  cr_assert(strlen(text) < (1 << 18) - 1, "the module is longer than dump_text reads");
   cr_expect_eq(count_of(text, "func.func @"), 1, "functions left after the script");
   cr_expect_eq(count_of(text, "jit_outlined_"), 0, "an outlined matmul was not put back");
   ref_rng rng;
@@ -767,9 +758,7 @@ Test(shapes, generic_outlined_matmuls_put_back) {
                "runs not on the generic kernel");
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
-  char rm[96];
-  snprintf(rm, sizeof rm, "rm -rf %s", dir);
-  cr_expect_eq(system(rm), 0);
+  dump_end();
 }
 
 //===--- Explain ---------------------------------------------------------===//
