@@ -290,8 +290,9 @@ static void mm_masked(const jit__cpu_mm_shape *s, const jit__cpu_host *h, jit__c
   p->tn = p->mv = mv;
 }
 
-jit__cpu_mm_plan jit__cpu_plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu_host *h,
-                                      int threads) {
+// The plan, GEMV-like (small M, below) as well where `small`.
+static jit__cpu_mm_plan plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu_host *h,
+                                    int threads, bool small) {
   jit__cpu_mm_plan p = {0};
   int64_t M = s->M, K = s->K, N = s->N, Bt = s->Bt;
   bool batched = s->batched;
@@ -303,7 +304,7 @@ jit__cpu_mm_plan jit__cpu_plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu
   // So are 17 rows when B is larger than half of L2: the packed path needs 18 rows (3
   // row tiles of 6) and the unpacked one walks down B's columns; 17x768x3072 took 1.54
   // ms (AVX2 code: 2.84) against 1.13 (1.40) GEMV-like, 17x1024x1024 0.53 against 0.42.
-  p.small_m = M <= 16 || (M < 18 && K * N * 4 > h->l2 / 2);
+  p.small_m = small || M <= 16 || (M < 18 && K * N * 4 > h->l2 / 2);
   // A bias + activation epilogue runs on each register tile while its sums are in
   // registers (fused), except where the matmul is faster without it and the epilogue
   // then costs one pass over C in cache: when B is large (256 KiB or more) and
@@ -398,5 +399,28 @@ jit__cpu_mm_plan jit__cpu_plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu
   // is even: two compiles interleaved, 17x1000x31 5-6 % faster, 37x2000x27 4-6 %,
   // 1000x600x30, 200x512x24 and 64x1024x48 the same; ~4 ms more to compile.
   if (p.masked && (p.kc ? p.kc : K) % 2 == 0) p.unroll_k = true;
+  return p;
+}
+
+jit__cpu_mm_plan jit__cpu_plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu_host *h,
+                                      int threads) {
+  jit__cpu_mm_plan p = plan_matmul(s, h, threads, false);
+  // On AVX-512, a packed f32 plan for up to 40 rows is GEMV-like instead: its 8x32
+  // register tiles read B's rows in place, in k blocks of ~16 rows, rather than
+  // packing all of B on each call. Against packed B, two compiles interleaved in one
+  // process (Zen 4), 1 thread (2 threads): 32x768x3072 1.10x (1.16x), 20x768x3072
+  // 1.18x, 24x 1.12x (1.18x), 40x 1.06x (1.06x), 32x1024x4096 1.29x, 32x3072x768
+  // 1.26x (1.29x), 32x1024x1024 0.99x (1.31x), 36x1000x1000 (1.17x), 32x512x512
+  // 1.07x, 29x300x300 1.04x (1.05x), 32x256x256 1.08x (1.07x), 31x1001x768 (k blocks
+  // of 13 rows) 1.04x (1.03x), 32x1002x1024 and 32x1009x1024 (no k blocks) 1.13x and
+  // 1.17x; gelu(xW+b), fused before, 32x768x3072 1.11x (1.09x), 32x512x512 1.07x,
+  // 36x784x256 1.05x, 40x1024x1024 1.06x. Not past 40 rows (48x1024x1024 0.97x,
+  // 64x768x3072 0.96x, 96x768x3072 0.47x), nor with AVX2 code (32x768x3072 0.70x,
+  // 29x300x300 0.85x), nor for x W^T, whose packing reads W directly (32x768x3072
+  // 0.82x), nor where B was not packed (20x1002x1024, unpacked k blocks of 334:
+  // 0.92x), nor for f16 or batches (unmeasured).
+  if (p.packed && h->lanes == 16 && s->M <= 40 && s->floats && !s->a_f16 && !s->b_f16 &&
+      !s->batched && !s->b_from_transpose)
+    p = plan_matmul(s, h, threads, true);
   return p;
 }

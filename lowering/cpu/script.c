@@ -648,13 +648,14 @@ static void emit_mm_head(walk *w, int i, const jit__cpu_mm_shape *s, const jit__
   jit__text *sb = &w->sb;
   const char *zk = fused ? "" : ", 0";
   sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s%s%s, threads split %s, blocks [%lld, "
-                "%lld, %lld], register tile %lldx%lld\n",
+                "%lld, %lld], register tile %lldx%lld%s\n",
             i, (long long)M, (long long)K, (long long)N, fused ? " + epilogue" : "",
             packed ? (b_tr ? ", B packed from W^T" : ", B packed")
             : masked ? ", masked N" : "",
             copy_a ? ", A tiles copied" : "",
             split == 0 ? "M" : split == 1 ? "N" : "none", (long long)mc, (long long)nc,
-            (long long)kc, (long long)tm, (long long)tn);
+            (long long)kc, (long long)tm, (long long)tn,
+            p->small_m && !masked ? ", small M: B read in place" : "");
   if (batched) plan_batch(w, i, Bt, has_fill, p->batch_split);
   sb_printf(sb,
             "  %%mm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
