@@ -149,6 +149,30 @@ static void copies_follow_the_data(void) {
 }
 
 Test(weights, copies_follow_the_data) { copies_follow_the_data(); }
+
+// Few rows (32) of a large weight: still read from one packed copy, plain and with an
+// epilogue, at 1 and 2 threads (an activation B of that shape is read in place on
+// AVX-512 hosts instead: lowering/cpu/plan_matmul.c).
+Test(weights, few_rows_read_the_packed_copy) {
+  const int64_t M = 32, K = 768, N = 3072;
+  bool pinned = getenv("JITML_CPU_L2") != NULL;
+  for (int threads = 1; threads <= 2; threads++)
+    for (int fused = 0; fused <= 1; fused++) {
+      jit_context *ctx = ctx_threads(threads);
+      jit_graph *g = dense(ctx, K, N, fused);
+      float *x = filled(M * K, 8), *w = filled(K * N, 9), *b = filled(N, 10);
+      for (int rep = 0; rep < 3; rep++)
+        run_check(g, x, w, fused ? b : NULL, M, K, N, fused ? "gelu(xW + b)" : "x W");
+      uint64_t packs = get_stats(ctx).weight_packs;
+      if (pinned) cr_expect_eq(packs, 1, "%d thread(s)%s: %llu copies for 3 calls", threads,
+                               fused ? ", gelu(xW + b)" : "", (unsigned long long)packs);
+      free(x);
+      free(w);
+      free(b);
+      jit_graph_destroy(g);
+      jit_context_destroy(ctx);
+    }
+}
 Test(weights, transposed_copies_follow_the_data) {
   g_tr = true;
   copies_follow_the_data();

@@ -48,6 +48,7 @@ typedef struct jit__cpu_mm_shape {
   bool epilogue;         // an elementwise consumer its register tiles could run
   bool b_from_transpose; // B is made by a transpose of W (x W^T)
   bool a_made, b_made;   // A, B computed by a linalg.generic
+  bool b_weight;         // B is (a slice of) a jit_weight, whose panels may be packed once
 } jit__cpu_mm_shape;
 
 // How a matmul is tiled (plan_matmul.c says why each choice is made). Thread-compatible.

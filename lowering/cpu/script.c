@@ -609,9 +609,27 @@ static bool plain_elementwise(MlirOperation g) {
   return jit__cpu_transposed_loop(g, nl) < 0 && !jit__cpu_is_row_root(g);
 }
 
+// Whether `v` is a kernel argument declared with jit_weight, or a slice or reshape of
+// one: a packing of it may be made once (lowering/cpu/prepack.c).
+static bool is_weight(const jit__lower_options *o, MlirValue v) {
+  if (!o->weights) return false;
+  for (int depth = 0; depth < 8 && mlirValueIsAOpResult(v); depth++) {
+    MlirOperation op = mlirOpResultGetOwner(v);
+    if (!jit__cpu_op_is(op, "tensor.extract_slice") &&
+        !jit__cpu_op_is(op, "tensor.collapse_shape") &&
+        !jit__cpu_op_is(op, "tensor.expand_shape"))
+      return false;
+    v = mlirOperationGetOperand(op, 0);
+  }
+  if (!mlirValueIsABlockArgument(v)) return false;
+  MlirOperation owner = mlirBlockGetParentOperation(mlirBlockArgumentGetOwner(v));
+  return jit__cpu_op_is(owner, "func.func") && o->weights[mlirBlockArgumentGetArgNumber(v)];
+}
+
 // The matmul's shapes and surroundings, as jit__cpu_plan_matmul reads them.
-static jit__cpu_mm_shape mm_shape_of(MlirOperation mm, bool batched, int64_t Bt, int64_t M,
-                                     int64_t K, int64_t N) {
+static jit__cpu_mm_shape mm_shape_of(const jit__lower_options *o, MlirOperation mm,
+                                     bool batched, int64_t Bt, int64_t M, int64_t K,
+                                     int64_t N) {
   jit__cpu_mm_shape s = {.M = M, .K = K, .N = N, .Bt = Bt, .batched = batched, .whole_n = N};
   // Part of a matmul split at its odd N ("Odd N"): the parts are split across threads
   // as the whole would be (210x600x160 at 2 threads, a 128 and a 32 column part:
@@ -633,6 +651,7 @@ static jit__cpu_mm_shape mm_shape_of(MlirOperation mm, bool batched, int64_t Bt,
              jit__cpu_op_is(mlirOpResultGetOwner(av), "linalg.generic");
   s.b_made = mlirValueIsAOpResult(bv) &&
              jit__cpu_op_is(mlirOpResultGetOwner(bv), "linalg.generic");
+  s.b_weight = is_weight(o, bv);
   return s;
 }
 
@@ -861,7 +880,7 @@ static void plan_matmul_threads(walk *w, MlirOperation mm) {
   }
   int i = w->n_mm++;
   jit__cpu_set_tag(w->ctx, mm, batched ? "jit_bm" : "jit_mm", i);
-  jit__cpu_mm_shape s = mm_shape_of(mm, batched, Bt, M, K, N);
+  jit__cpu_mm_shape s = mm_shape_of(w->o, mm, batched, Bt, M, K, N);
   jit__cpu_mm_plan p = jit__cpu_plan_matmul(&s, &w->h, w->threads);
   MlirOperation fill = mlirOpResultGetOwner(mlirOperationGetOperand(mm, 2));
   bool has_fill = mlirValueIsAOpResult(mlirOperationGetOperand(mm, 2)) &&
