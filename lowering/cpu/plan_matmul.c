@@ -420,7 +420,7 @@ jit__cpu_mm_plan jit__cpu_plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu
   // 0.82x), nor where B was not packed (20x1002x1024, unpacked k blocks of 334:
   // 0.92x), nor for a weight (jit_weight), whose panels are packed once
   // (lowering/cpu/prepack.c: gelu(xW+b) 32x768x3072 0.80x, 2 threads 0.83x), nor for
-  // f16 or batches (unmeasured).
+  // f16 or batches (unmeasured). Not timed on an Intel AVX-512 host.
   if (p.packed && h->lanes == 16 && s->M <= 40 && s->floats && !s->a_f16 && !s->b_f16 &&
       !s->batched && !s->b_from_transpose && !s->b_weight)
     p = plan_matmul(s, h, threads, true);
