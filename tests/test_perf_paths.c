@@ -306,22 +306,26 @@ Test(perf_paths, small_m_narrow_n_masked) {
   check_dense(9, 33, 19, 1, TU_F32, 1, 1);
 }
 
-// On AVX-512 an f32 matmul of up to 40 rows that would pack B reads it in place
-// instead, like small M (lowering/cpu/plan_matmul.c): k blocks of ~16 rows (15 for K =
-// 300, 13 for 1001), a peeled rest of rows (37 = 4 x 8 + 5), an odd N split (1000 =
-// 960 + 40), an epilogue apart that was fused, at 1 and 2 threads; past 40 rows, and everywhere with AVX2 code, B is
-// packed. Where B was not packed (20x1002x1024: no k block divides K near 16) nor
-// for x W^T (perf_paths/linear_*) nothing changes (AVX2 code packs 20x1002x1024).
-Test(perf_paths, small_m_up_to_40_rows) {
+// On AVX-512 an f32 matmul of up to 64 rows that would pack B reads it in place
+// instead, like small M (lowering/cpu/plan_matmul.c): k blocks of ~16 rows, ~48 over
+// 32 rows (50 for K = 300, 13 for 1001), a peeled rest of rows (37 = 4 x 8 + 5), an
+// odd N split (1000 = 960 + 40), an epilogue apart that was fused, at 1 and 2
+// threads, N split between them (64 rows: M would have each read all of B); past 64
+// rows, and everywhere with AVX2 code, B is packed. Where B was not packed
+// (20x1002x1024: no k block divides K near 16) nor for x W^T (perf_paths/linear_*)
+// nothing changes (AVX2 code packs 20x1002x1024).
+Test(perf_paths, small_m_up_to_64_rows) {
   const char *in_place = "small M: B read in place";
   check_dense_path(32, 768, 3072, 1, AVX512("B packed", in_place));
   check_dense_path(32, 768, 3072, 2, AVX512("B packed", in_place));
-  check_dense_path(37, 300, 384, 1, AVX512("B packed", "blocks [0, 96, 15]"));
+  check_dense_path(37, 300, 384, 1, AVX512("B packed", "blocks [0, 96, 50]"));
   check_dense_path(31, 1001, 768, 2, AVX512("B packed", "blocks [0, 128, 13]"));
   check_dense_path(40, 1000, 1000, 2, AVX512("B packed", in_place));
   check_dense_path_act(29, 512, 512, 1, 1, 2, AVX512("epilogue, B packed", in_place));
   check_dense_path_act(17, 768, 3072, 2, 1, 1, in_place);
-  check_dense_path(41, 768, 3072, 1, "B packed");
+  check_dense_path(64, 768, 3072, 2, AVX512("B packed", "threads split N, blocks [0, 64, 48]"));
+  check_dense_path(53, 640, 1536, 1, AVX512("B packed", in_place));
+  check_dense_path(65, 768, 3072, 1, "B packed");
   check_dense_path(20, 1002, 1024, 1, AVX512("B packed", "blocks [0, 256, 334]"));
 }
 
@@ -343,12 +347,12 @@ Test(perf_paths, small_m_n_blocks) {
 // a multiple of 8 rows), n blocks that are not powers of two, splits over N and M.
 // A that fits in 256 KiB takes kc = K and narrower n blocks; larger A, k blocks, with
 // n blocks as wide as the thread's N when it has few rows (<= 256).
-// AVX-512 reads B in place up to 40 rows (small_m_up_to_40_rows): more rows there.
+// AVX-512 reads B in place up to 64 rows (small_m_up_to_64_rows): more rows there.
 Test(perf_paths, matmul_packed_b) {
-  check_dense_path(AVX512(37, 43), 300, AVX512(288, 384), 1,
+  check_dense_path(AVX512(37, 67), 300, AVX512(288, 384), 1,
                    AVX512("blocks [0, 144, 300]", "blocks [0, 192, 300]"));
   // A 200 KB: kc = K (AVX-512's 6x64 tile needs nc >= 128, so K <= 512 there).
-  check_dense_path(50, AVX512(1000, 500), 256, 1,
+  check_dense_path(AVX512(50, 70), AVX512(1000, 500), 256, 1,
                    AVX512("blocks [0, 64, 1000]", "blocks [0, 128, 500]"));
   check_dense_path(67, 1000, 256, 1, "blocks [0, 256, 200]");   // A 268 KB: kc 200
   check_dense_path(97, AVX512(520, 400), AVX512(512, 1024), 1,  // 8 n blocks
@@ -360,11 +364,11 @@ Test(perf_paths, matmul_packed_b) {
   check_dense_path(263, 520, 512, 1,                             // many: two n blocks
                    WHOLE_K3("blocks [0, 256, 104]", "blocks [0, 128, 520]",
                             "blocks [0, 256, 520]"));
-  check_dense_path(45, 3000, 768, 2, "threads split N, blocks [0, 384, 120]");
+  check_dense_path(AVX512(45, 67), 3000, 768, 2, "threads split N, blocks [0, 384, 120]");
   // One 2-panel block (3 row tiles at least, so 24 rows on AVX-512).
-  check_dense_path(AVX512(19, 41), 3280, AVX512(32, 64), 1,
+  check_dense_path(AVX512(19, 67), 3280, AVX512(32, 64), 1,
                    AVX512("blocks [0, 32, 1640]", "blocks [0, 64, 656]"));
-  check_dense_path(AVX512(37, 41), 128, 512, 1, "blocks [0, 256, 128]");  // B 256 KiB
+  check_dense_path(AVX512(37, 67), 128, 512, 1, "blocks [0, 256, 128]");  // B 256 KiB
   check_dense_path(300, 256, 256, 2, "split M");                // 150 rows a thread,
   check_dense_path(300, 256, 256, 2, "B packed");               // all of B each
   // Split N: each thread packs its half, under 256 KiB (the bound is on all of B).
@@ -396,8 +400,9 @@ Test(perf_paths, matmul_no_row_blocks) {
   // nc 160, kc 256; kc 200. AVX-512 hosts copy no A tiles (lowering/cpu/).
   check_dense_path(66, 1024, 320, 1, AVX512("A tiles copied", "B packed, threads"));
   check_dense_path(71, 1000, 288, 1, AVX512("A tiles copied", "B packed, threads"));
-  check_dense_path(64, 256, 1536, 2, "split N");   // packed, halves of N
-  check_dense_path(64, 256, 1536, 2, "B packed");
+  // Packed, halves of N (AVX-512 reads B in place up to 64 rows).
+  check_dense_path(AVX512(64, 96), 256, 1536, 2, "split N");
+  check_dense_path(AVX512(64, 96), 256, 1536, 2, "B packed");
   check_dense_path(210, 600, 160, 2, "split M");   // packed, 105 rows each
   check_dense_path(210, 600, 160, 2, "B packed");
 }
@@ -421,13 +426,13 @@ Test(perf_paths, k_loops_unrolled) {
   check_unroll(127, 520, 512, 1, 0, "blocks [0, 512, 104]", true);  // kc 104: by 4
   check_unroll(AVX512(50, 20), 1002, AVX512(400, 1024), 1, 0,
                AVX512("blocks [0, 400, 334]", "blocks [0, 256, 334]"), true);  // unpacked, by 2
-  check_unroll(AVX512(37, 43), 1001, 512, 1, 0, "blocks [0, 64, 1001]", false);  // odd kc = K
+  check_unroll(AVX512(37, 65), 1001, 512, 1, 0, "blocks [0, 64, 1001]", false);  // odd kc = K
   check_unroll(AVX512(64, 192), 768, 384, 1, 2, "epilogue", true);  // gelu epilogue
   check_unroll(256, 256, 256, 2, 0, "B packed", true);
   // Masked narrow N: unrolled below 2^24 too, where the k loop's trip count is even.
   check_unroll(17, 1000, 31, 1, 0, "masked N", true);   // K 1000 (AVX2: kc 200)
   check_unroll(130, 257, 20, 1, 0, "masked N", false);  // K 257
-  check_unroll(AVX512(37, 43), 300, AVX512(288, 384), 1, 0,
+  check_unroll(AVX512(37, 67), 300, AVX512(288, 384), 1, 0,
                AVX512("blocks [0, 144, 300]", "blocks [0, 192, 300]"), false);  // rolled
 }
 
@@ -450,8 +455,9 @@ Test(perf_paths, fused_packed_b) {
   check_dense_path_act(210, 600, AVX512(160, 192), 2, 1, 1, "epilogue, B packed");
   // The epilogue apart, as its own pass over C, where the fused path would walk a large
   // B unpacked (K too long for one block) or, on AVX-512, is slower (few rows).
-  const int apart[][4] = {{64, 3000, 768, 2}, {AVX512(40, 41), 2400, 512, 1},
-                          {64, 768, 3072, 2}};
+  // (AVX-512 reads an activation B of up to 64 rows in place: 66 rows there.)
+  const int apart[][4] = {{AVX512(64, 66), 3000, 768, 2}, {AVX512(40, 66), 2400, 512, 1},
+                          {66, 768, 3072, 2}};
   for (int k = 0; k < 3; k++) {
     if (k == 2 && !host_avx512()) break;
     dump_begin();

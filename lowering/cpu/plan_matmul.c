@@ -140,8 +140,10 @@ static int mm_split(const jit__cpu_mm_shape *s, const jit__cpu_host *h, int T, b
     if (n_ok && (!prefer_m || !m_ok)) split = 1;
     else if (m_ok) split = 0;
   }
+  // Small M (B read in place) splits N first, so that each thread reads its half of B:
+  // split M, 64x768x3072 at 2 threads took 1.08-1.21x as long as packed B split N.
   if (split < 0 && T > 1 && big) {
-    if (M % T == 0 && M / T >= 4 * tm) split = 0;
+    if (M % T == 0 && M / T >= 4 * tm && !p->small_m) split = 0;
     else if (N % T == 0 && N / T >= tn) split = 1;
     else if (M % T == 0 && M / T >= tm) split = 0;
   }
@@ -214,8 +216,13 @@ static void mm_blocks(const jit__cpu_mm_shape *s, const jit__cpu_host *h, jit__c
     // 31 interleaved: 2x768x3072 1.04x, 3x 1.13x, 5x 1.11x, 8x 1.09x, 12x 1.03x,
     // 16x768x3072 1.24x, 16x1024x4096 1.48x; at 2 threads 8x768x3072 1.04x,
     // 16x768x3072 1.15x; 1x768x3072 the same, 32 no better than 16). Not measured
-    // on an Intel AVX-512 host.
-    kc = jit__cpu_pick_block(K, h->lanes == 16 && M >= 2 ? 16 : 8, 1);
+    // on an Intel AVX-512 host. Over 32 rows (AVX-512 only, jit__cpu_plan_matmul), k
+    // blocks of ~48 rows: each block of B then serves more register tiles per pass over
+    // C (against 16 rows, interleaved, 1 thread: 40x768x3072 1.08x, 36x 1.03x, 33x the
+    // same, 40x1024x1024 1.07x; 32x768x3072 and 24x the same; at 64x768x3072 the
+    // in-place read beat packing with 48 rows (1.13-1.17x), 64 (1.10-1.12x) and 32
+    // (1.08x), not with 16 (1.00-1.02x)).
+    kc = jit__cpu_pick_block(K, h->lanes == 16 && M >= 2 ? (M > 32 ? 48 : 16) : 8, 1);
     // Each k block reads and writes the thread's rows of C, so they are kept in half of
     // L1 by n blocks when they would not fit: 8x768x3072 at 2 threads (a C half of 48
     // KiB) took 430-440 us with n blocks of 512 vs 490-650 us without (1 thread: the
@@ -405,23 +412,28 @@ static jit__cpu_mm_plan plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu_h
 jit__cpu_mm_plan jit__cpu_plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu_host *h,
                                       int threads) {
   jit__cpu_mm_plan p = plan_matmul(s, h, threads, false);
-  // On AVX-512, a packed f32 plan for up to 40 rows is GEMV-like instead: its 8x32
-  // register tiles read B's rows in place, in k blocks of ~16 rows, rather than
-  // packing all of B on each call. Against packed B, two compiles interleaved in one
-  // process (Zen 4), 1 thread (2 threads): 32x768x3072 1.10x (1.16x), 20x768x3072
-  // 1.18x, 24x 1.12x (1.18x), 40x 1.06x (1.06x), 32x1024x4096 1.29x, 32x3072x768
-  // 1.26x (1.29x), 32x1024x1024 0.99x (1.31x), 36x1000x1000 (1.17x), 32x512x512
-  // 1.07x, 29x300x300 1.04x (1.05x), 32x256x256 1.08x (1.07x), 31x1001x768 (k blocks
-  // of 13 rows) 1.04x (1.03x), 32x1002x1024 and 32x1009x1024 (no k blocks) 1.13x and
-  // 1.17x; gelu(xW+b), fused before, 32x768x3072 1.11x (1.09x), 32x512x512 1.07x,
-  // 36x784x256 1.05x, 40x1024x1024 1.06x. Not past 40 rows (48x1024x1024 0.97x,
-  // 64x768x3072 0.96x, 96x768x3072 0.47x), nor with AVX2 code (32x768x3072 0.70x,
+  // On AVX-512, a packed f32 plan for up to 64 rows is GEMV-like instead: its 8x32
+  // register tiles read B's rows in place, in k blocks of 16 rows (48 over 32 rows),
+  // rather than packing all of B on each call. Against packed B, two compiles
+  // interleaved in one process (Zen 4), 1 thread (2 threads): 32x768x3072 1.10x
+  // (1.16x), 20x768x3072 1.18x, 24x 1.12x (1.18x), 40x 1.12x, 48x 1.04x (1.09x), 56x
+  // 1.04x, 64x 1.04x (1.05x), 32x1024x4096 1.29x, 32x3072x768 1.26x (1.29x),
+  // 64x3072x768 1.09x, 32x1024x1024 0.99x (1.31x), 64x1024x1024 1.00x, 36x1000x1000
+  // (1.17x), 32x512x512 1.07x, 29x300x300 1.04x (1.05x), 32x256x256 1.08x (1.07x),
+  // 64x256x3136 (a 1x1 convolution's) 1.04x (1.05x), 31x1001x768 (k blocks of 13
+  // rows) 1.04x (1.03x), 32x1002x1024 and 32x1009x1024 (no k blocks) 1.13x and 1.17x;
+  // gelu(xW+b), fused before, 32x768x3072 1.11x (1.09x), 64x768x3072 1.04x,
+  // 32x512x512 1.07x, 36x784x256 1.05x, 40x1024x1024 1.06x. With the machine's memory
+  // busier (packed 64x768x3072 at 3.5-4.2 ms against 3.1) the gains over 40 rows were
+  // larger (64x768x3072 1.13-1.16x, 48x1024x1024 1.16x (1.33x)): reading B once is
+  // what counts there. Not past 64 rows (96x768x3072 1.03x, 128x768x3072 0.97x,
+  // 128x3072x768 0.89x, memory busy), nor with AVX2 code (32x768x3072 0.70x,
   // 29x300x300 0.85x), nor for x W^T, whose packing reads W directly (32x768x3072
   // 0.82x), nor where B was not packed (20x1002x1024, unpacked k blocks of 334:
   // 0.92x), nor for a weight (jit_weight), whose panels are packed once
   // (lowering/cpu/prepack.c: gelu(xW+b) 32x768x3072 0.80x, 2 threads 0.83x), nor for
   // f16 or batches (unmeasured). Not timed on an Intel AVX-512 host.
-  if (p.packed && h->lanes == 16 && s->M <= 40 && s->floats && !s->a_f16 && !s->b_f16 &&
+  if (p.packed && h->lanes == 16 && s->M <= 64 && s->floats && !s->a_f16 && !s->b_f16 &&
       !s->batched && !s->b_from_transpose && !s->b_weight)
     p = plan_matmul(s, h, threads, true);
   return p;
