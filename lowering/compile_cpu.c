@@ -756,6 +756,7 @@ jit_status jit__compile_cpu(const jit__lgraph *graph, const char *func_name,
     weights[i] = true;
   }
   o.weights = weights;
+  o.n_weights = weights ? graph->n_inputs + graph->n_outputs : 0;
   jit_status s = jit__compile_text(graph, func_name, &o, text, t0, out);
   free(weights);
   return s;

@@ -238,6 +238,7 @@ typedef struct jit__lower_options {
   // Per argument (inputs, then outputs; NULL: none): a weight, whose packed panels the
   // runtime may pass in its place (lowering/cpu/prepack.c, jit__artifact.packed).
   const bool *weights;
+  uint32_t n_weights;  // entries in `weights`
   // Convolutions as im2col + matmul only (jit_conv_algorithm IM2COL): no Winograd.
   bool conv_im2col;
 } jit__lower_options;

@@ -623,7 +623,9 @@ static bool is_weight(const jit__lower_options *o, MlirValue v) {
   }
   if (!mlirValueIsABlockArgument(v)) return false;
   MlirOperation owner = mlirBlockGetParentOperation(mlirBlockArgumentGetOwner(v));
-  return jit__cpu_op_is(owner, "func.func") && o->weights[mlirBlockArgumentGetArgNumber(v)];
+  intptr_t arg = mlirBlockArgumentGetArgNumber(v);
+  return jit__cpu_op_is(owner, "func.func") && arg >= 0 && arg < (intptr_t)o->n_weights &&
+         o->weights[arg];
 }
 
 // The matmul's shapes and surroundings, as jit__cpu_plan_matmul reads them.
