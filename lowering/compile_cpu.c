@@ -47,24 +47,29 @@
 
 //===--- Pipelines -------------------------------------------------------===//
 
+// The project's own canonicalizations, without region simplification (dead block
+// arguments and blocks): for the 1,283 kernels of 15 test suites the same LLVM IR comes
+// out, with ~1 % fewer instructions per compile (callgrind).
+#define JIT__CANON "canonicalize{region-simplify=disabled}"
+
 // Before the transform script: fuse elementwise producers into consumers.
 static const char kPrePipeline[] =
-    "builtin.module(linalg-fuse-elementwise-ops,canonicalize,cse)";
+    "builtin.module(linalg-fuse-elementwise-ops," JIT__CANON ",cse)";
 
 // After it: tensors -> buffers (destination-passing: results are written into the
 // output memrefs; intermediates are malloc'ed and freed inside the kernel).
 // In two parts: between them, packed-B and scratch buffers move to the stack
 // (jit__cpu_stack_buffers), before deallocations are placed.
 static const char kBufferizePipeline[] =
-    "builtin.module(canonicalize,cse,eliminate-empty-tensors,"
+    "builtin.module(" JIT__CANON ",cse,eliminate-empty-tensors,"
     "empty-tensor-to-alloc-tensor,"
     "one-shot-bufferize{bufferize-function-boundaries=1 "
     "function-boundary-type-conversion=identity-layout-map},"
-    "canonicalize,cse,canonicalize)";
+    JIT__CANON ",cse," JIT__CANON ")";
 static const char kDeallocPipeline[] =
-    "builtin.module(ownership-based-buffer-deallocation,canonicalize,"
+    "builtin.module(ownership-based-buffer-deallocation," JIT__CANON ","
     "buffer-deallocation-simplification,bufferization-lower-deallocations,"
-    "canonicalize,cse)";
+    JIT__CANON ",cse)";
 
 // math-expand-ops with every expansion but roundeven's, which goes through x + 0.5
 // (round(0.49999997) would be 1); convert-math-to-llvm makes it llvm.roundeven, exact.
@@ -74,9 +79,14 @@ static const char kDeallocPipeline[] =
 
 // Then everything to the LLVM dialect: two lowerings, one with the scf.forall loops the
 // strategy made for threads, each for bare-pointer memrefs (exact kernels) or whole
-// descriptors (generic ones).
+// descriptors (generic ones). The first %s is "func.func(convert-linalg-to-loops),"
+// and the second JIT__TO_LLVM_MATH, each only where the kernel has such ops left
+// (jit__find_left): a pass with nothing to convert builds its patterns and walks the
+// module all the same (callgrind, 512^3 matmuls: 0.9 % and 0.8 % of a compile).
+#define JIT__TO_LLVM_LINALG "func.func(convert-linalg-to-loops),"
+#define JIT__TO_LLVM_MATH JIT__MATH_EXPAND ",convert-math-to-llvm,"
 #define JIT__TO_LLVM(func_conv)                                                          \
-  "builtin.module(func.func(convert-linalg-to-loops)," JIT__MATH_EXPAND ",convert-math-to-llvm," \
+  "builtin.module(%s%s"                                                                  \
   "convert-vector-to-scf{full-unroll=1},convert-scf-to-cf,expand-strided-metadata,"       \
   "lower-affine,convert-vector-to-llvm,finalize-memref-to-llvm,"                          \
   "convert-arith-to-llvm,convert-cf-to-llvm," func_conv ",convert-ub-to-llvm,"            \
@@ -86,7 +96,7 @@ static const char kDeallocPipeline[] =
 // convert-openmp-to-llvm after convert-func-to-llvm, or it converts the signature with
 // full memref descriptors instead of bare pointers. %d = thread count.
 #define JIT__TO_LLVM_OMP(func_conv)                                                      \
-  "builtin.module(func.func(convert-linalg-to-loops)," JIT__MATH_EXPAND ",convert-math-to-llvm," \
+  "builtin.module(%s%s"                                                                  \
   "convert-vector-to-scf{full-unroll=1},scf-forall-to-parallel,"                          \
   "convert-scf-to-openmp{num-threads=%d},expand-strided-metadata,lower-affine,"           \
   "finalize-memref-to-llvm,convert-scf-to-cf,convert-vector-to-llvm,"                     \
@@ -375,6 +385,21 @@ static MlirWalkResult jit__find_unvectorized(MlirOperation op, void *user) {
   return MlirWalkResultInterrupt;
 }
 
+// Which ops the lowering to LLVM has left to convert besides the usual ones: linalg
+// (unvectorized ops, fills among them) and math (transcendental functions, in linalg
+// bodies too). Sets the jit__left_ops at *user.
+typedef struct {
+  bool linalg, math;
+} jit__left_ops;
+
+static MlirWalkResult jit__find_left(MlirOperation op, void *user) {
+  jit__left_ops *left = user;
+  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
+  if (name.length > 7 && memcmp(name.data, "linalg.", 7) == 0) left->linalg = true;
+  if (name.length > 5 && memcmp(name.data, "math.", 5) == 0) left->math = true;
+  return left->linalg && left->math ? MlirWalkResultInterrupt : MlirWalkResultAdvance;
+}
+
 // Whether `op` is a heap allocation (memref.alloc: sets *user, a bool, and stops).
 static MlirWalkResult jit__find_alloc(MlirOperation op, void *user) {
   MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
@@ -647,14 +672,21 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
       if (status) goto done;
     }
   }
-  char omp_pipeline[sizeof(kToLLVMPipelineOmp) + 16];
-  snprintf(omp_pipeline, sizeof omp_pipeline,
-           options->generic ? kToLLVMPipelineGenericOmp : kToLLVMPipelineOmp, plan.threads);
-  status = jit__run_own_pipeline(ctx, module,
-                                 plan.parallel      ? omp_pipeline
-                                 : options->generic ? kToLLVMPipelineGeneric
-                                                    : kToLLVMPipeline,
-                                 diag, "lowering to LLVM");
+  jit__left_ops left = {false, false};
+  mlirOperationWalk(mop, jit__find_left, &left, MlirWalkPreOrder);
+  const char *linalg = left.linalg ? JIT__TO_LLVM_LINALG : "";
+  const char *math = left.math ? JIT__TO_LLVM_MATH : "";
+  // The longest of the four (bare pointers, threads) with both parts and a thread count.
+  char to_llvm[sizeof kToLLVMPipelineOmp + sizeof JIT__TO_LLVM_LINALG +
+               sizeof JIT__TO_LLVM_MATH + 16];
+  if (plan.parallel)
+    snprintf(to_llvm, sizeof to_llvm,
+             options->generic ? kToLLVMPipelineGenericOmp : kToLLVMPipelineOmp, linalg, math,
+             plan.threads);
+  else
+    snprintf(to_llvm, sizeof to_llvm,
+             options->generic ? kToLLVMPipelineGeneric : kToLLVMPipeline, linalg, math);
+  status = jit__run_own_pipeline(ctx, module, to_llvm, diag, "lowering to LLVM");
   if (status) goto done;
   if (!mlirOperationVerify(mop)) {
     status = JIT_ERR(JIT_INTERNAL, "the LLVM-dialect module does not verify: %s",

@@ -129,7 +129,7 @@ MlirContext jit__mlir_context_create(jit__diag *diag) {
 #define JIT__MLIR_POOL_SIZE 4   // contexts kept idle: concurrent compiles beyond it
                                 // make (and destroy) their own
 #define JIT__MLIR_POOL_USES 32  // compiles per context before it is retired
-#define JIT__MLIR_PMS 12        // pass managers a pooled context keeps
+#define JIT__MLIR_PMS 24        // pass managers a pooled context keeps
 
 // A pooled context and what was built in it: its pass managers, parsed from their
 // pipeline text once and initialized once (canonicalize freezes its patterns then,
