@@ -192,6 +192,13 @@ static char *jit__hide_password(const char *url) {
 
 //===--- The breaker -----------------------------------------------------------===//
 
+// Whether this is a forked child's copy of the handle. The child does not use the tier,
+// and must not take its mutexes either: a thread of the parent (the sender, another
+// caller) may have held one at the fork, and the child's copy then stays locked for
+// good (a child's first put hung on r->mu while the sender was sending). So every entry
+// point asks this first.
+static bool jit__remote_forked(const jit__remote *r) { return getpid() != r->pid; }
+
 // Whether a call may use the network now; counts a skipped call otherwise. *errors:
 // the error count when it starts (jit__remote_ok).
 static bool jit__remote_allowed(jit__remote *r, uint64_t *errors) {
@@ -333,7 +340,7 @@ static redisReply *jit__remote_cmd(jit__remote *r, redisContext **slot, int argc
                                    const char **argv, const size_t *lens,
                                    const char *pass_error) {
   uint64_t errors_before = 0;
-  if (getpid() != r->pid || !jit__remote_allowed(r, &errors_before)) return NULL;
+  if (jit__remote_forked(r) || !jit__remote_allowed(r, &errors_before)) return NULL;
   char why[256];
   bool timeout = false;
   jit__pipe_guard guard;
@@ -429,7 +436,7 @@ jit_status jit__remote_open(const jit__remote_options *options, jit__remote **ou
 
 void jit__remote_close(jit__remote *r) {
   if (!r) return;
-  if (getpid() != r->pid) {  // a forked child's copy
+  if (jit__remote_forked(r)) {
     jit__remote_free(r, false);
     return;
   }
@@ -438,7 +445,7 @@ void jit__remote_close(jit__remote *r) {
   uint32_t grace = r->o.timeout_ms * 4 > 2000 ? r->o.timeout_ms * 4 : 2000;
   r->drop_after_ms = jit__now_ms() + grace;
   pthread_cond_signal(&r->wake);
-  bool started = r->started && getpid() == r->pid;
+  bool started = r->started;
   pthread_mutex_unlock(&r->mu);
   if (started) pthread_join(r->sender, NULL);
   jit__remote_free(r, true);
@@ -447,6 +454,10 @@ void jit__remote_close(jit__remote *r) {
 const char *jit__remote_url(const jit__remote *r) { return r->url_shown; }
 
 void jit__remote_state(jit__remote *r, char *out, size_t size) {
+  if (jit__remote_forked(r)) {
+    snprintf(out, size, "not used in a forked child (pid %d)", (int)getpid());
+    return;
+  }
   pthread_mutex_lock(&r->mu);
   double left = r->paused_until_ms - jit__now_ms();
   if (r->paused_until_ms > 0 && left > 0)
@@ -463,6 +474,10 @@ void jit__remote_state(jit__remote *r, char *out, size_t size) {
 }
 
 void jit__remote_get_stats(jit__remote *r, jit__remote_stats *out) {
+  if (jit__remote_forked(r)) {  // the parent's counts at the fork, which nothing changes
+    *out = r->stats;
+    return;
+  }
   pthread_mutex_lock(&r->mu);
   *out = r->stats;
   pthread_mutex_unlock(&r->mu);
@@ -474,6 +489,7 @@ jit__remote_got jit__remote_get(jit__remote *r, const uint8_t key[16], uint8_t *
                                 size_t *size) {
   *bytes = NULL;
   *size = 0;
+  if (jit__remote_forked(r)) return JIT__REMOTE_FAILED;
   char name[512], end[24];
   jit__key_name(r, "k:", key, name, sizeof name);
   // GETRANGE's end is inclusive: max_bytes + 1 bytes tell an oversize value.
@@ -568,9 +584,14 @@ static void *jit__remote_sender(void *arg) {
 
 // Appends `item` (taken in every case); false when dropped.
 static bool jit__remote_enqueue(jit__remote *r, jit__remote_item *item) {
+  if (jit__remote_forked(r)) {
+    free(item->bytes);
+    free(item);
+    return false;
+  }
   pthread_mutex_lock(&r->mu);
   bool paused = r->paused_until_ms > 0 && jit__now_ms() < r->paused_until_ms;
-  bool ok = !r->closing && !paused && getpid() == r->pid &&
+  bool ok = !r->closing && !paused &&
             r->queued_bytes + item->size <= r->o.queue_max_bytes;
   if (paused) r->stats.skipped++;
   if (ok && !r->started) {
@@ -600,6 +621,10 @@ static bool jit__remote_enqueue(jit__remote *r, jit__remote_item *item) {
 }
 
 void jit__remote_put(jit__remote *r, const uint8_t key[16], uint8_t *bytes, size_t size) {
+  if (jit__remote_forked(r)) {
+    free(bytes);
+    return;
+  }
   jit__remote_item *item = size <= r->o.max_bytes ? calloc(1, sizeof *item) : NULL;
   if (!item) {
     JIT__COUNT(r, puts_dropped, 1);
@@ -623,6 +648,7 @@ static jit_status jit__remote_unavailable(jit__remote *r) {
 
 jit_status jit__remote_put_now(jit__remote *r, const uint8_t key[16], const uint8_t *bytes,
                                size_t size) {
+  if (jit__remote_forked(r)) return jit__remote_unavailable(r);
   if (size > r->o.max_bytes) {
     JIT__COUNT(r, puts_dropped, 1);
     return NULL;
@@ -635,6 +661,7 @@ jit_status jit__remote_put_now(jit__remote *r, const uint8_t key[16], const uint
 }
 
 jit_status jit__remote_exists(jit__remote *r, const uint8_t key[16], bool *exists) {
+  if (jit__remote_forked(r)) return jit__remote_unavailable(r);
   char name[512];
   jit__key_name(r, "k:", key, name, sizeof name);
   const char *argv[2] = {"EXISTS", name};
@@ -648,6 +675,7 @@ jit_status jit__remote_exists(jit__remote *r, const uint8_t key[16], bool *exist
 }
 
 jit_status jit__remote_scan(jit__remote *r, jit__remote_key_fn fn, void *user) {
+  if (jit__remote_forked(r)) return jit__remote_unavailable(r);
   // The prefix is matched literally: glob characters are escaped.
   char pattern[1100], cursor[32] = "0";
   size_t n = 0;
@@ -686,6 +714,7 @@ jit_status jit__remote_scan(jit__remote *r, jit__remote_key_fn fn, void *user) {
 }
 
 bool jit__remote_ping(jit__remote *r) {
+  if (jit__remote_forked(r)) return false;
   const char *argv[1] = {"PING"};
   pthread_mutex_lock(&r->conn_mu);
   redisReply *reply = jit__remote_cmd(r, &r->conn, 1, argv, NULL, NULL);
@@ -698,6 +727,7 @@ bool jit__remote_ping(jit__remote *r) {
 
 bool jit__remote_lock(jit__remote *r, const uint8_t key[16], int wait_ms,
                       jit__remote_token *token) {
+  if (jit__remote_forked(r)) return false;
   uint8_t raw[16] = {0};
   if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
     // Unique enough for a lock that only orders compiles: time and address.

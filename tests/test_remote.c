@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -646,6 +647,20 @@ Test(remote, vulkan_kernels_travel_too) {
   }
 }
 
+// The exit status of child `pid`, or -1 when it has not exited within `ms` (it is then
+// killed): a child that hangs fails the test instead of hanging the suite.
+static int wait_child(pid_t pid, int ms) {
+  int status = 0;
+  for (int waited = 0; waited < ms; waited += 10) {
+    if (waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
 // A child forked from a process using the tier does not use its parent's connections
 // or sender thread (they are not its own): it runs on its disk cache and compiles, and
 // destroying its context there neither hangs nor disturbs the parent.
@@ -661,9 +676,8 @@ Test(remote, forked_child_leaves_the_tier_alone) {
     jit_context_destroy(a);
     _exit(bad ? 1 : 0);
   }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  int status = wait_child(pid, 60000);
+  cr_assert_eq(status, 0, "child status %d (-1: hung)", status);
   cr_assert_eq(run_sizes(g, kSizes + 4, 2), 0);
   jit_graph_destroy(g);
   jit_context_destroy(a);
@@ -674,4 +688,35 @@ Test(remote, forked_child_leaves_the_tier_alone) {
   cr_assert_eq(stats_of(b).remote_hits, 4, "the parent's pushes did not all land");
   jit_graph_destroy(gb);
   jit_context_destroy(b);
+}
+
+// Forks while the parent's sender thread is busy pushing: the sender holds the tier's
+// mutex now and then, and a child forked at that moment has that mutex locked for
+// good. Its puts, stats and close must not take it (a child once hung in its first
+// put). Each round queues fresh kernels (a push each) and forks at once; each child
+// compiles one more size, reads the stats and exits.
+Test(remote, forked_children_while_the_sender_pushes) {
+  jit_context *a = machine("busy");
+  jit_graph *g = square_plus(a);
+  for (int round = 0; round < 12; round++) {
+    int64_t sizes[4] = {200 + 5 * round, 201 + 5 * round, 202 + 5 * round, 203 + 5 * round};
+    cr_assert_eq(run_sizes(g, sizes, 4), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+      int64_t mine[1] = {204 + 5 * round};
+      int bad = run_sizes(g, mine, 1);
+      jit_stats st = {.struct_size = sizeof st};
+      jit_status s = jit_context_stats(a, &st);
+      bad += s != NULL;
+      jit_status_free(s);
+      jit_graph_destroy(g);
+      jit_context_destroy(a);
+      _exit(bad ? 1 : 0);
+    }
+    int status = wait_child(pid, 60000);
+    cr_assert_eq(status, 0, "round %d: child status %d (-1: hung)", round, status);
+  }
+  jit_graph_destroy(g);
+  jit_context_destroy(a);
 }
