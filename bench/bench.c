@@ -21,9 +21,10 @@
 //   per-call overhead.
 // Threading runtimes spin for a while after a parallel region (libomp for libjitml,
 // pthreads for OpenBLAS, libgomp for oneDNN); on two cores they would steal each
-// other's core, so the bench pauses between implementations. Single-threaded matmul
-// cases have no such threads, so they alternate the implementations batch by batch
-// instead (time_interleaved): the machine's drift then hits each of them alike.
+// other's core, so the bench pauses between implementations. Single-threaded cases
+// against oneDNN or OpenBLAS have no such threads, so they alternate the
+// implementations batch by batch instead (time_interleaved): the machine's drift then
+// hits each of them alike.
 //
 //===----------------------------------------------------------------------===//
 #define _GNU_SOURCE
@@ -198,6 +199,10 @@ static void blas_load(void) {
 
 static void (*g_omp_set_threads)(int);
 
+// With g_wt, W is stored transposed, N x K (nb x N x K): x W^T, PyTorch's Linear weight
+// and attention's key cache layout; every peer and graph reads it so (the cases' "W^T").
+static int g_wt;
+
 #if JITML_BENCH_HAVE_DNNL
 static dnnl_engine_t g_eng;
 static dnnl_stream_t g_stream;
@@ -214,10 +219,6 @@ static int dnnl_ok(dnnl_status_t s) { return s == dnnl_success; }
 // Matmul (M,K) x (K,N) [+ bias(N)] [-> gelu_tanh], f32, plain row-major layouts
 // (oneDNN 2.x C API: descriptors are structs initialized in place); with nb > 0, a
 // batch of nb: (nb,M,K) x (nb,K,N), no bias.
-// With g_wt, W is stored transposed, N x K (nb x N x K): x W^T, PyTorch's Linear weight
-// and attention's key cache layout; every peer and graph reads it so (the cases' "W^T").
-static int g_wt;
-
 static int dnnl_matmul_create(dnnl_case *c, int64_t nb, int64_t M, int64_t K, int64_t N,
                               float *a, float *b, float *bias, float *out, int gelu) {
   memset(c, 0, sizeof *c);
@@ -689,6 +690,36 @@ static void softmax_ref_run(void *user) {
   }
 }
 
+// libjitml's kernel and oneDNN's primitive for one case (dc: a dnnl_case, or NULL without
+// oneDNN) into r->jit_us and r->dnnl_us. On one thread batch by batch in turn
+// (time_interleaved), as the single-threaded matmuls are: timed one after the other,
+// layer_norm 4096x768 read 1.09x of oneDNN in one round and 0.82x in the next on the
+// 2-core Zen 4 VM. With threads one after the other, with a pause between (their
+// runtimes spin).
+static void time_jit_and_dnnl(row *r, jit_case *jc, void *dc, int threads) {
+#if JITML_BENCH_HAVE_DNNL
+  if (dc && threads == 1) {
+    bench_fn fns[2] = {jit_case_run, dnnl_run};
+    void *users[2] = {jc, dc};
+    double us[2];
+    time_interleaved(2, fns, users, us);
+    r->jit_us = us[0];
+    r->dnnl_us = us[1];
+    return;
+  }
+#endif
+  r->jit_us = time_median(jit_case_run, jc);
+#if JITML_BENCH_HAVE_DNNL
+  if (dc) {
+    settle();
+    r->dnnl_us = time_median(dnnl_run, dc);
+  }
+#else
+  (void)dc;
+  (void)threads;
+#endif
+}
+
 // Row softmax: compared with plain C, and with the time memcpy needs for its bytes.
 static void case_softmax(int rows, int cols, double memcpy_gbs, int threads) {
   char name[48];
@@ -707,21 +738,21 @@ static void case_softmax(int rows, int cols, double memcpy_gbs, int threads) {
   jc.out[0] = tensor(y, 2, s);
   jit_case_compile(&jc);
   r->compile_ms = jc.compile_ms;
-  r->jit_us = time_median(jit_case_run, &jc);
-  jit_graph_destroy(jc.g);
-  jit_context_destroy(ctx);
-  softmax_args sa = {x, y, rows, cols};
-  r->ref_us = time_median(softmax_ref_run, &sa);
+  void *peer = NULL;
 #if JITML_BENCH_HAVE_DNNL
   dnnl_case dc;
   memset(&dc, 0, sizeof dc);  // destroyable whether or not it is made
   set_peer_threads(threads);
-  if (g_have_dnnl && dnnl_softmax_create(&dc, rows, cols, x, y)) {
-    settle();
-    r->dnnl_us = time_median(dnnl_run, &dc);
-  }
+  if (g_have_dnnl && dnnl_softmax_create(&dc, rows, cols, x, y)) peer = &dc;
+#endif
+  time_jit_and_dnnl(r, &jc, peer, threads);
+#if JITML_BENCH_HAVE_DNNL
   dnnl_case_destroy(&dc);
 #endif
+  jit_graph_destroy(jc.g);
+  jit_context_destroy(ctx);
+  softmax_args sa = {x, y, rows, cols};
+  r->ref_us = time_median(softmax_ref_run, &sa);
   print_row(r);
   if (memcpy_gbs > 0)
     printf("  softmax: %.1f GB/s = %.2fx of memcpy bandwidth (%.1f GB/s)\n",
@@ -773,21 +804,21 @@ static void case_layer_norm(int rows, int cols, int threads) {
   jc.out[0] = tensor(y, 2, s);
   jit_case_compile(&jc);
   r->compile_ms = jc.compile_ms;
-  r->jit_us = time_median(jit_case_run, &jc);
-  jit_graph_destroy(jc.g);
-  jit_context_destroy(ctx);
-  norm_args na = {x, w, b, y, rows, cols};
-  r->ref_us = time_median(layer_norm_ref_run, &na);
+  void *peer = NULL;
 #if JITML_BENCH_HAVE_DNNL
   dnnl_case dc;
   memset(&dc, 0, sizeof dc);
   set_peer_threads(threads);
-  if (g_have_dnnl && dnnl_layer_norm_create(&dc, rows, cols, x, y, w, b, 1e-5f)) {
-    settle();
-    r->dnnl_us = time_median(dnnl_run, &dc);
-  }
+  if (g_have_dnnl && dnnl_layer_norm_create(&dc, rows, cols, x, y, w, b, 1e-5f)) peer = &dc;
+#endif
+  time_jit_and_dnnl(r, &jc, peer, threads);
+#if JITML_BENCH_HAVE_DNNL
   dnnl_case_destroy(&dc);
 #endif
+  jit_graph_destroy(jc.g);
+  jit_context_destroy(ctx);
+  norm_args na = {x, w, b, y, rows, cols};
+  r->ref_us = time_median(layer_norm_ref_run, &na);
   print_row(r);
   free(x);
   free(y);
@@ -822,19 +853,19 @@ static void case_conv(int n, int C, int F, int H, int k, int stride, int threads
   jc.out[0] = tensor(y, 4, sy);
   jit_case_compile(&jc);
   r->compile_ms = jc.compile_ms;
-  r->jit_us = time_median(jit_case_run, &jc);
-  jit_graph_destroy(jc.g);
-  jit_context_destroy(ctx);
+  void *peer = NULL;
 #if JITML_BENCH_HAVE_DNNL
   dnnl_case dc;
   memset(&dc, 0, sizeof dc);
   set_peer_threads(threads);
-  if (g_have_dnnl && dnnl_conv_create(&dc, n, C, F, H, H, k, stride, pad, x, w, y)) {
-    settle();
-    r->dnnl_us = time_median(dnnl_run, &dc);
-  }
+  if (g_have_dnnl && dnnl_conv_create(&dc, n, C, F, H, H, k, stride, pad, x, w, y)) peer = &dc;
+#endif
+  time_jit_and_dnnl(r, &jc, peer, threads);
+#if JITML_BENCH_HAVE_DNNL
   dnnl_case_destroy(&dc);
 #endif
+  jit_graph_destroy(jc.g);
+  jit_context_destroy(ctx);
   print_row(r);
   free(x);
   free(w);
