@@ -694,7 +694,8 @@ Test(remote, forked_child_leaves_the_tier_alone) {
 // mutex now and then, and a child forked at that moment has that mutex locked for
 // good. Its puts, stats and close must not take it (a child once hung in its first
 // put). Each round queues fresh kernels (a push each) and forks at once; each child
-// compiles one more size, reads the stats and exits.
+// compiles one more size, reads the stats and the tier's state ("not used in a forked
+// child") and exits.
 Test(remote, forked_children_while_the_sender_pushes) {
   jit_context *a = machine("busy");
   jit_graph *g = square_plus(a);
@@ -710,6 +711,9 @@ Test(remote, forked_children_while_the_sender_pushes) {
       jit_status s = jit_context_stats(a, &st);
       bad += s != NULL;
       jit_status_free(s);
+      const char *state = NULL;
+      jit_cache_remote(a, &state);
+      bad += !state || !strstr(state, "forked child");
       jit_graph_destroy(g);
       jit_context_destroy(a);
       _exit(bad ? 1 : 0);
