@@ -370,34 +370,31 @@ static MlirWalkResult jit__find_bf16(MlirOperation op, void *user) {
   return MlirWalkResultAdvance;
 }
 
-// After bufferization: whether `op` holds a linalg op that MLIR did not vectorize and
-// that is more than a fill, e.g. a reduction left to LLVM's loop vectorizer. (A fill
-// becomes a store loop, which kLLVMPipeline vectorizes, and a memref.copy of
-// contiguous rows a memcpy.) A fill's body is skipped: counting the linalg.yield in it
-// once sent every kernel with a fill left (plain matmuls, small-M gelu) through O2,
-// then the pipeline for such kernels, ~20-30 ms more per compile at the same speed.
-static MlirWalkResult jit__find_unvectorized(MlirOperation op, void *user) {
-  MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
-  if (name.length <= 7 || memcmp(name.data, "linalg.", 7) != 0) return MlirWalkResultAdvance;
-  if (name.length == 11 && memcmp(name.data, "linalg.fill", 11) == 0)
-    return MlirWalkResultSkip;
-  *(bool *)user = true;
-  return MlirWalkResultInterrupt;
-}
-
-// Which ops the lowering to LLVM has left to convert besides the usual ones: linalg
-// (unvectorized ops, fills among them) and math (transcendental functions, in linalg
-// bodies too). Sets the jit__left_ops at *user.
+// After bufferization, what is left besides vector code, in one walk:
+// - `unvectorized`: a linalg op that MLIR did not vectorize and that is more than a
+//   fill, e.g. a reduction left to LLVM's loop vectorizer (kRotate). (A fill becomes a
+//   store loop, which kLLVMPipeline vectorizes, and a memref.copy of contiguous rows a
+//   memcpy.) A fill's body is skipped: counting the linalg.yield in it once sent every
+//   kernel with a fill left (plain matmuls, small-M gelu) through O2, then the
+//   pipeline for such kernels, ~20-30 ms more per compile at the same speed.
+// - `linalg` (any, fills too) and `math` (transcendental functions, in linalg bodies
+//   too): whether the lowering to LLVM needs its passes for them (JIT__TO_LLVM).
+// Sets the jit__left_ops at *user.
 typedef struct {
-  bool linalg, math;
+  bool unvectorized, linalg, math;
 } jit__left_ops;
 
 static MlirWalkResult jit__find_left(MlirOperation op, void *user) {
   jit__left_ops *left = user;
   MlirStringRef name = mlirIdentifierStr(mlirOperationGetName(op));
-  if (name.length > 7 && memcmp(name.data, "linalg.", 7) == 0) left->linalg = true;
   if (name.length > 5 && memcmp(name.data, "math.", 5) == 0) left->math = true;
-  return left->linalg && left->math ? MlirWalkResultInterrupt : MlirWalkResultAdvance;
+  if (name.length > 7 && memcmp(name.data, "linalg.", 7) == 0) {
+    left->linalg = true;
+    if (name.length == 11 && memcmp(name.data, "linalg.fill", 11) == 0)
+      return MlirWalkResultSkip;
+    left->unvectorized = true;
+  }
+  return left->unvectorized && left->math ? MlirWalkResultInterrupt : MlirWalkResultAdvance;
 }
 
 // Whether `op` is a heap allocation (memref.alloc: sets *user, a bool, and stops).
@@ -653,10 +650,11 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   if (options->opt_level <= 0 && (status = jit__run_matmul_loops(ctx, module, diag)))
     goto done;
   jit__dump_op(options, func_name, "04-bufferized.mlir", mop);
+  // Neither the k-loop marks nor the bf16 expansion below add linalg or math ops.
+  jit__left_ops left = {false, false, false};
+  mlirOperationWalk(mop, jit__find_left, &left, MlirWalkPreOrder);
   if (options->opt_level > 0) {
-    bool left = false;
-    mlirOperationWalk(mop, jit__find_unvectorized, &left, MlirWalkPreOrder);
-    rows = left;
+    rows = left.unvectorized;
     unroll = plan.unroll_k && jit__cpu_unroll_k_loops(ctx, mop) > 0;
   }
   // bf16 conversions as integer arithmetic: LLVM's x86 backend calls __truncsfbf2 for
@@ -672,8 +670,6 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
       if (status) goto done;
     }
   }
-  jit__left_ops left = {false, false};
-  mlirOperationWalk(mop, jit__find_left, &left, MlirWalkPreOrder);
   const char *linalg = left.linalg ? JIT__TO_LLVM_LINALG : "";
   const char *math = left.math ? JIT__TO_LLVM_MATH : "";
   // The longest of the four (bare pointers, threads) with both parts and a thread count.
