@@ -9,6 +9,7 @@
 #define JITML_BASE_LOG_H_
 
 #include <stdarg.h>
+#include <stdbool.h>
 
 #include "base/status.h"
 #include "jitml.h"
@@ -24,6 +25,9 @@ typedef struct jit__logger {
 void jit__logv(const jit__logger *logger, jit_log_level level, const char *fmt, va_list ap);
 void jit__logf(const jit__logger *logger, jit_log_level level, const char *fmt, ...)
     JIT__PRINTF(3, 4);
+
+// Whether this thread is inside a log callback now (the library may hold locks there).
+bool jit__log_in_callback(void);
 
 // A jit_log_fn that writes "jitml <level>: <message>" to stderr ($JITML_LOG).
 void jit__log_to_stderr(void *user, jit_log_level level, const char *message);

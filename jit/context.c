@@ -251,6 +251,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
   pthread_cond_init(&ctx->cv, NULL);
   ctx->mlir_pool = jit__mlir_pool_create();  // none: each compile makes its own
   ctx->spec = jit__spec_create();  // none: bindings stay on their generic kernels
+  jit__fork_register(ctx);
   jit__log(ctx, JIT_LOG_DEBUG, "context created: libjitml %s, LLVM %s, target %s/%s",
            jit_version(), JITML_LLVM_VERSION, t->triple, t->cpu);
   *out_ctx = ctx;
@@ -261,6 +262,7 @@ jit_status jit_context_create(const jit_options *options, jit_context **out_ctx)
 
 void jit_context_destroy(jit_context *ctx) {
   if (!ctx) return;
+  jit__fork_unregister(ctx);
   jit__spec_destroy(ctx->spec);
   // Kernels unload their code (GPU kernels free their device temporaries) while the
   // devices are still open.

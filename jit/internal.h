@@ -102,6 +102,8 @@ struct jit_context {
   // options.cuda_toolkit points at the context's own copy. Which image CUDA kernels
   // were loaded from (gpu_run.c):
   atomic_uint_fast64_t cuda_cubin_loads, cuda_ptx_loads;
+  // The live contexts, for the fork() handlers (jit/fork.c; guarded there).
+  jit_context *fork_prev, *fork_next;
 };
 
 // Logs through the context's callback (or JITML_LOG on stderr).
@@ -242,6 +244,13 @@ bool jit__generic_compiling(jit_graph *g, double wait_ms);
 // (jit_cache_explain).
 void jit__explain_policy(jit_graph *g, jit_device *d, const uint8_t key[16], jit__text *out);
 
+//===--- fork() (jit/fork.c) ---------------------------------------------===//
+
+// Adds a new context to (removes one being destroyed from) the contexts that the
+// process's fork() handlers take care of; the first call installs the handlers.
+void jit__fork_register(jit_context *ctx);
+void jit__fork_unregister(jit_context *ctx);
+
 //===--- Background specialization (jit/specialize.c) --------------------===//
 
 // The specializer of a context, its thread started at the first job. NULL on OOM.
@@ -265,6 +274,17 @@ bool jit__spec_push(jit_graph *g, jit__kernel *k, bool generic);
 bool jit__spec_push_hot(jit_graph *g, const int64_t *dims);
 // Drops the queued jobs of `g` and waits for its job in flight (jit_graph_destroy).
 void jit__spec_forget_graph(jit_graph *g);
+// In a forked child whose parent had queued jobs: starts the thread that serves them
+// (before waiting for a kernel that may be one of them). Elsewhere nothing.
+void jit__spec_revive(jit_context *ctx);
+// fork() handlers (jit/fork.c). prepare: locks the specializer, its job in flight
+// finished and no other taken; parent: resumes; child: no thread, the queue kept (a
+// thread is started by jit__spec_revive or the next job). Whether claimed record `k`
+// is a queued generic build (sp locked, in the child).
+void jit__spec_fork_prepare(jit__specializer *sp);
+void jit__spec_fork_parent(jit__specializer *sp);
+void jit__spec_fork_child(jit__specializer *sp);
+bool jit__spec_queued_build(const jit__specializer *sp, const jit__kernel *k);
 // Compiles (or loads from disk) binding `k`'s own kernel and switches its calls to it
 // (jit/run.c). Runs on the specializer's thread.
 void jit__specialize_binding(jit_graph *g, jit__kernel *k);

@@ -20,7 +20,10 @@
 // tree), else <libexecdir>/jitml/jitml-worker of the install (JITML_WORKER_FROM_LIB:
 // the path from the library's directory, e.g. ../libexec/jitml). The child is made
 // with fork + execve, and between the two it only calls async-signal-safe functions
-// (dup2, setrlimit, close), so forking a threaded process is safe.
+// (dup2, setrlimit, close), so forking a threaded process is safe. Where glibc has it
+// (2.34+) the fork is _Fork, which runs no pthread_atfork handlers: the library's own
+// (jit/fork.c) would wait for the background compile, and this fork may happen on
+// that thread or while it waits for the kernel this compile makes.
 //
 //===----------------------------------------------------------------------===//
 #ifndef _GNU_SOURCE
@@ -150,7 +153,11 @@ static jit_status jit__spawn(const jit_context *ctx, jit__child *c) {
     return JIT_ERR(JIT_RESOURCE_EXHAUSTED, "isolation worker: pipe: %s", strerror(errno));
   struct rlimit mem = {ctx->options.isolation_max_bytes, ctx->options.isolation_max_bytes};
   char *const argv[] = {(char *)"jitml-worker", NULL};
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  pid_t pid = _Fork();
+#else
   pid_t pid = fork();
+#endif
   if (pid == 0) {
     // Async-signal-safe calls only until execve.
     dup2(pin[0], 0);

@@ -467,6 +467,7 @@ void jit__evict(jit_context *ctx) {
 
 // Waits (ctx->mu held) until kernel `k` leaves COMPILING; returns its outcome.
 static jit_status jit__wait_ready(jit_context *ctx, jit__kernel *k) {
+  if (k->state == JIT__K_COMPILING) jit__spec_revive(ctx);  // a forked child's queue
   while (k->state == JIT__K_COMPILING) pthread_cond_wait(&ctx->cv, &ctx->mu);
   if (k->state == JIT__K_READY) return NULL;
   return JIT_ERR(k->fail_code, "%s", k->fail_message ? k->fail_message : "");

@@ -276,6 +276,7 @@ bool jit__generic_compiling(jit_graph *g, double wait_ms) {
   until.tv_sec += (time_t)(ns / 1000000000);
   until.tv_nsec = (long)(ns % 1000000000);
   pthread_mutex_lock(&ctx->mu);
+  jit__spec_revive(ctx);  // a forked child's queue may hold that compile
   bool compiling = false;
   for (;;) {
     // Looked up again after each wait: the record may have gone and come back.

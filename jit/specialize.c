@@ -15,6 +15,11 @@
 // waits for its job in flight (jit__spec_forget_graph). The context stops the thread
 // when it is destroyed, after its graphs.
 //
+// fork() (jit/fork.c): before it the thread finishes its job in flight and takes no
+// other (paused), so it holds no lock and no kernel is half built; the child has no
+// such thread, keeps the queue, and starts a thread of its own when it queues a job or
+// waits for a queued kernel (jit__spec_revive).
+//
 //===----------------------------------------------------------------------===//
 #include <pthread.h>
 #include <stdlib.h>
@@ -42,6 +47,10 @@ struct jit__specializer {
   jit_graph *running;    // the graph of the job in flight, or NULL
   pthread_t thread;
   bool started, stop;
+  bool paused;           // a fork() is under way: take no job
+  // In a forked child only (set there, when it is single-threaded): jobs are queued
+  // and no thread serves them yet.
+  bool revive;
 };
 
 jit__specializer *jit__spec_create(void) {
@@ -79,7 +88,7 @@ static void *jit__spec_main(void *arg) {
 #endif
   pthread_mutex_lock(&sp->mu);
   for (;;) {
-    while (!sp->head && !sp->stop) pthread_cond_wait(&sp->work, &sp->mu);
+    while ((!sp->head || sp->paused) && !sp->stop) pthread_cond_wait(&sp->work, &sp->mu);
     if (sp->stop) break;
     jit__spec_job *job = sp->head;
     sp->head = job->next;
@@ -161,6 +170,20 @@ bool jit__spec_push_hot(jit_graph *g, const int64_t *dims) {
   return jit__spec_queue(g, job);
 }
 
+// Starts the thread unless it runs (sp->mu held); logs when it cannot.
+static void jit__spec_start(jit_context *ctx, jit__specializer *sp) {
+  if (sp->started || sp->stop) return;
+  // Compiles need room: MLIR's passes recurse, LLVM's codegen too.
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 8u << 20);
+  sp->started = pthread_create(&sp->thread, &attr, jit__spec_main, sp) == 0;
+  pthread_attr_destroy(&attr);
+  if (!sp->started)
+    jit__log(ctx, JIT_LOG_WARNING, "no thread for background compiles; bindings stay "
+             "on their generic kernels");
+}
+
 // Appends `job` (freed here when it cannot be queued), starting the thread if needed.
 static bool jit__spec_queue(jit_graph *g, jit__spec_job *job) {
   jit_context *ctx = g->ctx;
@@ -170,17 +193,7 @@ static bool jit__spec_queue(jit_graph *g, jit__spec_job *job) {
     return false;
   }
   pthread_mutex_lock(&sp->mu);
-  if (!sp->started && !sp->stop) {
-    // Compiles need room: MLIR's passes recurse, LLVM's codegen too.
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 8u << 20);
-    sp->started = pthread_create(&sp->thread, &attr, jit__spec_main, sp) == 0;
-    pthread_attr_destroy(&attr);
-    if (!sp->started)
-      jit__log(ctx, JIT_LOG_WARNING, "no thread for background compiles; bindings stay "
-               "on their generic kernels");
-  }
+  jit__spec_start(ctx, sp);
   if (!sp->started || sp->stop) {
     pthread_mutex_unlock(&sp->mu);
     jit__spec_job_free(job);
@@ -254,4 +267,48 @@ void jit__spec_forget_graph(jit_graph *g) {
     next = j->next;
     jit__spec_job_free(j);
   }
+}
+
+//===--- fork() (jit/fork.c) ---------------------------------------------===//
+
+void jit__spec_revive(jit_context *ctx) {
+  jit__specializer *sp = ctx->spec;
+  // Set only in a forked child, while it had one thread: no race with a writer.
+  if (!sp || !sp->revive) return;
+  pthread_mutex_lock(&sp->mu);
+  sp->revive = false;
+  if (sp->head) jit__spec_start(ctx, sp);
+  pthread_mutex_unlock(&sp->mu);
+}
+
+void jit__spec_fork_prepare(jit__specializer *sp) {
+  pthread_mutex_lock(&sp->mu);
+  if (!sp->started || pthread_equal(sp->thread, pthread_self())) return;
+  sp->paused = true;
+  while (sp->running) pthread_cond_wait(&sp->idle, &sp->mu);
+}
+
+void jit__spec_fork_parent(jit__specializer *sp) {
+  sp->paused = false;
+  pthread_cond_broadcast(&sp->work);
+  pthread_mutex_unlock(&sp->mu);
+}
+
+bool jit__spec_queued_build(const jit__specializer *sp, const jit__kernel *k) {
+  for (const jit__spec_job *j = sp->head; j; j = j->next)
+    if (j->generic && j->k == k) return true;
+  return false;
+}
+
+void jit__spec_fork_child(jit__specializer *sp) {
+  // The thread is not in the child: its wait on `work` went with it, so both
+  // conditions start afresh (a wait the parent's copy still counts would block
+  // pthread_cond_destroy for ever).
+  sp->paused = false;
+  sp->started = false;
+  sp->running = NULL;
+  sp->revive = sp->head != NULL;
+  pthread_cond_init(&sp->work, NULL);
+  pthread_cond_init(&sp->idle, NULL);
+  pthread_mutex_unlock(&sp->mu);
 }

@@ -647,20 +647,6 @@ Test(remote, vulkan_kernels_travel_too) {
   }
 }
 
-// The exit status of child `pid`, or -1 when it has not exited within `ms` (it is then
-// killed): a child that hangs fails the test instead of hanging the suite.
-static int wait_child(pid_t pid, int ms) {
-  int status = 0;
-  for (int waited = 0; waited < ms; waited += 10) {
-    if (waitpid(pid, &status, WNOHANG) == pid)
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    usleep(10000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -1;
-}
-
 // A child forked from a process using the tier does not use its parent's connections
 // or sender thread (they are not its own): it runs on its disk cache and compiles, and
 // destroying its context there neither hangs nor disturbs the parent.
@@ -676,7 +662,7 @@ Test(remote, forked_child_leaves_the_tier_alone) {
     jit_context_destroy(a);
     _exit(bad ? 1 : 0);
   }
-  int status = wait_child(pid, 60000);
+  int status = tu_wait_child(pid, 60000);
   cr_assert_eq(status, 0, "child status %d (-1: hung)", status);
   cr_assert_eq(run_sizes(g, kSizes + 4, 2), 0);
   jit_graph_destroy(g);
@@ -718,7 +704,7 @@ Test(remote, forked_children_while_the_sender_pushes) {
       jit_context_destroy(a);
       _exit(bad ? 1 : 0);
     }
-    int status = wait_child(pid, 60000);
+    int status = tu_wait_child(pid, 60000);
     cr_assert_eq(status, 0, "round %d: child status %d (-1: hung)", round, status);
   }
   jit_graph_destroy(g);

@@ -11,10 +11,14 @@
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "jitml.h"
 #include "ref.h"
@@ -224,6 +228,20 @@ static inline void tu_run_check(jit_graph *g, const DLTensor *ins, int n_in,
   if (got_out) memcpy(got_out, got, (size_t)n * sizeof(float));
   free(got);
   free(out);
+}
+
+// The exit status of child `pid`, or -1 when it has not exited within `ms` (it is then
+// killed): a child that hangs fails the test instead of hanging the suite.
+static inline int tu_wait_child(pid_t pid, int ms) {
+  int status = 0;
+  for (int waited = 0; waited < ms; waited += 10) {
+    if (waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
 }
 
 #endif  // JITML_TESTS_UTIL_H_
