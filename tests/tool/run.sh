@@ -10,9 +10,12 @@ dir=$(mktemp -d /tmp/jitml-tool-test.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 cache="$dir/cache"
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# grep that reads all of its input: `grep -q` stops at the first match, and under
+# pipefail the writer's SIGPIPE then failed a check that had matched.
+has() { grep "$@" >/dev/null; }
 
 # Usage errors exit 2; --help exits 0.
-"$jitml" --help | grep -q "prewarm" || fail "--help"
+"$jitml" --help | has "prewarm" || fail "--help"
 set +e
 "$jitml" frobnicate >/dev/null 2>&1; [[ $? == 2 ]] || fail "unknown command should exit 2"
 "$jitml" prewarm "$model" >/dev/null 2>&1; [[ $? == 2 ]] || fail "missing --shapes should exit 2"
@@ -36,10 +39,10 @@ set -e
 # A cold prewarm compiles every binding; --expect-warm then fails on a new shape and
 # passes on the prewarmed ones.
 out=$("$jitml" prewarm "$model" --shapes 'N=1-4,8-16:8' --jobs 2 --cache-dir "$cache")
-echo "$out" | grep -q "6 bindings" || fail "prewarm count: $out"
-echo "$out" | grep -q "6 compiled" || fail "prewarm compiled: $out"
+echo "$out" | has "6 bindings" || fail "prewarm count: $out"
+echo "$out" | has "6 compiled" || fail "prewarm compiled: $out"
 "$jitml" prewarm "$model" --shapes 'N=1-4,8-16:8' --expect-warm --cache-dir "$cache" \
-  | grep -q "0 compiled, 6 from disk" || fail "second prewarm was not warm"
+  | has "0 compiled, 6 from disk" || fail "second prewarm was not warm"
 set +e
 "$jitml" prewarm "$model" --shapes 'N=5' --expect-warm --cache-dir "$cache" >/dev/null 2>&1
 [[ $? == 1 ]] || fail "--expect-warm should fail when a kernel had to be compiled"
@@ -47,22 +50,22 @@ set -e
 
 # run reports where the kernel came from.
 out=$("$jitml" run "$model" --shape N=3 --repeat 2 --cache-dir "$cache")
-echo "$out" | grep -q "call 1:.*kernel from disk" || fail "run call 1: $out"
-echo "$out" | grep -q "call 2:.*kernel from memory" || fail "run call 2: $out"
+echo "$out" | has "call 1:.*kernel from disk" || fail "run call 1: $out"
+echo "$out" | has "call 2:.*kernel from memory" || fail "run call 2: $out"
 
 # explain names the dim that differs.
 out=$("$jitml" explain "$model" --shape N=17 --cache-dir "$cache")
-echo "$out" | grep -q "miss" || fail "explain: $out"
-echo "$out" | grep -q "dim 0: 17 vs cached 1, 2, 3, 4, 5, 8, 16" || fail "explain: $out"
+echo "$out" | has "miss" || fail "explain: $out"
+echo "$out" | has "dim 0: 17 vs cached 1, 2, 3, 4, 5, 8, 16" || fail "explain: $out"
 
 # cache subcommands.
-"$jitml" cache stats --cache-dir "$cache" | grep -q "entries 7" || fail "cache stats"
-"$jitml" cache ls --json --cache-dir "$cache" | grep -q '"kind":"cpu-object"' || fail "ls --json"
-"$jitml" cache verify --cache-dir "$cache" | grep -q "checked 7 entries, removed 0" || fail "verify"
-"$jitml" cache export "$dir/bundle.jitb" --cache-dir "$cache" | grep -q "exported 7" || fail "export"
-"$jitml" cache clear --cache-dir "$cache" | grep -q "removed 7" || fail "clear"
-"$jitml" cache stats --cache-dir "$cache" | grep -q "entries 0" || fail "clear left entries"
-"$jitml" cache import "$dir/bundle.jitb" --cache-dir "$cache" | grep -q "imported 7" || fail "import"
+"$jitml" cache stats --cache-dir "$cache" | has "entries 7" || fail "cache stats"
+"$jitml" cache ls --json --cache-dir "$cache" | has '"kind":"cpu-object"' || fail "ls --json"
+"$jitml" cache verify --cache-dir "$cache" | has "checked 7 entries, removed 0" || fail "verify"
+"$jitml" cache export "$dir/bundle.jitb" --cache-dir "$cache" | has "exported 7" || fail "export"
+"$jitml" cache clear --cache-dir "$cache" | has "removed 7" || fail "clear"
+"$jitml" cache stats --cache-dir "$cache" | has "entries 0" || fail "clear left entries"
+"$jitml" cache import "$dir/bundle.jitb" --cache-dir "$cache" | has "imported 7" || fail "import"
 "$jitml" prewarm "$model" --shapes 'N=1-4,8-16:8' --expect-warm --cache-dir "$cache" >/dev/null \
   || fail "imported entries were not used"
 
@@ -72,9 +75,9 @@ pub=$("$jitml" keygen "$dir/signing.key")
 [[ $(stat -c %a "$dir/signing.key") == 600 ]] || fail "keygen: the secret key is not mode 600"
 if "$jitml" keygen "$dir/signing.key" >/dev/null 2>&1; then fail "keygen replaced a key"; fi
 "$jitml" cache export "$dir/signed.jitb" --sign "$dir/signing.key" --cache-dir "$cache" \
-  | grep -q "exported 7 entries to $dir/signed.jitb (signed)" || fail "export --sign"
+  | has "exported 7 entries to $dir/signed.jitb (signed)" || fail "export --sign"
 "$jitml" cache import "$dir/signed.jitb" --trust "$pub" --cache-dir "$cache" \
-  | grep -q "imported 7" || fail "import --trust of a signed bundle"
+  | has "imported 7" || fail "import --trust of a signed bundle"
 other=$(printf '%064d' 7)
 if "$jitml" cache import "$dir/signed.jitb" --trust "$other" --cache-dir "$cache" \
     2> "$dir/trust.txt"; then fail "a bundle signed by an untrusted key was imported"; fi
@@ -99,7 +102,7 @@ grep -q "removed 1 bad" "$dir/verify.txt" || fail "verify: $(cat "$dir/verify.tx
 # in a cache that lost its kernels but kept the list.
 hot="$dir/hot"
 out=$("$jitml" run "$export_model" --shape 'N=1,7' --repeat 6 --cache-dir "$hot")
-"$jitml" cache ls --json --cache-dir "$hot" | grep -q '"kind":"hot-list"' || fail "no hot list: $out"
+"$jitml" cache ls --json --cache-dir "$hot" | has '"kind":"hot-list"' || fail "no hot list: $out"
 mkdir -p "$dir/keep"
 list_key=$("$jitml" cache ls --json --cache-dir "$hot" | tr '{' '\n' | grep '"hot-list"' |
            sed 's/.*"key":"\([0-9a-f]*\)".*/\1/')
@@ -107,7 +110,7 @@ cp "$hot/${list_key:0:2}/$list_key.jitk" "$dir/keep/"
 "$jitml" cache clear --cache-dir "$hot" >/dev/null
 mkdir -p "$hot/${list_key:0:2}" && cp "$dir/keep/$list_key.jitk" "$hot/${list_key:0:2}/"
 out=$("$jitml" prewarm "$export_model" --hot --cache-dir "$hot")
-echo "$out" | grep -q "1 hot bindings ready" || fail "prewarm --hot: $out"
+echo "$out" | has "1 hot bindings ready" || fail "prewarm --hot: $out"
 "$jitml" prewarm "$export_model" --shapes 'N=7' --expect-warm --cache-dir "$hot" >/dev/null \
   || fail "prewarm --hot did not store N=7's kernel"
 
@@ -118,13 +121,13 @@ set +e
 out=$("$jitml" prewarm "$export_model" --device vulkan --shapes 'N=3' --cache-dir "$gpu" 2>&1)
 rc=$?
 set -e
-if [[ $rc != 0 ]] && echo "$out" | grep -q "UNAVAILABLE"; then
+if [[ $rc != 0 ]] && echo "$out" | has "UNAVAILABLE"; then
   echo "skipped: no Vulkan device (--device)"
 else
   [[ $rc == 0 ]] || fail "prewarm --device vulkan: $out"
-  echo "$out" | grep -q "generic kernel ready" || fail "prewarm --device vulkan: $out"
+  echo "$out" | has "generic kernel ready" || fail "prewarm --device vulkan: $out"
   out=$("$jitml" run "$export_model" --device vulkan --shape 'N=5,9' --cache-dir "$gpu")
-  echo "$out" | grep -q "N=9.*call 1:.*kernel from memory" || fail "run --device vulkan: $out"
+  echo "$out" | has "N=9.*call 1:.*kernel from memory" || fail "run --device vulkan: $out"
 fi
 
 # opt: one pass at a time, the printed IR checked. jitml-lower-matmul-to-loops turns
@@ -149,7 +152,7 @@ grep -q 'arith.constant 4 : index' <<< "$out" || fail "opt: M bound: $out"
 # MLIR's passes alone: canonicalize folds a constant add.
 printf '%s\n' 'func.func @f() -> i32 {' '  %a = arith.constant 2 : i32' \
   '  %b = arith.addi %a, %a : i32' '  return %b : i32' '}' > "$dir/fold.mlir"
-"$jitml" opt "$dir/fold.mlir" canonicalize | grep -q 'arith.constant 4 : i32' \
+"$jitml" opt "$dir/fold.mlir" canonicalize | has 'arith.constant 4 : i32' \
   || fail "opt: canonicalize did not fold"
 set +e
 "$jitml" opt "$dir/mm.mlir" 'func.func(no-such-pass)' >/dev/null 2>"$dir/opt.txt"; rc=$?
@@ -173,22 +176,22 @@ trap 'kill -9 $redis_pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [[ -S "$dir/redis.sock" ]] && break; sleep 0.05; done
 url="unix://$dir/redis.sock"
 out=$("$jitml" prewarm "$model" --shapes 'N=1-3' --cache-dir "$dir/m1" --remote "$url" 2>&1)
-echo "$out" | grep -q "3 compiled" || fail "prewarm --remote: $out"
-echo "$out" | grep -Eq "push: [0-9]+ entries pushed, [0-9]+ already there" || fail "prewarm --remote: $out"
+echo "$out" | has "3 compiled" || fail "prewarm --remote: $out"
+echo "$out" | has -E "push: [0-9]+ entries pushed, [0-9]+ already there" || fail "prewarm --remote: $out"
 total=$("$jitml" cache stats --cache-dir "$dir/m1" | sed -n 's/^entries //p')
-"$jitml" cache stats --cache-dir "$dir/m2" --remote "$url" | grep -q "remote_state connected" \
+"$jitml" cache stats --cache-dir "$dir/m2" --remote "$url" | has "remote_state connected" \
   || fail "cache stats --remote: $("$jitml" cache stats --cache-dir "$dir/m2" --remote "$url")"
 out=$("$jitml" cache pull --cache-dir "$dir/m2" --remote "$url" 2>&1)
-echo "$out" | grep -q "pull: $total entries pulled, 0 refused" || fail "cache pull ($total): $out"
+echo "$out" | has "pull: $total entries pulled, 0 refused" || fail "cache pull ($total): $out"
 "$jitml" prewarm "$model" --shapes 'N=1-3' --expect-warm --cache-dir "$dir/m2" >/dev/null \
   || fail "pulled entries were not used"
 out=$("$jitml" cache push --cache-dir "$dir/m2" --remote "$url" 2>&1)
-echo "$out" | grep -q "push: 0 entries pushed, $total already there" || fail "cache push: $out"
+echo "$out" | has "push: 0 entries pushed, $total already there" || fail "cache push: $out"
 # A new machine that only asks the fleet cache compiles nothing.
 out=$("$jitml" prewarm "$model" --shapes 'N=1-3' --expect-warm --cache-dir "$dir/m3" \
       --remote "$url" 2>&1) || fail "prewarm on a new machine compiled: $out"
 kill -9 $redis_pid; wait $redis_pid 2>/dev/null || true
-"$jitml" cache stats --cache-dir "$dir/m2" --remote "$url" | grep -Eq "remote_state (failing|paused)" \
+"$jitml" cache stats --cache-dir "$dir/m2" --remote "$url" | has -E "remote_state (failing|paused)" \
   || fail "cache stats with the server down: $("$jitml" cache stats --cache-dir "$dir/m2" --remote "$url")"
 set +e
 "$jitml" cache pull --cache-dir "$dir/m2" --remote "$url" >/dev/null 2>"$dir/pull.txt"; rc=$?
