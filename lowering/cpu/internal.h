@@ -75,6 +75,11 @@ typedef struct walk {
   jit__cpu_host h;
   int threads;
   jit__text sb;
+  // The thread loops of the matmuls split over threads, and the fusions into them,
+  // which the script runs ahead of every op's tiles (jit__cpu_plan_make): each
+  // fuse_into_containing_op prints and verifies the whole function in a diagnostic
+  // upstream builds even on success, so it costs least while the function is untiled.
+  jit__text pre;
   int n_mm, n_ew, n_rd;
   bool parallel;
   bool unroll_k;  // a matmul of 2^24 multiply-adds or more ("Unrolled k loops")

@@ -324,12 +324,13 @@ static int tag_matmul(walk *w, MlirOperation mm, bool *has_fill) {
 static void batch_loop(walk *w, int i, const char *mm_tag, const char *fill_tag,
                        bool has_fill, bool split) {
   jit__text *sb = &w->sb;
-  sb_printf(sb,
+  jit__text *hd = split ? &w->pre : sb;  // a thread loop: ahead of all tiles (walk.pre)
+  sb_printf(hd,
             "  %%bm%d = transform.structured.match ops{[\"linalg.batch_matmul\"]} attributes "
             "{%s = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
             i, mm_tag, i);
   if (has_fill)
-    sb_printf(sb,
+    sb_printf(hd,
               "  %%bf%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
               "{%s = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
               i, fill_tag, i);
@@ -337,12 +338,12 @@ static void batch_loop(walk *w, int i, const char *mm_tag, const char *fill_tag,
   snprintf(cur, sizeof cur, "%%bm%d", i);
   if (split) {
     w->parallel = true;
-    sb_printf(sb,
+    sb_printf(hd,
               "  %%bt%d, %%bp%d = transform.structured.tile_using_forall %%bm%d num_threads "
               "[%d] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, i, w->threads);
     if (has_fill)
-      sb_printf(sb,
+      sb_printf(hd,
                 "  %%bpf%d, %%bp%d_1 = transform.structured.fuse_into_containing_op %%bf%d "
                 "into %%bp%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
                 i, i, i, i);
@@ -561,7 +562,8 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
                 "tile %lldx%lld, k step %lld\n",
             i, (long long)M, (long long)K, (long long)N, p.dot ? ", dot products" : "",
             p.split ? "N" : "none", (long long)p.tm, (long long)p.tn, (long long)L);
-  sb_printf(sb,
+  jit__text *hd = p.split ? &w->pre : sb;  // a thread loop: ahead of all tiles (walk.pre)
+  sb_printf(hd,
             "  %%mm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
             "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
             i, i);
@@ -569,12 +571,12 @@ static void plan_matmul_bt(walk *w, MlirOperation mm, int64_t M, int64_t K, int6
   snprintf(cur, sizeof cur, "%%mm%d", i);
   if (p.split) {
     w->parallel = true;
-    sb_printf(sb,
+    sb_printf(hd,
               "  %%pt%d, %%pf%d = transform.structured.tile_using_forall %%mm%d tile_sizes "
               "[0, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, i, (long long)p.tN);
     if (has_fill)
-      sb_printf(sb,
+      sb_printf(hd,
                 "  %%fl%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
                 "{jit_f = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
                 "  %%pl%d, %%pf%d_2 = transform.structured.fuse_into_containing_op %%fl%d "
@@ -678,17 +680,20 @@ static void emit_mm_head(walk *w, int i, const jit__cpu_mm_shape *s, const jit__
             (long long)kc, (long long)tm, (long long)tn,
             p->small_m && !masked ? ", small M: B read in place" : "");
   if (batched) plan_batch(w, i, Bt, has_fill, p->batch_split);
-  sb_printf(sb,
+  // A thread loop goes ahead of all tiles (walk.pre); not a batch's matmul, which only
+  // exists once its batch loop is tiled.
+  jit__text *hd = split >= 0 && !batched ? &w->pre : sb;
+  sb_printf(hd,
             "  %%mm%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
             "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
             i, i);
   if (fused)
-    sb_printf(sb,
+    sb_printf(hd,
               "  %%ep%d = transform.structured.match ops{[\"linalg.generic\"]} "
               "attributes {jit_ep = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
               i, i);
   if (has_fill)
-    sb_printf(sb,
+    sb_printf(hd,
               "  %%fl%d = transform.structured.match ops{[\"linalg.fill\"]} attributes "
               "{jit_f = %d : i64} in %%root : (" ANY ") -> " ANY "\n",
               i, i);
@@ -696,17 +701,17 @@ static void emit_mm_head(walk *w, int i, const jit__cpu_mm_shape *s, const jit__
 
   if (split >= 0) {
     w->parallel = true;
-    sb_printf(sb,
+    sb_printf(hd,
               "  %%pt%d, %%pf%d = transform.structured.tile_using_forall %s tile_sizes "
               "[%lld, %lld%s] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, root, (long long)tM, (long long)tN, zk);
     if (fused)
-      sb_printf(sb,
+      sb_printf(hd,
                 "  %%pm%d, %%pf%d_1 = transform.structured.fuse_into_containing_op %%mm%d "
                 "into %%pf%d : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
                 i, i, i, i);
     if (has_fill)
-      sb_printf(sb,
+      sb_printf(hd,
                 "  %%pl%d, %%pf%d_2 = transform.structured.fuse_into_containing_op %%fl%d "
                 "into %%pf%d%s : (" ANY ", " ANY ") -> (" ANY ", " ANY ")\n",
                 i, i, i, i, fused ? "_1" : "");
@@ -963,7 +968,19 @@ static bool walk_alloc(walk *w, MlirOperation module) {
          w->fill_fused && w->taken_t;
 }
 
+// Puts what the walk wrote to w->pre at offset `at` of w->sb (after the script's
+// header), ahead of the ops' tiles.
+static void splice_pre(walk *w, size_t at) {
+  jit__text *sb = &w->sb, *pre = &w->pre;
+  if (pre->oom) sb->oom = true;
+  if (!pre->len || sb->oom || !jit__text_reserve(sb, pre->len)) return;
+  memmove(sb->p + at + pre->len, sb->p + at, sb->len - at + 1);
+  memcpy(sb->p + at, pre->p, pre->len);
+  sb->len += pre->len;
+}
+
 static void walk_free(walk *w) {
+  free(w->pre.p);
   free(w->fused);
   free(w->claimed);
   free(w->masked);
@@ -1098,11 +1115,13 @@ bool jit__cpu_plan_make(MlirContext ctx, MlirOperation module, const jit__lower_
             "module attributes {transform.with_named_sequence} {\n"
             "transform.named_sequence @__transform_main(%%root: " ANY
             " {transform.readonly}) {\n");
+  size_t header = sb->len;
   jit__cpu_unshare_fills(module);
   // Matmuls first: they claim their epilogues, which the generic pass then skips.
   mlirOperationWalk(module, plan_op, &w, MlirWalkPreOrder);
   mlirOperationWalk(module, jit__cpu_find_row_roots, &w, MlirWalkPreOrder);
   mlirOperationWalk(module, jit__cpu_plan_generic_op, &w, MlirWalkPreOrder);
+  splice_pre(&w, header);
   out->wide_vectors = w.h.lanes == 16 && w.n_mm == 0;
   // With scf's loop canonicalization: an affine.min of a tile size in a peeled loop
   // folds to its constant (a producer fused into the register tiles, such as f16 A's
