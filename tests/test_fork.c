@@ -81,6 +81,21 @@ static jit_context *context(jit_shape_policy policy, jit_log_fn log, void *user)
   return ctx;
 }
 
+// Puts `g` under the GENERIC shape policy; 0 when that worked (children: no asserts).
+static int set_generic(jit_graph *g) {
+  jit_status s = jit_graph_set_shape_policy(g, JIT_SHAPE_POLICY_GENERIC);
+  int bad = s != NULL;
+  jit_status_free(s);
+  return bad;
+}
+
+// Asserts that child `pid` exits 0 within a minute (killed if it does not).
+static void assert_child_ok(pid_t pid) {
+  cr_assert(pid >= 0, "fork failed");
+  int status = tu_wait_child(pid, 60000);
+  cr_assert_eq(status, 0, "child status %d (-1: hung)", status);
+}
+
 // Under AUTO the first binding's run queues the generic kernel's compile on the
 // background thread; a fork right after it finds that compile in flight. The child
 // runs new shapes, asks for the generic kernel, and destroys its graph and context
@@ -90,20 +105,16 @@ Test(fork, child_goes_on_while_the_generic_kernel_compiles) {
   jit_graph *g = matmul_act(ctx, "fork_auto", false);
   cr_assert_eq(run_check(g, 5, false), 0);
   pid_t pid = fork();
-  cr_assert(pid >= 0);
   if (pid == 0) {
     int bad = run_check(g, 7, false);
-    jit_status s = jit_graph_set_shape_policy(g, JIT_SHAPE_POLICY_GENERIC);
-    bad |= s != NULL;
-    jit_status_free(s);
+    bad |= set_generic(g);
     bad |= run_check(g, 1, false);
     bad |= run_check(g, 13, false);
     jit_graph_destroy(g);
     jit_context_destroy(ctx);
     _exit(bad);
   }
-  int status = tu_wait_child(pid, 60000);
-  cr_assert_eq(status, 0, "child status %d (-1: hung)", status);
+  assert_child_ok(pid);
   cr_assert_eq(run_check(g, 9, false), 0);
   jit_graph_destroy(g);
   jit_context_destroy(ctx);
@@ -119,11 +130,8 @@ Test(fork, child_builds_a_queued_generic_kernel) {
   cr_assert_eq(run_check(a, 3, false), 0);
   cr_assert_eq(run_check(b, 3, true), 0);
   pid_t pid = fork();
-  cr_assert(pid >= 0);
   if (pid == 0) {
-    jit_status s = jit_graph_set_shape_policy(b, JIT_SHAPE_POLICY_GENERIC);
-    int bad = s != NULL;
-    jit_status_free(s);
+    int bad = set_generic(b);
     bad |= run_check(b, 11, true);
     bad |= run_check(a, 17, false);
     jit_graph_destroy(a);
@@ -131,8 +139,7 @@ Test(fork, child_builds_a_queued_generic_kernel) {
     jit_context_destroy(ctx);
     _exit(bad);
   }
-  int status = tu_wait_child(pid, 60000);
-  cr_assert_eq(status, 0, "child status %d (-1: hung)", status);
+  assert_child_ok(pid);
   cr_assert_eq(run_check(b, 11, true), 0);
   jit_graph_destroy(a);
   jit_graph_destroy(b);
@@ -193,9 +200,7 @@ Test(fork, child_compiles_again_what_another_thread_was_compiling) {
   }
   sem_post(&h.release);
   pthread_join(h.thread, NULL);
-  cr_assert(pid >= 0);
-  int status = tu_wait_child(pid, 60000);
-  cr_assert_eq(status, 0, "child status %d (-1: hung)", status);
+  assert_child_ok(pid);
   cr_assert_eq(h.bad, 0);
   cr_assert_eq(run_check(h.g, 19, false), 0);
   jit_stats st = {.struct_size = sizeof st};
