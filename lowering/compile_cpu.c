@@ -649,6 +649,15 @@ jit_status jit__cpu_compile_module(MlirContext ctx, MlirModule module,
   }
   if (options->opt_level <= 0 && (status = jit__run_matmul_loops(ctx, module, diag)))
     goto done;
+  // Identical loop nests (q, k, v) as one function: the debug log's "shared N" step.
+  if (options->opt_level > 0) {
+    int shared = jit__cpu_share_loops(ctx, mop, func_name, !options->generic);
+    if (shared > 0) {
+      char name[32];
+      snprintf(name, sizeof name, "shared %d", shared);
+      jit__stage_end(out, name, &t);
+    }
+  }
   jit__dump_op(options, func_name, "04-bufferized.mlir", mop);
   // Neither the k-loop marks nor the bf16 expansion below add linalg or math ops.
   jit__left_ops left = {false, false, false};

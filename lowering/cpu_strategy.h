@@ -109,6 +109,15 @@ int jit__cpu_results_in_place(MlirContext ctx, MlirOperation module);
 // (lowering/cpu/ says why). Returns the k loops marked.
 int jit__cpu_unroll_k_loops(MlirContext ctx, MlirOperation module);
 
+// After bufferization: identical top-level loop nests of the function `func_name`
+// (q, k and v of a transformer block) become one private function, called once per
+// nest with its own buffers, so that the rest of the compile handles that code once
+// (lowering/cpu/share.c says what "identical" is). `bare_ptr`: memrefs cross calls as
+// bare pointers (exact kernels), so only those of a static shape and layout may.
+// Returns the number of loop nests replaced by calls (0 where none repeats).
+int jit__cpu_share_loops(MlirContext ctx, MlirOperation module, const char *func_name,
+                         bool bare_ptr);
+
 // After the script, for plan->n_masked: replaces each masked register tile's
 // accumulator step select(mask, acc + p, p) by acc + p where nothing reads the
 // masked-off lanes (lowering/cpu/ says how that is checked). Returns the number

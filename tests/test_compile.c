@@ -4,7 +4,9 @@
 // and the LLVM target machine built in each (lowering/mlir_context.c). A kernel
 // compiled after others in such a context must be the kernel a fresh context makes:
 // the final LLVM IR is compared as text (the kernel's name aside, which carries the
-// key). Also: JITML_LOG=debug's compile line lists the steps and their times.
+// key). Also: JITML_LOG=debug's compile line lists the steps and their times; and
+// identical loop nests of one kernel (q, k and v) are compiled once, with results equal
+// to plain C's.
 //
 //===----------------------------------------------------------------------===//
 #define _XOPEN_SOURCE 700  // nftw, mkdtemp, popen
@@ -22,12 +24,13 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
   return remove(path);
 }
 
-// A context that compiles every kernel (no disk cache) on one thread, dumping each
-// stage into `dump_dir` (may be NULL) and sending its log to fn(user).
-static jit_context *ctx_for(const char *dump_dir, jit_log_fn fn, void *user) {
+// A context that compiles every kernel (no disk cache) for `threads` threads, dumping
+// each stage into `dump_dir` (may be NULL) and sending its log to fn(user).
+static jit_context *ctx_for(int threads, const char *dump_dir, jit_log_fn fn,
+                            void *user) {
   jit_options o;
   jit_options_init(&o);
-  o.num_threads = 1;
+  o.num_threads = threads;
   o.cache_dir = "";
   o.dump_ir_dir = dump_dir;
   o.log_fn = fn;
@@ -112,11 +115,11 @@ Test(compile, reused_context_compiles_the_same_kernel) {
     char fresh[] = "/tmp/jitml-compile-XXXXXX", reused[] = "/tmp/jitml-compile-XXXXXX";
     cr_assert(mkdtemp(fresh) != NULL && mkdtemp(reused) != NULL);
     const int64_t *s = shapes[last];
-    jit_context *a = ctx_for(fresh, NULL, NULL);
+    jit_context *a = ctx_for(1, fresh, NULL, NULL);
     dense(a, s[0], s[1], s[2], (int)s[3]);
     jit_context_destroy(a);
 
-    jit_context *b = ctx_for(reused, NULL, NULL);
+    jit_context *b = ctx_for(1, reused, NULL, NULL);
     for (int rep = 0; rep < 2; rep++)
       for (int i = 0; i < n; i++)
         if (i != last) dense(b, shapes[i][0] + rep, shapes[i][1], shapes[i][2], (int)shapes[i][3]);
@@ -159,7 +162,7 @@ static void collect(void *user, jit_log_level level, const char *msg) {
 // MLIR's parse to the translation to LLVM IR.
 Test(compile, debug_log_lists_the_steps) {
   log_sink sink = {{0}, 0};
-  jit_context *ctx = ctx_for(NULL, collect, &sink);
+  jit_context *ctx = ctx_for(1, NULL, collect, &sink);
   dense(ctx, 9, 64, 48, 1);
   jit_context_destroy(ctx);
   const char *line = strstr(sink.text, "compiled in");
@@ -176,6 +179,89 @@ Test(compile, debug_log_lists_the_steps) {
       cr_expect(sscanf(p + strlen(steps[i]), "%lf", &ms) == 1 && ms >= 0,
                 "step `%s` has no time: %s", steps[i], line);
       at = p;
+    }
+  }
+}
+
+//===--- Identical loop nests ----------------------------------------------===//
+
+// Compiles q, k, v = x W_i + b_i (three outputs, x M x K) for `threads` under `policy`
+// (GENERIC: M symbolic, bound to `M`), checks each against plain C, and returns the
+// loop nests the compile shared (its debug line's "shared N" step; 0 when none).
+static int projections(int threads, jit_shape_policy policy, int64_t M, int64_t K,
+                       int64_t N) {
+  log_sink sink = {{0}, 0};
+  jit_context *ctx = ctx_for(threads, NULL, collect, &sink);
+  jit_graph *g = tu_graph(ctx, "qkv");
+  TU_OK(jit_graph_set_shape_policy(g, policy));
+  int64_t sx[2] = {policy == JIT_SHAPE_POLICY_GENERIC ? jit_symbol(g, "M") : M, K};
+  int64_t sw[2] = {K, N}, sb[1] = {N}, sy[2] = {M, N};
+  jit_value x = jit_input(g, "x", TU_F32, 2, sx);
+  for (int i = 0; i < 3; i++) {
+    char wn[4] = {'w', (char)('0' + i), 0}, bn[4] = {'b', (char)('0' + i), 0};
+    jit_value w = jit_input(g, wn, TU_F32, 2, sw), b = jit_input(g, bn, TU_F32, 1, sb);
+    jit_output(g, jit_add(g, jit_matmul(g, x, w), b));
+  }
+  TU_OK(jit_graph_finalize(g));
+  ref_rng rng;
+  ref_rng_seed(&rng, (uint64_t)(M * 1000003 + K * 1009 + N));
+  float *in[7], *got[3], *want[3];
+  int64_t sx_run[2] = {M, K};
+  DLTensor ins[7], outs[3];
+  in[0] = tu_malloc(sizeof(float) * (size_t)(M * K));
+  ref_rng_fill_signed(&rng, in[0], M * K);
+  ins[0] = tu_tensor(in[0], TU_F32, 2, sx_run);
+  for (int i = 0; i < 3; i++) {
+    in[1 + 2 * i] = tu_malloc(sizeof(float) * (size_t)(K * N));
+    in[2 + 2 * i] = tu_malloc(sizeof(float) * (size_t)N);
+    ref_rng_fill_signed(&rng, in[1 + 2 * i], K * N);
+    ref_rng_fill_signed(&rng, in[2 + 2 * i], N);
+    ins[1 + 2 * i] = tu_tensor(in[1 + 2 * i], TU_F32, 2, sw);
+    ins[2 + 2 * i] = tu_tensor(in[2 + 2 * i], TU_F32, 1, sb);
+    got[i] = tu_malloc(sizeof(float) * (size_t)(M * N));
+    want[i] = tu_malloc(sizeof(float) * (size_t)(M * N));
+    int64_t dc[2];
+    cr_assert(ref_matmul(in[0], 2, sx_run, in[1 + 2 * i], 2, sw, want[i], dc) == 2);
+    for (int64_t e = 0; e < M * N; e++) want[i][e] += in[2 + 2 * i][e % N];
+    outs[i] = tu_tensor(got[i], TU_F32, 2, sy);
+  }
+  TU_OK(jit_run(g, ins, 7, outs, 3));
+  for (int i = 0; i < 3; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "projection %d of %dx%dx%d, %d threads", i, (int)M, (int)K,
+             (int)N, threads);
+    tu_assert_close(got[i], want[i], M * N, 1e-5, 2e-6 * (double)K, 2, sy, what);
+    free(got[i]);
+    free(want[i]);
+  }
+  for (int i = 0; i < 7; i++) free(in[i]);
+  jit_graph_destroy(g);
+  jit_context_destroy(ctx);
+  const char *line = strstr(sink.text, "compiled in");
+  cr_assert(line != NULL, "no compile line in the log:\n%s", sink.text);
+  const char *step = strstr(line, ", shared ");
+  int n = 0;
+  if (step) cr_assert(sscanf(step + 9, "%d", &n) == 1, "no count in: %s", line);
+  return n;
+}
+
+// The three projections' loop nests (each its matmul, bias and, by shape, a remainder)
+// become one function called three times: shapes with 1, primes and sizes that are no
+// multiple of the register tiles, one and two threads, exact and generic kernels.
+Test(compile, identical_loop_nests_compile_once) {
+  static const int64_t shapes[][3] = {
+      {13, 257, 131}, {3, 129, 65}, {31, 67, 127}, {1, 256, 257}, {37, 300, 288}};
+  for (int threads = 1; threads <= 2; threads++) {
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+      int n = projections(threads, JIT_SHAPE_POLICY_EXACT, shapes[i][0], shapes[i][1],
+                          shapes[i][2]);
+      cr_expect(n >= 3 && n % 3 == 0, "%dx%dx%d, %d threads: %d nests shared",
+                (int)shapes[i][0], (int)shapes[i][1], (int)shapes[i][2], threads, n);
+    }
+    for (int64_t M = 1; M <= 41; M += 20) {
+      int n = projections(threads, JIT_SHAPE_POLICY_GENERIC, M, 67, 127);
+      cr_expect(n >= 3 && n % 3 == 0, "generic, M = %d, %d threads: %d nests shared",
+                (int)M, threads, n);
     }
   }
 }

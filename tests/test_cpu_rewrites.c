@@ -367,3 +367,132 @@ Test(cpu_rewrites, result_written_in_its_output) {
     free(text);
   }
 }
+
+// Two loop nests for jit__cpu_share_loops: each reads A (and %w), computes with the
+// constant CST (and ATTR on its first multiply), writes OUT; TAG is the inner loop's
+// attribute dictionary. Identical ones become one private function called twice.
+typedef struct nest {
+  const char *a, *out, *cst, *attr, *tag;
+} nest;
+
+static void print_nest(char *buf, size_t cap, nest n) {
+  const char *ta = strcmp(n.a, "%v") ? "memref<4x8xf32>"
+                                     : "memref<4x8xf32, strided<[8, 1], offset: ?>>";
+  const char *to = strcmp(n.out, "%v") ? "memref<4x8xf32>" : ta;
+  snprintf(buf, cap,
+           "  scf.for %%i = %%c0 to %%c4 step %%c1 {\n"
+           "    scf.for %%j = %%c0 to %%c8 step %%c1 {\n"
+           "      %%a = memref.load %s[%%i, %%j] : %s\n"
+           "      %%b = memref.load %%w[%%j] : memref<8xf32>\n"
+           "      %%m = arith.mulf %%a, %%b %s : f32\n"
+           "      %%s = arith.addf %%m, %s : f32\n"
+           "      %%t = arith.mulf %%s, %%s : f32\n"
+           "      %%u = arith.subf %%t, %%a : f32\n"
+           "      %%r = arith.maximumf %%u, %%b : f32\n"
+           "      memref.store %%r, %s[%%i, %%j] : %s\n"
+           "    } %s\n"
+           "  }\n",
+           n.a, ta, n.attr, n.cst, n.out, to, n.tag);
+}
+
+static char *share_text(nest n1, nest n2, bool in_if) {
+  char l1[1024], l2[1024];
+  print_nest(l1, sizeof l1, n1);
+  print_nest(l2, sizeof l2, n2);
+  char *t = malloc(4096);
+  cr_assert(t);
+  snprintf(t, 4096,
+           "func.func @f(%%x: memref<4x8xf32>, %%y: memref<4x8xf32>, %%w: memref<8xf32>,\n"
+           "             %%o0: memref<4x8xf32>, %%o1: memref<4x8xf32>,\n"
+           "             %%v: memref<4x8xf32, strided<[8, 1], offset: ?>>, %%p: i1) {\n"
+           "  %%c0 = arith.constant 0 : index\n"
+           "  %%c1 = arith.constant 1 : index\n"
+           "  %%c4 = arith.constant 4 : index\n"
+           "  %%c8 = arith.constant 8 : index\n"
+           "  %%two = arith.constant 2.0 : f32\n"
+           "  %%two_b = arith.constant 2.0 : f32\n"
+           "  %%three = arith.constant 3.0 : f32\n"
+           "%s%s%s%s"
+           "  return\n"
+           "}\n",
+           in_if ? "  scf.if %p {\n" : "", l1, l2, in_if ? "  }\n" : "");
+  return t;
+}
+
+// Returns what jit__cpu_share_loops returned; *printed: the module after it.
+static int share(const char *text, bool bare, char **printed) {
+  MlirContext ctx = make_ctx();
+  MlirModule m = mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
+  cr_assert(!mlirModuleIsNull(m), "the test module does not parse:\n%s", text);
+  MlirOperation op = mlirModuleGetOperation(m);
+  int n = jit__cpu_share_loops(ctx, op, "f", bare);
+  cr_expect(mlirOperationVerify(op), "the module does not verify after sharing:\n%s",
+            text);
+  text_buf b = {NULL, 0};
+  mlirOperationPrint(op, append, &b);
+  *printed = b.p;
+  mlirModuleDestroy(m);
+  mlirContextDestroy(ctx);
+  return n;
+}
+
+static size_t count_of(const char *hay, const char *needle) {
+  size_t n = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+Test(cpu_rewrites, identical_loop_nests_share_a_function) {
+  const nest base = {"%x", "%o0", "%two", "", ""};
+  static const struct {
+    const char *what;
+    nest second;
+    bool bare, in_if;
+    int want;
+  } cases[] = {
+      {"other buffers", {"%y", "%o1", "%two", "", ""}, true, false, 2},
+      {"in an scf.if", {"%y", "%o1", "%two", "", ""}, true, true, 2},
+      {"an equal constant", {"%y", "%o1", "%two_b", "", ""}, true, false, 2},
+      {"other strategy tags", {"%y", "%o1", "%two", "", "{jit_f = 1 : i64}"}, true, false,
+       2},
+      {"another constant", {"%y", "%o1", "%three", "", ""}, true, false, 0},
+      {"an attribute", {"%y", "%o1", "%two", "fastmath<fast>", ""}, true, false, 0},
+      {"another discardable attribute", {"%y", "%o1", "%two", "", "{other = 1 : i64}"},
+       true, false, 0},
+      {"one buffer read and written", {"%o1", "%o1", "%two", "", ""}, true, false, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *text = share_text(base, cases[i].second, cases[i].in_if);
+    char *out = NULL;
+    int n = share(text, cases[i].bare, &out);
+    cr_expect(n == cases[i].want, "%s: %d nests shared, want %d", cases[i].what, n,
+              cases[i].want);
+    if (cases[i].want) {
+      cr_expect(count_of(out, "func.func private @f_shared0(") == 1 &&
+                    count_of(out, "call @f_shared0(") == 2 &&
+                    count_of(out, "scf.for") == 2,
+                "%s: not one function called twice:\n%s", cases[i].what, out);
+      // The calls pass each nest's own buffers, the constant is cloned in.
+      cr_expect(strstr(out, "call @f_shared0(%arg0, %arg2, %arg3)") &&
+                    strstr(out, "call @f_shared0(%arg1, %arg2, %arg4)"),
+                "%s: the calls do not pass each nest's buffers:\n%s", cases[i].what, out);
+    } else {
+      cr_expect(count_of(out, "call @") == 0 && count_of(out, "scf.for") == 4,
+                "%s: changed:\n%s", cases[i].what, out);
+    }
+    free(out);
+    free(text);
+  }
+}
+
+// A view with a run-time offset cannot cross a call as a bare pointer (exact kernels):
+// its nests stay; with whole descriptors (generic kernels) they share.
+Test(cpu_rewrites, loop_nests_share_only_what_a_call_can_pass) {
+  const nest a = {"%v", "%o0", "%two", "", ""}, b = {"%v", "%o1", "%two", "", ""};
+  char *text = share_text(a, b, false), *out = NULL;
+  cr_expect(share(text, true, &out) == 0, "bare pointers: shared:\n%s", out);
+  free(out);
+  cr_expect(share(text, false, &out) == 2, "descriptors: not shared:\n%s", out);
+  free(out);
+  free(text);
+}
