@@ -179,7 +179,7 @@ Test(cpu_plans, matmul_bt) {
 //===--- Rows, elementwise ops and streaming (plan_row_choice.c) ------------===//
 
 // Softmax rows split across 2 threads from 2^15 elements, when the rows divide evenly
-// (test_perf_paths softmax_rows_split_across_threads: 64x1024, 16x3001, 4x9x1031).
+// (test_row_paths softmax_rows_split_across_threads: 64x1024, 16x3001, 4x9x1031).
 Test(cpu_plans, row_split) {
   jit__cpu_row_plan p = jit__cpu_plan_row(64, 64 * 1024, 2);
   cr_expect(p.par);
@@ -198,7 +198,7 @@ static jit__cpu_ew_plan ew(const char *features, int threads, int64_t rows, int6
   return jit__cpu_plan_elementwise(&s, &h, threads);
 }
 
-// An elementwise chain (test_perf_paths elementwise_chain): rows of 4 vectors, the
+// An elementwise chain (test_row_paths elementwise_chain): rows of 4 vectors, the
 // partial last one peeled; split across 2 threads from 2^16 elements (128x513), not
 // below (127x513 is 65,151, and 127 rows do not split in two: nor do 513 columns);
 // nothing planned under 64 elements.
@@ -268,7 +268,7 @@ Test(cpu_plans, reductions) {
 }
 
 // Streaming stores from 8 MiB of output; the next row prefetched by a lone row loop over
-// 1 MiB or more (test_perf_paths large_softmax_streams_small_does_not).
+// 1 MiB or more (test_row_paths large_softmax_streams_small_does_not).
 Test(cpu_plans, streams) {
   int64_t big = 2054LL * 1031 * 4, small = 64LL * 1024 * 4;
   jit__cpu_stream_facts f = {.out_bytes = big, .n_row = 1, .row_bytes = 1031 * 4,

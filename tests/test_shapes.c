@@ -305,7 +305,7 @@ static mlp_weights *mlp_weights_make(uint64_t seed) {
   return w;
 }
 
-static double gelu_ref(double x) {
+static double gelu_ref_d(double x) {
   return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 
@@ -330,7 +330,7 @@ static double mlp_check(jit_graph *g, const mlp_weights *w, int64_t n, uint64_t 
     for (int j = 0; j < HID; j++) {
       double acc = w->b1[j];
       for (int k = 0; k < IN; k++) acc += (double)x[r * IN + k] * w->w1[k * HID + j];
-      h[j] = gelu_ref(acc);
+      h[j] = gelu_ref_d(acc);
     }
     for (int j = 0; j < OUT; j++) {
       double acc = w->b2[j];
