@@ -496,3 +496,21 @@ Test(cpu_rewrites, loop_nests_share_only_what_a_call_can_pass) {
   free(out);
   free(text);
 }
+
+// A module that already holds the function name the first choice would take (imported
+// MLIR may): the shared function takes the next free one.
+Test(cpu_rewrites, shared_function_takes_a_free_name) {
+  const nest a = {"%x", "%o0", "%two", "", ""}, b = {"%y", "%o1", "%two", "", ""};
+  char *body = share_text(a, b, false), *out = NULL;
+  size_t cap = strlen(body) + 64;
+  char *text = malloc(cap);
+  cr_assert(text);
+  snprintf(text, cap, "func.func private @f_shared0(i32)\n%s", body);
+  cr_expect(share(text, true, &out) == 2, "not shared:\n%s", out);
+  cr_expect(count_of(out, "call @f_shared1(") == 2 &&
+                count_of(out, "func.func private @f_shared1(") == 1,
+            "not one new function called twice:\n%s", out);
+  free(out);
+  free(text);
+  free(body);
+}

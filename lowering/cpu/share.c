@@ -362,14 +362,16 @@ static MlirAttribute outline(MlirContext ctx, MlirBlock module_body, MlirOperati
 
 //===--- Entry -----------------------------------------------------------===//
 
-static MlirOperation find_func(MlirBlock module_body, const char *name) {
+// The op of `module_body` whose symbol is `name` (a func.func only when `func`).
+static MlirOperation find_symbol(MlirBlock module_body, const char *name, bool func) {
   MlirStringRef want = mlirStringRefCreateFromCString(name);
   for (MlirOperation op = mlirBlockGetFirstOperation(module_body);
        !mlirOperationIsNull(op); op = mlirOperationGetNextInBlock(op)) {
-    if (!jit__cpu_op_is(op, "func.func")) continue;
+    if (func && !jit__cpu_op_is(op, "func.func")) continue;
     MlirAttribute a =
         mlirOperationGetAttributeByName(op, mlirSymbolTableGetSymbolAttributeName());
-    if (!mlirAttributeIsNull(a) && mlirStringRefEqual(mlirStringAttrGetValue(a), want))
+    if (!mlirAttributeIsNull(a) && mlirAttributeIsAString(a) &&
+        mlirStringRefEqual(mlirStringAttrGetValue(a), want))
       return op;
   }
   return (MlirOperation){NULL};
@@ -418,7 +420,7 @@ static void find_loops(candidates *c, MlirBlock block) {
 int jit__cpu_share_loops(MlirContext ctx, MlirOperation module, const char *func_name,
                          bool bare_ptr) {
   MlirBlock top = mlirRegionGetFirstBlock(mlirOperationGetRegion(module, 0));
-  MlirOperation fn = find_func(top, func_name);
+  MlirOperation fn = find_symbol(top, func_name, true);
   if (mlirOperationIsNull(fn)) return 0;
   candidates *c = calloc(1, sizeof *c);
   if (!c) return 0;
@@ -435,8 +437,9 @@ int jit__cpu_share_loops(MlirContext ctx, MlirOperation module, const char *func
       sig_build(&c->sw, &t, c->loops[j], true);
       if (!sig_equal(&c->s, &t)) continue;
       if (mlirAttributeIsNull(callee)) {
-        char name[96];
-        snprintf(name, sizeof name, "%s_shared%d", func_name, funcs++);
+        char name[96];  // a name the module does not hold (imported MLIR may)
+        do snprintf(name, sizeof name, "%s_shared%d", func_name, funcs++);
+        while (!mlirOperationIsNull(find_symbol(top, name, false)));
         callee = outline(ctx, top, c->loops[i], &c->s, name);
         if (mlirAttributeIsNull(callee)) break;  // out of memory: the loops stay
         shared++;
