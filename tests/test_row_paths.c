@@ -722,25 +722,33 @@ Test(row_paths, row_kernels_take_512_bit_vectors_on_avx512) {
   dump_end();
 }
 
-static void keep_features_warning(void *user, jit_log_level level, const char *message) {
-  if (level == JIT_LOG_WARNING && strstr(message, "JITML_CPU_FEATURES"))
-    snprintf(user, 512, "%s", message);
+// A warning that names the variable `needle`, kept for a test.
+typedef struct warning_about {
+  const char *needle;
+  char text[512];
+} warning_about;
+
+static void keep_warning(void *user, jit_log_level level, const char *message) {
+  warning_about *w = user;
+  if (level == JIT_LOG_WARNING && strstr(message, w->needle))
+    snprintf(w->text, sizeof w->text, "%s", message);
+}
+
+// A context whose warnings about `w->needle` go to w->text.
+static jit_context *ctx_warned(warning_about *w) {
+  w->text[0] = 0;
+  return ctx_logged(1, keep_warning, w, JIT_LOG_WARNING);
 }
 
 // JITML_CPU_FEATURES items that turn nothing off (a name LLVM does not know, a "+")
 // are named in a warning, not passed on; the kernels still compile and run.
 Test(row_paths, cpu_features_items_that_drop_nothing_are_reported) {
   setenv("JITML_CPU_FEATURES", "-nosuchfeature,+avx512f", 1);  // before the first use
-  char warning[512] = "";
-  jit_context *ctx = ctx_logged(1, keep_features_warning, warning, JIT_LOG_WARNING);
-  cr_expect(strstr(warning, "-nosuchfeature,+avx512f") != NULL, "warning: `%s`", warning);
+  warning_about w = {"JITML_CPU_FEATURES", ""};
+  jit_context *ctx = ctx_warned(&w);
+  cr_expect(strstr(w.text, "-nosuchfeature,+avx512f") != NULL, "warning: `%s`", w.text);
   jit_context_destroy(ctx);
   check_dense(17, 100, 31, 1, TU_F32, 1, 2);
-}
-
-static void keep_l2_warning(void *user, jit_log_level level, const char *message) {
-  if (level == JIT_LOG_WARNING && strstr(message, "JITML_CPU_L2"))
-    snprintf(user, 512, "%s", message);
 }
 
 // A JITML_CPU_L2 that is no size (a unit it does not know, under 16 KiB, past 1 GiB)
@@ -753,11 +761,11 @@ Test(row_paths, cpu_l2_that_is_no_size_is_reported) {
     cr_assert(pid >= 0);
     if (pid == 0) {
       setenv("JITML_CPU_L2", bad[i], 1);
-      char warning[512] = "";
-      jit_context *ctx = ctx_logged(1, keep_l2_warning, warning, JIT_LOG_WARNING);
+      warning_about w = {"JITML_CPU_L2", ""};
+      jit_context *ctx = ctx_warned(&w);
       char quoted[64];
       snprintf(quoted, sizeof quoted, "`%s`", bad[i]);
-      bool named = strstr(warning, quoted) != NULL;
+      bool named = strstr(w.text, quoted) != NULL;
       jit_context_destroy(ctx);
       _exit(named ? 0 : 1);
     }
@@ -767,24 +775,19 @@ Test(row_paths, cpu_l2_that_is_no_size_is_reported) {
               "JITML_CPU_L2=%s: no warning naming it", bad[i]);
   }
   setenv("JITML_CPU_L2", "lots", 1);
-  char warning[512] = "";
-  jit_context *ctx = ctx_logged(1, keep_l2_warning, warning, JIT_LOG_WARNING);
-  cr_expect(strstr(warning, "`lots`") != NULL, "warning: `%s`", warning);
+  warning_about w = {"JITML_CPU_L2", ""};
+  jit_context *ctx = ctx_warned(&w);
+  cr_expect(strstr(w.text, "`lots`") != NULL, "warning: `%s`", w.text);
   jit_context_destroy(ctx);
   check_dense(17, 100, 31, 1, TU_F32, 1, 2);
-}
-
-static void keep_l3_warning(void *user, jit_log_level level, const char *message) {
-  if (level == JIT_LOG_WARNING && strstr(message, "JITML_CPU_L3"))
-    snprintf(user, 512, "%s", message);
 }
 
 // JITML_CPU_L3 takes the same sizes: another is named in a warning and ignored.
 Test(row_paths, cpu_l3_that_is_no_size_is_reported) {
   setenv("JITML_CPU_L3", "480MB", 1);  // this test's own process reads the host once
-  char warning[512] = "";
-  jit_context *ctx = ctx_logged(1, keep_l3_warning, warning, JIT_LOG_WARNING);
-  cr_expect(strstr(warning, "`480MB`") != NULL, "warning: `%s`", warning);
+  warning_about w = {"JITML_CPU_L3", ""};
+  jit_context *ctx = ctx_warned(&w);
+  cr_expect(strstr(w.text, "`480MB`") != NULL, "warning: `%s`", w.text);
   jit_context_destroy(ctx);
   check_dense(17, 100, 31, 1, TU_F32, 1, 2);
 }

@@ -300,9 +300,9 @@ static MlirOperation make_call(MlirContext ctx, MlirAttribute callee, const sig 
   return call;
 }
 
-// Moves `loop` (signature `s`) into a new private function `name` of `module_body`,
-// called where the loop was.
-static MlirAttribute outline(MlirContext ctx, MlirBlock module_body, MlirOperation loop,
+// Moves `loop` (signature `s`) into a new private function `name` (free) of the module
+// `table` holds, called where the loop was.
+static MlirAttribute outline(MlirContext ctx, MlirSymbolTable table, MlirOperation loop,
                              const sig *s, const char *name) {
   MlirLocation loc = mlirOperationGetLocation(loop);
   MlirType *types = malloc((s->n_ext + 1) * sizeof *types);
@@ -336,13 +336,13 @@ static MlirAttribute outline(MlirContext ctx, MlirBlock module_body, MlirOperati
   mlirOperationStateAddAttributes(&st, 3, attrs);
   mlirOperationStateAddOwnedRegions(&st, 1, &region);
   MlirOperation fn = mlirOperationCreate(&st);
-  mlirBlockAppendOwnedOperation(module_body, fn);
+  MlirAttribute callee = mlirFlatSymbolRefAttrGet(
+      ctx, mlirStringAttrGetValue(mlirSymbolTableInsert(table, fn)));
   MlirOperationState rs =
       mlirOperationStateGet(mlirStringRefCreateFromCString("func.return"), loc);
   MlirOperation ret = mlirOperationCreate(&rs);
   mlirBlockAppendOwnedOperation(body, ret);
 
-  MlirAttribute callee = mlirFlatSymbolRefAttrGet(ctx, sym);
   make_call(ctx, callee, s, loop);
   mlirOperationMoveBefore(loop, ret);
   intptr_t arg = 0;
@@ -361,21 +361,6 @@ static MlirAttribute outline(MlirContext ctx, MlirBlock module_body, MlirOperati
 }
 
 //===--- Entry -----------------------------------------------------------===//
-
-// The op of `module_body` whose symbol is `name` (a func.func only when `func`).
-static MlirOperation find_symbol(MlirBlock module_body, const char *name, bool func) {
-  MlirStringRef want = mlirStringRefCreateFromCString(name);
-  for (MlirOperation op = mlirBlockGetFirstOperation(module_body);
-       !mlirOperationIsNull(op); op = mlirOperationGetNextInBlock(op)) {
-    if (func && !jit__cpu_op_is(op, "func.func")) continue;
-    MlirAttribute a =
-        mlirOperationGetAttributeByName(op, mlirSymbolTableGetSymbolAttributeName());
-    if (!mlirAttributeIsNull(a) && mlirAttributeIsAString(a) &&
-        mlirStringRefEqual(mlirStringAttrGetValue(a), want))
-      return op;
-  }
-  return (MlirOperation){NULL};
-}
 
 static bool is_loop(MlirOperation op) {
   return jit__cpu_op_is(op, "scf.for") || jit__cpu_op_is(op, "scf.forall") ||
@@ -419,11 +404,14 @@ static void find_loops(candidates *c, MlirBlock block) {
 
 int jit__cpu_share_loops(MlirContext ctx, MlirOperation module, const char *func_name,
                          bool bare_ptr) {
-  MlirBlock top = mlirRegionGetFirstBlock(mlirOperationGetRegion(module, 0));
-  MlirOperation fn = find_symbol(top, func_name, true);
-  if (mlirOperationIsNull(fn)) return 0;
-  candidates *c = calloc(1, sizeof *c);
-  if (!c) return 0;
+  MlirSymbolTable table = mlirSymbolTableCreate(module);
+  MlirOperation fn =
+      mlirSymbolTableLookup(table, mlirStringRefCreateFromCString(func_name));
+  candidates *c = mlirOperationIsNull(fn) ? NULL : calloc(1, sizeof *c);
+  if (!c) {
+    mlirSymbolTableDestroy(table);
+    return 0;
+  }
   c->sw.bare = bare_ptr;
   find_loops(c, mlirRegionGetFirstBlock(mlirOperationGetRegion(fn, 0)));
   sig t = {0};
@@ -431,16 +419,19 @@ int jit__cpu_share_loops(MlirContext ctx, MlirOperation module, const char *func
   for (int i = 0; i < c->n; i++) {
     if (mlirOperationIsNull(c->loops[i])) continue;
     MlirAttribute callee = mlirAttributeGetNull();
+    bool full = false;  // c->s is loop i's full signature
     for (int j = i + 1; j < c->n; j++) {
       if (mlirOperationIsNull(c->loops[j]) || c->hash[j] != c->hash[i]) continue;
-      if (mlirAttributeIsNull(callee)) sig_build(&c->sw, &c->s, c->loops[i], true);
+      if (!full) sig_build(&c->sw, &c->s, c->loops[i], true);
+      full = true;
       sig_build(&c->sw, &t, c->loops[j], true);
       if (!sig_equal(&c->s, &t)) continue;
       if (mlirAttributeIsNull(callee)) {
         char name[96];  // a name the module does not hold (imported MLIR may)
         do snprintf(name, sizeof name, "%s_shared%d", func_name, funcs++);
-        while (!mlirOperationIsNull(find_symbol(top, name, false)));
-        callee = outline(ctx, top, c->loops[i], &c->s, name);
+        while (!mlirOperationIsNull(
+            mlirSymbolTableLookup(table, mlirStringRefCreateFromCString(name))));
+        callee = outline(ctx, table, c->loops[i], &c->s, name);
         if (mlirAttributeIsNull(callee)) break;  // out of memory: the loops stay
         shared++;
       }
@@ -457,5 +448,6 @@ int jit__cpu_share_loops(MlirContext ctx, MlirOperation module, const char *func
   free(c->sw.outside.keys);
   free(c->sw.outside.vals);
   free(c);
+  mlirSymbolTableDestroy(table);
   return shared;
 }
