@@ -83,6 +83,12 @@ static bool host_big_l2(void) { return host_l2() > (512 << 10); }
    : host_l2() < (2 << 20)          ? (whole_1m)                                   \
                                     : (whole))
 
+// The packed path's loops read an activation B from panels copied per call ("B
+// packed"), or on AVX-512 from B itself where a thread has fewer than 256 rows or its
+// part of B fits in 1 MiB ("B read in place": lowering/cpu/plan_matmul.c). `pre` and
+// `post` are the text around it in the script's comment.
+#define PANELS(pre, post) AVX512(pre "B packed" post, pre "B read in place" post)
+
 static const int kShapes[][3] = {
     {1, 1, 1},     {1, 7, 13},     {1, 768, 96},  {2, 33, 17},   {3, 64, 100},
     {5, 33, 17},   {8, 96, 200},   {16, 64, 64},  {17, 1000, 31}, {17, 31, 1000},
@@ -224,7 +230,7 @@ Test(perf_paths, small_m_up_to_64_rows) {
   check_dense_path_act(17, 768, 3072, 2, 1, 1, in_place);
   check_dense_path(64, 768, 3072, 2, AVX512("B packed", "threads split N, blocks [0, 64, 48]"));
   check_dense_path(53, 640, 1536, 1, AVX512("B packed", in_place));
-  check_dense_path(65, 768, 3072, 1, "B packed");
+  check_dense_path(65, 768, 3072, 1, PANELS("", ""));
   check_dense_path(20, 1002, 1024, 1, AVX512("B packed", "blocks [0, 256, 334]"));
 }
 
@@ -269,11 +275,11 @@ Test(perf_paths, matmul_packed_b) {
                    AVX512("blocks [0, 32, 1640]", "blocks [0, 64, 656]"));
   check_dense_path(AVX512(37, 67), 128, 512, 1, "blocks [0, 256, 128]");  // B 256 KiB
   check_dense_path(300, 256, 256, 2, "split M");                // 150 rows a thread,
-  check_dense_path(300, 256, 256, 2, "B packed");               // all of B each
+  check_dense_path(300, 256, 256, 2, PANELS("", ""));           // all of B each
   // Split N: each thread packs its half, under 256 KiB (the bound is on all of B).
   // Where all of B fits in under half of L2 (2 MiB L2s, not 512 KiB ones), M instead;
   // never with 9 MiB of B.
-  check_dense_path(256, 256, 256, 2, "B packed");
+  check_dense_path(256, 256, 256, 2, PANELS("", ""));
   check_dense_path(256, 256, 256, 2, host_big_l2() ? "threads split M" : "threads split N");
   // (On AVX-512 with less L2, N's halves of 160 are not whole 64-wide panels: M.)
   check_dense_path(320, 320, 320, 2, host_big_l2() || host_avx512() ? "split M" : "split N");
@@ -291,19 +297,32 @@ Test(perf_paths, matmul_packed_b) {
                             "blocks [0, 256, 1024]"));
 }
 
+// Where B is read in place on the packed path's loops (AVX-512): fewer than 256 rows a
+// thread, or a thread's part of B in 1 MiB; else (and on AVX2) from packed panels.
+// Prime and odd rows (a peeled row tile), k blocks, splits over N and M.
+Test(perf_paths, matmul_b_in_place) {
+  check_dense_path(255, 1024, 1024, 1, PANELS("", ""));        // 255 rows, B 4 MiB
+  check_dense_path(256, 1024, 1024, 1, "B packed");             // 256 rows, B 4 MiB
+  check_dense_path(131, 3072, 768, 1, PANELS("", ""));         // k blocks, 5 rest rows
+  check_dense_path(131, 3072, 768, 2, "threads split N");
+  check_dense_path(131, 3072, 768, 2, PANELS("", ""));
+  check_dense_path(512, 512, 512, 1, PANELS("", ""));          // B 1 MiB
+  check_dense_path(512, 520, 512, 2, "B packed");               // B over 1 MiB, 256 rows
+}
+
 // Without n blocks there are no row blocks either (they would only add remainders).
 Test(perf_paths, matmul_no_row_blocks) {
   check_dense_path(200, 250, 256, 1, "blocks [0, 0, 0]");  // not 4 blocks of 50 rows
   check_dense_path(131, 90, 97, 1, "blocks [0, 0, 0]");
   // A's row tiles copied too: whole tiles only (no peel), and a 5-row remainder.
   // nc 160, kc 256; kc 200. AVX-512 hosts copy no A tiles (lowering/cpu/).
-  check_dense_path(66, 1024, 320, 1, AVX512("A tiles copied", "B packed, threads"));
-  check_dense_path(71, 1000, 288, 1, AVX512("A tiles copied", "B packed, threads"));
+  check_dense_path(66, 1024, 320, 1, AVX512("A tiles copied", "B read in place, threads"));
+  check_dense_path(71, 1000, 288, 1, AVX512("A tiles copied", "B read in place, threads"));
   // Packed, halves of N (AVX-512 reads B in place up to 64 rows).
   check_dense_path(AVX512(64, 96), 256, 1536, 2, "split N");
-  check_dense_path(AVX512(64, 96), 256, 1536, 2, "B packed");
+  check_dense_path(AVX512(64, 96), 256, 1536, 2, PANELS("", ""));
   check_dense_path(210, 600, 160, 2, "split M");   // packed, 105 rows each
-  check_dense_path(210, 600, 160, 2, "B packed");
+  check_dense_path(210, 600, 160, 2, PANELS("", ""));
 }
 
 // Matmuls of 2^24 multiply-adds or more have their register tiles' k loops unrolled by
@@ -327,7 +346,7 @@ Test(perf_paths, k_loops_unrolled) {
                AVX512("blocks [0, 400, 334]", "blocks [0, 256, 334]"), true);  // unpacked, by 2
   check_unroll(AVX512(37, 65), 1001, 512, 1, 0, "blocks [0, 64, 1001]", false);  // odd kc = K
   check_unroll(AVX512(64, 192), 768, 384, 1, 2, "epilogue", true);  // gelu epilogue
-  check_unroll(256, 256, 256, 2, 0, "B packed", true);
+  check_unroll(256, 256, 256, 2, 0, PANELS("", ""), true);
   // Masked narrow N: unrolled below 2^24 too, where the k loop's trip count is even.
   check_unroll(17, 1000, 31, 1, 0, "masked N", true);   // K 1000 (AVX2: kc 200)
   check_unroll(130, 257, 20, 1, 0, "masked N", false);  // K 257
@@ -341,17 +360,17 @@ Test(perf_paths, k_loops_unrolled) {
 Test(perf_paths, fused_packed_b) {
   // AVX-512 fuses with 192 rows or more, or a B that fits in L2 (lowering/cpu/): M + 160.
   int more = AVX512(0, 160);
-  check_dense_path_act(37 + more, 300, 288, 1, 1, 2, "epilogue, B packed");  // 1 rest row
-  check_dense_path_act(50 + more, 1000, 256, 1, 1, 1, "epilogue, B packed"); // nc 64
+  check_dense_path_act(37 + more, 300, 288, 1, 1, 2, PANELS("epilogue, ", ""));  // 1 rest row
+  check_dense_path_act(50 + more, 1000, 256, 1, 1, 1, PANELS("epilogue, ", "")); // nc 64
   // nc = 2 panels (AVX2 32, AVX-512 64: K <= 1024), and K odd; at least 3 row tiles.
   check_dense_path_act(AVX512(19, 193), AVX512(2000, 1000), AVX512(96, 128), 1, 1, 2,
-                       "epilogue, B packed");
-  check_dense_path_act(AVX512(23, 199), 1001, 320, 1, 1, 2, "epilogue, B packed");
+                       PANELS("epilogue, ", ""));
+  check_dense_path_act(AVX512(23, 199), 1001, 320, 1, 1, 2, PANELS("epilogue, ", ""));
   check_dense_path_act(AVX512(64, 192), 256, 1536, 2, 1, 2, "split N");  // halves of N
-  check_dense_path_act(AVX512(64, 192), 256, 1536, 2, 1, 2, "epilogue, B packed");
+  check_dense_path_act(AVX512(64, 192), 256, 1536, 2, 1, 2, PANELS("epilogue, ", ""));
   // 105 rows each; on AVX-512 N = 192, as no 2 to 3 panels of 32 divide 160.
   check_dense_path_act(210, 600, AVX512(160, 192), 2, 1, 2, "split M");
-  check_dense_path_act(210, 600, AVX512(160, 192), 2, 1, 1, "epilogue, B packed");
+  check_dense_path_act(210, 600, AVX512(160, 192), 2, 1, 1, PANELS("epilogue, ", ""));
   // The epilogue apart, as its own pass over C, where the fused path would walk a large
   // B unpacked (K too long for one block) or, on AVX-512, is slower (few rows).
   // (AVX-512 reads an activation B of up to 64 rows in place: 66 rows there.)
@@ -361,14 +380,14 @@ Test(perf_paths, fused_packed_b) {
     if (k == 2 && !host_avx512()) break;
     dump_begin();
     check_dense(apart[k][0], apart[k][1], apart[k][2], 1, TU_F32, 1, apart[k][3]);
-    cr_expect(script_has("B packed") && !script_has("epilogue"),
-              "%dx%dx%d: the epilogue fused or B not packed", apart[k][0], apart[k][1],
+    cr_expect(script_has(PANELS("", "")) && !script_has("epilogue"),
+              "%dx%dx%d: the epilogue fused, or not the packed path", apart[k][0], apart[k][1],
               apart[k][2]);
     dump_end();
   }
   // M = N, 256 rows a thread: a plain matmul would split M, with an epilogue N stays.
   check_dense_path_act(512, 256, 512, 2, 1, 2,
-                       AVX512("A tiles copied, threads split N", "B packed, threads split N"));
+                       AVX512("A tiles copied, threads split N", "B read in place, threads split N"));
 }
 
 // N between one and four vectors, not a multiple of one (plan_masked): the whole row of
@@ -663,7 +682,7 @@ Test(perf_paths, batched_x_times_w_is_one_matmul) {
   const int64_t x2[3] = {4, 16, 100}, w2[2] = {100, 288};
   check_batched(3, x2, 2, w2, 1, TU_F32, 1, 2, "matmul 0: 64x100x288 + epilogue");
   const int64_t x3[3] = {2, 128, 256}, w3[2] = {256, 256};
-  check_batched(3, x3, 2, w3, 2, TU_F32, 1, 1, "matmul 0: 256x256x256 + epilogue, B packed");
+  check_batched(3, x3, 2, w3, 2, TU_F32, 1, 1, PANELS("matmul 0: 256x256x256 + epilogue, ", ""));
   const int64_t x4[4] = {2, 3, 5, 33}, w4[2] = {33, 45};
   check_batched(4, x4, 2, w4, 1, TU_F16, 1, 2, "matmul 0: 30x33x");  // N split on AVX2
   check_batched(4, x4, 2, w4, 2, TU_F32, 0, 1, "matmul 0: 30x33x");
@@ -1002,7 +1021,7 @@ Test(perf_paths, odd_n_split_in_two) {
   check_dense_path(128, 300, 1000, 1,
                    AVX512("matmul 1: 128x300x8,", "matmul 1: 128x300x40, masked"));
   check_dense_path(128, 300, 1000, 2, AVX512("matmul 0: 128x300x992, B packed",
-                                             "matmul 0: 128x300x960, B packed, threads split"));
+                                             "matmul 0: 128x300x960, B read in place, threads split"));
   check_dense_path(128, 300, 1000, 2, AVX512("matmul 1: 128x300x8, threads split",
                                              "matmul 1: 128x300x40, masked N, threads split"));
   check_dense_path(131, 90, 97, 1, AVX512("matmul 1: 131x90x1,", "matmul 1: 131x90x33, masked"));

@@ -20,6 +20,7 @@
 #include "jitml.h"
 #include "ref.h"
 #include "cache_fixture.h"
+#include "paths.h"
 #include "util.h"
 
 //===--- Fixture: a private cache directory ------------------------------------===//
@@ -735,7 +736,8 @@ Test(run, threads_on_two_graphs_of_one_context) {
   jit_context_destroy(ctx);
 }
 
-// A kernel keeps its packed B block (256 KiB here) on the calling thread's stack. A
+// A kernel keeps its packed B block on the calling thread's stack (256 KiB for 256^3
+// with AVX2 code; AVX-512 reads such a B in place, and packs 520^3's: lowering/cpu/). A
 // thread with too little stack gets JIT_RESOURCE_EXHAUSTED naming the need, not a
 // crash; the need survives the disk cache (a new context loads it with the kernel).
 typedef struct stack_call {
@@ -804,7 +806,7 @@ static void stack_call_on_thread(stack_call *c, size_t stack) {
 }
 
 Test(run, too_small_a_thread_stack_is_refused) {
-  enum { n = 256 };
+  const int n = AVX512(256, 520);
   mm_data m = mm_data_make(n, 5);
   int64_t *sh = m.sh;
   float *got = m.got, *want = m.want;
@@ -839,7 +841,7 @@ Test(run, too_small_a_thread_stack_is_refused) {
 // too, naming the setting, rather than crashing a worker. One thread still runs.
 Test(run, too_small_openmp_worker_stacks_are_refused) {
   setenv("OMP_STACKSIZE", "128K", 1);  // before libomp is loaded in this process
-  enum { n = 256 };
+  const int n = AVX512(256, 520);
   mm_data m = mm_data_make(n, 6);
   for (int threads = 2; threads >= 1; threads--) {
     jit_options o;

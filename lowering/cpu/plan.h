@@ -66,6 +66,7 @@ typedef struct jit__cpu_mm_plan {
   int64_t pnc, pkc;      // the packed blocks pack_plan chose
   bool copy_a;           // A's row tiles copied per k block (packed)
   bool b_tr;             // B packed from W directly (B = W^T)
+  bool b_in_place;       // packed plan's loops, B read in place (no panels)
   bool narrow_rest;      // the n remainder is not whole vectors: one column at a time
   bool masked;           // one masked register tile per row block (narrow odd N)
   int64_t mv, mtm;       // masked: vector width and rows of the tile

@@ -433,8 +433,27 @@ jit__cpu_mm_plan jit__cpu_plan_matmul(const jit__cpu_mm_shape *s, const jit__cpu
   // 0.92x), nor for a weight (jit_weight), whose panels are packed once
   // (lowering/cpu/prepack.c: gelu(xW+b) 32x768x3072 0.80x, 2 threads 0.83x), nor for
   // f16 or batches (unmeasured). Not timed on an Intel AVX-512 host.
-  if (p.packed && h->lanes == 16 && s->M <= 64 && s->floats && !s->a_f16 && !s->b_f16 &&
-      !s->batched && !s->b_from_transpose && !s->b_weight)
+  bool f32_activation = s->floats && !s->a_f16 && !s->b_f16 && !s->batched &&
+                        !s->b_from_transpose && !s->b_weight;
+  if (p.packed && h->lanes == 16 && s->M <= 64 && f32_activation)
     p = plan_matmul(s, h, threads, true);
+  // Past 64 rows on AVX-512, the packed plan's loops (k blocks of kc rows, 6x64
+  // register tiles, m outside n) read B in place instead of from panels copied per
+  // call, where a thread has fewer than 256 rows or its part of B fits in 1 MiB: the
+  // copy costs in proportion to B, the product in proportion to M x B, and reading B
+  // in place its rows N floats apart costs ~8 % of the product (768^3 0.91x, 1024^3
+  // 0.92x, 256x1024x1024 0.94x, 512x1024x1024 at 2 threads 0.92x, gelu(xW+b)
+  // 512x768x3072 0.98x: those stay packed). Two compiles interleaved in one process
+  // (Zen 4, 1 MiB of L2), 1 thread (2 threads): 128x3072x768 1.06-1.11x (1.10x),
+  // 128x2304x768 1.05x, 96x1024x1024 1.01x, 128x768x3072 1.01x, 256^3 1.02x (1.04x),
+  // 512^3 1.02x (1.04x), 200x600x160 1.04x, 300^3 1.02x, 160x256x128 1.05x; with a
+  // fused gelu epilogue 197x300x288 1.03x, 210x1000x256 1.03x, 128x768x768 1.05x,
+  // 100x512x1024 1.05x, 192x256x1536 (1.05x). A compile ~20 % shorter (no packing
+  // loops: 512^3 44-47 -> 33-37 ms). With AVX2 code, f16, batches, weights (packed
+  // once) and x W^T (packed from W): unmeasured, or packed for a reason; they keep
+  // their panels. Not timed on an Intel AVX-512 host.
+  if (p.packed && h->lanes == 16 && f32_activation && !p.copy_a && !p.b_tr &&
+      (p.tM < 256 || s->K * p.tN * 4 <= (1 << 20)))
+    p.b_in_place = true;
   return p;
 }

@@ -72,6 +72,8 @@
 // hoisted above the two register loops by hoist_pad, which turns it into the loop
 // filling the panels; each panel is then copied 8 rows at a time with vectors.
 //
+// On AVX-512 the same loops often read B in place instead (`b_in_place`, no panels:
+// jit__cpu_plan_matmul says where): the k block of B is then walked N floats apart.
 // With a fused epilogue G (`fused`: root is G's tile), kc = K and the loops are G's,
 // the matmul and fill fused in at each level, so bias + activation run on the
 // finished accumulator of each register tile as on the unpacked fused path:
@@ -105,11 +107,21 @@ static void tile_fused(walk *w, int i, const char *tile, const char *loops, cons
   }
 }
 
+// Matmul i's k loop inside each register tile (after peeling, so every copy gets one).
+static void emit_k_tiles(jit__text *sb, int i) {
+  sb_printf(sb,
+            "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
+            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
+            "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
+            "[0, 0, 1] : (" ANY ") -> (" ANY ", " ANY ")\n",
+            i, i, i, i, i);
+}
+
 static void plan_packed(walk *w, int i, const char *root, int64_t tM,
                         int64_t tN, int64_t K, int64_t tm, int64_t tn, int64_t nc,
                         int64_t kc, bool copy_a, bool fused, const char *a_ty,
-                        const char *b_ty, bool b_tr, bool fill_tiles, char mm[32],
-                        char fill[32]) {
+                        const char *b_ty, bool b_tr, bool b_in_place, bool fill_tiles,
+                        char mm[32], char fill[32]) {
   jit__text *sb = &w->sb;
   char hb[32];  // handle() text for sb_peel
   char cur[32];
@@ -153,6 +165,12 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
               "  %%rt%d, %%rl%d:2 = transform.structured.tile_using_for %s tile_sizes "
               "[%lld, %lld, 0] : (" ANY ") -> (" ANY ", " ANY ", " ANY ")\n",
               i, i, cur, (long long)tm, (long long)tn);
+  if (b_in_place) {
+    // The same loops, the register tiles reading B where it is (jit__cpu_plan_matmul).
+    if (tM % tm) sb_peel(sb, "qm", i, handle(hb, "rl", i, 0));
+    emit_k_tiles(sb, i);
+    return;
+  }
   sb_printf(sb,
             "  %%pd%d, %%pp%d, %%pc%d = transform.structured.pad %%rt%d {padding_values = "
             "[0.0 : %s, 0.0 : %s, 0.0 : f32], padding_dimensions = [1], nofold_flags = "
@@ -227,12 +245,7 @@ static void plan_packed(walk *w, int i, const char *root, int64_t tM,
               "  }\n",
               i, i, i, i, i, i, i, i, i, (long long)ka, i, (long long)ka);
   }
-  sb_printf(sb,
-            "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
-            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
-            "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
-            "[0, 0, 1] : (" ANY ") -> (" ANY ", " ANY ")\n",
-            i, i, i, i, i);
+  emit_k_tiles(sb, i);
   if (w->n_pack < JIT__CPU_MAX_PACK) {
     w->pack[w->n_pack][0] = nc / tn;
     w->pack[w->n_pack][1] = kc;
@@ -673,7 +686,8 @@ static void emit_mm_head(walk *w, int i, const jit__cpu_mm_shape *s, const jit__
   sb_printf(sb, "  // matmul %d: %lldx%lldx%lld%s%s%s, threads split %s, blocks [%lld, "
                 "%lld, %lld], register tile %lldx%lld%s\n",
             i, (long long)M, (long long)K, (long long)N, fused ? " + epilogue" : "",
-            packed ? (b_tr ? ", B packed from W^T" : ", B packed")
+            packed ? (b_tr ? ", B packed from W^T"
+                      : p->b_in_place ? ", B read in place" : ", B packed")
             : masked ? ", masked N" : "",
             copy_a ? ", A tiles copied" : "",
             split == 0 ? "M" : split == 1 ? "N" : "none", (long long)mc, (long long)nc,
@@ -805,15 +819,7 @@ static void emit_mm_tiles(walk *w, int i, const jit__cpu_mm_plan *p, bool has_fi
               "tile_sizes [0, 1, 0] : (" ANY ") -> (" ANY ", " ANY ")\n",
               i, i, i, i, i);
   if (lm && em % tm) sb_peel(sb, "qm", i, lm);
-  {
-    // The k loop inside each register tile (after peeling, so every copy gets one).
-    sb_printf(sb,
-              "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
-              "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
-              "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
-              "[0, 0, 1] : (" ANY ") -> (" ANY ", " ANY ")\n",
-              i, i, i, i, i);
-  }
+  emit_k_tiles(sb, i);
 }
 
 // Writes the transform IR of matmul i's plan `p`.
@@ -833,7 +839,7 @@ static void emit_matmul(walk *w, int i, const jit__cpu_mm_shape *s, const jit__c
     // (structured.fuse would pull B's transpose, or A's elementwise producer, in too).
     bool b_made = s->b_made;
     plan_packed(w, i, root, tM, tN, K, tm, tn, nc, kc, copy_a, fused,
-                s->a_f16 ? "f16" : "f32", s->b_f16 ? "f16" : "f32", b_tr,
+                s->a_f16 ? "f16" : "f32", s->b_f16 ? "f16" : "f32", b_tr, p->b_in_place,
                 has_fill && !a_made && !b_made, mm, fill);
     return;
   }
