@@ -11,11 +11,13 @@
 //       kMaxNesting levels; real models nest a dozen;
 //   affine_map< and affine_set< bodies: at most kMaxAffineOps operators (+ - * and
 //       the keyword operators); real maps have a handful;
-//   tensor.concat: its dim, `dim(N)` or `dim = N`, a decimal below 2^31;
+//   tensor.concat: its dim, `dim(N)` or `dim = N` before the op's first `:`, a
+//       decimal below 2^31;
 //   `permutation =` and `dimensions =` (linalg.transpose, reduce, broadcast: their
 //       custom parsers crash on anything but a list): `[`, or in an attribute
 //       dictionary (generic form) also `array<i64:`, then decimals below 2^31
 //       separated by commas, then `]` or `>`.
+// Blanks are what MLIR's lexer skips: space, tab, newline, CR and NUL.
 //
 // What a worker process would catch in general (a crash anywhere in MLIR or LLVM) is
 // the reliability issue's compile isolation; these guards stay as the cheap first line.
@@ -34,6 +36,7 @@ typedef struct scan {
   const char *s;
   size_t n, i;
   int line, col;  // of s[i]
+  size_t colon;   // check_concat's next ':' (n: none; 0: not looked for yet)
 } scan;
 
 // One character on; none past the end (an unterminated string ends there).
@@ -55,23 +58,35 @@ static bool starts(const scan *c, const char *word) {
                          c->s[c->i - 1] == '.'));
 }
 
+// Whitespace as MLIR's lexer skips it: a NUL byte inside the text too (found by
+// fuzz_mlir: `permutation\0= [1, 0T` reached linalg.transpose's parser, which crashed).
+static bool blank(char ch) {
+  return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\0';
+}
+
 static jit_status refuse(const scan *c, const char *file, const char *what) {
   return JIT_ERR(JIT_PARSE_ERROR, "parsing MLIR: %s:%d:%d: error: %s", file, c->line, c->col,
                  what);
 }
 
-// At `tensor.concat`: its dim, written `dim(N)` or `dim = N` later on the same line,
-// must be a plain decimal below 2^31. A concat without one is left to the parser.
-static jit_status check_concat(const scan *c, const char *file) {
+// At `tensor.concat`: its dim, written `dim(N)` or `dim = N` before the op's first `:`
+// (the custom form's types, or the generic form's `dim = N : i64`), on any line, must
+// be a plain decimal below 2^31. A concat without one is left to the parser. (The line
+// alone was searched before: `tensor.concat\n dim(-1)` reached the verifier, which
+// crashed.) The next `:` is kept in c->colon, so the searches stay linear in all.
+static jit_status check_concat(scan *c, const char *file) {
   const char *p = c->s + c->i, *end = c->s + c->n;
-  const char *eol = memchr(p, '\n', (size_t)(end - p));
-  if (!eol) eol = end;
+  if (c->colon <= c->i) {  // not looked for yet, or behind us
+    const char *colon = memchr(p, ':', (size_t)(end - p));
+    c->colon = colon ? (size_t)(colon - c->s) : c->n;
+  }
+  const char *eol = c->s + c->colon;
   for (const char *q = p + strlen("tensor.concat"); q + 3 < eol; q++) {
     if (memcmp(q, "dim", 3) != 0 || isalnum((unsigned char)q[-1]) || q[-1] == '_') continue;
     const char *v = q + 3;
-    while (v < eol && *v == ' ') v++;
+    while (v < eol && blank(*v)) v++;
     if (v == eol || (*v != '(' && *v != '=')) continue;
-    for (v++; v < eol && *v == ' '; v++) {
+    for (v++; v < eol && blank(*v); v++) {
     }
     int64_t value = 0;
     int digits = 0;
@@ -91,13 +106,13 @@ static jit_status check_concat(const scan *c, const char *file) {
 // followed by `=`, the value must be a list of small non-negative decimals.
 static jit_status check_index_list(const scan *c, size_t word, const char *file) {
   const char *p = c->s + c->i + word, *end = c->s + c->n;
-  while (p < end && (*p == ' ' || *p == '\t')) p++;
+  while (p < end && blank(*p)) p++;
   if (p == end || *p != '=') return NULL;  // a use of the word, not the attribute
-  for (p++; p < end && (*p == ' ' || *p == '\t' || *p == '\n'); p++) {
+  for (p++; p < end && blank(*p); p++) {
   }
   // In a dictionary (after `{` or `,`) the generic form's dense array is allowed too.
   const char *b = c->s + c->i;
-  while (b > c->s && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\n')) b--;
+  while (b > c->s && blank(b[-1])) b--;
   bool dictionary = b > c->s && (b[-1] == '{' || b[-1] == ',');
   char close = ']';
   if (p < end && *p == '[') {
@@ -109,7 +124,7 @@ static jit_status check_index_list(const scan *c, size_t word, const char *file)
     return refuse(c, file, "`permutation` / `dimensions` must be a list of integers");
   }
   for (bool first = true;; first = false) {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n')) p++;
+    while (p < end && blank(*p)) p++;
     if (p < end && *p == close && first) return NULL;  // empty list
     int64_t value = 0;
     int digits = 0;
@@ -117,7 +132,7 @@ static jit_status check_index_list(const scan *c, size_t word, const char *file)
       value = value * 10 + (*p++ - '0');
       digits++;
     }
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n')) p++;
+    while (p < end && blank(*p)) p++;
     if (digits == 0 || value >= ((int64_t)1 << 31) || p == end || (*p != ',' && *p != close))
       return refuse(c, file, "`permutation` / `dimensions` must be a list of non-negative "
                              "decimals below 2^31");
@@ -126,7 +141,7 @@ static jit_status check_index_list(const scan *c, size_t word, const char *file)
 }
 
 jit_status jit__mlir_guard(const char *s, size_t n, const char *file) {
-  scan c = {s, n, 0, 1, 1};
+  scan c = {s, n, 0, 1, 1, 0};
   int depth = 0;
   // Inside an affine_map< / affine_set<: its `<` depth and operators so far.
   int affine_depth = -1, affine_ops = 0;
