@@ -737,7 +737,8 @@ Test(run, threads_on_two_graphs_of_one_context) {
 }
 
 // A kernel keeps its packed B block on the calling thread's stack (256 KiB for 256^3
-// with AVX2 code; AVX-512 reads such a B in place, and packs 520^3's: lowering/cpu/). A
+// with AVX2 code; AVX-512 reads such a B in place, and packs 256x4096x256's in k blocks
+// on the stack whatever its L2: lowering/cpu/). A
 // thread with too little stack gets JIT_RESOURCE_EXHAUSTED naming the need, not a
 // crash; the need survives the disk cache (a new context loads it with the kernel).
 typedef struct stack_call {
@@ -756,25 +757,26 @@ static void *stack_call_run(void *p) {
   return NULL;
 }
 
-// An n x n f32 matmul's operands, its C reference and an output buffer.
+// An n x k times k x n f32 matmul's operands, its C reference and an output buffer:
+// 256^3 with AVX2 code, 256x4096x256 on AVX-512 (see above).
 typedef struct mm_data {
-  int64_t sh[2];
+  int64_t sa[2], sb[2], sc[2];
   float *a, *b, *got, *want;
 } mm_data;
 
-static mm_data mm_data_make(int64_t n, uint64_t seed) {
-  mm_data m = {{n, n}, NULL, NULL, NULL, NULL};
-  size_t bytes = sizeof(float) * (size_t)(n * n);
-  m.a = tu_malloc(bytes);
-  m.b = tu_malloc(bytes);
-  m.got = tu_malloc(bytes);
-  m.want = tu_malloc(bytes);
+static mm_data mm_data_make(uint64_t seed) {
+  int64_t n = 256, k = AVX512(256, 4096);
+  mm_data m = {{n, k}, {k, n}, {n, n}, NULL, NULL, NULL, NULL};
+  m.a = tu_malloc(sizeof(float) * (size_t)(n * k));
+  m.b = tu_malloc(sizeof(float) * (size_t)(k * n));
+  m.got = tu_malloc(sizeof(float) * (size_t)(n * n));
+  m.want = tu_malloc(sizeof(float) * (size_t)(n * n));
   ref_rng rng;
   ref_rng_seed(&rng, seed);
-  ref_rng_fill_signed(&rng, m.a, n * n);
-  ref_rng_fill_signed(&rng, m.b, n * n);
+  ref_rng_fill_signed(&rng, m.a, n * k);
+  ref_rng_fill_signed(&rng, m.b, k * n);
   int64_t dc[2];
-  ref_matmul(m.a, 2, m.sh, m.b, 2, m.sh, m.want, dc);
+  ref_matmul(m.a, 2, m.sa, m.b, 2, m.sb, m.want, dc);
   return m;
 }
 
@@ -788,8 +790,8 @@ static void mm_data_free(mm_data *m) {
 // The graph a @ b for `m`'s shapes, finalized.
 static jit_graph *mm_graph(jit_context *ctx, const mm_data *m) {
   jit_graph *g = tu_graph(ctx, "mm");
-  jit_value va = jit_input(g, "a", TU_F32, 2, m->sh);  // inputs in this order
-  jit_value vb = jit_input(g, "b", TU_F32, 2, m->sh);
+  jit_value va = jit_input(g, "a", TU_F32, 2, m->sa);  // inputs in this order
+  jit_value vb = jit_input(g, "b", TU_F32, 2, m->sb);
   jit_output(g, jit_matmul(g, va, vb));
   TU_OK(jit_graph_finalize(g));
   return g;
@@ -806,9 +808,8 @@ static void stack_call_on_thread(stack_call *c, size_t stack) {
 }
 
 Test(run, too_small_a_thread_stack_is_refused) {
-  const int n = AVX512(256, 520);
-  mm_data m = mm_data_make(n, 5);
-  int64_t *sh = m.sh;
+  mm_data m = mm_data_make(5);
+  int64_t n = m.sc[0], *sh = m.sc;
   float *got = m.got, *want = m.want;
   for (int round = 0; round < 2; round++) {  // compiled, then from the disk cache
     jit_options o;
@@ -817,7 +818,7 @@ Test(run, too_small_a_thread_stack_is_refused) {
     jit_context *ctx = NULL;
     TU_OK(jit_context_create(&o, &ctx));
     jit_graph *g = mm_graph(ctx, &m);
-    stack_call c = {g, {tu_tensor(m.a, TU_F32, 2, sh), tu_tensor(m.b, TU_F32, 2, sh)},
+    stack_call c = {g, {tu_tensor(m.a, TU_F32, 2, m.sa), tu_tensor(m.b, TU_F32, 2, m.sb)},
                     tu_tensor(got, TU_F32, 2, sh), JIT_OK, ""};
     TU_OK(jit_graph_compile(g, c.in, 2));
     memset(got, 0, sizeof(float) * n * n);
@@ -841,8 +842,8 @@ Test(run, too_small_a_thread_stack_is_refused) {
 // too, naming the setting, rather than crashing a worker. One thread still runs.
 Test(run, too_small_openmp_worker_stacks_are_refused) {
   setenv("OMP_STACKSIZE", "128K", 1);  // before libomp is loaded in this process
-  const int n = AVX512(256, 520);
-  mm_data m = mm_data_make(n, 6);
+  mm_data m = mm_data_make(6);
+  int64_t n = m.sc[0];
   for (int threads = 2; threads >= 1; threads--) {
     jit_options o;
     jit_options_init(&o);
@@ -851,8 +852,8 @@ Test(run, too_small_openmp_worker_stacks_are_refused) {
     jit_context *ctx = NULL;
     TU_OK(jit_context_create(&o, &ctx));
     jit_graph *g = mm_graph(ctx, &m);
-    DLTensor in[2] = {tu_tensor(m.a, TU_F32, 2, m.sh), tu_tensor(m.b, TU_F32, 2, m.sh)};
-    DLTensor out = tu_tensor(m.got, TU_F32, 2, m.sh);
+    DLTensor in[2] = {tu_tensor(m.a, TU_F32, 2, m.sa), tu_tensor(m.b, TU_F32, 2, m.sb)};
+    DLTensor out = tu_tensor(m.got, TU_F32, 2, m.sc);
     memset(m.got, 0, sizeof(float) * n * n);
     jit_status s = jit_run(g, in, 2, &out, 1);
     // ASan builds keep kernels single-threaded (devices/cpu/cpu.c).
@@ -868,7 +869,7 @@ Test(run, too_small_openmp_worker_stacks_are_refused) {
                 s ? jit_status_message(s) : "ran");
     } else {
       cr_expect(s == NULL, "threads=%d: %s", threads, s ? jit_status_message(s) : "");
-      tu_assert_close(m.got, m.want, n * n, 1e-4, 1e-4, 2, m.sh, "matmul, 1 thread");
+      tu_assert_close(m.got, m.want, n * n, 1e-4, 1e-4, 2, m.sc, "matmul, 1 thread");
     }
     jit_status_free(s);
     jit_graph_destroy(g);

@@ -305,12 +305,7 @@ static void plan_masked(walk *w, int i, const char *root, int64_t tM, int64_t ro
     rows = tM;
     rest = 0;
   }
-  sb_printf(sb,
-            "  %%mmr%d = transform.structured.match ops{[\"linalg.matmul\"]} attributes "
-            "{jit_mm = %d : i64} in %%root : (" ANY ") -> " ANY "\n"
-            "  %%mk%d, %%mkl%d = transform.structured.tile_using_for %%mmr%d tile_sizes "
-            "[0, 0, 1] : (" ANY ") -> (" ANY ", " ANY ")\n",
-            i, i, i, i, i);
+  emit_k_tiles(sb, i);
   w->masked[i][0] = V;
   w->masked[i][1] = rows;
   w->masked[i][2] = rest;
